@@ -1,0 +1,68 @@
+# SPDX-License-Identifier: MIT
+# make            build build/ubtrfs and build/libubtrfs.a
+# make check      unit tests (cmocka) + integration tests (pytest, needs root)
+# make unit       unit tests only
+# make SAN=1 ...  the same with ASan+UBSan, into build-san/
+# make fuzz       libFuzzer targets (clang), into build-fuzz/
+# make CC=clang   any of the above with clang
+CC ?= cc
+SAN ?= 0
+O ?= 2
+BUILD := $(if $(filter 1,$(SAN)),build-san,build)
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers
+CFLAGS_BASE := -std=gnu11 -O$(O) -g -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Iinclude -Ilib $(WARN) \
+	$(shell pkg-config --cflags fuse3 2>/dev/null)
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ifeq ($(SAN),1)
+CFLAGS_BASE += $(SANFLAGS)
+LDFLAGS_BASE += $(SANFLAGS)
+endif
+LIBS := -lisal -lxxhash -lcrypto -lb2 -lz -llzo2 -lzstd -luuid -lblkid -lm
+
+LIB_SRCS := $(sort $(wildcard lib/*/*.c))
+CMD_SRCS := $(sort $(wildcard cmd/*.c))
+UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+CMD_OBJS := $(CMD_SRCS:%.c=$(BUILD)/%.o)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/unit/%)
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=build-fuzz/%)
+
+all: $(BUILD)/ubtrfs
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libubtrfs.a: $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/ubtrfs: $(CMD_OBJS) $(BUILD)/libubtrfs.a
+	$(CC) $(LDFLAGS_BASE) $(LDFLAGS) -o $@ $(CMD_OBJS) $(BUILD)/libubtrfs.a $(LIBS)
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a -lcmocka $(LIBS)
+
+unit: $(UNIT_BINS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+
+integration: $(BUILD)/ubtrfs
+	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs /usr/bin/pytest-3 -q tests/integration $(PYTEST_ARGS)
+
+check: unit integration
+
+build-fuzz/%: tests/fuzz/%.c $(LIB_SRCS)
+	@mkdir -p build-fuzz
+	clang $(filter-out -Werror,$(CFLAGS_BASE)) -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRCS) $(LIBS)
+
+fuzz: $(FUZZ_BINS)
+
+clean:
+	rm -rf build build-san build-fuzz
+
+.PHONY: all unit integration check fuzz clean
+-include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d)

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/* What the subcommands share: option conventions, exit codes, opening devices. */
+#ifndef UBTRFS_CMD_H
+#define UBTRFS_CMD_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include "ubtrfs/fs.h"
+
+enum { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_FATAL = 2 };
+
+/* Options every command that opens a filesystem accepts. */
+struct open_args {
+	int verbosity;    /* -v raises, -q lowers */
+	int super_mirror; /* --super N */
+	bool no_log;      /* --no-log */
+};
+
+#define OPEN_ARGS_LONGOPTS                                          \
+	{ "verbose", no_argument, NULL, 'v' },                      \
+	{ "quiet", no_argument, NULL, 'q' },                        \
+	{ "super", required_argument, NULL, 0x100 },                \
+	{ "no-log", no_argument, NULL, 0x101 }
+
+#define OPEN_ARGS_HELP                                                                    \
+	"  -v, --verbose      say more (repeat for debug output)\n"                           \
+	"  -q, --quiet        errors only\n"                                                  \
+	"      --super N      use superblock copy N (0: 64 KiB, 1: 64 MiB, 2: 256 GiB)\n"   \
+	"                     instead of the newest valid one\n"                              \
+	"      --no-log       ignore the fsync log tree\n"
+
+void open_args_init(struct open_args *oa);
+/* Handle one of the shared options; returns 1 if `opt` was one of them, -1 on a bad value. */
+int open_args_parse(struct open_args *oa, int opt, const char *arg);
+int open_fs(const struct open_args *oa, char **devs, int ndevs, struct ub_fs **out);
+
+int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int parse_u64(const char *s, uint64_t *out);
+
+int cmd_dump_super(int argc, char **argv);
+int cmd_dump_tree(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_cat(int argc, char **argv);
+
+#endif

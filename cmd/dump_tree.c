@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: MIT */
+/* ubtrfs dump-tree: every tree block and item, decoded. Damage is reported and walked past. */
+#include <ctype.h>
+#include <errno.h>
+#include <string.h>
+#include <strings.h>
+#include "cmd.h"
+#include "ubtrfs/print.h"
+
+static const char help[] =
+	"usage: ubtrfs dump-tree [OPTIONS] DEV...\n\n"
+	"Print tree blocks and their items, like 'btrfs inspect-internal dump-tree'.\n"
+	"Without -t or -b: the root tree, the chunk tree and every tree the root tree lists.\n\n"
+	"  -t, --tree TREE    only this tree: root, chunk, extent, dev, fs, csum, quota, uuid,\n"
+	"                     free-space, block-group, raid-stripe, data-reloc, log, or a number\n"
+	"  -b, --block BYTENR print the tree block at this logical address (repeatable)\n"
+	"      --follow       with -b: also print the blocks below it\n"
+	"  -r, --roots        print only the root tree's list of trees (no tree contents)\n"
+	"  -h, --help         this text\n"
+	OPEN_ARGS_HELP
+	"\nExit codes: 0 everything printed, 1 some blocks could not be read, 2 usage or fatal error.\n";
+
+static const struct {
+	const char *name;
+	uint64_t id;
+} tree_names[] = {
+	{ "root", BTRFS_ROOT_TREE_OBJECTID }, { "extent", BTRFS_EXTENT_TREE_OBJECTID },
+	{ "chunk", BTRFS_CHUNK_TREE_OBJECTID }, { "dev", BTRFS_DEV_TREE_OBJECTID },
+	{ "device", BTRFS_DEV_TREE_OBJECTID }, { "fs", BTRFS_FS_TREE_OBJECTID },
+	{ "csum", BTRFS_CSUM_TREE_OBJECTID }, { "checksum", BTRFS_CSUM_TREE_OBJECTID },
+	{ "quota", BTRFS_QUOTA_TREE_OBJECTID }, { "uuid", BTRFS_UUID_TREE_OBJECTID },
+	{ "free-space", BTRFS_FREE_SPACE_TREE_OBJECTID }, { "free_space", BTRFS_FREE_SPACE_TREE_OBJECTID },
+	{ "block-group", BTRFS_BLOCK_GROUP_TREE_OBJECTID }, { "block_group", BTRFS_BLOCK_GROUP_TREE_OBJECTID },
+	{ "raid-stripe", BTRFS_RAID_STRIPE_TREE_OBJECTID }, { "data-reloc", BTRFS_DATA_RELOC_TREE_OBJECTID },
+	{ "log", BTRFS_TREE_LOG_OBJECTID },
+};
+
+static int parse_tree(const char *s, uint64_t *id)
+{
+	char buf[64];
+	size_t n = strlen(s);
+
+	if (parse_u64(s, id) == 0)
+		return 0;
+	/* accept "fs", "FS_TREE", "fs-tree" alike */
+	if (n >= sizeof(buf))
+		return -EINVAL;
+	for (size_t i = 0; i <= n; i++)
+		buf[i] = (char)tolower((unsigned char)s[i]);
+	if (n > 5 && (!strcmp(buf + n - 5, "_tree") || !strcmp(buf + n - 5, "-tree")))
+		buf[n - 5] = 0;
+	for (size_t i = 0; i < sizeof(tree_names) / sizeof(tree_names[0]); i++)
+		if (!strcasecmp(buf, tree_names[i].name)) {
+			*id = tree_names[i].id;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+struct dumper {
+	struct ub_fs *fs;
+	bool follow;
+	int rc;
+};
+
+static void print_block(struct dumper *d, const struct ub_eb *eb)
+{
+	uint32_t n = ub_eb_nritems(eb);
+	struct ub_print_ctx pctx = { d->fs->vol->csum_size, d->fs->vol->sectorsize, ub_eb_owner(eb) };
+
+	ub_print_block_header(stdout, eb->data, eb->len);
+	for (uint32_t i = 0; i < n; i++) {
+		struct ub_key key;
+		ub_eb_item_key(eb, (int)i, &key);
+		if (ub_eb_level(eb)) {
+			ub_print_key_ptr(stdout, &key, ub_eb_node_blockptr(eb, (int)i), ub_eb_node_gen(eb, (int)i));
+		} else {
+			uint32_t size;
+			const uint8_t *data = ub_eb_item_data(eb, (int)i, &size);
+			uint32_t itemoff = (uint32_t)(data - eb->data - UB_HEADER_SIZE);
+			ub_print_item(stdout, (int)i, &key, itemoff, data, size, &pctx);
+		}
+	}
+}
+
+/* Depth-first, children after their parent, as btrfs-progs prints them. */
+static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp, int depth)
+{
+	struct ub_eb *eb;
+	int ret = ub_tree_read_block(&d->fs->tc, bytenr, exp, &eb);
+
+	if (ret) {
+		d->rc = EXIT_PROBLEMS;
+		fflush(stdout);
+		return;
+	}
+	print_block(d, eb);
+	if (ub_eb_level(eb) > 0 && d->follow && depth < UB_MAX_LEVEL) {
+		uint32_t n = ub_eb_nritems(eb);
+		for (uint32_t i = 0; i < n; i++) {
+			struct ub_key first;
+			struct ub_expect cexp = { exp ? exp->owner : 0, ub_eb_level(eb) - 1, ub_eb_node_gen(eb, (int)i),
+						  &first };
+			ub_eb_item_key(eb, (int)i, &first);
+			walk(d, ub_eb_node_blockptr(eb, (int)i), &cexp, depth + 1);
+		}
+	}
+	ub_eb_put(&d->fs->tc, eb);
+}
+
+static void dump_root(struct dumper *d, const struct ub_root *r)
+{
+	struct ub_expect exp = { r->objectid, r->level, r->generation, NULL };
+	walk(d, r->bytenr, &exp, 0);
+}
+
+static const char *tree_title(uint64_t id)
+{
+	switch (id) {
+	case BTRFS_EXTENT_TREE_OBJECTID: return "extent tree";
+	case BTRFS_DEV_TREE_OBJECTID: return "device tree";
+	case BTRFS_FS_TREE_OBJECTID: return "fs tree";
+	case BTRFS_CSUM_TREE_OBJECTID: return "checksum tree";
+	case BTRFS_QUOTA_TREE_OBJECTID: return "quota tree";
+	case BTRFS_UUID_TREE_OBJECTID: return "uuid tree";
+	case BTRFS_FREE_SPACE_TREE_OBJECTID: return "free space tree";
+	case BTRFS_BLOCK_GROUP_TREE_OBJECTID: return "block group tree";
+	case BTRFS_RAID_STRIPE_TREE_OBJECTID: return "raid stripe tree";
+	case BTRFS_DATA_RELOC_TREE_OBJECTID: return "data reloc tree";
+	case BTRFS_TREE_RELOC_OBJECTID: return "tree reloc tree";
+	default: return "file tree";
+	}
+}
+
+/* Every ROOT_ITEM in the root tree, with (or without) its contents. */
+static void dump_all_roots(struct dumper *d, bool contents)
+{
+	struct ub_key key = { 0, 0, 0 };
+	struct ub_path p;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search(&d->fs->tc, &d->fs->root_tree, &key, &p);
+	ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
+	while (ret == 0) {
+		const uint8_t *data;
+		uint32_t size;
+		struct ub_root r;
+
+		ub_path_key(&p, &key);
+		data = ub_path_data(&p, &size);
+		if (key.type == BTRFS_ROOT_ITEM_KEY && size >= offsetof(struct btrfs_root_item, generation_v2)) {
+			r.objectid = key.objectid;
+			r.bytenr = UB_GET(btrfs_root_item, bytenr, data);
+			r.generation = UB_GET(btrfs_root_item, generation, data);
+			r.level = (uint8_t)UB_GET(btrfs_root_item, level, data);
+			printf("%s key ", tree_title(key.objectid));
+			ub_print_key(stdout, &key);
+			if (contents) {
+				printf(" \n");
+				dump_root(d, &r);
+			} else {
+				printf(" %llu level %u\n", (unsigned long long)r.bytenr, r.level);
+			}
+		}
+		ret = ub_tree_next(&p);
+	}
+	ub_path_release(&p);
+	if (ret < 0)
+		d->rc = EXIT_PROBLEMS;
+}
+
+static int dump_tree_id(struct dumper *d, uint64_t id)
+{
+	struct ub_root r;
+	int ret;
+
+	if (id == BTRFS_TREE_LOG_OBJECTID) {
+		const uint8_t *sb = d->fs->vol->super;
+		uint64_t log = UB_GET(ub_disk_super, log_root, sb);
+		if (!log) {
+			printf("no log tree (the superblock's log_root is 0)\n");
+			return 0;
+		}
+		r = (struct ub_root){ BTRFS_TREE_LOG_OBJECTID, log, 0,
+				      (uint8_t)UB_GET(ub_disk_super, log_root_level, sb) };
+		printf("log root tree\n");
+		dump_root(d, &r);
+		return 0;
+	}
+	ret = ub_fs_tree_root(d->fs, id, &r);
+	if (ret) {
+		fprintf(stderr, "ubtrfs: error: tree %llu: %s\n", (unsigned long long)id,
+			ret == -ENOENT ? "no such tree in the root tree" : strerror(-ret));
+		return ret;
+	}
+	dump_root(d, &r);
+	return 0;
+}
+
+int cmd_dump_tree(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "tree", required_argument, NULL, 't' }, { "block", required_argument, NULL, 'b' },
+		{ "follow", no_argument, NULL, 0x200 }, { "roots", no_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' }, OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
+	};
+	struct open_args oa;
+	struct dumper d = { NULL, true, EXIT_OK };
+	uint64_t tree = 0, blocks[64];
+	bool have_tree = false, roots_only = false, follow = false;
+	int nblocks = 0, opt, r;
+
+	open_args_init(&oa);
+	while ((opt = getopt_long(argc, argv, "t:b:rhvq", longopts, NULL)) != -1) {
+		if ((r = open_args_parse(&oa, opt, optarg)) != 0) {
+			if (r < 0)
+				return usage_error("dump-tree", "invalid value '%s'", optarg);
+			continue;
+		}
+		switch (opt) {
+		case 't':
+			if (parse_tree(optarg, &tree))
+				return usage_error("dump-tree", "unknown tree '%s'", optarg);
+			have_tree = true;
+			break;
+		case 'b':
+			if (nblocks == 64 || parse_u64(optarg, &blocks[nblocks]))
+				return usage_error("dump-tree", "invalid block '%s'", optarg);
+			nblocks++;
+			break;
+		case 0x200: follow = true; break;
+		case 'r': roots_only = true; break;
+		case 'h': fputs(help, stdout); return EXIT_OK;
+		default: return usage_error("dump-tree", "invalid option");
+		}
+	}
+	if (optind >= argc)
+		return usage_error("dump-tree", "no device given");
+	if (open_fs(&oa, argv + optind, argc - optind, &d.fs))
+		return EXIT_FATAL;
+	if (nblocks) {
+		d.follow = follow;
+		for (int i = 0; i < nblocks; i++)
+			walk(&d, blocks[i], NULL, 0);
+	} else if (have_tree) {
+		if (dump_tree_id(&d, tree))
+			d.rc = EXIT_FATAL;
+	} else if (roots_only) {
+		printf("root tree: %llu level %u\n", (unsigned long long)d.fs->root_tree.bytenr, d.fs->root_tree.level);
+		printf("chunk tree: %llu level %u\n", (unsigned long long)d.fs->chunk_tree.bytenr,
+		       d.fs->chunk_tree.level);
+		dump_all_roots(&d, false);
+	} else {
+		char uuid[40];
+		const uint8_t *u = d.fs->vol->fsid;
+		printf("root tree\n");
+		dump_root(&d, &d.fs->root_tree);
+		printf("chunk tree\n");
+		dump_root(&d, &d.fs->chunk_tree);
+		dump_all_roots(&d, true);
+		snprintf(uuid, sizeof(uuid), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+			 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+		printf("total bytes %llu\nbytes used %llu\nuuid %s\n",
+		       (unsigned long long)UB_GET(ub_disk_super, total_bytes, d.fs->vol->super),
+		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, d.fs->vol->super), uuid);
+	}
+	fflush(stdout);
+	ub_fs_close(d.fs);
+	return d.rc;
+}

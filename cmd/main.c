@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+#include <string.h>
+#include "cmd.h"
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+} commands[] = {
+	{ "dump-super", cmd_dump_super, "print the superblock (and its mirror copies)" },
+	{ "dump-tree", cmd_dump_tree, "print tree blocks and their items" },
+	{ "ls", cmd_ls, "list a directory without mounting" },
+	{ "cat", cmd_cat, "write a file's contents to stdout without mounting" },
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: ubtrfs COMMAND [OPTIONS] DEV... [TARGET]\n\n"
+		   "btrfs in userspace: read (and soon write) btrfs filesystems on devices or image files.\n\n"
+		   "Commands:\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\n'ubtrfs COMMAND --help' describes a command.\n"
+		   "Exit codes: 0 success, 1 problems found or data partly unreadable, 2 usage or fatal error.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return EXIT_FATAL;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return EXIT_OK;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("ubtrfs 0.1\n");
+		return EXIT_OK;
+	}
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "ubtrfs: unknown command '%s'\n\n", argv[1]);
+	usage(stderr);
+	return EXIT_FATAL;
+}

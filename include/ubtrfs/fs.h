@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The filesystem layer: opening a filesystem (volume + trees), subvolumes,
+ * inodes, directories, file data, symlinks and xattrs.
+ */
+#ifndef UBTRFS_FS_H
+#define UBTRFS_FS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "ubtrfs/tree.h"
+#include "ubtrfs/volume.h"
+
+struct ub_fs_opts {
+	bool writable;
+	int super_mirror;      /* -1: newest valid superblock copy */
+	bool no_log;           /* ignore the fsync log tree */
+};
+
+struct ub_fs {
+	struct ub_log log;
+	struct ub_volume *vol;
+	struct ub_tree_ctx tc;
+	struct ub_fs_opts opts;
+	struct ub_root root_tree, chunk_tree;
+	/* global trees, bytenr 0 when absent */
+	struct ub_root extent_tree, dev_tree, csum_tree, uuid_tree, fst_tree, bgt_tree, quota_tree, rst_tree;
+	uint64_t incompat, compat_ro;
+};
+
+int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
+	       struct ub_fs **out);
+void ub_fs_close(struct ub_fs *fs);
+
+/* The root of tree `objectid` from its ROOT_ITEM in the root tree (newest offset). */
+int ub_fs_find_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out);
+/* The root of a well-known tree by id: root/chunk trees from the superblock, others via ub_fs_find_root. */
+int ub_fs_tree_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out);
+
+struct ub_timespec {
+	int64_t sec;
+	uint32_t nsec;
+};
+
+struct ub_inode {
+	uint64_t subvol, ino;
+	uint64_t generation, transid, size, nbytes, nlink, rdev, flags;
+	uint32_t uid, gid, mode;
+	struct ub_timespec atime, ctime, mtime, otime;
+};
+
+int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_inode *out);
+
+struct ub_dirent {
+	const char *name; /* not NUL-terminated */
+	uint32_t name_len;
+	uint64_t index;   /* DIR_INDEX sequence */
+	uint8_t type;     /* BTRFS_FT_* */
+	/* where the entry leads; a subvolume entry leads to (subvol id, 256) */
+	uint64_t subvol, ino;
+};
+
+/* Calls `cb` for each entry in index order; a non-zero return from cb stops and is returned. */
+int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
+		   int (*cb)(void *arg, const struct ub_dirent *de), void *arg);
+/* Look up one name in a directory (via its DIR_ITEM hash). -ENOENT if absent. */
+int ub_dir_lookup(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, const char *name, size_t len,
+		  struct ub_dirent *out);
+/* Resolve an absolute path from the top-level subvolume, crossing into subvolumes. */
+int ub_path_lookup(struct ub_fs *fs, const char *path, uint64_t *subvol, uint64_t *ino);
+
+/* What a data read could not deliver (the caller got zeros there). */
+struct ub_read_report {
+	uint64_t bad_bytes;
+	uint64_t first_bad_offset;
+};
+
+/*
+ * Read file bytes [off, off+len) (clamped to i_size) into buf; *got receives the
+ * byte count. Every data sector is verified against the csum tree and other
+ * copies are tried on a mismatch. Ranges that cannot be read correctly from
+ * any copy are zero-filled, logged with file offset and logical address,
+ * counted in `rep` (optional), and make the call return -EIO after filling
+ * everything else.
+ */
+int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
+		 uint64_t *got, struct ub_read_report *rep);
+/* Symlink target into buf (NUL-terminated, truncated to bufsz-1); *len gets the full length. */
+int ub_readlink(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz, size_t *len);
+
+struct ub_xattr {
+	const char *name;
+	uint32_t name_len;
+	const uint8_t *value;
+	uint32_t value_len;
+};
+int ub_xattr_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t ino,
+		     int (*cb)(void *arg, const struct ub_xattr *xa), void *arg);
+
+/* Verified read of data extent bytes (logical, len sector-aligned); bad sectors flagged in `bad` (1 byte per sector). */
+int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad);
+
+#endif

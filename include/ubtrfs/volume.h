@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The volume layer: superblocks, device assembly, the chunk map and
+ * logical -> physical translation for every profile.
+ */
+#ifndef UBTRFS_VOLUME_H
+#define UBTRFS_VOLUME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "ubtrfs/dev.h"
+#include "ubtrfs/format.h"
+#include "ubtrfs/log.h"
+
+/* ---- superblock (lib/volume/super.c) ---- */
+
+/* Byte offset of superblock mirror `i` (0..2). */
+uint64_t ub_super_offset(int mirror);
+/*
+ * Validate a 4096-byte superblock copy read from byte offset `bytenr`:
+ * magic, checksum, bytenr, sector/node sizes, sys chunk array bounds, levels.
+ * On failure writes a reason into `why` and returns -EUCLEAN (bad checksum
+ * or content) or -ENOENT (no magic: not a superblock at all).
+ */
+int ub_super_validate(const uint8_t *sb, uint64_t bytenr, char *why, size_t whylen);
+
+/* ---- profiles (lib/volume/profile.c) ---- */
+
+struct ub_profile {
+	uint64_t flag;         /* BTRFS_BLOCK_GROUP_* profile bit, 0 for single */
+	const char *name;      /* "single", "DUP", "RAID1", ... */
+	int ncopies;           /* full copies of each block (1 for RAID0/5/6) */
+	int nparity;           /* 0, 1 (RAID5) or 2 (RAID6) */
+	int sub_stripes;       /* 2 for RAID10, else 1 */
+	int devs_min;          /* fewest devices the profile is allowed on */
+	int tolerated_failures;
+};
+/* Profile of a chunk/block group type (only the profile bits are looked at). */
+const struct ub_profile *ub_profile_of(uint64_t type);
+
+/* ---- chunk map (lib/volume/chunk_map.c) ---- */
+
+struct ub_vdev;
+
+struct ub_stripe {
+	uint64_t devid;
+	uint64_t physical;
+	uint8_t dev_uuid[UB_UUID_SIZE];
+	struct ub_vdev *dev; /* NULL when the device is missing */
+};
+
+struct ub_chunk {
+	uint64_t logical;
+	uint64_t length;
+	uint64_t type;        /* BTRFS_BLOCK_GROUP_* */
+	uint64_t stripe_len;
+	uint16_t num_stripes;
+	uint16_t sub_stripes;
+	const struct ub_profile *profile;
+	struct ub_stripe stripes[];
+};
+
+/* A device of the assembled volume. */
+struct ub_vdev {
+	uint64_t devid;
+	uint8_t uuid[UB_UUID_SIZE];
+	uint64_t total_bytes;  /* from the dev item */
+	uint64_t generation;   /* of the superblock read from it */
+	struct ub_dev *dev;    /* NULL when missing */
+	bool missing;
+};
+
+struct ub_volume_opts {
+	bool writable;
+	int super_mirror; /* -1: newest valid copy; 0..2: use exactly that copy */
+};
+
+struct ub_volume {
+	struct ub_log log;
+	uint8_t super[UB_SUPER_INFO_SIZE]; /* the superblock in use (validated) */
+	int super_mirror_used;
+	uint8_t fsid[UB_FSID_SIZE];
+	uint8_t metadata_uuid[UB_FSID_SIZE]; /* what tree block headers carry */
+	unsigned csum_type, csum_size;
+	uint32_t sectorsize, nodesize;
+	uint64_t generation;
+	uint64_t num_devices;
+	uint64_t generation_hint; /* newest generation among the given devices */
+	struct ub_vdev *vdevs;
+	int nvdevs;
+	struct ub_chunk **chunks; /* sorted by logical */
+	int nchunks, chunks_cap;
+};
+
+/*
+ * Open devices (any order), read and validate their superblocks, group them by
+ * fsid and devid, and load the system chunk array. The chunk tree is the tree
+ * layer's to read; its items are fed back through ub_volume_add_chunk().
+ */
+int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_opts *opts,
+		   const struct ub_log *log, struct ub_volume **out);
+void ub_volume_close(struct ub_volume *vol);
+/*
+ * A volume with no devices, from a superblock buffer alone (validated, system
+ * chunk array loaded): for tools and fuzzers that look at a superblock only.
+ */
+int ub_volume_open_super(const uint8_t *sb, const struct ub_log *log, struct ub_volume **out);
+
+/*
+ * Add a chunk from a chunk item (`item` of `size` bytes, key offset = logical).
+ * Validates the item (stripe count, sizes, profile). Duplicates are ignored.
+ */
+int ub_volume_add_chunk(struct ub_volume *vol, uint64_t logical, const uint8_t *item, uint32_t size);
+/* Record a device item from the chunk tree (so missing devices are known). */
+int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t size);
+
+const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical);
+/* Number of distinct ways `logical` can be read (copies; RAID5: 2, RAID6: 3). 0 if unmapped. */
+int ub_volume_num_copies(const struct ub_volume *vol, uint64_t logical);
+/*
+ * Read `len` bytes at `logical` (must not cross a chunk). mirror 0: first copy
+ * that reads without an I/O error; 1..n: exactly that copy. -ENOENT when
+ * unmapped, -EIO when the copy cannot be read.
+ */
+int ub_volume_read(struct ub_volume *vol, uint64_t logical, uint64_t len, int mirror, void *buf);
+
+/* Where copy `mirror` (1..) of `logical` lives; for messages and tests. */
+int ub_volume_map(const struct ub_volume *vol, uint64_t logical, int mirror, uint64_t *devid,
+		  uint64_t *physical, const char **path);
+
+#endif

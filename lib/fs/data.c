@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/* Reading data extents: every sector is checked against the csum tree; bad copies are skipped. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "ubtrfs/fs.h"
+
+/* Fill csums for sectors of [logical, logical+len); have[i] says whether sector i has one. */
+static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8_t *csums, uint8_t *have)
+{
+	const uint32_t ss = fs->vol->sectorsize, cs = fs->vol->csum_size;
+	struct ub_key key = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, logical };
+	uint64_t end = logical + nsec * ss;
+	struct ub_path p;
+	int ret;
+
+	memset(have, 0, nsec);
+	if (!fs->csum_tree.bytenr)
+		return 0;
+	ub_path_init(&p);
+	ret = ub_tree_search_le(&fs->tc, &fs->csum_tree, &key, &p);
+	if (ret == 1) {
+		ret = ub_tree_search(&fs->tc, &fs->csum_tree, &key, &p);
+		ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
+	}
+	while (ret == 0) {
+		const uint8_t *d;
+		uint32_t size;
+		uint64_t start, count;
+
+		ub_path_key(&p, &key);
+		if (key.objectid > BTRFS_EXTENT_CSUM_OBJECTID ||
+		    (key.objectid == BTRFS_EXTENT_CSUM_OBJECTID && key.type > BTRFS_EXTENT_CSUM_KEY) ||
+		    (key.objectid == BTRFS_EXTENT_CSUM_OBJECTID && key.type == BTRFS_EXTENT_CSUM_KEY && key.offset >= end))
+			break;
+		if (key.objectid == BTRFS_EXTENT_CSUM_OBJECTID && key.type == BTRFS_EXTENT_CSUM_KEY) {
+			d = ub_path_data(&p, &size);
+			start = key.offset;
+			count = size / cs;
+			for (uint64_t i = 0; i < count; i++) {
+				uint64_t at = start + i * ss;
+				if (at < logical)
+					continue;
+				if (at >= end)
+					break;
+				memcpy(csums + ((at - logical) / ss) * cs, d + i * cs, cs);
+				have[(at - logical) / ss] = 1;
+			}
+		}
+		ret = ub_tree_next(&p);
+	}
+	ub_path_release(&p);
+	return ret < 0 ? ret : 0;
+}
+
+static void describe(struct ub_fs *fs, uint64_t logical, int mirror, char *out, size_t len)
+{
+	uint64_t devid, phys;
+	const char *path;
+
+	if (ub_volume_map(fs->vol, logical, mirror, &devid, &phys, &path) == 0)
+		snprintf(out, len, "copy %d (devid %llu %s physical %llu)", mirror, (unsigned long long)devid,
+			 path ? path : "missing", (unsigned long long)phys);
+	else
+		snprintf(out, len, "copy %d", mirror);
+}
+
+/* Verify sectors [i, j) read into tmp; good ones are copied to buf. Returns how many failed their checksum. */
+static uint64_t verify_run(struct ub_fs *fs, uint64_t i, uint64_t j, const uint8_t *tmp, const uint8_t *csums,
+			   const uint8_t *have, uint8_t *good, uint8_t *buf)
+{
+	const uint32_t ss = fs->vol->sectorsize, cs = fs->vol->csum_size;
+	uint64_t mism = 0;
+
+	for (uint64_t k = i; k < j; k++) {
+		uint8_t c[UB_CSUM_SIZE_MAX];
+		if (have[k]) {
+			ub_csum(fs->vol->csum_type, tmp + k * ss, ss, c);
+			if (memcmp(c, csums + k * cs, cs)) {
+				mism++;
+				continue;
+			}
+		}
+		good[k] = 1;
+		memcpy(buf + k * ss, tmp + k * ss, ss);
+	}
+	return mism;
+}
+
+/*
+ * Read sectors [i, j) as copy `m`; when the run as a whole cannot be read
+ * (a missing device under part of it), fall back to sector by sector so the
+ * parts that can be read still are.
+ */
+static int read_run(struct ub_fs *fs, uint64_t logical, uint64_t i, uint64_t j, int m, uint8_t *tmp, uint8_t *ok)
+{
+	const uint32_t ss = fs->vol->sectorsize;
+	int r = ub_volume_read(fs->vol, logical + i * ss, (j - i) * ss, m, tmp + i * ss);
+
+	if (r == 0 || j - i == 1) {
+		memset(ok + i, r == 0, j - i);
+		return r;
+	}
+	for (uint64_t k = i; k < j; k++) {
+		int rk = ub_volume_read(fs->vol, logical + k * ss, ss, m, tmp + k * ss);
+		ok[k] = rk == 0;
+		if (rk)
+			r = rk;
+	}
+	return r;
+}
+
+int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad)
+{
+	const uint32_t ss = fs->vol->sectorsize, cs = fs->vol->csum_size;
+	uint64_t nsec = len / ss;
+	uint8_t *csums = NULL, *have = NULL, *good = NULL, *tmp = NULL, *ok = NULL;
+	int copies, ret = 0;
+	uint64_t nbad = 0;
+
+	if (logical % ss || len % ss)
+		return -EINVAL;
+	csums = malloc(nsec * cs + 1);
+	have = calloc(nsec + 1, 1);
+	good = calloc(nsec + 1, 1);
+	ok = calloc(nsec + 1, 1);
+	tmp = malloc(len ? len : 1);
+	if (!csums || !have || !good || !tmp || !ok) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (verify) {
+		ret = lookup_csums(fs, logical, nsec, csums, have);
+		if (ret)
+			goto out;
+	}
+	copies = ub_volume_num_copies(fs->vol, logical);
+	if (!copies) {
+		ub_err(&fs->log, "data at logical %llu is not in any chunk", (unsigned long long)logical);
+		ret = -EIO;
+		memset(bad, 1, nsec);
+		goto out;
+	}
+	/* first whatever copy reads (degraded profiles rebuild here), then each copy for what failed */
+	if (nsec && read_run(fs, logical, 0, nsec, 0, tmp, ok) == 0)
+		verify_run(fs, 0, nsec, tmp, csums, have, good, buf);
+	for (int m = 1; m <= copies; m++) {
+		uint64_t i = 0;
+		while (i < nsec) {
+			uint64_t j, mism = 0, k;
+			int r;
+
+			if (good[i]) {
+				i++;
+				continue;
+			}
+			for (j = i; j < nsec && !good[j]; j++)
+				;
+			r = read_run(fs, logical, i, j, m, tmp, ok);
+			for (k = i; k < j; k++) {
+				uint64_t e = k;
+				while (e < j && ok[e] == ok[k])
+					e++;
+				if (ok[k])
+					mism += verify_run(fs, k, e, tmp, csums, have, good, buf);
+				k = e - 1;
+			}
+			if (r || mism) {
+				char where[256];
+				describe(fs, logical + i * ss, m, where, sizeof(where));
+				ub_info(&fs->log, "data at logical %llu+%llu: %s: %s", (unsigned long long)(logical + i * ss),
+					(unsigned long long)((j - i) * ss), where,
+					mism ? "checksum mismatch" : strerror(-r));
+			}
+			i = j;
+		}
+	}
+	for (uint64_t i = 0; i < nsec; i++) {
+		bad[i] = !good[i];
+		if (bad[i]) {
+			memset(buf + i * ss, 0, ss);
+			nbad++;
+		}
+	}
+	ret = nbad ? -EIO : 0;
+out:
+	free(csums);
+	free(have);
+	free(good);
+	free(tmp);
+	free(ok);
+	return ret;
+}

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/* Opening a filesystem: volume, chunk tree, root tree and the global trees. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "ubtrfs/fs.h"
+
+#define SB(field, sb) UB_GET(ub_disk_super, field, sb)
+#define RI(field, p) UB_GET(btrfs_root_item, field, p)
+
+/* The chunk tree holds every chunk and device; the volume needs them before any other tree can be read. */
+static int load_chunk_tree(struct ub_fs *fs)
+{
+	struct ub_key key = { 0, 0, 0 };
+	struct ub_path p;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search(&fs->tc, &fs->chunk_tree, &key, &p);
+	if (ret == 2)
+		ret = ub_eb_nritems(p.nodes[0]) ? 0 : 1;
+	else if (ret == 1)
+		ret = 0;
+	while (ret == 0) {
+		const uint8_t *data;
+		uint32_t size;
+
+		ub_path_key(&p, &key);
+		data = ub_path_data(&p, &size);
+		if (key.type == BTRFS_DEV_ITEM_KEY)
+			ret = ub_volume_add_dev_item(fs->vol, data, size);
+		else if (key.type == BTRFS_CHUNK_ITEM_KEY)
+			ret = ub_volume_add_chunk(fs->vol, key.offset, data, size);
+		if (ret)
+			break;
+		ret = ub_tree_next(&p);
+	}
+	ub_path_release(&p);
+	return ret < 0 ? ret : 0;
+}
+
+int ub_fs_find_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out)
+{
+	struct ub_key key = { objectid, BTRFS_ROOT_ITEM_KEY, UINT64_MAX };
+	struct ub_path p;
+	const uint8_t *data;
+	uint32_t size;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_le(&fs->tc, &fs->root_tree, &key, &p);
+	if (ret)
+		goto out;
+	ub_path_key(&p, &key);
+	if (key.objectid != objectid || key.type != BTRFS_ROOT_ITEM_KEY) {
+		ret = 1;
+		goto out;
+	}
+	data = ub_path_data(&p, &size);
+	/* legacy root items are shorter; the fields we need are in the old part */
+	if (size < offsetof(struct btrfs_root_item, generation_v2)) {
+		ret = -EUCLEAN;
+		goto out;
+	}
+	out->objectid = objectid;
+	out->bytenr = RI(bytenr, data);
+	out->generation = RI(generation, data);
+	out->level = (uint8_t)RI(level, data);
+out:
+	ub_path_release(&p);
+	return ret > 0 ? -ENOENT : ret;
+}
+
+int ub_fs_tree_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out)
+{
+	if (objectid == BTRFS_ROOT_TREE_OBJECTID) {
+		*out = fs->root_tree;
+		return 0;
+	}
+	if (objectid == BTRFS_CHUNK_TREE_OBJECTID) {
+		*out = fs->chunk_tree;
+		return 0;
+	}
+	return ub_fs_find_root(fs, objectid, out);
+}
+
+static void find_global(struct ub_fs *fs, uint64_t id, struct ub_root *r, bool expected)
+{
+	int ret = ub_fs_find_root(fs, id, r);
+
+	if (ret) {
+		memset(r, 0, sizeof(*r));
+		if (expected && ret != -ENOENT)
+			ub_warn(&fs->log, "cannot read the root item of tree %s: %s", ub_objectid_name(id),
+				strerror(-ret));
+		else if (expected)
+			ub_warn(&fs->log, "tree %s is missing from the root tree", ub_objectid_name(id));
+	}
+}
+
+int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
+	       struct ub_fs **out)
+{
+	struct ub_volume_opts vopts = { .writable = false, .super_mirror = -1 };
+	struct ub_fs *fs;
+	const uint8_t *sb;
+	int ret;
+
+	fs = calloc(1, sizeof(*fs));
+	if (!fs)
+		return -ENOMEM;
+	if (log)
+		fs->log = *log;
+	else
+		fs->log.verbosity = UB_LOG_WARN;
+	if (opts) {
+		fs->opts = *opts;
+		vopts.writable = opts->writable;
+		vopts.super_mirror = opts->super_mirror;
+	} else {
+		fs->opts.super_mirror = -1;
+	}
+	ret = ub_volume_open(paths, npaths, &vopts, &fs->log, &fs->vol);
+	if (ret)
+		goto fail;
+	ret = ub_tree_ctx_init(&fs->tc, fs->vol, &fs->log);
+	if (ret)
+		goto fail;
+	sb = fs->vol->super;
+	fs->incompat = SB(incompat_flags, sb);
+	fs->compat_ro = SB(compat_ro_flags, sb);
+	fs->chunk_tree = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, SB(chunk_root, sb),
+					   SB(chunk_root_generation, sb), (uint8_t)SB(chunk_root_level, sb) };
+	fs->root_tree = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, SB(root, sb), SB(generation, sb),
+					  (uint8_t)SB(root_level, sb) };
+	ret = load_chunk_tree(fs);
+	if (ret) {
+		ub_err(&fs->log, "cannot read the chunk tree: %s", strerror(-ret));
+		goto fail;
+	}
+	find_global(fs, BTRFS_EXTENT_TREE_OBJECTID, &fs->extent_tree, true);
+	find_global(fs, BTRFS_DEV_TREE_OBJECTID, &fs->dev_tree, true);
+	find_global(fs, BTRFS_CSUM_TREE_OBJECTID, &fs->csum_tree, true);
+	find_global(fs, BTRFS_UUID_TREE_OBJECTID, &fs->uuid_tree, false);
+	find_global(fs, BTRFS_FREE_SPACE_TREE_OBJECTID, &fs->fst_tree,
+		    fs->compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE);
+	find_global(fs, BTRFS_BLOCK_GROUP_TREE_OBJECTID, &fs->bgt_tree,
+		    fs->compat_ro & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE);
+	find_global(fs, BTRFS_QUOTA_TREE_OBJECTID, &fs->quota_tree, false);
+	find_global(fs, BTRFS_RAID_STRIPE_TREE_OBJECTID, &fs->rst_tree,
+		    fs->incompat & BTRFS_FEATURE_INCOMPAT_RAID_STRIPE_TREE);
+	*out = fs;
+	return 0;
+fail:
+	ub_fs_close(fs);
+	return ret;
+}
+
+void ub_fs_close(struct ub_fs *fs)
+{
+	if (!fs)
+		return;
+	ub_tree_ctx_destroy(&fs->tc);
+	ub_volume_close(fs->vol);
+	free(fs);
+}

@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/* Searching and walking a tree by key (read-only paths). */
+#include <errno.h>
+#include "ubtrfs/tree.h"
+
+void ub_path_init(struct ub_path *p)
+{
+	memset(p, 0, sizeof(*p));
+}
+
+void ub_path_release(struct ub_path *p)
+{
+	for (int i = 0; i < UB_MAX_LEVEL; i++) {
+		if (p->nodes[i])
+			ub_eb_put(p->tc, p->nodes[i]);
+		p->nodes[i] = NULL;
+		p->slots[i] = 0;
+	}
+}
+
+/* First slot whose key is >= `key` (nritems if none). */
+static int lower_bound(const struct ub_eb *eb, const struct ub_key *key, bool *exact)
+{
+	int lo = 0, hi = (int)ub_eb_nritems(eb);
+
+	*exact = false;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		struct ub_key k;
+		int c;
+
+		ub_eb_item_key(eb, mid, &k);
+		c = ub_key_cmp(&k, key);
+		if (c < 0) {
+			lo = mid + 1;
+		} else {
+			if (c == 0)
+				*exact = true;
+			hi = mid;
+		}
+	}
+	return lo;
+}
+
+static int read_child(struct ub_path *p, int level, int slot, struct ub_eb **out)
+{
+	const struct ub_eb *parent = p->nodes[level];
+	struct ub_key first;
+	struct ub_expect exp = {
+		.owner = p->root->objectid,
+		.level = level - 1,
+		.generation = ub_eb_node_gen(parent, slot),
+		.first_key = &first,
+	};
+
+	ub_eb_item_key(parent, slot, &first);
+	return ub_tree_read_block(p->tc, ub_eb_node_blockptr(parent, slot), &exp, out);
+}
+
+static int read_root(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_eb **out)
+{
+	struct ub_expect exp = {
+		.owner = root->objectid,
+		.level = root->level,
+		.generation = root->generation,
+	};
+	return ub_tree_read_block(tc, root->bytenr, &exp, out);
+}
+
+int ub_tree_search(struct ub_tree_ctx *tc, const struct ub_root *root, const struct ub_key *key, struct ub_path *p)
+{
+	struct ub_eb *eb;
+	int level, ret;
+	bool exact;
+
+	ub_path_release(p);
+	p->tc = tc;
+	p->root = root;
+	if (root->level >= UB_MAX_LEVEL)
+		return -EUCLEAN;
+	ret = read_root(tc, root, &eb);
+	if (ret)
+		return ret;
+	level = ub_eb_level(eb);
+	p->nodes[level] = eb;
+	while (level > 0) {
+		int slot = lower_bound(eb, key, &exact);
+		/* descend into the child whose key range holds `key` */
+		if (!exact && slot > 0)
+			slot--;
+		p->slots[level] = slot;
+		ret = read_child(p, level, slot, &eb);
+		if (ret)
+			return ret;
+		level--;
+		p->nodes[level] = eb;
+	}
+	p->slots[0] = lower_bound(eb, key, &exact);
+	if (exact)
+		return 0;
+	if ((uint32_t)p->slots[0] < ub_eb_nritems(eb))
+		return 1;
+	/* past this leaf: the next item (if any) starts the next leaf */
+	p->slots[0] = (int)ub_eb_nritems(eb) - 1;
+	if (p->slots[0] < 0)
+		p->slots[0] = 0;
+	ret = ub_eb_nritems(eb) ? ub_tree_next(p) : 1;
+	if (ret < 0)
+		return ret;
+	return ret == 0 ? 1 : 2;
+}
+
+/* Move to the neighbour leaf in direction `dir` (+1 / -1). 0 ok, 1 no more, <0 error. */
+static int step(struct ub_path *p, int dir)
+{
+	int level = 1;
+
+	while (level < UB_MAX_LEVEL && p->nodes[level]) {
+		int slot = p->slots[level] + dir;
+		if (slot >= 0 && (uint32_t)slot < ub_eb_nritems(p->nodes[level]))
+			break;
+		level++;
+	}
+	if (level >= UB_MAX_LEVEL || !p->nodes[level])
+		return 1;
+	p->slots[level] += dir;
+	while (level > 0) {
+		struct ub_eb *child;
+		int ret = read_child(p, level, p->slots[level], &child);
+		uint32_t n;
+
+		if (ret)
+			return ret;
+		level--;
+		ub_eb_put(p->tc, p->nodes[level]);
+		p->nodes[level] = child;
+		n = ub_eb_nritems(child);
+		if (n == 0)
+			return -EUCLEAN; /* an empty block below the root is corruption */
+		p->slots[level] = dir > 0 ? 0 : (int)n - 1;
+	}
+	return 0;
+}
+
+int ub_tree_next(struct ub_path *p)
+{
+	if (!p->nodes[0])
+		return 1;
+	if ((uint32_t)(p->slots[0] + 1) < ub_eb_nritems(p->nodes[0])) {
+		p->slots[0]++;
+		return 0;
+	}
+	return step(p, +1);
+}
+
+int ub_tree_prev(struct ub_path *p)
+{
+	if (!p->nodes[0])
+		return 1;
+	if (p->slots[0] > 0) {
+		p->slots[0]--;
+		return 0;
+	}
+	return step(p, -1);
+}
+
+void ub_path_key(const struct ub_path *p, struct ub_key *key)
+{
+	ub_eb_item_key(p->nodes[0], p->slots[0], key);
+}
+
+const uint8_t *ub_path_data(const struct ub_path *p, uint32_t *size)
+{
+	return ub_eb_item_data(p->nodes[0], p->slots[0], size);
+}
+
+int ub_tree_lookup(struct ub_tree_ctx *tc, const struct ub_root *root, const struct ub_key *key, struct ub_path *p,
+		   const uint8_t **data, uint32_t *size)
+{
+	int ret = ub_tree_search(tc, root, key, p);
+
+	if (ret < 0)
+		return ret;
+	if (ret > 0)
+		return -ENOENT;
+	*data = ub_path_data(p, size);
+	return 0;
+}
+
+int ub_tree_search_le(struct ub_tree_ctx *tc, const struct ub_root *root, const struct ub_key *key, struct ub_path *p)
+{
+	int ret = ub_tree_search(tc, root, key, p);
+
+	if (ret <= 0)
+		return ret;
+	if (ret == 2)
+		return ub_eb_nritems(p->nodes[0]) ? 0 : 1;
+	return ub_tree_prev(p);
+}

@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: MIT */
+/* The chunk map: logical ranges -> stripes on devices, for every profile. */
+#include <errno.h>
+#include <stdlib.h>
+#include "volume_internal.h"
+
+#define CK(field, p) UB_GET(btrfs_chunk, field, p)
+#define ST(field, p) UB_GET(btrfs_stripe, field, p)
+#define CHUNK_HDR ((uint32_t)offsetof(struct btrfs_chunk, stripe))
+#define STRIPE_SZ ((uint32_t)sizeof(struct btrfs_stripe))
+
+static struct ub_vdev *find_vdev(struct ub_volume *vol, uint64_t devid)
+{
+	for (int i = 0; i < vol->nvdevs; i++)
+		if (vol->vdevs[i].devid == devid)
+			return &vol->vdevs[i];
+	return NULL;
+}
+
+/* Bind chunk stripes to assembled devices (again after new dev items arrive). */
+void ub_chunk_bind(struct ub_volume *vol, struct ub_chunk *c)
+{
+	for (int i = 0; i < c->num_stripes; i++) {
+		struct ub_vdev *v = find_vdev(vol, c->stripes[i].devid);
+		c->stripes[i].dev = (v && !v->missing) ? v : NULL;
+	}
+}
+
+static int chunk_item_valid(struct ub_volume *vol, uint64_t logical, const uint8_t *item, uint32_t size)
+{
+	uint64_t length, type, stripe_len;
+	uint16_t num, sub;
+	const struct ub_profile *prof;
+
+	if (size < CHUNK_HDR + STRIPE_SZ) {
+		ub_err(&vol->log, "chunk at logical %llu: item too small (%u bytes)", (unsigned long long)logical, size);
+		return -EUCLEAN;
+	}
+	length = CK(length, item);
+	type = CK(type, item);
+	stripe_len = CK(stripe_len, item);
+	num = (uint16_t)CK(num_stripes, item);
+	sub = (uint16_t)CK(sub_stripes, item);
+	prof = ub_profile_of(type);
+	if (num == 0 || size != CHUNK_HDR + (uint32_t)num * STRIPE_SZ) {
+		ub_err(&vol->log, "chunk at logical %llu: %u stripes do not fit item size %u",
+		       (unsigned long long)logical, num, size);
+		return -EUCLEAN;
+	}
+	if (!prof || !(type & BTRFS_BLOCK_GROUP_TYPE_MASK)) {
+		ub_err(&vol->log, "chunk at logical %llu: invalid type flags 0x%llx", (unsigned long long)logical,
+		       (unsigned long long)type);
+		return -EUCLEAN;
+	}
+	if (length == 0 || length % vol->sectorsize || logical % vol->sectorsize ||
+	    logical + length < logical) {
+		ub_err(&vol->log, "chunk at logical %llu: invalid length %llu", (unsigned long long)logical,
+		       (unsigned long long)length);
+		return -EUCLEAN;
+	}
+	if (stripe_len != UB_STRIPE_LEN) {
+		ub_err(&vol->log, "chunk at logical %llu: stripe length %llu, expected 65536",
+		       (unsigned long long)logical, (unsigned long long)stripe_len);
+		return -EUCLEAN;
+	}
+	if (num < prof->devs_min || (prof->ncopies > 1 && prof->sub_stripes == 1 && num != prof->ncopies) ||
+	    (prof->sub_stripes == 2 && (sub != 2 || num % 2)) || num <= prof->nparity) {
+		ub_err(&vol->log, "chunk at logical %llu: %u stripes (sub_stripes %u) invalid for %s",
+		       (unsigned long long)logical, num, sub, prof->name);
+		return -EUCLEAN;
+	}
+	return 0;
+}
+
+static int chunk_cmp_find(struct ub_volume *vol, uint64_t logical)
+{
+	/* index of the first chunk whose logical > `logical` */
+	int lo = 0, hi = vol->nchunks;
+
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		if (vol->chunks[mid]->logical <= logical)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int ub_volume_add_chunk(struct ub_volume *vol, uint64_t logical, const uint8_t *item, uint32_t size)
+{
+	struct ub_chunk *c;
+	uint16_t num;
+	int pos, ret;
+
+	ret = chunk_item_valid(vol, logical, item, size);
+	if (ret)
+		return ret;
+	pos = chunk_cmp_find(vol, logical);
+	if (pos > 0) {
+		const struct ub_chunk *prev = vol->chunks[pos - 1];
+		if (prev->logical == logical)
+			return 0; /* the sys array and the chunk tree both carry system chunks */
+		if (prev->logical + prev->length > logical) {
+			ub_err(&vol->log, "chunk at logical %llu overlaps chunk at %llu",
+			       (unsigned long long)logical, (unsigned long long)prev->logical);
+			return -EUCLEAN;
+		}
+	}
+	if (pos < vol->nchunks && logical + CK(length, item) > vol->chunks[pos]->logical) {
+		ub_err(&vol->log, "chunk at logical %llu overlaps chunk at %llu", (unsigned long long)logical,
+		       (unsigned long long)vol->chunks[pos]->logical);
+		return -EUCLEAN;
+	}
+	num = (uint16_t)CK(num_stripes, item);
+	c = calloc(1, sizeof(*c) + num * sizeof(c->stripes[0]));
+	if (!c)
+		return -ENOMEM;
+	c->logical = logical;
+	c->length = CK(length, item);
+	c->type = CK(type, item);
+	c->stripe_len = CK(stripe_len, item);
+	c->num_stripes = num;
+	c->sub_stripes = (uint16_t)CK(sub_stripes, item);
+	c->profile = ub_profile_of(c->type);
+	for (int i = 0; i < num; i++) {
+		const uint8_t *s = item + CHUNK_HDR + (uint32_t)i * STRIPE_SZ;
+		c->stripes[i].devid = ST(devid, s);
+		c->stripes[i].physical = ST(offset, s);
+		memcpy(c->stripes[i].dev_uuid, UB_PTR(btrfs_stripe, dev_uuid, s), UB_UUID_SIZE);
+	}
+	ub_chunk_bind(vol, c);
+	if (vol->nchunks == vol->chunks_cap) {
+		int cap = vol->chunks_cap ? vol->chunks_cap * 2 : 64;
+		struct ub_chunk **n = realloc(vol->chunks, (size_t)cap * sizeof(*n));
+		if (!n) {
+			free(c);
+			return -ENOMEM;
+		}
+		vol->chunks = n;
+		vol->chunks_cap = cap;
+	}
+	memmove(&vol->chunks[pos + 1], &vol->chunks[pos], (size_t)(vol->nchunks - pos) * sizeof(c));
+	vol->chunks[pos] = c;
+	vol->nchunks++;
+	return 0;
+}
+
+const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical)
+{
+	int pos = chunk_cmp_find((struct ub_volume *)vol, logical);
+	const struct ub_chunk *c;
+
+	if (pos == 0)
+		return NULL;
+	c = vol->chunks[pos - 1];
+	return logical - c->logical < c->length ? c : NULL;
+}
+
+int ub_chunk_num_copies(const struct ub_chunk *c)
+{
+	if (c->profile->nparity)
+		return ub_raid56_num_copies(c);
+	return c->profile->sub_stripes == 2 ? 2 : c->profile->ncopies;
+}
+
+int ub_volume_num_copies(const struct ub_volume *vol, uint64_t logical)
+{
+	const struct ub_chunk *c = ub_volume_find_chunk(vol, logical);
+	return c ? ub_chunk_num_copies(c) : 0;
+}
+
+/*
+ * Where the data of copy `mirror` (1-based, a plain copy, not a rebuild) of
+ * `logical` lives, and how many bytes from there on are contiguous.
+ */
+int ub_chunk_map_copy(const struct ub_chunk *c, uint64_t logical, int mirror, struct ub_map *m)
+{
+	const struct ub_profile *p = c->profile;
+	uint64_t off = logical - c->logical;
+	uint64_t slen = c->stripe_len, stripe_nr, stripe_off, idx;
+
+	if (mirror < 1)
+		return -EINVAL;
+	stripe_nr = off / slen;
+	stripe_off = off % slen;
+	if (p->nparity) {
+		uint64_t ndata = (uint64_t)c->num_stripes - (uint64_t)p->nparity;
+		uint64_t full = stripe_nr / ndata;
+		if (mirror != 1)
+			return -EOPNOTSUPP; /* rebuilds are the caller's (raid56.c) */
+		idx = (stripe_nr % ndata + full) % c->num_stripes;
+		m->physical = c->stripes[idx].physical + full * slen + stripe_off;
+		m->contig = slen - stripe_off;
+		m->data_index = (int)(stripe_nr % ndata);
+	} else if (p->sub_stripes == 2) {
+		uint64_t factor = c->num_stripes / c->sub_stripes;
+		if (mirror > c->sub_stripes)
+			return -EINVAL;
+		idx = (stripe_nr % factor) * c->sub_stripes + (uint64_t)(mirror - 1);
+		m->physical = c->stripes[idx].physical + (stripe_nr / factor) * slen + stripe_off;
+		m->contig = slen - stripe_off;
+		m->data_index = 0;
+	} else if (p->flag == BTRFS_BLOCK_GROUP_RAID0) {
+		if (mirror != 1)
+			return -EINVAL;
+		idx = stripe_nr % c->num_stripes;
+		m->physical = c->stripes[idx].physical + (stripe_nr / c->num_stripes) * slen + stripe_off;
+		m->contig = slen - stripe_off;
+		m->data_index = 0;
+	} else {
+		if (mirror > c->num_stripes)
+			return -EINVAL;
+		idx = (uint64_t)(mirror - 1);
+		m->physical = c->stripes[idx].physical + off;
+		m->contig = c->length - off;
+		m->data_index = 0;
+	}
+	m->stripe = (int)idx;
+	m->full_stripe = p->nparity ? stripe_nr / ((uint64_t)c->num_stripes - (uint64_t)p->nparity) : 0;
+	return 0;
+}
+
+void ub_chunks_free(struct ub_volume *vol)
+{
+	for (int i = 0; i < vol->nchunks; i++)
+		free(vol->chunks[i]);
+	free(vol->chunks);
+	vol->chunks = NULL;
+	vol->nchunks = vol->chunks_cap = 0;
+}

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * RAID5/6 reads: plain reads of a data stripe, and rebuilds of it from the
+ * other stripes of its full stripe with P (and Q). Mirror numbers follow the
+ * seed patch: 1 is the data as stored, 2 is rebuilt from P, 3 is rebuilt from
+ * Q (assuming P bad too), and for RAID6, 4.. assume one more data stripe bad
+ * and rebuild from P and Q together, so that two bad data stripes are found
+ * by trying copies until the checksum matches.
+ *
+ * The algebra is ISA-L's: the stripes of a full stripe are rows of a GF(2^8)
+ * matrix (data: identity; P: all ones; Q: 2^i), the surviving rows are
+ * inverted with gf_invert_matrix and the lost data recomputed with
+ * ec_encode_data.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <isa-l.h>
+#include "volume_internal.h"
+
+#define MAX_STRIPES 256
+
+/* Row of logical stripe `i` (0..n-1 data, n = P, n+1 = Q) over the n data unknowns. */
+static void stripe_row(int i, int n, uint8_t *row)
+{
+	uint8_t g = 1;
+
+	for (int k = 0; k < n; k++) {
+		if (i < n)
+			row[k] = (uint8_t)(k == i);
+		else if (i == n)
+			row[k] = 1;
+		else
+			row[k] = g;
+		g = gf_mul(g, 2);
+	}
+}
+
+/* Physical stripe index of logical stripe `i` in full stripe `full`: parity rotates one device per full stripe. */
+static int phys_index(const struct ub_chunk *c, uint64_t full, int i)
+{
+	return (int)((full + (uint64_t)i) % c->num_stripes);
+}
+
+/*
+ * Rebuild `len` bytes of data stripe `target` at stripe offset `soff` of full
+ * stripe `full`, treating the stripes in `bad` (logical indices) as lost.
+ */
+static int rebuild(struct ub_volume *vol, const struct ub_chunk *c, uint64_t full, uint64_t soff, int target,
+		   bool *bad, uint64_t len, uint8_t *out)
+{
+	const int total = c->num_stripes, n = total - c->profile->nparity;
+	uint8_t *mat = NULL, *inv = NULL, *coef = NULL, *tbls = NULL, *bufs = NULL;
+	uint8_t *srcs[MAX_STRIPES];
+	int rows[MAX_STRIPES];
+	int ret = 0;
+
+	mat = malloc((size_t)n * n);
+	inv = malloc((size_t)n * n);
+	coef = malloc((size_t)n);
+	tbls = malloc((size_t)32 * n);
+	bufs = malloc((size_t)n * len);
+	if (!mat || !inv || !coef || !tbls || !bufs) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (;;) {
+		int nsurv = 0;
+
+		/* the first n stripes not known bad */
+		for (int i = 0; i < total && nsurv < n; i++)
+			if (!bad[i] && i != target)
+				rows[nsurv++] = i;
+		if (nsurv < n) {
+			ret = -EIO; /* more lost than the parity covers */
+			goto out;
+		}
+		for (int r = 0; r < n; r++) {
+			const struct ub_stripe *s = &c->stripes[phys_index(c, full, rows[r])];
+			int rr = -ENXIO;
+
+			srcs[r] = bufs + (size_t)r * len;
+			if (s->dev)
+				rr = ub_dev_read(s->dev->dev, srcs[r], len, s->physical + full * c->stripe_len + soff);
+			if (rr) {
+				bad[rows[r]] = true;
+				break;
+			}
+			if (r == n - 1)
+				goto solve;
+		}
+	}
+solve:
+	for (int r = 0; r < n; r++)
+		stripe_row(rows[r], n, mat + (size_t)r * n);
+	if (gf_invert_matrix(mat, inv, n)) {
+		ret = -EIO;
+		goto out;
+	}
+	memcpy(coef, inv + (size_t)target * n, (size_t)n);
+	ec_init_tables(n, 1, coef, tbls);
+	ec_encode_data((int)len, n, 1, tbls, srcs, &out);
+out:
+	free(mat);
+	free(inv);
+	free(coef);
+	free(tbls);
+	free(bufs);
+	return ret;
+}
+
+int ub_raid56_num_copies(const struct ub_chunk *c)
+{
+	/* RAID6: plain, from P, from Q, then each other data stripe assumed bad too */
+	return c->profile->nparity == 1 ? 2 : c->num_stripes;
+}
+
+/* Read one segment (inside one stripe unit) as copy `mirror`. */
+static int read_segment(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
+			uint8_t *buf)
+{
+	const int total = c->num_stripes, n = total - c->profile->nparity;
+	bool bad[MAX_STRIPES] = { false };
+	struct ub_map m;
+	int ret = ub_chunk_map_copy(c, logical, 1, &m);
+	uint64_t soff;
+
+	if (ret)
+		return ret;
+	soff = m.physical - c->stripes[m.stripe].physical - m.full_stripe * c->stripe_len;
+	if (mirror == 1) {
+		const struct ub_stripe *s = &c->stripes[m.stripe];
+		return s->dev ? ub_dev_read(s->dev->dev, buf, len, m.physical) : -ENXIO;
+	}
+	if (mirror == 3)
+		bad[n] = true; /* rebuild from Q: P assumed bad */
+	if (mirror >= 4) {
+		/* the (mirror-3)th other data stripe assumed bad as well */
+		int want = mirror - 4, seen = 0;
+		for (int i = 0; i < n; i++) {
+			if (i == m.data_index)
+				continue;
+			if (seen++ == want) {
+				bad[i] = true;
+				break;
+			}
+		}
+	}
+	return rebuild(vol, c, m.full_stripe, soff, m.data_index, bad, len, buf);
+}
+
+int ub_raid56_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
+		   uint8_t *buf)
+{
+	int copies = ub_raid56_num_copies(c);
+
+	if (c->num_stripes > MAX_STRIPES)
+		return -EUCLEAN;
+	if (mirror < 0 || mirror > copies)
+		return -EINVAL;
+	while (len > 0) {
+		struct ub_map m;
+		uint64_t n;
+		int ret = ub_chunk_map_copy(c, logical, 1, &m);
+
+		if (ret)
+			return ret;
+		n = len < m.contig ? len : m.contig;
+		if (mirror > 0) {
+			ret = read_segment(vol, c, logical, n, mirror, buf);
+		} else {
+			/* any copy that reads: the stored data, else the first rebuild that works */
+			ret = -EIO;
+			for (int k = 1; k <= copies && ret; k++)
+				ret = read_segment(vol, c, logical, n, k, buf);
+		}
+		if (ret)
+			return ret;
+		buf += n;
+		logical += n;
+		len -= n;
+	}
+	return 0;
+}

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdio.h>
+#include "ubtrfs/volume.h"
+
+uint64_t ub_super_offset(int mirror)
+{
+	if (mirror == 0)
+		return UB_SUPER_INFO_OFFSET;
+	/* 64 MiB, 256 GiB: 16 KiB shifted left by 12 per mirror. */
+	return (16ULL * 1024) << (UB_SUPER_MIRROR_SHIFT * mirror);
+}
+
+static int is_pow2_in(uint64_t v, uint64_t lo, uint64_t hi)
+{
+	return v >= lo && v <= hi && (v & (v - 1)) == 0;
+}
+
+#define SB(field) UB_GET(ub_disk_super, field, sb)
+
+int ub_super_validate(const uint8_t *sb, uint64_t bytenr, char *why, size_t whylen)
+{
+	uint8_t csum[UB_CSUM_SIZE_MAX];
+	unsigned type, csize;
+	uint64_t sectorsize, nodesize;
+
+	if (SB(magic) != UB_MAGIC) {
+		snprintf(why, whylen, "no btrfs magic");
+		return -ENOENT;
+	}
+	type = (unsigned)SB(csum_type);
+	csize = ub_csum_size(type);
+	if (!csize) {
+		snprintf(why, whylen, "unknown checksum type %u", type);
+		return -EUCLEAN;
+	}
+	if (ub_csum(type, sb + UB_CSUM_SIZE_MAX, UB_SUPER_INFO_SIZE - UB_CSUM_SIZE_MAX, csum) < 0 ||
+	    memcmp(csum, sb, csize) != 0) {
+		snprintf(why, whylen, "checksum mismatch (%s)", ub_csum_name(type));
+		return -EUCLEAN;
+	}
+	if (SB(bytenr) != bytenr) {
+		snprintf(why, whylen, "bytenr %llu does not match its location %llu",
+			 (unsigned long long)SB(bytenr), (unsigned long long)bytenr);
+		return -EUCLEAN;
+	}
+	sectorsize = SB(sectorsize);
+	nodesize = SB(nodesize);
+	if (!is_pow2_in(sectorsize, 4096, 65536)) {
+		snprintf(why, whylen, "invalid sectorsize %llu", (unsigned long long)sectorsize);
+		return -EUCLEAN;
+	}
+	if (!is_pow2_in(nodesize, UB_MIN_NODESIZE, UB_MAX_NODESIZE) || nodesize < sectorsize) {
+		snprintf(why, whylen, "invalid nodesize %llu", (unsigned long long)nodesize);
+		return -EUCLEAN;
+	}
+	if (SB(sys_chunk_array_size) > UB_SYSTEM_CHUNK_ARRAY_SIZE) {
+		snprintf(why, whylen, "system chunk array size %llu exceeds %u",
+			 (unsigned long long)SB(sys_chunk_array_size), UB_SYSTEM_CHUNK_ARRAY_SIZE);
+		return -EUCLEAN;
+	}
+	if (SB(root_level) >= UB_MAX_LEVEL || SB(chunk_root_level) >= UB_MAX_LEVEL ||
+	    SB(log_root_level) >= UB_MAX_LEVEL) {
+		snprintf(why, whylen, "invalid tree level (root %llu chunk %llu log %llu)",
+			 (unsigned long long)SB(root_level), (unsigned long long)SB(chunk_root_level),
+			 (unsigned long long)SB(log_root_level));
+		return -EUCLEAN;
+	}
+	if (!SB(root) || SB(root) % sectorsize || !SB(chunk_root) || SB(chunk_root) % sectorsize ||
+	    SB(log_root) % sectorsize) {
+		snprintf(why, whylen, "tree root address not aligned to sectorsize (root %llu chunk %llu log %llu)",
+			 (unsigned long long)SB(root), (unsigned long long)SB(chunk_root),
+			 (unsigned long long)SB(log_root));
+		return -EUCLEAN;
+	}
+	if (SB(num_devices) == 0) {
+		snprintf(why, whylen, "num_devices is 0");
+		return -EUCLEAN;
+	}
+	if (SB(generation) == 0) {
+		snprintf(why, whylen, "generation is 0");
+		return -EUCLEAN;
+	}
+	return 0;
+}

@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: MIT */
+/* Device assembly, the system chunk array, and reads by logical address. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "volume_internal.h"
+
+#define SB(field, sb) UB_GET(ub_disk_super, field, sb)
+#define DI(field, p) UB_GET(btrfs_dev_item, field, p)
+
+struct candidate {
+	struct ub_dev *dev;
+	uint8_t super[UB_SUPER_INFO_SIZE];
+	int mirror;
+	bool used;
+};
+
+/* Pick this device's superblock: the newest valid copy, or exactly the one asked for. */
+static int read_device_super(struct ub_dev *dev, int want_mirror, const struct ub_log *log, struct candidate *cand)
+{
+	uint8_t buf[UB_SUPER_INFO_SIZE];
+	char why[160], first_why[160] = "";
+	uint64_t best_gen = 0;
+	int best = -1, ret = -ENOENT;
+
+	for (int m = 0; m < UB_SUPER_MIRROR_MAX; m++) {
+		uint64_t off = ub_super_offset(m);
+		int r;
+
+		if (want_mirror >= 0 && m != want_mirror)
+			continue;
+		if (off + UB_SUPER_INFO_SIZE > dev->size)
+			break;
+		r = ub_dev_read(dev, buf, sizeof(buf), off);
+		if (r == 0)
+			r = ub_super_validate(buf, off, why, sizeof(why));
+		else
+			snprintf(why, sizeof(why), "read error: %s", strerror(-r));
+		if (r) {
+			if (m == 0 || want_mirror >= 0) {
+				snprintf(first_why, sizeof(first_why), "%s", why);
+				ret = r;
+			}
+			if (r != -ENOENT && m > 0)
+				ub_warn(log, "%s: superblock mirror %d at %llu is invalid: %s", dev->path, m,
+					(unsigned long long)off, why);
+			continue;
+		}
+		if (best < 0 || SB(generation, buf) > best_gen) {
+			best = m;
+			best_gen = SB(generation, buf);
+			memcpy(cand->super, buf, sizeof(buf));
+		}
+	}
+	if (best < 0) {
+		if (want_mirror >= 0)
+			ub_err(log, "%s: superblock mirror %d: %s", dev->path, want_mirror,
+			       first_why[0] ? first_why : "beyond the end of the device");
+		else
+			ub_err(log, "%s: no valid btrfs superblock (primary: %s)", dev->path,
+			       first_why[0] ? first_why : "unreadable");
+		return ret == 0 ? -EUCLEAN : ret;
+	}
+	if (first_why[0] && want_mirror < 0)
+		ub_warn(log, "%s: primary superblock is invalid (%s); using mirror %d at %llu (generation %llu)",
+			dev->path, first_why, best, (unsigned long long)ub_super_offset(best),
+			(unsigned long long)best_gen);
+	cand->dev = dev;
+	cand->mirror = best;
+	return 0;
+}
+
+static int load_sys_chunk_array(struct ub_volume *vol)
+{
+	const uint8_t *arr = UB_PTR(ub_disk_super, sys_chunk_array, vol->super);
+	uint32_t size = (uint32_t)SB(sys_chunk_array_size, vol->super), pos = 0;
+	const uint32_t hdr = (uint32_t)offsetof(struct btrfs_chunk, stripe);
+
+	while (pos < size) {
+		struct ub_key key;
+		uint32_t num, isz;
+		int ret;
+
+		if (size - pos < UB_DISK_KEY_SIZE + hdr) {
+			ub_err(&vol->log, "system chunk array: truncated entry at offset %u", pos);
+			return -EUCLEAN;
+		}
+		ub_key_read(&key, arr + pos);
+		pos += UB_DISK_KEY_SIZE;
+		if (key.type != BTRFS_CHUNK_ITEM_KEY) {
+			ub_err(&vol->log, "system chunk array: unexpected key type %u at offset %u", key.type,
+			       pos - UB_DISK_KEY_SIZE);
+			return -EUCLEAN;
+		}
+		num = (uint32_t)UB_GET(btrfs_chunk, num_stripes, arr + pos);
+		isz = hdr + num * (uint32_t)sizeof(struct btrfs_stripe);
+		if (num == 0 || isz > size - pos) {
+			ub_err(&vol->log, "system chunk array: chunk at logical %llu with %u stripes overruns the array",
+			       (unsigned long long)key.offset, num);
+			return -EUCLEAN;
+		}
+		ret = ub_volume_add_chunk(vol, key.offset, arr + pos, isz);
+		if (ret)
+			return ret;
+		pos += isz;
+	}
+	if (vol->nchunks == 0) {
+		ub_err(&vol->log, "system chunk array is empty");
+		return -EUCLEAN;
+	}
+	return 0;
+}
+
+/* Everything the volume derives from its (validated) superblock, the system chunks included. */
+static int init_from_super(struct ub_volume *vol)
+{
+	memcpy(vol->fsid, UB_PTR(ub_disk_super, fsid, vol->super), UB_FSID_SIZE);
+	if (SB(incompat_flags, vol->super) & BTRFS_FEATURE_INCOMPAT_METADATA_UUID)
+		memcpy(vol->metadata_uuid, UB_PTR(ub_disk_super, metadata_uuid, vol->super), UB_FSID_SIZE);
+	else
+		memcpy(vol->metadata_uuid, vol->fsid, UB_FSID_SIZE);
+	vol->csum_type = (unsigned)SB(csum_type, vol->super);
+	vol->csum_size = ub_csum_size(vol->csum_type);
+	vol->sectorsize = (uint32_t)SB(sectorsize, vol->super);
+	vol->nodesize = (uint32_t)SB(nodesize, vol->super);
+	vol->generation = SB(generation, vol->super);
+	vol->num_devices = SB(num_devices, vol->super);
+	return load_sys_chunk_array(vol);
+}
+
+int ub_volume_open_super(const uint8_t *sb, const struct ub_log *log, struct ub_volume **out)
+{
+	struct ub_volume *vol = calloc(1, sizeof(*vol));
+	char why[160];
+	int ret;
+
+	if (!vol)
+		return -ENOMEM;
+	if (log)
+		vol->log = *log;
+	else
+		vol->log.verbosity = UB_LOG_WARN;
+	memcpy(vol->super, sb, UB_SUPER_INFO_SIZE);
+	ret = ub_super_validate(sb, UB_GET(ub_disk_super, bytenr, sb), why, sizeof(why));
+	if (ret) {
+		ub_err(&vol->log, "superblock: %s", why);
+		goto out;
+	}
+	ret = init_from_super(vol);
+out:
+	if (ret)
+		ub_volume_close(vol);
+	else
+		*out = vol;
+	return ret;
+}
+
+static int add_vdev(struct ub_volume *vol, uint64_t devid, const uint8_t *uuid, uint64_t total, struct ub_dev *dev,
+		    uint64_t gen)
+{
+	struct ub_vdev *n = realloc(vol->vdevs, (size_t)(vol->nvdevs + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	vol->vdevs = n;
+	n = &vol->vdevs[vol->nvdevs++];
+	memset(n, 0, sizeof(*n));
+	n->devid = devid;
+	memcpy(n->uuid, uuid, UB_UUID_SIZE);
+	n->total_bytes = total;
+	n->dev = dev;
+	n->generation = gen;
+	n->missing = dev == NULL;
+	return 0;
+}
+
+static void fmt_uuid(const uint8_t *u, char *out)
+{
+	static const char hex[] = "0123456789abcdef";
+	int o = 0;
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			out[o++] = '-';
+		out[o++] = hex[u[i] >> 4];
+		out[o++] = hex[u[i] & 15];
+	}
+	out[o] = 0;
+}
+
+/* Keep devices of one filesystem, one per devid, newest generation; say why others are left out. */
+static int assemble(struct ub_volume *vol, struct candidate *c, int n)
+{
+	int lead = -1, ret = 0;
+	char u1[40], u2[40];
+
+	for (int i = 0; i < n; i++)
+		if (c[i].dev && (lead < 0 || SB(generation, c[i].super) > SB(generation, c[lead].super)))
+			lead = i;
+	if (lead < 0)
+		return -EUCLEAN;
+	memcpy(vol->super, c[lead].super, UB_SUPER_INFO_SIZE);
+	vol->super_mirror_used = c[lead].mirror;
+	for (int i = 0; i < n; i++) {
+		const uint8_t *s = c[i].super;
+		const uint8_t *di = UB_PTR(ub_disk_super, dev_item, s);
+		uint64_t devid;
+		bool dup = false;
+
+		if (!c[i].dev)
+			continue;
+		if (memcmp(UB_PTR(ub_disk_super, fsid, s), UB_PTR(ub_disk_super, fsid, vol->super), UB_FSID_SIZE)) {
+			fmt_uuid(UB_PTR(ub_disk_super, fsid, s), u1);
+			fmt_uuid(UB_PTR(ub_disk_super, fsid, vol->super), u2);
+			ub_warn(&vol->log, "%s: belongs to another filesystem (fsid %s, not %s); ignored", c[i].dev->path,
+				u1, u2);
+			continue;
+		}
+		devid = DI(devid, di);
+		for (int j = 0; j < vol->nvdevs; j++)
+			dup |= vol->vdevs[j].devid == devid;
+		if (dup) {
+			ub_warn(&vol->log, "%s: devid %llu given twice; ignored", c[i].dev->path,
+				(unsigned long long)devid);
+			continue;
+		}
+		if (SB(generation, s) < vol->generation_hint) {
+			ub_warn(&vol->log, "%s: devid %llu is stale (generation %llu, filesystem at %llu); ignored",
+				c[i].dev->path, (unsigned long long)devid, (unsigned long long)SB(generation, s),
+				(unsigned long long)vol->generation_hint);
+			continue;
+		}
+		ret = add_vdev(vol, devid, UB_PTR(btrfs_dev_item, uuid, di), DI(total_bytes, di), c[i].dev,
+			       SB(generation, s));
+		if (ret)
+			return ret;
+		c[i].used = true;
+	}
+	return 0;
+}
+
+int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_opts *opts, const struct ub_log *log,
+		   struct ub_volume **out)
+{
+	struct ub_volume_opts defaults = { .writable = false, .super_mirror = -1 };
+	struct ub_volume *vol;
+	struct candidate *cand;
+	int ret = 0, nvalid = 0;
+
+	if (!opts)
+		opts = &defaults;
+	if (npaths < 1)
+		return -EINVAL;
+	vol = calloc(1, sizeof(*vol));
+	cand = calloc((size_t)npaths, sizeof(*cand));
+	if (!vol || !cand) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (log)
+		vol->log = *log;
+	else
+		vol->log.verbosity = UB_LOG_WARN;
+	for (int i = 0; i < npaths; i++) {
+		struct ub_dev *dev;
+		int r = ub_dev_open(paths[i], opts->writable, &dev);
+		if (r) {
+			ub_err(&vol->log, "%s: cannot open: %s", paths[i], strerror(-r));
+			ret = r;
+			goto out;
+		}
+		r = read_device_super(dev, opts->super_mirror, &vol->log, &cand[i]);
+		if (r) {
+			ub_dev_close(dev);
+			cand[i].dev = NULL;
+			if (npaths == 1) {
+				ret = r;
+				goto out;
+			}
+			continue;
+		}
+		nvalid++;
+	}
+	if (!nvalid) {
+		ret = -EUCLEAN;
+		goto out;
+	}
+	for (int i = 0; i < npaths; i++)
+		if (cand[i].dev && SB(generation, cand[i].super) > vol->generation_hint)
+			vol->generation_hint = SB(generation, cand[i].super);
+	ret = assemble(vol, cand, npaths);
+	if (ret)
+		goto out;
+	ret = init_from_super(vol);
+out:
+	if (cand) {
+		for (int i = 0; i < npaths; i++)
+			if (cand[i].dev && !cand[i].used)
+				ub_dev_close(cand[i].dev);
+		free(cand);
+	}
+	if (ret && vol) {
+		ub_volume_close(vol);
+		vol = NULL;
+	}
+	if (!ret)
+		*out = vol;
+	return ret;
+}
+
+void ub_volume_close(struct ub_volume *vol)
+{
+	if (!vol)
+		return;
+	ub_chunks_free(vol);
+	for (int i = 0; i < vol->nvdevs; i++)
+		ub_dev_close(vol->vdevs[i].dev);
+	free(vol->vdevs);
+	free(vol);
+}
+
+int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t size)
+{
+	uint64_t devid;
+	int ret;
+
+	if (size < sizeof(struct btrfs_dev_item))
+		return -EUCLEAN;
+	devid = DI(devid, item);
+	for (int i = 0; i < vol->nvdevs; i++) {
+		if (vol->vdevs[i].devid == devid) {
+			vol->vdevs[i].total_bytes = DI(total_bytes, item);
+			return 0;
+		}
+	}
+	ret = add_vdev(vol, devid, UB_PTR(btrfs_dev_item, uuid, item), DI(total_bytes, item), NULL, 0);
+	if (ret)
+		return ret;
+	/* the vdev array moved: rebind every stripe */
+	for (int i = 0; i < vol->nchunks; i++)
+		ub_chunk_bind(vol, vol->chunks[i]);
+	return 0;
+}
+
+int ub_volume_map(const struct ub_volume *vol, uint64_t logical, int mirror, uint64_t *devid, uint64_t *physical,
+		  const char **path)
+{
+	const struct ub_chunk *c = ub_volume_find_chunk(vol, logical);
+	struct ub_map m;
+	int ret;
+
+	if (!c)
+		return -ENOENT;
+	ret = ub_chunk_map_copy(c, logical, mirror, &m);
+	if (ret)
+		return ret;
+	*devid = c->stripes[m.stripe].devid;
+	*physical = m.physical;
+	*path = c->stripes[m.stripe].dev ? c->stripes[m.stripe].dev->dev->path : NULL;
+	return 0;
+}
+
+/* Read one plain copy, segment by segment (striped profiles change device every stripe). */
+static int read_copy(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
+		     uint8_t *buf)
+{
+	while (len > 0) {
+		struct ub_map m;
+		const struct ub_stripe *s;
+		uint64_t n;
+		int ret = ub_chunk_map_copy(c, logical, mirror, &m);
+
+		if (ret)
+			return ret;
+		s = &c->stripes[m.stripe];
+		if (!s->dev)
+			return -ENXIO;
+		n = len < m.contig ? len : m.contig;
+		ret = ub_dev_read(s->dev->dev, buf, n, m.physical);
+		if (ret)
+			return ret;
+		buf += n;
+		logical += n;
+		len -= n;
+	}
+	return 0;
+}
+
+int ub_volume_read(struct ub_volume *vol, uint64_t logical, uint64_t len, int mirror, void *buf)
+{
+	const struct ub_chunk *c = ub_volume_find_chunk(vol, logical);
+	int copies, ret = -EIO;
+
+	if (!c)
+		return -ENOENT;
+	if (len > c->length - (logical - c->logical))
+		return -ERANGE;
+	if (c->profile->nparity)
+		return ub_raid56_read(vol, c, logical, len, mirror, buf);
+	copies = ub_chunk_num_copies(c);
+	if (mirror > 0) {
+		if (mirror > copies)
+			return -EINVAL;
+		return read_copy(vol, c, logical, len, mirror, buf);
+	}
+	for (int m = 1; m <= copies; m++) {
+		ret = read_copy(vol, c, logical, len, m, buf);
+		if (ret == 0)
+			return 0;
+	}
+	return ret;
+}

@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: MIT
+"""Session fixtures: scratch space, the image factory, the binary under test.
+
+Environment:
+  UBTRFS              binary under test (default: <repo>/build/ubtrfs)
+  UBTRFS_LONG_TESTS=1 larger trees and exhaustive reads
+  UBTRFS_KEEP_IMAGES=1 leave the scratch directory behind for debugging
+"""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ubtrfs_images as I  # noqa: E402
+import ubtrfs_testlib as T  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() != 0:
+        skip = pytest.mark.skip(reason="integration tests need root (loop devices, mount)")
+        for item in items:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def scratch():
+    base = T.make_scratch_dir()
+    yield base
+    loops, mounts = T.leftovers(base)
+    # Leave nothing behind even when a test leaked, then fail loudly about it.
+    for mp in reversed(mounts):
+        T.run(["umount", "-l", mp], check=False)
+    for line in loops:
+        T.run(["losetup", "-d", line.split()[0]], check=False)
+    if os.environ.get("UBTRFS_KEEP_IMAGES") != "1":
+        T.rmtree(base)
+    assert not loops and not mounts, "left behind: loops %r mounts %r" % (loops, mounts)
+    assert not T.REGISTRY.loops and not T.REGISTRY.mounts, \
+        "registry not empty: %r %r" % (T.REGISTRY.loops, T.REGISTRY.mounts)
+
+
+@pytest.fixture(scope="session")
+def factory(scratch):
+    return I.ImageFactory(scratch)
+
+
+@pytest.fixture(scope="session")
+def ubtrfs_bin():
+    b = T.ubtrfs_binary()
+    if not (b.is_file() and os.access(b, os.X_OK)):
+        pytest.skip("binary under test not built: %s (set UBTRFS=...)" % b)
+    return b
+
+
+@pytest.fixture(scope="session", params=I.READ_IMAGES)
+def read_image(request, factory):
+    return factory.image(request.param)

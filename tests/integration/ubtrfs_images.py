@@ -1,0 +1,266 @@
+# SPDX-License-Identifier: MIT
+"""Image recipes for the integration tests, built lazily and cached per session.
+
+Two families: `mkfs.btrfs --rootdir` images (btrfs-progs writes them) and
+kernel-made images (mkfs, then loop-mount read-write and copy in / change
+things through the kernel).  Either way the read oracle is the kernel's
+read-only view of the finished image.
+"""
+
+import os
+import random
+import subprocess
+import threading
+from pathlib import Path
+
+import ubtrfs_testlib as T
+
+MiB = T.MiB
+MAIN_SEED = 20240501
+
+
+class Image:
+    def __init__(self, name, devices, recipe, info=None):
+        self.name = name
+        self.devices = [str(d) for d in devices]
+        self.recipe = recipe      # human-readable, for reports
+        self.info = info or {}
+
+    def __repr__(self):
+        return "Image(%s)" % self.name
+
+
+def _mkfs(devices, *opts):
+    T.run(["mkfs.btrfs", "-f", "-q", *opts, *[str(d) for d in devices]])
+
+
+def _sparse_file(path, size):
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+def _cp_all(src, dst):
+    T.run(["cp", "-a", "%s/." % src, str(dst)])
+
+
+# ---- extra populations done through the kernel mount
+
+def _fragmented_file(path, rng, blocks):
+    """One 4 KiB extent per block: random write order, fsync after each."""
+    order = list(range(blocks))
+    rng.shuffle(order)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        for blk in order:
+            os.pwrite(fd, rng.randbytes(4096), blk * 4096)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _prealloc_files(mnt, rng):
+    # prealloc range with a few written blocks inside (mixed prealloc/regular extents)
+    fd = os.open(os.path.join(mnt, "prealloc"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, 8 * MiB)
+        os.fsync(fd)
+        for off in (0, 4096 * 3, 1 * MiB + 4096, 5 * MiB - 4096, 8 * MiB - 4096):
+            os.pwrite(fd, rng.randbytes(4096), off)
+            os.fsync(fd)
+        # preallocated beyond EOF: must not show up as file data
+        T.fallocate(fd, T.FALLOC_FL_KEEP_SIZE, 8 * MiB, 2 * MiB)
+    finally:
+        os.close(fd)
+    # an unwritten preallocated file, only zeros
+    fd = os.open(os.path.join(mnt, "prealloc_only"), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, 3 * MiB + 5)
+    finally:
+        os.close(fd)
+    # punched holes in a written file
+    fd = os.open(os.path.join(mnt, "punched"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        os.write(fd, rng.randbytes(4 * MiB))
+        os.fsync(fd)
+        for off, ln in ((0, 4096), (65536, 3 * 4096), (1 * MiB + 100, 200000), (4 * MiB - 8192, 8192)):
+            T.fallocate(fd, T.FALLOC_FL_PUNCH_HOLE | T.FALLOC_FL_KEEP_SIZE, off, ln)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _subvol_population(mnt, src, rng):
+    m = Path(mnt)
+    T.run(["btrfs", "subvolume", "create", m / "subvol"])
+    for d in ("sizes", "links", "xattrs", "sparse", "symlinks", "special", "modes"):
+        T.run(["cp", "-a", Path(src) / d, m / "subvol" / d])
+    T.run(["cp", "-a", Path(src) / "names", m / "top_names"])
+    big = sorted((m / "subvol" / "sizes").glob("f3145851_*"))[0]
+    T.run(["cp", "--reflink=always", big, m / "subvol" / "reflinked"])
+    T.run(["cp", "--reflink=always", big, m / "reflink_at_top"])
+    T.run(["sync"])
+    T.run(["btrfs", "subvolume", "snapshot", m / "subvol", m / "snap"])
+    T.run(["btrfs", "subvolume", "snapshot", "-r", m / "subvol", m / "snap_ro"])
+    s = m / "subvol"
+    # modify in place, in the middle of a shared extent
+    with open(big, "r+b") as f:
+        f.seek(1 * MiB + 3)
+        f.write(b"CHANGED AFTER SNAPSHOT" * 50)
+    with open(s / "reflinked", "r+b") as f:
+        f.seek(12345)
+        f.write(rng.randbytes(70000))
+    # append
+    with open(sorted((s / "sizes").glob("f0004097_*"))[0], "ab") as f:
+        f.write(rng.randbytes(10000))
+    # truncate
+    victim = sorted((s / "sizes").glob("f1048583_*"))[0]
+    os.truncate(victim, 5000)
+    # delete files and a whole directory
+    rnd = sorted((s / "sizes" / "random").iterdir())
+    for p in rnd[::3]:
+        p.unlink()
+    T.run(["rm", "-rf", s / "symlinks"])
+    os.unlink(s / "links" / "b")
+    # new files, rename, attribute changes
+    (s / "new_dir").mkdir()
+    for i in range(20):
+        (s / "new_dir" / ("new%02d" % i)).write_bytes(rng.randbytes(rng.randint(0, 200000)))
+    os.rename(s / "sizes" / "random", s / "sizes" / "renamed_random")
+    os.chmod(s / "modes" / "mode_0600", 0o640)
+    os.chown(s / "links" / "a", 4242, 4343)
+    os.setxattr(s / "xattrs" / "x3", "user.added_later", b"after snapshot")
+    os.removexattr(s / "xattrs" / "x4", "user.large")
+    os.link(s / "links" / "big", s / "new_dir" / "big_again")
+    # a nested subvolume created after the snapshots
+    T.run(["btrfs", "subvolume", "create", s / "nested"])
+    (s / "nested" / "inner.txt").write_bytes(T.text_bytes(rng, 30000))
+    (s / "nested" / "d").mkdir()
+    (s / "nested" / "d" / "bin").write_bytes(rng.randbytes(100000))
+    # the snapshot gets its own changes too
+    (m / "snap" / "only_in_snap").write_bytes(b"snap-only\n")
+    os.unlink(sorted((m / "snap" / "sizes").glob("f0065536_*"))[0])
+
+
+class ImageFactory:
+    def __init__(self, base):
+        self.base = Path(base)
+        self.lock = threading.RLock()
+        self.sources = {}
+        self.images = {}
+        self.views = {}
+        self.mnt_counter = 0
+
+    def mountpoint(self):
+        with self.lock:
+            self.mnt_counter += 1
+            return self.base / "mnt" / ("m%03d" % self.mnt_counter)
+
+    # ---- source trees
+
+    def source(self, name):
+        with self.lock:
+            if name not in self.sources:
+                path = self.base / "src" / name
+                if name == "main":
+                    T.make_source_tree(path, MAIN_SEED, scale=3.0 if T.LONG_TESTS else 1.0)
+                elif name == "many":
+                    T.make_source_tree(path, MAIN_SEED + 1, scale=0.2, many_small=3000)
+                elif name == "damage":
+                    T.make_source_tree(path, MAIN_SEED + 2, scale=0.3, many_small=800)
+                else:
+                    raise KeyError(name)
+                self.sources[name] = path
+            return self.sources[name]
+
+    # ---- images
+
+    def image(self, name):
+        with self.lock:
+            if name not in self.images:
+                self.images[name] = self._build(name)
+            return self.images[name]
+
+    def view(self, image):
+        with self.lock:
+            if image.name not in self.views:
+                self.views[image.name] = T.kernel_view(image.devices, self.mountpoint())
+            return self.views[image.name]
+
+    def fresh_path(self, name):
+        d = self.base / "img"
+        d.mkdir(parents=True, exist_ok=True)
+        return d / name
+
+    def _build(self, name):
+        parts = name.split("-")
+        if parts[0] == "rootdir":
+            # rootdir-<csum>-<nodesize>
+            csum, nodesize = parts[1], parts[2]
+            img = _sparse_file(self.fresh_path(name + ".img"), 512 * MiB)
+            opts = ["--csum", csum, "-n", nodesize, "-s", "4096", "-L", "ub-%s" % name[8:],
+                    "--rootdir", str(self.source("main"))]
+            _mkfs([img], *opts)
+            return Image(name, [img], "mkfs.btrfs %s (512 MiB file)" % " ".join(opts))
+        if name in ("kernel-plain", "kernel-zlib", "kernel-lzo", "kernel-zstd"):
+            algo = parts[1]
+            mount_opts = "" if algo == "plain" else "compress-force=%s" % algo
+            return self._kernel_image(name, [], mount_opts, lambda m: _cp_all(self.source("main"), m),
+                                      "mkfs.btrfs (defaults, 512 MiB); mount -o %s; cp -a SRC/. MNT/"
+                                      % (mount_opts or "defaults"))
+        if name == "kernel-subvol":
+            rng = random.Random(MAIN_SEED + 10)
+            return self._kernel_image(
+                name, [], "", lambda m: _subvol_population(m, self.source("main"), rng),
+                "mkfs.btrfs; mount; subvolume 'subvol' + copies + reflinks; snapshot 'snap' and "
+                "read-only 'snap_ro'; then modify/append/truncate/delete/rename/new files/nested "
+                "subvolume in subvol, small change in snap")
+        if name == "kernel-many":
+            rng = random.Random(MAIN_SEED + 11)
+
+            def pop(m):
+                _cp_all(self.source("many"), m)
+                _fragmented_file(os.path.join(m, "fragmented"), rng, 1500 if not T.LONG_TESTS else 6000)
+                _prealloc_files(m, rng)
+            return self._kernel_image(name, [], "", pop,
+                                      "mkfs.btrfs; mount; cp -a (3000 small files in one dir); "
+                                      "1500 x 4 KiB random-order writes with fsync; prealloc and "
+                                      "punched-hole files")
+        if name == "kernel-noholes":
+            rng = random.Random(MAIN_SEED + 12)
+
+            def pop(m):
+                _cp_all(self.source("main"), m)
+                _prealloc_files(m, rng)
+            return self._kernel_image(name, ["-O", "^no-holes"], "", pop,
+                                      "mkfs.btrfs -O ^no-holes; mount; cp -a SRC/.; prealloc and "
+                                      "punched-hole files")
+        if name == "kernel-raid1":
+            return self._kernel_image(name, ["-d", "raid1", "-m", "raid1"], "",
+                                      lambda m: _cp_all(self.source("main"), m),
+                                      "mkfs.btrfs -d raid1 -m raid1 on two 384 MiB files; mount; cp -a",
+                                      ndev=2, size=384 * MiB)
+        if name == "damage-base":
+            img = _sparse_file(self.fresh_path(name + ".img"), 256 * MiB)
+            _mkfs([img], "--rootdir", str(self.source("damage")))
+            return Image(name, [img], "mkfs.btrfs --rootdir SRC (defaults: DUP metadata, 16 KiB "
+                         "nodes, single data) on a 256 MiB file")
+        raise KeyError(name)
+
+    def _kernel_image(self, name, mkfs_opts, mount_opts, populate, recipe, ndev=1, size=512 * MiB):
+        devs = [_sparse_file(self.fresh_path("%s.%d.img" % (name, i)), size) for i in range(ndev)]
+        _mkfs(devs, *mkfs_opts)
+        with T.mounted(devs, self.mountpoint(), options=mount_opts, readonly=False) as m:
+            populate(m)
+            T.run(["sync"])
+        return Image(name, devs, recipe)
+
+    def cleanup(self):
+        T.rmtree(self.base)
+
+
+ROOTDIR_IMAGES = ["rootdir-crc32c-16384", "rootdir-xxhash-16384", "rootdir-sha256-16384",
+                  "rootdir-blake2-16384", "rootdir-crc32c-4096", "rootdir-crc32c-65536"]
+KERNEL_IMAGES = ["kernel-plain", "kernel-zlib", "kernel-lzo", "kernel-zstd", "kernel-subvol",
+                 "kernel-many", "kernel-noholes", "kernel-raid1"]
+READ_IMAGES = ROOTDIR_IMAGES + KERNEL_IMAGES
