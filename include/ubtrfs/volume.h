@@ -114,6 +114,13 @@ int ub_volume_add_chunk(struct ub_volume *vol, uint64_t logical, const uint8_t *
 /* Record a device item from the chunk tree (so missing devices are known). */
 int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t size);
 
+/*
+ * After the chunk tree is loaded: report each missing device (by devid) and
+ * whether every chunk's profile still covers it. -ENXIO if some chunk lost
+ * more devices than its redundancy allows (reads there will fail).
+ */
+int ub_volume_check_devices(struct ub_volume *vol);
+
 const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical);
 /* Number of distinct ways `logical` can be read (copies; RAID5: 2, RAID6: 3). 0 if unmapped. */
 int ub_volume_num_copies(const struct ub_volume *vol, uint64_t logical);

@@ -138,6 +138,8 @@ int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *op
 		ub_err(&fs->log, "cannot read the chunk tree: %s", strerror(-ret));
 		goto fail;
 	}
+	/* too many missing devices is not fatal: whatever survives can still be read */
+	ub_volume_check_devices(fs->vol);
 	find_global(fs, BTRFS_EXTENT_TREE_OBJECTID, &fs->extent_tree, true);
 	find_global(fs, BTRFS_DEV_TREE_OBJECTID, &fs->dev_tree, true);
 	find_global(fs, BTRFS_CSUM_TREE_OBJECTID, &fs->csum_tree, true);

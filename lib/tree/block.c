@@ -246,7 +246,8 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 				ub_info(&tc->log, "tree block at logical %llu: read good copy %d", (unsigned long long)bytenr, m);
 			break;
 		}
-		if (!tc->quiet) {
+		/* a device already reported missing is not news for every block */
+		if (!tc->quiet && r != -ENXIO) {
 			describe_copy(tc, bytenr, m, where, sizeof(where));
 			ub_warn(&tc->log, "tree block at logical %llu (tree %s, level %d): %s: %s",
 				(unsigned long long)bytenr, tname, exp ? exp->level : -1, where, why);

@@ -7,33 +7,11 @@
  * and rebuild from P and Q together, so that two bad data stripes are found
  * by trying copies until the checksum matches.
  *
- * The algebra is ISA-L's: the stripes of a full stripe are rows of a GF(2^8)
- * matrix (data: identity; P: all ones; Q: 2^i), the surviving rows are
- * inverted with gf_invert_matrix and the lost data recomputed with
- * ec_encode_data.
+ * The algebra is in raid_math.c.
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <isa-l.h>
 #include "volume_internal.h"
-
-#define MAX_STRIPES 256
-
-/* Row of logical stripe `i` (0..n-1 data, n = P, n+1 = Q) over the n data unknowns. */
-static void stripe_row(int i, int n, uint8_t *row)
-{
-	uint8_t g = 1;
-
-	for (int k = 0; k < n; k++) {
-		if (i < n)
-			row[k] = (uint8_t)(k == i);
-		else if (i == n)
-			row[k] = 1;
-		else
-			row[k] = g;
-		g = gf_mul(g, 2);
-	}
-}
 
 /* Physical stripe index of logical stripe `i` in full stripe `full`: parity rotates one device per full stripe. */
 static int phys_index(const struct ub_chunk *c, uint64_t full, int i)
@@ -43,67 +21,41 @@ static int phys_index(const struct ub_chunk *c, uint64_t full, int i)
 
 /*
  * Rebuild `len` bytes of data stripe `target` at stripe offset `soff` of full
- * stripe `full`, treating the stripes in `bad` (logical indices) as lost.
+ * stripe `full`, treating the stripes in `bad` (logical indices) as lost and
+ * adding any that cannot be read.
  */
-static int rebuild(struct ub_volume *vol, const struct ub_chunk *c, uint64_t full, uint64_t soff, int target,
-		   bool *bad, uint64_t len, uint8_t *out)
+static int rebuild(const struct ub_chunk *c, uint64_t full, uint64_t soff, int target, bool *bad, uint64_t len,
+		   uint8_t *out)
 {
 	const int total = c->num_stripes, n = total - c->profile->nparity;
-	uint8_t *mat = NULL, *inv = NULL, *coef = NULL, *tbls = NULL, *bufs = NULL;
-	uint8_t *srcs[MAX_STRIPES];
-	int rows[MAX_STRIPES];
-	int ret = 0;
+	uint8_t *bufs, *stripes[UB_RAID_MAX_STRIPES];
+	int ret = 0, used = 0;
 
-	mat = malloc((size_t)n * n);
-	inv = malloc((size_t)n * n);
-	coef = malloc((size_t)n);
-	tbls = malloc((size_t)32 * n);
-	bufs = malloc((size_t)n * len);
-	if (!mat || !inv || !coef || !tbls || !bufs) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (;;) {
-		int nsurv = 0;
-
-		/* the first n stripes not known bad */
-		for (int i = 0; i < total && nsurv < n; i++)
-			if (!bad[i] && i != target)
-				rows[nsurv++] = i;
-		if (nsurv < n) {
-			ret = -EIO; /* more lost than the parity covers */
-			goto out;
+	bufs = malloc((size_t)total * len);
+	if (!bufs)
+		return -ENOMEM;
+	bad[target] = true;
+	/* read just enough survivors: n of them */
+	for (int i = 0; i < total; i++) {
+		const struct ub_stripe *s = &c->stripes[phys_index(c, full, i)];
+		stripes[i] = bufs + (size_t)i * len;
+		if (bad[i] || used >= n) {
+			bad[i] = true;
+			continue;
 		}
-		for (int r = 0; r < n; r++) {
-			const struct ub_stripe *s = &c->stripes[phys_index(c, full, rows[r])];
-			int rr = -ENXIO;
-
-			srcs[r] = bufs + (size_t)r * len;
-			if (s->dev)
-				rr = ub_dev_read(s->dev->dev, srcs[r], len, s->physical + full * c->stripe_len + soff);
-			if (rr) {
-				bad[rows[r]] = true;
-				break;
-			}
-			if (r == n - 1)
-				goto solve;
-		}
+		if (!s->dev || ub_dev_read(s->dev->dev, stripes[i], len, s->physical + full * c->stripe_len + soff))
+			bad[i] = true;
+		else
+			used++;
 	}
-solve:
-	for (int r = 0; r < n; r++)
-		stripe_row(rows[r], n, mat + (size_t)r * n);
-	if (gf_invert_matrix(mat, inv, n)) {
+	if (used < n) {
 		ret = -EIO;
 		goto out;
 	}
-	memcpy(coef, inv + (size_t)target * n, (size_t)n);
-	ec_init_tables(n, 1, coef, tbls);
-	ec_encode_data((int)len, n, 1, tbls, srcs, &out);
+	ret = ub_raid_recover(n, c->profile->nparity, stripes, bad, len);
+	if (ret == 0)
+		memcpy(out, stripes[target], len);
 out:
-	free(mat);
-	free(inv);
-	free(coef);
-	free(tbls);
 	free(bufs);
 	return ret;
 }
@@ -119,7 +71,7 @@ static int read_segment(struct ub_volume *vol, const struct ub_chunk *c, uint64_
 			uint8_t *buf)
 {
 	const int total = c->num_stripes, n = total - c->profile->nparity;
-	bool bad[MAX_STRIPES] = { false };
+	bool bad[UB_RAID_MAX_STRIPES] = { false };
 	struct ub_map m;
 	int ret = ub_chunk_map_copy(c, logical, 1, &m);
 	uint64_t soff;
@@ -145,7 +97,7 @@ static int read_segment(struct ub_volume *vol, const struct ub_chunk *c, uint64_
 			}
 		}
 	}
-	return rebuild(vol, c, m.full_stripe, soff, m.data_index, bad, len, buf);
+	return rebuild(c, m.full_stripe, soff, m.data_index, bad, len, buf);
 }
 
 int ub_raid56_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
@@ -153,7 +105,7 @@ int ub_raid56_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t log
 {
 	int copies = ub_raid56_num_copies(c);
 
-	if (c->num_stripes > MAX_STRIPES)
+	if (c->num_stripes > UB_RAID_MAX_STRIPES)
 		return -EUCLEAN;
 	if (mirror < 0 || mirror > copies)
 		return -EINVAL;

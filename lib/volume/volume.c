@@ -409,3 +409,55 @@ int ub_volume_read(struct ub_volume *vol, uint64_t logical, uint64_t len, int mi
 	}
 	return ret;
 }
+
+/* How many copies of chunk `c` are lost to missing devices, against how many it can lose. */
+static bool chunk_readable(const struct ub_chunk *c)
+{
+	const struct ub_profile *p = c->profile;
+	int missing = 0;
+
+	if (p->sub_stripes == 2) {
+		for (int i = 0; i + 1 < c->num_stripes; i += 2)
+			if (!c->stripes[i].dev && !c->stripes[i + 1].dev)
+				return false;
+		return true;
+	}
+	for (int i = 0; i < c->num_stripes; i++)
+		missing += !c->stripes[i].dev;
+	if (p->nparity)
+		return missing <= p->nparity;
+	if (p->ncopies > 1)
+		return missing < c->num_stripes;
+	return missing == 0;
+}
+
+int ub_volume_check_devices(struct ub_volume *vol)
+{
+	int nmissing = 0, unreadable = 0;
+	char u[40];
+
+	for (int i = 0; i < vol->nvdevs; i++) {
+		if (!vol->vdevs[i].missing)
+			continue;
+		nmissing++;
+		fmt_uuid(vol->vdevs[i].uuid, u);
+		ub_warn(&vol->log, "devid %llu (uuid %s, %llu bytes) is missing", (unsigned long long)vol->vdevs[i].devid,
+			u, (unsigned long long)vol->vdevs[i].total_bytes);
+	}
+	if (!nmissing)
+		return 0;
+	for (int i = 0; i < vol->nchunks; i++) {
+		const struct ub_chunk *c = vol->chunks[i];
+		if (chunk_readable(c))
+			continue;
+		if (unreadable++ < 5)
+			ub_err(&vol->log, "chunk at logical %llu (%s) has lost more devices than %s tolerates",
+			       (unsigned long long)c->logical, c->profile->name, c->profile->name);
+	}
+	if (unreadable)
+		ub_err(&vol->log, "%d chunks are not fully readable with %d devices missing", unreadable, nmissing);
+	else
+		ub_warn(&vol->log, "reading degraded: %d of %llu devices missing, every chunk still has its data",
+			nmissing, (unsigned long long)vol->num_devices);
+	return unreadable ? -ENXIO : 0;
+}

@@ -18,6 +18,12 @@ int ub_chunk_num_copies(const struct ub_chunk *c);
 void ub_chunk_bind(struct ub_volume *vol, struct ub_chunk *c);
 void ub_chunks_free(struct ub_volume *vol);
 
+/* raid_math.c: parity over in-memory stripes (data 0..ndata-1, then P, then Q) */
+#define UB_RAID_MAX_STRIPES 64
+int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len);
+/* Recompute every stripe flagged in `lost` (at most nparity of them) from the others. */
+int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost, size_t len);
+
 /* raid56.c */
 int ub_raid56_num_copies(const struct ub_chunk *c);
 int ub_raid56_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
