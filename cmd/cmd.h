@@ -42,5 +42,6 @@ int cmd_dump_super(int argc, char **argv);
 int cmd_dump_tree(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
+int cmd_filesystem(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@ static const struct {
 	{ "dump-tree", cmd_dump_tree, "print tree blocks and their items" },
 	{ "ls", cmd_ls, "list a directory without mounting" },
 	{ "cat", cmd_cat, "write a file's contents to stdout without mounting" },
+	{ "filesystem", cmd_filesystem, "show: the devices of a filesystem, present and missing" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/* ubtrfs filesystem show: the devices of a filesystem, which are present and which missing. */
+#include <errno.h>
+#include <string.h>
+#include "cmd.h"
+
+static const char help[] =
+	"usage: ubtrfs filesystem show [OPTIONS] DEV...\n\n"
+	"Show the filesystem on DEV...: label, uuid, generation, and each device by devid with its size\n"
+	"and path, or MISSING.\n\n"
+	"      --json         print one JSON object instead of text\n"
+	"  -h, --help         this text\n"
+	OPEN_ARGS_HELP
+	"\nExit codes: 0 all devices present, 1 some device is missing, 2 usage or fatal error.\n";
+
+static void uuid_str(const uint8_t *u, char *out)
+{
+	snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+		 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+static void print_label_json(const char *label)
+{
+	putchar('"');
+	for (const char *p = label; *p; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+/* Devices in devid order (the volume keeps them in the order they were found). */
+static const struct ub_vdev *nth_by_devid(const struct ub_volume *vol, int n)
+{
+	uint64_t last = 0;
+	const struct ub_vdev *pick = NULL;
+
+	for (int k = 0; k <= n; k++) {
+		pick = NULL;
+		for (int i = 0; i < vol->nvdevs; i++)
+			if ((k == 0 || vol->vdevs[i].devid > last) && (!pick || vol->vdevs[i].devid < pick->devid))
+				pick = &vol->vdevs[i];
+		if (!pick)
+			return NULL;
+		last = pick->devid;
+	}
+	return pick;
+}
+
+static int show(struct ub_fs *fs, bool json)
+{
+	const struct ub_volume *vol = fs->vol;
+	char label[UB_LABEL_SIZE + 1], uuid[40];
+	int missing = 0;
+
+	memcpy(label, UB_PTR(ub_disk_super, label, vol->super), UB_LABEL_SIZE);
+	label[UB_LABEL_SIZE] = 0;
+	for (char *p = label; *p; p++)
+		if ((unsigned char)*p < 0x20)
+			*p = '?';
+	uuid_str(vol->fsid, uuid);
+	for (int i = 0; i < vol->nvdevs; i++)
+		missing += vol->vdevs[i].missing;
+	if (json) {
+		printf("{\"label\": ");
+		print_label_json(label);
+		printf(", \"uuid\": \"%s\", \"generation\": %llu, \"num_devices\": %llu, \"bytes_used\": %llu, "
+		       "\"devices\": [",
+		       uuid, (unsigned long long)vol->generation, (unsigned long long)vol->num_devices,
+		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, vol->super));
+		for (int i = 0; i < vol->nvdevs; i++) {
+			const struct ub_vdev *v = nth_by_devid(vol, i);
+			printf("%s{\"devid\": %llu, \"size\": %llu, \"missing\": %s, \"path\": ", i ? ", " : "",
+			       (unsigned long long)v->devid, (unsigned long long)v->total_bytes,
+			       v->missing ? "true" : "false");
+			if (v->dev)
+				print_label_json(v->dev->path);
+			else
+				printf("null");
+			printf("}");
+		}
+		printf("]}\n");
+	} else {
+		printf("Label: %s  uuid: %s\n", label[0] ? label : "none", uuid);
+		printf("\tTotal devices %llu FS bytes used %llu generation %llu\n", (unsigned long long)vol->num_devices,
+		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, vol->super),
+		       (unsigned long long)vol->generation);
+		for (int i = 0; i < vol->nvdevs; i++) {
+			const struct ub_vdev *v = nth_by_devid(vol, i);
+			printf("\tdevid %4llu size %llu path %s\n", (unsigned long long)v->devid,
+			       (unsigned long long)v->total_bytes, v->missing ? "<MISSING>" : v->dev->path);
+		}
+		if (missing)
+			printf("\t*** Some devices missing (%d)\n", missing);
+	}
+	return missing ? EXIT_PROBLEMS : EXIT_OK;
+}
+
+int cmd_filesystem(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "json", no_argument, NULL, 0x400 }, { "help", no_argument, NULL, 'h' },
+		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
+	};
+	struct open_args oa;
+	struct ub_fs *fs;
+	bool json = false;
+	int opt, r, rc;
+
+	if (argc < 2 || (strcmp(argv[1], "show") && strcmp(argv[1], "--help") && strcmp(argv[1], "-h")))
+		return usage_error("filesystem", "expected a subcommand: show");
+	if (strcmp(argv[1], "show")) {
+		fputs(help, stdout);
+		return EXIT_OK;
+	}
+	argc--;
+	argv++;
+	open_args_init(&oa);
+	while ((opt = getopt_long(argc, argv, "hvq", longopts, NULL)) != -1) {
+		if ((r = open_args_parse(&oa, opt, optarg)) != 0) {
+			if (r < 0)
+				return usage_error("filesystem show", "invalid value '%s'", optarg);
+			continue;
+		}
+		switch (opt) {
+		case 0x400: json = true; break;
+		case 'h': fputs(help, stdout); return EXIT_OK;
+		default: return usage_error("filesystem show", "invalid option");
+		}
+	}
+	if (optind >= argc)
+		return usage_error("filesystem show", "no device given");
+	if (open_fs(&oa, argv + optind, argc - optind, &fs))
+		return EXIT_FATAL;
+	rc = show(fs, json);
+	ub_fs_close(fs);
+	return rc;
+}
