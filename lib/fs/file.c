@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include "ubtrfs/compress.h"
 #include "ubtrfs/fs.h"
+#include "items.h"
 
 #define FE(field, p) UB_GET(btrfs_file_extent_item, field, p)
 #define FE_INLINE_START UB_FILE_EXTENT_INLINE_DATA_START
@@ -182,10 +183,9 @@ static int read_extent(struct file_ctx *c, const struct ub_key *key, const uint8
 int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
 		 uint64_t *got, struct ub_read_report *rep)
 {
-	struct ub_key key = { ino, BTRFS_EXTENT_DATA_KEY, off };
 	struct ub_inode inode;
-	struct ub_root root;
-	struct ub_path p;
+	struct ub_icur cur;
+	struct ub_key key;
 	struct file_ctx c;
 	int ret;
 
@@ -198,36 +198,33 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 	if (len > inode.size - off)
 		len = inode.size - off;
 	memset(buf, 0, len);
-	ret = ub_fs_find_root(fs, subvol, &root);
+	ret = ub_icur_open(fs, subvol, ino, &cur);
 	if (ret)
 		return ret;
 	c = (struct file_ctx){ fs, subvol, ino, !(inode.flags & UB_INODE_NODATASUM), buf, off, off + len, rep, 0 };
-	ub_path_init(&p);
 	/* the extent covering `off` starts at or before it */
-	ret = ub_tree_search_le(&fs->tc, &root, &key, &p);
+	ret = ub_icur_seek_le(&cur, BTRFS_EXTENT_DATA_KEY, off);
 	if (ret == 0) {
-		ub_path_key(&p, &key);
-		if (key.objectid != ino || key.type != BTRFS_EXTENT_DATA_KEY)
-			ret = ub_tree_next(&p);
+		ub_icur_key(&cur, &key);
+		if (key.type != BTRFS_EXTENT_DATA_KEY)
+			ret = ub_icur_next(&cur);
 	} else if (ret == 1) {
-		key = (struct ub_key){ ino, BTRFS_EXTENT_DATA_KEY, 0 };
-		ret = ub_tree_search(&fs->tc, &root, &key, &p);
-		ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
+		ret = ub_icur_seek(&cur, BTRFS_EXTENT_DATA_KEY, 0);
 	}
 	while (ret == 0) {
 		const uint8_t *d;
 		uint32_t size;
 
-		ub_path_key(&p, &key);
-		if (key.objectid != ino || key.type != BTRFS_EXTENT_DATA_KEY || key.offset >= c.end)
+		ub_icur_key(&cur, &key);
+		if (key.type != BTRFS_EXTENT_DATA_KEY || key.offset >= c.end)
 			break;
-		d = ub_path_data(&p, &size);
+		d = ub_icur_data(&cur, &size);
 		ret = read_extent(&c, &key, d, size);
 		if (ret)
 			break;
-		ret = ub_tree_next(&p);
+		ret = ub_icur_next(&cur);
 	}
-	ub_path_release(&p);
+	ub_icur_close(&cur);
 	if (ret < 0)
 		return ret;
 	*got = len;

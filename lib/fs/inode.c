@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include "ubtrfs/fs.h"
+#include "items.h"
 
 #define II(field, p) UB_GET(btrfs_inode_item, field, p)
 #define DI(field, p) UB_GET(btrfs_dir_item, field, p)
@@ -18,9 +19,8 @@ static void read_ts(struct ub_timespec *t, const uint8_t *p)
 
 int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_inode *out)
 {
-	struct ub_key key = { ino, BTRFS_INODE_ITEM_KEY, 0 };
-	struct ub_root root;
-	struct ub_path p;
+	struct ub_icur cur;
+	struct ub_key key;
 	const uint8_t *d;
 	uint32_t size;
 	int ret;
@@ -34,13 +34,18 @@ int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_ino
 		out->nlink = 1;
 		return 0;
 	}
-	ret = ub_fs_find_root(fs, subvol, &root);
+	ret = ub_icur_open(fs, subvol, ino, &cur);
 	if (ret)
 		return ret;
-	ub_path_init(&p);
-	ret = ub_tree_lookup(&fs->tc, &root, &key, &p, &d, &size);
+	ret = ub_icur_seek(&cur, BTRFS_INODE_ITEM_KEY, 0);
 	if (ret)
 		goto out;
+	ub_icur_key(&cur, &key);
+	if (key.type != BTRFS_INODE_ITEM_KEY || key.offset != 0) {
+		ret = 1;
+		goto out;
+	}
+	d = ub_icur_data(&cur, &size);
 	if (size < sizeof(struct btrfs_inode_item)) {
 		ret = -EUCLEAN;
 		goto out;
@@ -60,8 +65,8 @@ int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_ino
 	read_ts(&out->mtime, d + offsetof(struct btrfs_inode_item, mtime));
 	read_ts(&out->otime, d + offsetof(struct btrfs_inode_item, otime));
 out:
-	ub_path_release(&p);
-	return ret;
+	ub_icur_close(&cur);
+	return ret > 0 ? -ENOENT : ret;
 }
 
 /*
@@ -124,28 +129,25 @@ static uint32_t decode_entry(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino
 int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
 		   int (*cb)(void *arg, const struct ub_dirent *de), void *arg)
 {
-	struct ub_key key = { dir_ino, BTRFS_DIR_INDEX_KEY, 0 };
-	struct ub_root root;
-	struct ub_path p;
+	struct ub_icur cur;
+	struct ub_key key;
 	int ret, cb_ret = 0;
 
 	if (dir_ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return 0;
-	ret = ub_fs_find_root(fs, subvol, &root);
+	ret = ub_icur_open(fs, subvol, dir_ino, &cur);
 	if (ret)
 		return ret;
-	ub_path_init(&p);
-	ret = ub_tree_search(&fs->tc, &root, &key, &p);
-	ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
+	ret = ub_icur_seek(&cur, BTRFS_DIR_INDEX_KEY, 0);
 	while (ret == 0) {
 		struct ub_dirent de;
 		const uint8_t *d;
 		uint32_t size;
 
-		ub_path_key(&p, &key);
-		if (key.objectid != dir_ino || key.type != BTRFS_DIR_INDEX_KEY)
+		ub_icur_key(&cur, &key);
+		if (key.type != BTRFS_DIR_INDEX_KEY)
 			break;
-		d = ub_path_data(&p, &size);
+		d = ub_icur_data(&cur, &size);
 		memset(&de, 0, sizeof(de));
 		if (decode_entry(fs, subvol, dir_ino, d, size, &de)) {
 			de.index = key.offset;
@@ -153,9 +155,9 @@ int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
 			if (cb_ret)
 				break;
 		}
-		ret = ub_tree_next(&p);
+		ret = ub_icur_next(&cur);
 	}
-	ub_path_release(&p);
+	ub_icur_close(&cur);
 	if (cb_ret)
 		return cb_ret;
 	return ret < 0 ? ret : 0;
@@ -164,23 +166,26 @@ int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
 int ub_dir_lookup(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, const char *name, size_t len,
 		  struct ub_dirent *out)
 {
-	struct ub_key key = { dir_ino, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) };
-	struct ub_root root;
-	struct ub_path p;
+	uint64_t hash = ub_name_hash(name, len);
+	struct ub_icur cur;
+	struct ub_key key;
 	const uint8_t *d;
 	uint32_t size, pos = 0;
 	int ret;
 
 	if (dir_ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return -ENOENT;
-	ret = ub_fs_find_root(fs, subvol, &root);
+	ret = ub_icur_open(fs, subvol, dir_ino, &cur);
 	if (ret)
 		return ret;
-	ub_path_init(&p);
-	ret = ub_tree_lookup(&fs->tc, &root, &key, &p, &d, &size);
+	ret = ub_icur_seek(&cur, BTRFS_DIR_ITEM_KEY, hash);
 	if (ret)
 		goto out;
+	ub_icur_key(&cur, &key);
 	ret = -ENOENT;
+	if (key.type != BTRFS_DIR_ITEM_KEY || key.offset != hash)
+		goto out;
+	d = ub_icur_data(&cur, &size);
 	/* hash collisions put several names into one item */
 	while (pos < size) {
 		struct ub_dirent de;
@@ -199,8 +204,8 @@ int ub_dir_lookup(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, const cha
 		pos += n;
 	}
 out:
-	ub_path_release(&p);
-	return ret;
+	ub_icur_close(&cur);
+	return ret > 0 ? -ENOENT : ret;
 }
 
 #define MAX_DEPTH 4096
@@ -299,27 +304,24 @@ int ub_readlink(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size
 int ub_xattr_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t ino,
 		     int (*cb)(void *arg, const struct ub_xattr *xa), void *arg)
 {
-	struct ub_key key = { ino, BTRFS_XATTR_ITEM_KEY, 0 };
-	struct ub_root root;
-	struct ub_path p;
+	struct ub_icur cur;
+	struct ub_key key;
 	int ret, cb_ret = 0;
 
 	if (ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return 0;
-	ret = ub_fs_find_root(fs, subvol, &root);
+	ret = ub_icur_open(fs, subvol, ino, &cur);
 	if (ret)
 		return ret;
-	ub_path_init(&p);
-	ret = ub_tree_search(&fs->tc, &root, &key, &p);
-	ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
+	ret = ub_icur_seek(&cur, BTRFS_XATTR_ITEM_KEY, 0);
 	while (ret == 0) {
 		const uint8_t *d;
 		uint32_t size, pos = 0;
 
-		ub_path_key(&p, &key);
-		if (key.objectid != ino || key.type != BTRFS_XATTR_ITEM_KEY)
+		ub_icur_key(&cur, &key);
+		if (key.type != BTRFS_XATTR_ITEM_KEY)
 			break;
-		d = ub_path_data(&p, &size);
+		d = ub_icur_data(&cur, &size);
 		while (pos + DIR_ITEM_HDR <= size) {
 			struct ub_xattr xa;
 			uint32_t nlen = (uint32_t)DI(name_len, d + pos), dlen = (uint32_t)DI(data_len, d + pos);
@@ -335,10 +337,10 @@ int ub_xattr_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t ino,
 				goto out;
 			pos += DIR_ITEM_HDR + nlen + dlen;
 		}
-		ret = ub_tree_next(&p);
+		ret = ub_icur_next(&cur);
 	}
 out:
-	ub_path_release(&p);
+	ub_icur_close(&cur);
 	if (cb_ret)
 		return cb_ret;
 	return ret < 0 ? ret : 0;

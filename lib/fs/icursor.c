@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/* A cursor over one inode's items: the subvolume tree, or the replayed set. */
+#include <errno.h>
+#include "items.h"
+
+static int open_common(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur, bool disk_only)
+{
+	memset(cur, 0, sizeof(*cur));
+	cur->fs = fs;
+	cur->subvol = subvol;
+	cur->ino = ino;
+	ub_path_init(&cur->path);
+	cur->set = disk_only ? NULL : ub_replay_lookup(fs, subvol, ino);
+	if (cur->set)
+		return 0;
+	return ub_fs_find_root(fs, subvol, &cur->root);
+}
+
+int ub_icur_open(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur)
+{
+	return open_common(fs, subvol, ino, cur, false);
+}
+
+int ub_icur_open_disk(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur)
+{
+	return open_common(fs, subvol, ino, cur, true);
+}
+
+void ub_icur_close(struct ub_icur *cur)
+{
+	ub_path_release(&cur->path);
+	cur->valid = false;
+}
+
+/* Is the tree position on an item of this inode? */
+static int check_tree_pos(struct ub_icur *cur)
+{
+	struct ub_key k;
+
+	ub_path_key(&cur->path, &k);
+	cur->valid = k.objectid == cur->ino;
+	return cur->valid ? 0 : 1;
+}
+
+int ub_icur_seek(struct ub_icur *cur, uint8_t type, uint64_t offset)
+{
+	struct ub_key key = { cur->ino, type, offset };
+	int ret;
+
+	cur->valid = false;
+	if (cur->set) {
+		cur->idx = ub_itemset_lower(cur->set, &key);
+		cur->valid = cur->idx < cur->set->n;
+		return cur->valid ? 0 : 1;
+	}
+	ret = ub_tree_search(&cur->fs->tc, &cur->root, &key, &cur->path);
+	if (ret < 0)
+		return ret;
+	if (ret == 2)
+		return 1;
+	return check_tree_pos(cur);
+}
+
+int ub_icur_seek_le(struct ub_icur *cur, uint8_t type, uint64_t offset)
+{
+	struct ub_key key = { cur->ino, type, offset };
+	int ret;
+
+	cur->valid = false;
+	if (cur->set) {
+		size_t i = ub_itemset_lower(cur->set, &key);
+		if (i < cur->set->n && ub_key_cmp(&cur->set->items[i].key, &key) == 0) {
+			cur->idx = i;
+		} else {
+			if (i == 0)
+				return 1;
+			cur->idx = i - 1;
+		}
+		cur->valid = true;
+		return 0;
+	}
+	ret = ub_tree_search_le(&cur->fs->tc, &cur->root, &key, &cur->path);
+	if (ret)
+		return ret;
+	return check_tree_pos(cur);
+}
+
+int ub_icur_next(struct ub_icur *cur)
+{
+	int ret;
+
+	if (!cur->valid)
+		return 1;
+	if (cur->set) {
+		cur->idx++;
+		cur->valid = cur->idx < cur->set->n;
+		return cur->valid ? 0 : 1;
+	}
+	ret = ub_tree_next(&cur->path);
+	if (ret) {
+		cur->valid = false;
+		return ret;
+	}
+	return check_tree_pos(cur);
+}
+
+void ub_icur_key(const struct ub_icur *cur, struct ub_key *key)
+{
+	if (cur->set)
+		*key = cur->set->items[cur->idx].key;
+	else
+		ub_path_key(&cur->path, key);
+}
+
+const uint8_t *ub_icur_data(const struct ub_icur *cur, uint32_t *size)
+{
+	if (cur->set) {
+		*size = cur->set->items[cur->idx].size;
+		return cur->set->items[cur->idx].data;
+	}
+	return ub_path_data(&cur->path, size);
+}

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The items of one inode, whichever way they come: straight from the
+ * subvolume tree, or from an in-memory set that the fsync log replay built
+ * (the on-disk items with the log applied). The rest of lib/fs reads inode
+ * items only through this cursor, so replayed inodes look like any other.
+ */
+#ifndef UBTRFS_FS_ITEMS_H
+#define UBTRFS_FS_ITEMS_H
+
+#include "ubtrfs/fs.h"
+
+struct ub_item {
+	struct ub_key key;
+	uint32_t size;
+	uint8_t *data;
+};
+
+/* One inode's items, sorted by key, owned by the set. */
+struct ub_itemset {
+	uint64_t subvol, ino;
+	struct ub_item *items;
+	size_t n, cap;
+};
+
+struct ub_icur {
+	struct ub_fs *fs;
+	uint64_t subvol, ino;
+	struct ub_root root;
+	struct ub_path path;
+	const struct ub_itemset *set; /* non-NULL: replayed inode */
+	size_t idx;
+	bool valid;
+};
+
+/* Open a cursor over inode `ino` of `subvol` (not positioned yet). */
+int ub_icur_open(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur);
+/* Same, but always the on-disk items, ignoring any replay (used by the replay itself). */
+int ub_icur_open_disk(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur);
+void ub_icur_close(struct ub_icur *cur);
+/* First item of this inode >= (type, offset): 0 positioned, 1 none, <0 error. */
+int ub_icur_seek(struct ub_icur *cur, uint8_t type, uint64_t offset);
+/* Last item of this inode <= (type, offset): 0 positioned, 1 none, <0 error. */
+int ub_icur_seek_le(struct ub_icur *cur, uint8_t type, uint64_t offset);
+/* Next item of this inode: 0 positioned, 1 no more, <0 error. */
+int ub_icur_next(struct ub_icur *cur);
+void ub_icur_key(const struct ub_icur *cur, struct ub_key *key);
+const uint8_t *ub_icur_data(const struct ub_icur *cur, uint32_t *size);
+
+/* Item sets (itemset.c) */
+struct ub_itemset *ub_itemset_new(uint64_t subvol, uint64_t ino);
+void ub_itemset_free(struct ub_itemset *set);
+/* Index of the first item >= key. */
+size_t ub_itemset_lower(const struct ub_itemset *set, const struct ub_key *key);
+/* Insert or replace the item with this key (data copied). */
+int ub_itemset_put(struct ub_itemset *set, const struct ub_key *key, const uint8_t *data, uint32_t size);
+void ub_itemset_del(struct ub_itemset *set, size_t idx);
+struct ub_item *ub_itemset_find(const struct ub_itemset *set, const struct ub_key *key);
+
+/* The replay's sets for this fs (log_replay.c); NULL when the inode was not touched by the log. */
+const struct ub_itemset *ub_replay_lookup(const struct ub_fs *fs, uint64_t subvol, uint64_t ino);
+
+#endif
