@@ -10,7 +10,7 @@ static const char help[] =
 	"Print the superblock of each device.\n\n"
 	"  -a, --all          print every superblock copy that exists (64 KiB, 64 MiB, 256 GiB)\n"
 	"  -s, --super N      print copy N only (0, 1 or 2)\n"
-	"  -f, --full         also print the device item, system chunk array and backup roots\n"
+	"  -f, --full         also print the system chunk array and the backup roots\n"
 	"  -F, --force        print a copy even when it has no btrfs magic\n"
 	"  -h, --help         this text\n\n"
 	"Exit codes: 0 every printed copy is valid, 1 a copy is invalid or missing, 2 usage or I/O error.\n";

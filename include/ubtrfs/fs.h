@@ -11,6 +11,8 @@
 #include "ubtrfs/tree.h"
 #include "ubtrfs/volume.h"
 
+struct ub_replay;
+
 struct ub_fs_opts {
 	bool writable;
 	int super_mirror;      /* -1: newest valid superblock copy */
@@ -26,6 +28,7 @@ struct ub_fs {
 	/* global trees, bytenr 0 when absent */
 	struct ub_root extent_tree, dev_tree, csum_tree, uuid_tree, fst_tree, bgt_tree, quota_tree, rst_tree;
 	uint64_t incompat, compat_ro;
+	struct ub_replay *replay; /* the fsync log applied in memory, or NULL */
 };
 
 int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,

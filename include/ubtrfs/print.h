@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include "ubtrfs/format.h"
 
-/* Print a 4096-byte superblock; `full` adds the dev item, sys chunk array and backup roots. */
+/* Print a 4096-byte superblock (with its dev item); `full` adds the system chunk array and backup roots. */
 void ub_print_super(FILE *f, const uint8_t *sb, bool full);
 
 /* Print a key as "(256 INODE_ITEM 0)" (names for well-known objectids and types). */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "ubtrfs/fs.h"
+#include "items.h"
 
 /* Fill csums for sectors of [logical, logical+len); have[i] says whether sector i has one. */
 static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8_t *csums, uint8_t *have)
@@ -15,8 +16,10 @@ static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8
 	int ret;
 
 	memset(have, 0, nsec);
-	if (!fs->csum_tree.bytenr)
+	if (!fs->csum_tree.bytenr) {
+		ub_replay_csums(fs, logical, nsec, csums, have);
 		return 0;
+	}
 	ub_path_init(&p);
 	ret = ub_tree_search_le(&fs->tc, &fs->csum_tree, &key, &p);
 	if (ret == 1) {
@@ -50,6 +53,8 @@ static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8
 		ret = ub_tree_next(&p);
 	}
 	ub_path_release(&p);
+	/* checksums of data written since the last commit live in the fsync log */
+	ub_replay_csums(fs, logical, nsec, csums, have);
 	return ret < 0 ? ret : 0;
 }
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "ubtrfs/fs.h"
+#include "items.h"
 
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)
 #define RI(field, p) UB_GET(btrfs_root_item, field, p)
@@ -151,6 +152,9 @@ int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *op
 	find_global(fs, BTRFS_QUOTA_TREE_OBJECTID, &fs->quota_tree, false);
 	find_global(fs, BTRFS_RAID_STRIPE_TREE_OBJECTID, &fs->rst_tree,
 		    fs->incompat & BTRFS_FEATURE_INCOMPAT_RAID_STRIPE_TREE);
+	/* a failed replay is reported and reading goes on without the log */
+	if (!fs->opts.no_log)
+		ub_replay_log(fs);
 	*out = fs;
 	return 0;
 fail:
@@ -162,6 +166,7 @@ void ub_fs_close(struct ub_fs *fs)
 {
 	if (!fs)
 		return;
+	ub_replay_free(fs->replay);
 	ub_tree_ctx_destroy(&fs->tc);
 	ub_volume_close(fs->vol);
 	free(fs);

@@ -57,6 +57,12 @@ int ub_itemset_put(struct ub_itemset *set, const struct ub_key *key, const uint8
 void ub_itemset_del(struct ub_itemset *set, size_t idx);
 struct ub_item *ub_itemset_find(const struct ub_itemset *set, const struct ub_key *key);
 
+/* Replay the fsync log into memory (at open); 0 when there is no log. */
+int ub_replay_log(struct ub_fs *fs);
+void ub_replay_free(struct ub_replay *rp);
+/* Overlay the log's data checksums on csums/have for sectors [logical, +nsec). */
+void ub_replay_csums(const struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8_t *csums, uint8_t *have);
+
 /* The replay's sets for this fs (log_replay.c); NULL when the inode was not touched by the log. */
 const struct ub_itemset *ub_replay_lookup(const struct ub_fs *fs, uint64_t subvol, uint64_t ino);
 
