@@ -55,9 +55,15 @@ integration: $(BUILD)/ubtrfs
 
 check: unit integration
 
-build-fuzz/%: tests/fuzz/%.c $(LIB_SRCS)
-	@mkdir -p build-fuzz
-	clang $(filter-out -Werror,$(CFLAGS_BASE)) -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRCS) $(LIBS)
+# the printers are fuzzed too (they must survive any bytes), so they link into every target
+PRINT_SRCS := $(sort $(wildcard cmd/print_*.c))
+FUZZ_CFLAGS := $(filter-out -Werror,$(CFLAGS_BASE)) -Icmd
+FUZZ_OBJS := $(patsubst %.c,build-fuzz/obj/%.o,$(LIB_SRCS) $(PRINT_SRCS))
+build-fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+build-fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJS) $(LIBS)
 
 fuzz: $(FUZZ_BINS)
 

@@ -73,12 +73,23 @@ static const char *type_str(uint8_t type, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * A key as "(objectid TYPE offset)". The reserved objectids at the top of the
+ * range (EXTENT_CSUM, TREE_LOG, ...) read better by name than as 20 digits;
+ * small ones stay numeric, as their names depend on the tree.
+ */
 static void key_str(const struct ub_key *k, char *buf, size_t len)
 {
-	char tb[16];
+	const char *oname = k->objectid > BTRFS_LAST_FREE_OBJECTID ? ub_objectid_name(k->objectid) : NULL;
+	char tb[16], ob[24];
 
-	snprintf(buf, len, "(%" PRIu64 " %s %" PRIu64 ")", k->objectid, type_str(k->type, tb, sizeof(tb)),
-		 k->offset);
+	if (oname)
+		snprintf(ob, sizeof(ob), "%s", oname);
+	else if (k->objectid > BTRFS_LAST_FREE_OBJECTID)
+		snprintf(ob, sizeof(ob), "-%" PRIu64, -k->objectid);
+	else
+		snprintf(ob, sizeof(ob), "%" PRIu64, k->objectid);
+	snprintf(buf, len, "(%s %s %" PRIu64 ")", ob, type_str(k->type, tb, sizeof(tb)), k->offset);
 }
 
 static void vreport(char *why, size_t whylen, const char *prefix, const char *fmt, va_list ap)

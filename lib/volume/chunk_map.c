@@ -64,6 +64,7 @@ static int chunk_item_valid(struct ub_volume *vol, uint64_t logical, const uint8
 		return -EUCLEAN;
 	}
 	if (num < prof->devs_min || (prof->ncopies > 1 && prof->sub_stripes == 1 && num != prof->ncopies) ||
+	    (prof->flag == 0 && num != 1) ||
 	    (prof->sub_stripes == 2 && (sub != 2 || num % 2)) || num <= prof->nparity) {
 		ub_err(&vol->log, "chunk at logical %llu: %u stripes (sub_stripes %u) invalid for %s",
 		       (unsigned long long)logical, num, sub, prof->name);

@@ -231,3 +231,116 @@ def test_not_btrfs(ubtrfs_bin, tmp_path, kind, size, cmd):
     assert cp.returncode == 2, T.describe(cp)
     assert re.search(r"btrfs|superblock|magic", err, re.I), "unclear message: %r" % err
     assert "Traceback" not in err and "Sanitizer" not in err
+
+
+# ---- data damage on redundant profiles and on compressed extents (kernel-made images)
+
+@pytest.fixture
+def image_copy(factory):
+    made = []
+
+    def make(name):
+        image = factory.image(name)
+        devs = []
+        for i, d in enumerate(image.devices):
+            p = factory.fresh_path("copy-%d-%s.%d.img" % (next(_counter), name, i))
+            T.copy_sparse(d, p)
+            devs.append(str(p))
+            made.append(p)
+        return image, devs
+    yield make
+    for p in made:
+        os.unlink(p)
+
+
+def _progs_fs_tree(devices):
+    return T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", *devices]).stdout.decode(
+        "utf-8", "replace")
+
+
+def _random_file_victim(factory, image, compressed):
+    """(path, bytes, extent) of a random-content file of the main tree in `image`.
+
+    compressed=False: first extent uncompressed, from file offset 0, >= 4 sectors.
+    compressed=True: a compressed extent that is not the file's first.
+    """
+    view = factory.view(image)
+    dump = _progs_fs_tree(image.devices)
+    src = os.fsencode(str(factory.source("main")))
+    for p in sorted(view.hashes):
+        e = view.entries[p]
+        kind = os.path.basename(p).rsplit("_", 1)[-1]
+        # unique random sectors to find on disk; compressible kinds to get compressed extents
+        wanted = ("text", "text.bin", "mixed", "mixed.bin") if compressed else ("random", "random.bin")
+        if not (p.startswith("/sizes/") and e["size"] >= 300000 and kind in wanted):
+            continue
+        for ext in T.file_extents(dump, e["ino"]):
+            foff, disk_bytenr, disk_len, ext_off, num, comp = ext
+            if disk_bytenr == 0:
+                continue
+            if not compressed and foff == 0 and comp == 0 and num >= 4 * 4096:
+                return p, open(src + os.fsencode(p), "rb").read(), ext
+            if compressed and foff > 0 and comp != 0 and ext_off == 0:
+                return p, open(src + os.fsencode(p), "rb").read(), ext
+    pytest.fail("no suitable victim file in %s" % image.name)
+
+
+def _check_partial(cp, data, bad_start, bad_end, file_off, logical):
+    err = cp.stderr.decode("utf-8", "replace")
+    assert cp.returncode == 1, T.describe(cp)
+    assert len(cp.stdout) == len(data), "output %d bytes, file %d" % (len(cp.stdout), len(data))
+    assert cp.stdout[:bad_start] == data[:bad_start], "bytes before the bad range differ"
+    assert cp.stdout[bad_end:] == data[bad_end:], "bytes after the bad range differ"
+    assert cp.stdout[bad_start:bad_end] == bytes(bad_end - bad_start), "bad range not written as zeros"
+    assert T.mentions_number(err, file_off), "stderr does not name file offset %d: %s" % (file_off, err)
+    assert T.mentions_number(err, logical), "stderr does not name logical %d: %s" % (logical, err)
+
+
+SECTOR = 4096
+
+
+@pytest.mark.parametrize("name,copies", [("kernel-dup", 2), ("kernel-raid1", 2), ("kernel-raid1c3", 3),
+                                         ("kernel-raid10", 2)])
+def test_mirrored_data_sector(ubtrfs_bin, factory, image_copy, name, copies):
+    image, devs = image_copy(name)
+    path, data, (foff, disk_bytenr, _, ext_off, _, _) = _random_file_victim(factory, image, False)
+    bad_off = 3 * SECTOR
+    sector = data[bad_off:bad_off + SECTOR]
+    where = T.find_bytes(devs, sector)
+    assert len(where) == copies, "expected %d copies of the sector, found %r" % (copies, where)
+    rng = random.Random(11)
+    for dev, off in where[:-1]:
+        T.overwrite(dev, off, rng.randbytes(SECTOR))
+    rc, size, digest, cp = T.cat_hash(devs, path)
+    assert rc == 0, "one good copy left: " + T.describe(cp)
+    assert (size, digest) == factory.view(image).hashes[path], "content differs with one good copy left"
+
+    dev, off = where[-1]
+    T.overwrite(dev, off, rng.randbytes(SECTOR))
+    cp = T.ubtrfs("cat", "--path", path, *devs)
+    _check_partial(cp, data, bad_off, bad_off + SECTOR, bad_off, disk_bytenr + ext_off + bad_off)
+
+
+@pytest.mark.parametrize("name", ["kernel-raid5", "kernel-raid6"])
+def test_parity_rebuilds_data_sector(ubtrfs_bin, factory, image_copy, name):
+    image, devs = image_copy(name)
+    path, data, _ = _random_file_victim(factory, image, False)
+    bad_off = 3 * SECTOR
+    where = T.find_bytes(devs, data[bad_off:bad_off + SECTOR])
+    assert len(where) == 1, where
+    T.overwrite(where[0][0], where[0][1], random.Random(5).randbytes(SECTOR))
+    rc, size, digest, cp = T.cat_hash(devs, path)
+    assert rc == 0, "parity should rebuild the sector: " + T.describe(cp)
+    assert (size, digest) == factory.view(image).hashes[path], "rebuilt content differs"
+
+
+@pytest.mark.parametrize("name", ["kernel-zstd", "kernel-zlib", "kernel-lzo"])
+def test_bad_compressed_extent(ubtrfs_bin, factory, image_copy, name):
+    image, devs = image_copy(name)
+    path, data, (foff, disk_bytenr, disk_len, _, num, _) = _random_file_victim(factory, image, True)
+    mirrors = T.map_logical(devs[0], disk_bytenr, SECTOR)
+    assert len(mirrors) == 1, mirrors
+    T.overwrite(devs[0], mirrors[0][1], random.Random(9).randbytes(SECTOR))
+    cp = T.ubtrfs("cat", "--path", path, *devs)
+    # the whole extent decompresses from the damaged bytes: all of it is unreadable
+    _check_partial(cp, data, foff, min(foff + num, len(data)), foff, disk_bytenr)

@@ -194,7 +194,7 @@ class ImageFactory:
 
     def _build(self, name):
         parts = name.split("-")
-        if parts[0] == "rootdir":
+        if parts[0] == "rootdir" and len(parts) == 3:
             # rootdir-<csum>-<nodesize>
             csum, nodesize = parts[1], parts[2]
             img = _sparse_file(self.fresh_path(name + ".img"), 512 * MiB)
@@ -235,11 +235,19 @@ class ImageFactory:
             return self._kernel_image(name, ["-O", "^no-holes"], "", pop,
                                       "mkfs.btrfs -O ^no-holes; mount; cp -a SRC/.; prealloc and "
                                       "punched-hole files")
-        if name == "kernel-raid1":
-            return self._kernel_image(name, ["-d", "raid1", "-m", "raid1"], "",
-                                      lambda m: _cp_all(self.source("main"), m),
-                                      "mkfs.btrfs -d raid1 -m raid1 on two 384 MiB files; mount; cp -a",
-                                      ndev=2, size=384 * MiB)
+        if name in PROFILE_DEVICES:
+            profile = parts[1]
+            ndev = PROFILE_DEVICES[name]
+            meta = {"raid0": "raid1", "raid5": "raid5", "raid6": "raid6"}.get(profile, profile)
+            opts = ["-d", profile, "-m", meta]
+            return self._kernel_image(name, opts, "", lambda m: _cp_all(self.source("main"), m),
+                                      "mkfs.btrfs %s on %d x 384 MiB files; mount; cp -a SRC/. MNT/"
+                                      % (" ".join(opts), ndev), ndev=ndev, size=384 * MiB)
+        if name == "rootdir-mixed":
+            img = _sparse_file(self.fresh_path(name + ".img"), 512 * MiB)
+            opts = ["--mixed", "-n", "4096", "-s", "4096", "--rootdir", str(self.source("main"))]
+            _mkfs([img], *opts)
+            return Image(name, [img], "mkfs.btrfs %s (512 MiB file)" % " ".join(opts))
         if name == "damage-base":
             img = _sparse_file(self.fresh_path(name + ".img"), 256 * MiB)
             _mkfs([img], "--rootdir", str(self.source("damage")))
@@ -259,8 +267,12 @@ class ImageFactory:
         T.rmtree(self.base)
 
 
+# Multi-device (and DUP data) images made by the kernel: name -> number of devices.
+PROFILE_DEVICES = {"kernel-dup": 1, "kernel-raid1": 2, "kernel-raid0": 2, "kernel-raid10": 4,
+                   "kernel-raid1c3": 3, "kernel-raid5": 3, "kernel-raid6": 4}
 ROOTDIR_IMAGES = ["rootdir-crc32c-16384", "rootdir-xxhash-16384", "rootdir-sha256-16384",
-                  "rootdir-blake2-16384", "rootdir-crc32c-4096", "rootdir-crc32c-65536"]
+                  "rootdir-blake2-16384", "rootdir-crc32c-4096", "rootdir-crc32c-65536",
+                  "rootdir-mixed"]
 KERNEL_IMAGES = ["kernel-plain", "kernel-zlib", "kernel-lzo", "kernel-zstd", "kernel-subvol",
-                 "kernel-many", "kernel-noholes", "kernel-raid1"]
+                 "kernel-many", "kernel-noholes"] + sorted(PROFILE_DEVICES)
 READ_IMAGES = ROOTDIR_IMAGES + KERNEL_IMAGES

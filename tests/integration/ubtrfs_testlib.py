@@ -760,3 +760,19 @@ def fallocate(fd, mode, offset, length):
     if r != 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e))
+
+
+def find_bytes(devices, pattern):
+    """[(device, offset)] of every occurrence of `pattern` in the device files."""
+    import mmap
+    out = []
+    for dev in devices:
+        with open(dev, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                continue
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                pos = mm.find(pattern)
+                while pos != -1:
+                    out.append((str(dev), pos))
+                    pos = mm.find(pattern, pos + 1)
+    return out

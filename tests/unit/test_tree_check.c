@@ -942,12 +942,17 @@ static void test_csum_rules(void **state)
 
 	blk_init(&b, 4096, BTRFS_CSUM_TREE_OBJECTID, 0);
 	add(&b, BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, 13631488, 6);
-	expect_bad(&b, "invalid item size 6, expect a multiple of the checksum size 4");
+	check(&b);
+	assert_string_equal(b.why, "slot 0 key (EXTENT_CSUM EXTENT_CSUM 13631488): invalid item size 6, expect a "
+				   "multiple of the checksum size 4");
 	b.ctx.csum_size = 32;
 	expect_bad(&b, "multiple of the checksum size 32");
 	blk_init(&b, 4096, BTRFS_CSUM_TREE_OBJECTID, 0);
 	add(&b, 256, BTRFS_EXTENT_CSUM_KEY, 13631488, 4);
 	expect_bad(&b, "invalid objectid for a csum item");
+	blk_init(&b, 4096, BTRFS_CSUM_TREE_OBJECTID, 0);
+	add(&b, (uint64_t)-100, BTRFS_EXTENT_CSUM_KEY, 13631488, 4);
+	expect_bad(&b, "slot 0 key (-100 EXTENT_CSUM 13631488): invalid objectid for a csum item");
 	blk_init(&b, 4096, BTRFS_CSUM_TREE_OBJECTID, 0);
 	add(&b, BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, 13631489, 4);
 	expect_bad(&b, "csum range start 13631489 is not aligned");
