@@ -70,7 +70,7 @@ static void describe(struct ub_fs *fs, uint64_t logical, int mirror, char *out, 
 		snprintf(out, len, "copy %d", mirror);
 }
 
-/* Verify sectors [i, j) read into tmp; good ones are copied to buf. Returns how many failed their checksum. */
+/* Verify sectors [i, j) read into tmp; good ones are copied to buf (unless tmp is buf). Returns how many failed. */
 static uint64_t verify_run(struct ub_fs *fs, uint64_t i, uint64_t j, const uint8_t *tmp, const uint8_t *csums,
 			   const uint8_t *have, uint8_t *good, uint8_t *buf)
 {
@@ -87,7 +87,8 @@ static uint64_t verify_run(struct ub_fs *fs, uint64_t i, uint64_t j, const uint8
 			}
 		}
 		good[k] = 1;
-		memcpy(buf + k * ss, tmp + k * ss, ss);
+		if (tmp != buf)
+			memcpy(buf + k * ss, tmp + k * ss, ss);
 	}
 	return mism;
 }
@@ -129,8 +130,7 @@ int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf,
 	have = calloc(nsec + 1, 1);
 	good = calloc(nsec + 1, 1);
 	ok = calloc(nsec + 1, 1);
-	tmp = malloc(len ? len : 1);
-	if (!csums || !have || !good || !tmp || !ok) {
+	if (!csums || !have || !good || !ok) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -146,9 +146,16 @@ int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf,
 		memset(bad, 1, nsec);
 		goto out;
 	}
-	/* first whatever copy reads (degraded profiles rebuild here), then each copy for what failed */
-	if (nsec && read_run(fs, logical, 0, nsec, 0, tmp, ok) == 0)
-		verify_run(fs, 0, nsec, tmp, csums, have, good, buf);
+	/* first whatever copy reads (degraded profiles rebuild here), straight into buf */
+	if (nsec && read_run(fs, logical, 0, nsec, 0, buf, ok) == 0 &&
+	    verify_run(fs, 0, nsec, buf, csums, have, good, buf) == 0)
+		goto done;
+	/* then each copy in turn for what is still missing */
+	tmp = malloc(len);
+	if (!tmp) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	for (int m = 1; m <= copies; m++) {
 		uint64_t i = 0;
 		while (i < nsec) {
@@ -173,13 +180,15 @@ int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf,
 			if (r || mism) {
 				char where[256];
 				describe(fs, logical + i * ss, m, where, sizeof(where));
-				ub_info(&fs->log, "data at logical %llu+%llu: %s: %s", (unsigned long long)(logical + i * ss),
-					(unsigned long long)((j - i) * ss), where,
-					mism ? "checksum mismatch" : strerror(-r));
+				/* a missing device was reported once at open; a bad copy is news */
+				ub_logf(&fs->log, (mism || r != -ENXIO) ? UB_LOG_WARN : UB_LOG_INFO,
+					"data at logical %llu+%llu: %s: %s", (unsigned long long)(logical + i * ss),
+					(unsigned long long)((j - i) * ss), where, mism ? "checksum mismatch" : strerror(-r));
 			}
 			i = j;
 		}
 	}
+done:
 	for (uint64_t i = 0; i < nsec; i++) {
 		bad[i] = !good[i];
 		if (bad[i]) {

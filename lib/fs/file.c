@@ -80,6 +80,7 @@ static int read_plain(struct file_ctx *c, uint64_t foff, uint64_t num, uint64_t 
 	uint64_t s = foff > c->off ? foff : c->off, e = foff + num < c->end ? foff + num : c->end;
 	uint64_t ls, le, alen;
 	uint8_t *tmp, *bad;
+	bool direct;
 	int ret;
 
 	if (s >= e)
@@ -88,17 +89,21 @@ static int read_plain(struct file_ctx *c, uint64_t foff, uint64_t num, uint64_t 
 	ls = logical + (s - foff);
 	le = logical + (e - foff);
 	alen = ((le + ss - 1) / ss) * ss - (ls / ss) * ss;
-	tmp = malloc(alen);
+	/* aligned requests (the common case) are read straight into the caller's buffer */
+	direct = ls % ss == 0 && alen == e - s;
+	tmp = direct ? c->buf + (s - c->off) : malloc(alen);
 	bad = malloc(alen / ss + 1);
 	if (!tmp || !bad) {
-		free(tmp);
+		if (!direct)
+			free(tmp);
 		free(bad);
 		return -ENOMEM;
 	}
 	ret = ub_data_read(c->fs, (ls / ss) * ss, alen, tmp, c->verify, bad);
 	if (ret && ret != -EIO)
 		goto out;
-	memcpy(c->buf + (s - c->off), tmp + (ls % ss), e - s);
+	if (!direct)
+		memcpy(c->buf + (s - c->off), tmp + (ls % ss), e - s);
 	if (ret == -EIO) {
 		/* one message per run of bad sectors, in file offsets clipped to the request */
 		uint64_t n = alen / ss, base = (ls / ss) * ss;
@@ -116,7 +121,8 @@ static int read_plain(struct file_ctx *c, uint64_t foff, uint64_t num, uint64_t 
 	}
 	ret = 0;
 out:
-	free(tmp);
+	if (!direct)
+		free(tmp);
 	free(bad);
 	return ret;
 }

@@ -33,7 +33,7 @@
 /* The first extent item format (before 2.6.31): only a 32-bit ref count. */
 #define UB_EXTENT_ITEM_V0_SIZE ((uint32_t)sizeof(struct btrfs_extent_item_v0))
 /* Qgroup status without and with the simple-quota enable_gen field. */
-#define UB_QGROUP_STATUS_SIZE ((uint32_t)sizeof(struct btrfs_qgroup_status_item))
+#define UB_QGROUP_STATUS_SIZE ((uint32_t)(offsetof(struct btrfs_qgroup_status_item, rescan) + 8))
 #define UB_QGROUP_STATUS_SQUOTA_SIZE (UB_QGROUP_STATUS_SIZE + 8U)
 #define UB_INLINE_REF_HDR ((uint32_t)sizeof(struct btrfs_extent_inline_ref))
 
@@ -49,7 +49,7 @@ _Static_assert(sizeof(struct btrfs_extent_item) == 24, "extent item is 24 bytes"
 _Static_assert(sizeof(struct btrfs_tree_block_info) == 18, "tree block info is 18 bytes");
 _Static_assert(sizeof(struct btrfs_extent_data_ref) == 28, "extent data ref is 28 bytes");
 _Static_assert(sizeof(struct btrfs_extent_inline_ref) == 9, "inline ref header is 9 bytes");
-_Static_assert(sizeof(struct btrfs_qgroup_status_item) == 32, "qgroup status (v1) is 32 bytes");
+_Static_assert(UB_QGROUP_STATUS_SIZE == 32, "qgroup status (v1) is 32 bytes");
 _Static_assert(UB_ROOT_ITEM_LEGACY_SIZE == 239, "legacy root item is 239 bytes");
 /* The fields checked in a root item all lie inside the legacy part. */
 _Static_assert(offsetof(struct btrfs_root_item, level) < UB_ROOT_ITEM_LEGACY_SIZE, "root level in legacy part");

@@ -1,0 +1,536 @@
+# SPDX-License-Identifier: MIT
+"""The fsync log: ubtrfs replays it in memory, the kernel replays it at mount.
+
+Each scenario commits a baseline, changes something and fsyncs it, and copies
+the still-mounted image (the "crash").  ubtrfs' view of the crash image must
+equal the kernel's view after its mount-time replay, and `--no-log` must equal
+the kernel's view of the last commit (rescue=nologreplay).  Every scenario
+asserts log_root != 0, so none of them silently degrades into a full commit.
+"""
+
+import os
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+import fsynclog_lib as L
+import ubtrfs_testlib as T
+
+MiB = T.MiB
+
+
+class Scenario:
+    def __init__(self, name, seed, baseline, action, mount_options="", log_trees=1,
+                 dir_times=True):
+        self.name = name
+        self.seed = seed
+        self.baseline = baseline
+        self.action = action
+        self.mount_options = mount_options
+        self.log_trees = log_trees
+        # False where the kernel's replay itself stamps directory times the log
+        # does not carry (see compare_times below).
+        self.dir_times = dir_times
+
+
+SCENARIOS = {}
+
+
+def scenario(name, seed, **kw):
+    def deco(fn):
+        rng_holder = {}
+
+        def baseline(mnt):
+            rng_holder["rng"] = random.Random(seed)
+            fn.baseline(mnt, rng_holder["rng"])
+
+        def action(mnt):
+            fn.action(mnt, rng_holder["rng"])
+
+        SCENARIOS[name] = Scenario(name, seed, baseline, action, **kw)
+        return fn
+    return deco
+
+
+def _base_dirs(mnt, rng, files=3):
+    """d/ and e/ with a few committed files, so fsyncs land in old directories."""
+    for d in ("d", "e"):
+        (mnt / d).mkdir()
+        for i in range(files):
+            L.write_file(mnt / d / ("old%d" % i), T.file_bytes(rng, "mixed", rng.randint(0, 20000)))
+
+
+def _fsync_new_file(path, data, mode=0o644):
+    L.write_file(path, data, mode=mode, fsync=True)
+
+
+# ---------------------------------------------------------------------------
+# scenarios
+
+@scenario("new_file", 101)
+class NewFile:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+
+    @staticmethod
+    def action(m, rng):
+        _fsync_new_file(m / "d" / "new", rng.randbytes(10000))
+        _fsync_new_file(m / "e" / "inline_new", T.text_bytes(rng, 700), mode=0o600)
+
+
+def _append(initial, add, seed):
+    class Append:
+        @staticmethod
+        def baseline(m, rng):
+            _base_dirs(m, rng)
+            L.write_file(m / "d" / "f", rng.randbytes(initial))
+
+        @staticmethod
+        def action(m, rng):
+            fd = os.open(m / "d" / "f", os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, rng.randbytes(add))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    scenario("append_%d_%d" % (initial, add), seed)(Append)
+
+
+_append(100, 300, 111)            # inline stays inline
+_append(1000, 9000, 112)          # inline grows into a regular extent
+_append(7000, 5000, 113)          # unaligned tail of a regular extent
+_append(65536, 70000, 114)
+
+
+@scenario("overwrite_middle", 121)
+class OverwriteMiddle:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        L.write_file(m / "d" / "f", rng.randbytes(256 * 1024))
+
+    @staticmethod
+    def action(m, rng):
+        fd = os.open(m / "d" / "f", os.O_WRONLY)
+        try:
+            os.pwrite(fd, rng.randbytes(10000), 100000)
+            os.pwrite(fd, rng.randbytes(4096), 8192)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _truncate(initial, new, seed):
+    class Truncate:
+        @staticmethod
+        def baseline(m, rng):
+            _base_dirs(m, rng)
+            L.write_file(m / "d" / "f", rng.randbytes(initial))
+
+        @staticmethod
+        def action(m, rng):
+            fd = os.open(m / "d" / "f", os.O_WRONLY)
+            try:
+                os.ftruncate(fd, new)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    kind = "shorter" if new < initial else "longer"
+    scenario("truncate_%s_%d_%d" % (kind, initial, new), seed)(Truncate)
+
+
+_truncate(300000, 5000, 131)
+_truncate(300000, 0, 132)
+_truncate(300000, 131072 + 3, 133)
+_truncate(10000, 3 * MiB + 17, 134)    # a hole up to the new size
+_truncate(100, 70000, 135)             # inline file grows by a hole
+
+
+@scenario("truncate_longer_then_write", 136)
+class TruncateLongerWrite:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        L.write_file(m / "d" / "f", rng.randbytes(10000))
+
+    @staticmethod
+    def action(m, rng):
+        fd = os.open(m / "d" / "f", os.O_WRONLY)
+        try:
+            os.ftruncate(fd, 2 * MiB)
+            os.pwrite(fd, rng.randbytes(5000), 1 * MiB + 3)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@scenario("rename_within_dir", 141)
+class RenameWithin:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        L.write_file(m / "d" / "a", rng.randbytes(9000))
+
+    @staticmethod
+    def action(m, rng):
+        os.rename(m / "d" / "a", m / "d" / "a_renamed")
+        L.fsync_path(m / "d" / "a_renamed")
+
+
+@scenario("rename_over_existing", 142)
+class RenameOver:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        L.write_file(m / "d" / "a", rng.randbytes(9000))
+        L.write_file(m / "d" / "victim", rng.randbytes(3000))
+
+    @staticmethod
+    def action(m, rng):
+        os.rename(m / "d" / "a", m / "d" / "victim")
+        L.fsync_path(m / "d" / "victim")
+
+
+@scenario("rename_across_dirs", 143)
+class RenameAcross:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        L.write_file(m / "d" / "a", rng.randbytes(9000))
+
+    @staticmethod
+    def action(m, rng):
+        os.rename(m / "d" / "a", m / "e" / "a_moved")
+        L.fsync_path(m / "e" / "a_moved")
+
+
+@scenario("unlink_fsync_parent", 151)
+class UnlinkParent:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng, files=6)
+
+    @staticmethod
+    def action(m, rng):
+        os.unlink(m / "d" / "old1")
+        os.unlink(m / "d" / "old4")
+        L.fsync_path(m / "d")
+
+
+@scenario("hardlink_add", 161)
+class HardlinkAdd:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        L.write_file(m / "d" / "a", rng.randbytes(5000))
+
+    @staticmethod
+    def action(m, rng):
+        os.link(m / "d" / "a", m / "d" / "a_link")
+        os.link(m / "d" / "a", m / "e" / "a_elsewhere")
+        L.fsync_path(m / "d" / "a")
+
+
+@scenario("hardlink_remove", 162)
+class HardlinkRemove:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        L.write_file(m / "d" / "a", rng.randbytes(5000))
+        os.link(m / "d" / "a", m / "d" / "b")
+
+    @staticmethod
+    def action(m, rng):
+        os.unlink(m / "d" / "b")
+        L.fsync_path(m / "d" / "a")
+
+
+@scenario("xattrs", 171)
+class Xattrs:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        f = m / "d" / "f"
+        L.write_file(f, rng.randbytes(3000))
+        os.setxattr(f, "user.keep", b"kept")
+        os.setxattr(f, "user.change", b"old value")
+        os.setxattr(f, "user.remove", rng.randbytes(200))
+        os.setxattr(f, "user.big_remove", rng.randbytes(2000))
+
+    @staticmethod
+    def action(m, rng):
+        f = m / "d" / "f"
+        os.setxattr(f, "user.change", b"new value, longer than before")
+        os.removexattr(f, "user.remove")
+        os.removexattr(f, "user.big_remove")
+        os.setxattr(f, "user.added", rng.randbytes(1500))
+        os.setxattr(f, "user.empty", b"")
+        os.setxattr(f, "trusted.root_only", b"t")
+        L.fsync_path(f)
+
+
+@scenario("symlink_fsync_parent", 181)
+class SymlinkParent:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+
+    @staticmethod
+    def action(m, rng):
+        os.symlink("old0", m / "d" / "short_link")
+        os.symlink("/" + "x/" * 700 + "end", m / "d" / "long_link")
+        L.fsync_path(m / "d")
+
+
+@scenario("new_dir_with_files", 191)
+class NewDir:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+
+    @staticmethod
+    def action(m, rng):
+        nd = m / "d" / "newdir"
+        nd.mkdir()
+        os.chmod(nd, 0o750)
+        for i in range(5):
+            _fsync_new_file(nd / ("f%d" % i), rng.randbytes(rng.randint(0, 30000)))
+        L.fsync_path(nd)
+
+
+@scenario("prealloc", 201)
+class Prealloc:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        L.write_file(m / "d" / "p_old", rng.randbytes(8192))
+
+    @staticmethod
+    def action(m, rng):
+        fd = os.open(m / "d" / "p", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, 1 * MiB)
+            os.pwrite(fd, rng.randbytes(4096), 4096 * 5)
+            os.pwrite(fd, rng.randbytes(100), 512 * 1024 + 7)
+            # preallocated past EOF must stay invisible
+            T.fallocate(fd, T.FALLOC_FL_KEEP_SIZE, 1 * MiB, 512 * 1024)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fd = os.open(m / "d" / "p_old", os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, 300000)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@scenario("compressed_zstd", 211, mount_options="compress=zstd")
+class Compressed:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        L.write_file(m / "d" / "c_old", T.text_bytes(rng, 200000))
+
+    @staticmethod
+    def action(m, rng):
+        _fsync_new_file(m / "d" / "c_new", T.text_bytes(rng, 400000))
+        fd = os.open(m / "d" / "c_old", os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, T.text_bytes(rng, 150000))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@scenario("subvolume", 221, log_trees=2)
+class Subvolume:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+        T.run(["btrfs", "subvolume", "create", str(m / "sv")])
+        (m / "sv" / "inner").mkdir()
+        L.write_file(m / "sv" / "inner" / "old", rng.randbytes(4000))
+
+    @staticmethod
+    def action(m, rng):
+        _fsync_new_file(m / "sv" / "inner" / "new", rng.randbytes(20000))
+        fd = os.open(m / "sv" / "inner" / "old", os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, rng.randbytes(3000))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_new_file(m / "d" / "top_new", rng.randbytes(7000))
+
+
+@scenario("many_files", 231)
+class ManyFiles:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+
+    @staticmethod
+    def action(m, rng):
+        for i in range(200):
+            name = "many_%03d_%s" % (i, "q" * rng.randint(0, 120))
+            _fsync_new_file(m / "d" / name, rng.randbytes(rng.randint(0, 6000)))
+        L.fsync_path(m / "d")
+
+
+BIG_SIZE = 6 * MiB + 1234
+
+
+@scenario("big_random", 241)
+class BigRandom:
+    @staticmethod
+    def baseline(m, rng):
+        _base_dirs(m, rng)
+
+    @staticmethod
+    def action(m, rng):
+        _fsync_new_file(m / "d" / "big", rng.randbytes(BIG_SIZE))
+
+
+# ---------------------------------------------------------------------------
+# fixtures: one crash image (and its two kernel views) per scenario
+
+class Built:
+    def __init__(self, sc, crash):
+        self.sc = sc
+        self.crash = crash
+        self._replayed = None
+        self._committed = None
+
+    @property
+    def replayed(self):
+        if self._replayed is None:
+            self._replayed = L.kernel_replayed_view(self.crash)
+        return self._replayed
+
+    @property
+    def committed(self):
+        if self._committed is None:
+            self._committed = L.kernel_committed_view(self.crash)
+        return self._committed
+
+
+@pytest.fixture(scope="module")
+def built(scratch):
+    cache = {}
+    base = Path(scratch) / "fsync_log"
+
+    def get(name):
+        if name not in cache:
+            sc = SCENARIOS[name]
+            crash = L.make_crash(base / name, sc.baseline, sc.action, mount_options=sc.mount_options)
+            cache[name] = Built(sc, crash)
+        return cache[name]
+
+    yield get
+    L.remove_workdir(base)
+
+
+def _fail(b, what, problems):
+    return "%s: %s (log_root %d, image %s)\n  %s" % (
+        b.sc.name, what, b.crash.log_root, b.crash.image, "\n  ".join(problems))
+
+
+NAMES = sorted(SCENARIOS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_log_replay_matches_kernel(ubtrfs_bin, built, name):
+    b = built(name)
+    assert b.crash.log_root != 0, "%s: the kernel committed instead of logging" % name
+    before = L.image_digest(b.crash.image)
+    ub = L.ubtrfs_view(b.crash.image)
+    kv = b.replayed
+    assert kv.entries != b.committed.entries or kv.hashes != b.committed.hashes, \
+        "%s: the log changes nothing the kernel can see; the scenario is vacuous" % name
+
+    info = ub.replay_info()
+    assert info is not None, "%s: -v did not report a replay\nstderr: %s" % (name, ub.stderr)
+    assert info[0] == b.sc.log_trees and info[1] >= 1, \
+        "%s: replay reported %r, expected %d log trees" % (name, info, b.sc.log_trees)
+
+    problems = L.compare(kv.entries, ub.entries, L.BASE_KEYS)
+    assert not problems, _fail(b, "ls -R --json differs from the kernel's replay", problems)
+    types = ("file", "symlink", "dir") if b.sc.dir_times else ("file", "symlink")
+    problems = L.compare_times(kv.entries, ub.entries, types)
+    assert not problems, _fail(b, "times differ from the kernel's replay", problems)
+    problems = L.compare_contents(b.crash.image, kv.hashes)
+    assert not problems, _fail(b, "cat differs from the kernel's replay", problems)
+    assert L.image_digest(b.crash.image) == before, "%s: reading changed the image" % name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_log_matches_last_commit(ubtrfs_bin, built, name):
+    b = built(name)
+    assert b.crash.log_root != 0, "%s: the kernel committed instead of logging" % name
+    ub = L.ubtrfs_view(b.crash.image, no_log=True)
+    assert ub.replay_info() is None, "%s: --no-log still replayed: %s" % (name, ub.stderr)
+    kv = b.committed
+    problems = L.compare(kv.entries, ub.entries, T.LS_KEYS)
+    assert not problems, _fail(b, "ls -R --json --no-log differs from the last commit", problems)
+    problems = L.compare_contents(b.crash.image, kv.hashes, no_log=True)
+    assert not problems, _fail(b, "cat --no-log differs from the last commit", problems)
+
+
+def test_subvolume_scenario_has_two_log_trees(ubtrfs_bin, built):
+    b = built("subvolume")
+    dump = b.crash.dump_log()
+    roots = [int(x) for x in re.findall(r"key \(TREE_LOG ROOT_ITEM (\d+)\)", dump)]
+    assert sorted(roots) == [5, 256], "log root tree names %r" % roots
+
+
+def test_big_file_uses_log_checksums(ubtrfs_bin, built):
+    """A new multi-MiB file exists only in the log: its data checksums are the
+    log's EXTENT_CSUM items. cat must read it cleanly, and a corrupt sector in a
+    copy of the image must be reported with its file offset."""
+    b = built("big_random")
+    crash = b.crash
+    path = "/d/big"
+    exp_size, exp_digest = b.replayed.hashes[path]
+    assert exp_size == BIG_SIZE
+    rc, size, digest, cp = T.cat_hash([str(crash.image)], path)
+    assert (rc, size, digest) == (0, exp_size, exp_digest), T.describe(cp)
+
+    ino = b.replayed.entries[path]["ino"]
+    dump = crash.dump_log()
+    assert "EXTENT_CSUM" in dump, "the log carries no data checksums"
+    assert "(%d INODE_ITEM 0)" % ino not in crash.dump_fs_tree(), \
+        "the big file was committed; its checksums would not come from the log"
+    extents = [e for e in T.file_extents(dump, ino) if e[1] != 0 and e[5] == 0]
+    assert extents, "no regular extents of inode %d in the log:\n%s" % (ino, dump[:3000])
+    # a sector in the middle of the largest extent
+    file_off, disk, disk_len, ext_off, num, _ = max(extents, key=lambda e: e[4])
+    sector = (num // 4096 // 2) * 4096
+    logical = disk + ext_off + sector
+    bad_file_off = file_off + sector
+    copies = T.map_logical(crash.image, logical, 4096)
+    assert len(copies) == 1, "expected one data copy, got %r" % copies
+
+    bad = crash.workdir / "bad-sector.img"
+    T.copy_sparse(crash.image, bad)
+    try:
+        with open(bad, "rb") as f:
+            f.seek(copies[0][1])
+            old = f.read(4096)
+        garbage = bytes(x ^ 0x5A for x in old)
+        T.overwrite(bad, copies[0][1], garbage)
+        cp = T.ubtrfs("cat", "--path", path, str(bad))
+        err = cp.stderr.decode("utf-8", "replace")
+        assert cp.returncode == 1, T.describe(cp)
+        assert T.mentions_number(err, bad_file_off), \
+            "stderr does not name file offset %d (logical %d):\n%s" % (bad_file_off, logical, err)
+        # everything else intact, the bad sector as zeros
+        good = T.ubtrfs("cat", "--path", path, str(crash.image)).stdout
+        expected = good[:bad_file_off] + bytes(4096) + good[bad_file_off + 4096:]
+        assert len(cp.stdout) == len(expected) and cp.stdout == expected, \
+            "output besides the bad sector differs from the clean read"
+    finally:
+        os.unlink(bad)
