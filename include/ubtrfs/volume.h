@@ -122,7 +122,7 @@ int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t 
 int ub_volume_check_devices(struct ub_volume *vol);
 
 const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical);
-/* Number of distinct ways `logical` can be read (copies; RAID5: 2, RAID6: 3). 0 if unmapped. */
+/* Number of distinct ways `logical` can be read (copies; RAID5: 2; RAID6: num_stripes, see raid56.c). 0 if unmapped. */
 int ub_volume_num_copies(const struct ub_volume *vol, uint64_t logical);
 /*
  * Read `len` bytes at `logical` (must not cross a chunk). mirror 0: first copy

@@ -991,8 +991,11 @@ static int check_empty_leaf(uint64_t owner, uint64_t flags, const struct ub_chec
 		return block_fail(why, whylen, "empty leaf with owner 0, which is no tree");
 	if (owner == BTRFS_ROOT_TREE_OBJECTID || owner == BTRFS_CHUNK_TREE_OBJECTID || owner == BTRFS_DEV_TREE_OBJECTID ||
 	    owner == BTRFS_FS_TREE_OBJECTID || owner == BTRFS_DATA_RELOC_TREE_OBJECTID ||
-	    (owner == BTRFS_EXTENT_TREE_OBJECTID && !(ctx->incompat_flags & BTRFS_FEATURE_INCOMPAT_EXTENT_TREE_V2)))
-		return block_fail(why, whylen, "empty leaf in tree %" PRIu64 ", which is never empty", owner);
+	    (owner == BTRFS_EXTENT_TREE_OBJECTID && !(ctx->incompat_flags & BTRFS_FEATURE_INCOMPAT_EXTENT_TREE_V2))) {
+		const char *name = ub_objectid_name(owner);
+		return block_fail(why, whylen, "empty leaf in tree %" PRIu64 "%s%s%s, which is never empty", owner,
+				  name ? " (" : "", name ? name : "", name ? ")" : "");
+	}
 	return 0;
 }
 

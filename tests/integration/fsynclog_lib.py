@@ -41,15 +41,47 @@ class Crash:
         self.log_root = int(super_fields.get("log_root", "0"))
         self.generation = int(super_fields.get("generation", "0"))
 
+    def log_trees(self):
+        """{subvolume id: root bytenr} of the log trees named by the log root tree."""
+        text = self.dump_block(self.log_root)
+        return {int(m.group(1)): int(m.group(2)) for m in re.finditer(
+            r"key \(TREE_LOG ROOT_ITEM (\d+)\).*?\n\s*generation \d+ root_dirid \d+ bytenr (\d+)",
+            text)}
+
     def dump_log(self):
-        """progs' dump-tree of the log root tree and every log tree below it."""
-        cp = T.run(["btrfs", "inspect-internal", "dump-tree", "-b", str(self.log_root), "--follow",
+        """progs' dump-tree of the log root tree and of every log tree it names
+        (--follow does not cross from the log root tree into the log trees)."""
+        parts = [self.dump_block(self.log_root)]
+        for _, bytenr in sorted(self.log_trees().items()):
+            parts.append(self.dump_block(bytenr))
+        return "".join(parts)
+
+    def dump_block(self, bytenr):
+        cp = T.run(["btrfs", "inspect-internal", "dump-tree", "-b", str(bytenr), "--follow",
                     str(self.image)])
         return cp.stdout.decode("utf-8", "replace")
 
     def dump_fs_tree(self, tree="5"):
         cp = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", str(tree), str(self.image)])
         return cp.stdout.decode("utf-8", "replace")
+
+
+def single_data_physical(image, logical):
+    """Physical offset of `logical` in a single-profile data chunk, read from
+    progs' chunk tree dump (btrfs-map-logical wants a committed extent item,
+    which data that only the log references does not have)."""
+    cp = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", str(image)])
+    text = cp.stdout.decode("utf-8", "replace")
+    chunk = re.compile(r"CHUNK_ITEM (\d+)\) itemoff \d+ itemsize \d+\n\s*length (\d+) owner \d+ "
+                       r"stripe_len \d+ type (\S+)\n.*?num_stripes (\d+)[^\n]*\n\s*stripe 0 devid \d+ "
+                       r"offset (\d+)", re.S)
+    for m in chunk.finditer(text):
+        start, length = int(m.group(1)), int(m.group(2))
+        if start <= logical < start + length:
+            assert m.group(3) in ("DATA", "DATA|single") and m.group(4) == "1", \
+                "logical %d is in a %s chunk with %s stripes" % (logical, m.group(3), m.group(4))
+            return int(m.group(5)) + logical - start
+    raise AssertionError("no chunk holds logical %d" % logical)
 
 
 def dump_super(image):

@@ -183,13 +183,20 @@ class Result:
         self.problems = []
 
     def describe(self):
-        err = self.stderr.decode("utf-8", "replace")
-        if len(err) > 6000:
-            err = err[:2000] + "\n[...]\n" + err[-4000:]
+        lines = self.stderr.decode("utf-8", "replace").splitlines()
+        # a sanitizer report matters more than the error lines before it
+        start = next((i for i, line in enumerate(lines)
+                      if any(m.decode() in line for m in SANITIZER_MARKERS)), None)
+        if start is not None:
+            shown = lines[max(0, start - 3): start + 60]
+        else:
+            shown = lines[-40:]
+        if len(shown) < len(lines):
+            shown = ["(%d of %d lines)" % (len(shown), len(lines))] + shown
         return "  [%s] %s\n    exit %s%s, %.1fs: %s\n    stderr:\n%s" % (
             self.label, " ".join(self.argv), self.returncode, " (TIMEOUT)" if self.timed_out else "",
             self.seconds, "; ".join(self.problems),
-            "\n".join("      " + line for line in err.splitlines()[-60:]) or "      (empty)")
+            "\n".join("      " + line for line in shown) or "      (empty)")
 
 
 class _Sink(threading.Thread):
@@ -424,8 +431,11 @@ def corpus_runner(request):
     runner.submit(selected)
     yield runner
     runner.close()
-    print("\ncorpus: %d images in %.1fs (cache %s)" % (len(runner.futures), time.monotonic() - runner.started,
-                                                        runner.cache))
+    done = [f.result() for f in runner.futures.values() if f.done() and not f.exception()]
+    runs = sorted((r for rs in done for r in rs), key=lambda r: -r.seconds)
+    print("\ncorpus: %d images, %d runs in %.1fs (cache %s); slowest: %s" % (
+        len(runner.futures), len(runs), time.monotonic() - runner.started, runner.cache,
+        ", ".join("%s %.1fs" % (r.label, r.seconds) for r in runs[:3])))
 
 
 @pytest.mark.parametrize("image", IMAGE_PARAMS)

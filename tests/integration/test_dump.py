@@ -26,11 +26,12 @@ def _devices(name, factory):
     return factory.image(name).devices
 
 
+@pytest.mark.parametrize("flag", ["-f", "--full", None])
 @pytest.mark.parametrize("name", SUPER_IMAGES)
-def test_dump_super_key_fields(ubtrfs_bin, factory, name):
+def test_dump_super_key_fields(ubtrfs_bin, factory, name, flag):
     for dev in _devices(name, factory):
-        want = T.parse_dump_super(_progs_super(dev, "-f"))
-        cp = T.ubtrfs("dump-super", "-f", dev)
+        want = T.parse_dump_super(_progs_super(dev, *([flag] if flag else [])))
+        cp = T.ubtrfs("dump-super", *([flag] if flag else []), dev)
         assert cp.returncode == 0, T.describe(cp)
         got = T.parse_dump_super(cp.stdout.decode("utf-8", "replace"))
         diff = ["%s: progs %r, ubtrfs %r" % (k, want.get(k), got.get(k))
@@ -120,3 +121,9 @@ def test_dump_tree_one_block(ubtrfs_bin, factory, name):
     cp = T.ubtrfs("dump-tree", "-b", str(bytenr), *image.devices)
     assert re.search(r"^leaf %d items \d+ " % bytenr, cp.stdout.decode("utf-8", "replace"), re.M), \
         cp.stdout[:300]
+
+
+@pytest.mark.parametrize("name", ["kernel-subvol", "rootdir-crc32c-16384", "kernel-raid5"])
+def test_dump_tree_default_keys(ubtrfs_bin, factory, name):
+    """Without -t/-b: every tree btrfs-progs prints by default."""
+    _compare_keys(factory.image(name), [])

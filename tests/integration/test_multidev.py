@@ -488,6 +488,7 @@ def test_assembly(md, prof, kind):
     if kind.startswith("foreign"):
         img, sup = md.foreign_image("low" if kind == "foreign-last" else "high")
         if kind == "foreign-last":
+            assert sup["generation"] < fs.generation, "test setup: foreign fs should be older here"
             devs = devs + [img]
         else:
             assert sup["generation"] > fs.generation, "test setup: foreign fs not newer"
@@ -542,3 +543,49 @@ def _check_stale_unusable(fs, devs, view, files, what, stale):
         if c.returncode != 0 and "error" not in err(c):
             problems.append("cat %r: failed without an error message: %s" % (p, short(c)))
     fail(fs, what, devs, problems)
+
+
+# --------------------------------------------------------------------------
+# dump-tree / dump-super across the devices
+
+@pytest.mark.parametrize("prof", [p.name for p in PROFILES])
+@pytest.mark.parametrize("tree", ["3", "4", "5"])
+def test_dump_tree_keys(md, prof, tree):
+    """Chunk, device and fs tree keys equal btrfs-progs', with all devices and with the last
+    one left out where the profile allows it."""
+    fs = md.get(prof)
+    want = T.tree_keys(M.dump_tree(fs.images, tree))
+    sets = [()]
+    if M.tolerance(fs.profile) >= 1:
+        sets.append((fs.devids[-1],))
+    problems = []
+    for missing in sets:
+        devs = M.shuffled([fs.image(d) for d in fs.devids if d not in missing], SEED + int(tree))
+        cp = T.ubtrfs("dump-tree", "-t", tree, *devs)
+        got = T.tree_keys(cp.stdout.decode("utf-8", "replace"))
+        label = "dump-tree -t %s without %r" % (tree, missing) if missing else "dump-tree -t %s" % tree
+        if cp.returncode != 0:
+            problems.append("%s: %s" % (label, short(cp)))
+        if got != want:
+            problems.append("%s: %d keys missing, %d unexpected (e.g. %r / %r)" % (
+                label, len(want - got), len(got - want), sorted(want - got)[:3], sorted(got - want)[:3]))
+        for d in missing:
+            if not names_missing(err(cp), d):
+                problems.append("%s: stderr does not name missing devid %d: %s" % (label, d, short(cp)))
+    fail(fs, "dump-tree keys against btrfs-progs", fs.images, problems)
+
+
+@pytest.mark.parametrize("prof", [p.name for p in PROFILES])
+def test_dump_super_each_device(md, prof):
+    fs = md.get(prof)
+    problems = []
+    for img, sup in zip(fs.images, fs.supers):
+        cp = T.ubtrfs("dump-super", img)
+        got = T.parse_dump_super(cp.stdout.decode("utf-8", "replace"))
+        if cp.returncode != 0:
+            problems.append("dump-super %s: %s" % (img, short(cp)))
+        for key, want in (("dev_item.devid", str(sup["devid"])), ("fsid", sup["fsid"]),
+                          ("num_devices", str(len(fs.images)))):
+            if got.get(key) != want:
+                problems.append("dump-super %s: %s is %r, btrfs-progs says %r" % (img, key, got.get(key), want))
+    fail(fs, "dump-super of each device", fs.images, problems)

@@ -508,6 +508,9 @@ static void test_empty_leaves(void **state)
 		blk_init(&b, 16384, bad_owners[i], 0);
 		expect_bad(&b, "which is never empty");
 	}
+	blk_init(&b, 16384, BTRFS_CHUNK_TREE_OBJECTID, 0);
+	check(&b);
+	assert_string_equal(b.why, "empty leaf in tree 3 (CHUNK_TREE), which is never empty");
 	blk_init(&b, 16384, 0, 0);
 	expect_bad(&b, "owner 0");
 	/* extent-tree-v2 allows empty extent trees; relocation blocks may be empty */
