@@ -100,5 +100,5 @@ out:
 		rc = EXIT_FATAL;
 	free(buf);
 	ub_fs_close(fs);
-	return rc;
+	return final_rc(&oa, rc);
 }

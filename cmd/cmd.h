@@ -15,6 +15,7 @@ struct open_args {
 	int verbosity;    /* -v raises, -q lowers */
 	int super_mirror; /* --super N */
 	bool no_log;      /* --no-log */
+	unsigned errors;  /* error messages the library printed: they make the exit code at least 1 */
 };
 
 #define OPEN_ARGS_LONGOPTS                                          \
@@ -33,7 +34,9 @@ struct open_args {
 void open_args_init(struct open_args *oa);
 /* Handle one of the shared options; returns 1 if `opt` was one of them, -1 on a bad value. */
 int open_args_parse(struct open_args *oa, int opt, const char *arg);
-int open_fs(const struct open_args *oa, char **devs, int ndevs, struct ub_fs **out);
+int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out);
+/* The exit code once the command is done: `rc`, raised to 1 if the library reported errors. */
+int final_rc(const struct open_args *oa, int rc);
 
 int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int parse_u64(const char *s, uint64_t *out);

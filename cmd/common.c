@@ -10,6 +10,12 @@ void open_args_init(struct open_args *oa)
 	oa->verbosity = UB_LOG_WARN;
 	oa->super_mirror = -1;
 	oa->no_log = false;
+	oa->errors = 0;
+}
+
+int final_rc(const struct open_args *oa, int rc)
+{
+	return rc == EXIT_OK && oa->errors ? EXIT_PROBLEMS : rc;
 }
 
 int parse_u64(const char *s, uint64_t *out)
@@ -50,15 +56,17 @@ int open_args_parse(struct open_args *oa, int opt, const char *arg)
 	return 0;
 }
 
-int open_fs(const struct open_args *oa, char **devs, int ndevs, struct ub_fs **out)
+int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out)
 {
 	struct ub_fs_opts opts = { .writable = false, .super_mirror = oa->super_mirror, .no_log = oa->no_log };
-	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = oa->verbosity };
+	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = oa->verbosity, .errors = &oa->errors };
 	int ret = ub_fs_open((const char *const *)devs, ndevs, &opts, &log, out);
 
-	if (ret)
-		fprintf(stderr, "ubtrfs: error: cannot open the filesystem on %s%s: %s\n", devs[0],
-			ndevs > 1 ? " ..." : "", strerror(-ret));
+	/* the library has said what was wrong; errno names would mislead here (ENOENT for "no magic") */
+	if (ret == -ENOMEM)
+		fprintf(stderr, "ubtrfs: error: out of memory\n");
+	else if (ret)
+		fprintf(stderr, "ubtrfs: error: no usable btrfs filesystem on %s%s\n", devs[0], ndevs > 1 ? " ..." : "");
 	return ret;
 }
 

@@ -23,7 +23,7 @@ static int dump_one(struct ub_dev *dev, int mirror, bool full, bool force, bool 
 	int ret;
 
 	if (off + UB_SUPER_INFO_SIZE > dev->size) {
-		if (explicit_mirror) {
+		if (explicit_mirror || mirror == 0) {
 			fprintf(stderr, "ubtrfs: error: %s: superblock copy %d at %llu is beyond the end of the device\n",
 				dev->path, mirror, (unsigned long long)off);
 			return EXIT_PROBLEMS;

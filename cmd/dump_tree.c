@@ -32,7 +32,7 @@ static const struct {
 	{ "free-space", BTRFS_FREE_SPACE_TREE_OBJECTID }, { "free_space", BTRFS_FREE_SPACE_TREE_OBJECTID },
 	{ "block-group", BTRFS_BLOCK_GROUP_TREE_OBJECTID }, { "block_group", BTRFS_BLOCK_GROUP_TREE_OBJECTID },
 	{ "raid-stripe", BTRFS_RAID_STRIPE_TREE_OBJECTID }, { "data-reloc", BTRFS_DATA_RELOC_TREE_OBJECTID },
-	{ "log", BTRFS_TREE_LOG_OBJECTID },
+	{ "log", BTRFS_TREE_LOG_OBJECTID }, { "tree_log", BTRFS_TREE_LOG_OBJECTID },
 };
 
 static int parse_tree(const char *s, uint64_t *id)
@@ -267,5 +267,5 @@ int cmd_dump_tree(int argc, char **argv)
 	}
 	fflush(stdout);
 	ub_fs_close(d.fs);
-	return d.rc;
+	return final_rc(&oa, d.rc);
 }

@@ -139,5 +139,5 @@ int cmd_filesystem(int argc, char **argv)
 		return EXIT_FATAL;
 	rc = show(fs, json);
 	ub_fs_close(fs);
-	return rc;
+	return final_rc(&oa, rc);
 }

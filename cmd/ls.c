@@ -299,5 +299,5 @@ out:
 	fflush(stdout);
 	free(l.stack);
 	ub_fs_close(l.fs);
-	return l.rc;
+	return final_rc(&oa, l.rc);
 }

@@ -10,6 +10,8 @@ void ub_logf(const struct ub_log *log, enum ub_log_level lvl, const char *fmt, .
 	va_list ap;
 	int verbosity = log ? log->verbosity : UB_LOG_WARN;
 
+	if (log && log->errors && lvl == UB_LOG_ERROR)
+		(*log->errors)++;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);

@@ -24,6 +24,15 @@ struct file_ctx {
 
 static void report_bad(struct file_ctx *c, uint64_t foff, uint64_t len, uint64_t logical, const char *what)
 {
+	/* only what this request covers: an extent may reach past it on either side */
+	uint64_t s = foff > c->off ? foff : c->off, e = foff + len < c->end ? foff + len : c->end;
+
+	if (len && s >= e)
+		return;
+	if (len) {
+		foff = s;
+		len = e - s;
+	}
 	ub_err(&c->fs->log, "subvol %llu ino %llu file offset %llu length %llu (logical %llu): %s",
 	       (unsigned long long)c->subvol, (unsigned long long)c->ino, (unsigned long long)foff,
 	       (unsigned long long)len, (unsigned long long)logical, what);

@@ -409,6 +409,7 @@ static int replay_inode(struct replay_ctx *rc, const struct ub_itemset *log)
 {
 	struct ub_key k = { log->ino, BTRFS_INODE_ITEM_KEY, 0 };
 	const struct ub_item *li = ub_itemset_find(log, &k);
+	struct ub_item *existing;
 	struct ub_itemset *s;
 	uint32_t mode;
 	int ret;
@@ -455,11 +456,24 @@ static int replay_inode(struct replay_ctx *rc, const struct ub_itemset *log)
 			}
 		}
 	}
-	ret = ub_itemset_put(s, &k, li->data, li->size);
-	if (ret)
-		return ret;
-	if (S_ISREG(mode)) {
-		uint64_t size = UB_GET(btrfs_inode_item, size, li->data), ss = rc->fs->vol->sectorsize;
+	existing = ub_itemset_find(s, &k);
+	if (UB_GET(btrfs_inode_item, generation, li->data) == 0 && existing &&
+	    existing->size >= sizeof(struct btrfs_inode_item)) {
+		/*
+		 * Generation 0: logged only to say the inode exists. The committed
+		 * item stays; a regular file takes just a non-zero logged size.
+		 */
+		uint64_t lsize = UB_GET(btrfs_inode_item, size, li->data);
+		if (S_ISREG(mode) && S_ISREG(UB_GET(btrfs_inode_item, mode, existing->data)) && lsize)
+			UB_SET(btrfs_inode_item, size, existing->data, lsize);
+	} else {
+		ret = ub_itemset_put(s, &k, li->data, li->size);
+		if (ret)
+			return ret;
+	}
+	existing = ub_itemset_find(s, &k);
+	if (S_ISREG(mode) && existing) {
+		uint64_t size = UB_GET(btrfs_inode_item, size, existing->data), ss = rc->fs->vol->sectorsize;
 		ret = drop_extents(s, (size + ss - 1) / ss * ss, UINT64_MAX, rc->fs->vol->sectorsize);
 		if (ret)
 			return ret;

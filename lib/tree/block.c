@@ -100,7 +100,7 @@ void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
 
 static const char *tree_name(uint64_t owner, char *buf, size_t len)
 {
-	const char *n = ub_objectid_name(owner);
+	const char *n = owner ? ub_objectid_name(owner) : "unknown";
 	if (n)
 		snprintf(buf, len, "%s", n);
 	else

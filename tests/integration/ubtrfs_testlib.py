@@ -413,6 +413,18 @@ def make_source_tree(root, seed, scale=1.0, long_symlink=3940, max_xattr=3000, m
     _set_xattr(xa / "x1", "trusted.secret", b"root only")
     _set_xattr(xa / "x2", "security.test", b"sec")
 
+    # collisions/: names whose btrfs name hash (crc32c seeded with ~1) is equal, so
+    # one DIR_ITEM / XATTR_ITEM holds several entries (found by brute force)
+    co = root / "collisions"
+    co.mkdir()
+    _write(co / "coll_1371838", b"first of a hash pair\n")
+    _write(co / "coll_2000402", b"second of a hash pair\n")
+    _write(co / "coll_1371839", b"a file colliding with a directory\n")
+    (co / "coll_2000403").mkdir()
+    _write(co / "coll_2000403" / "inside", b"x\n")
+    _set_xattr(co / "coll_1371838", "user.c1371838", b"xattr one")
+    _set_xattr(co / "coll_1371838", "user.c2000402", b"xattr two, same name hash")
+
     if many_small:
         mdir = root / "many"
         mdir.mkdir()
