@@ -170,24 +170,54 @@ static void dump_all_roots(struct dumper *d, bool contents)
 		d->rc = EXIT_PROBLEMS;
 }
 
+/* The log root tree, then each subvolume's log tree it points at. */
+static int dump_log(struct dumper *d)
+{
+	const uint8_t *sb = d->fs->vol->super;
+	struct ub_root lr = { BTRFS_TREE_LOG_OBJECTID, UB_GET(ub_disk_super, log_root, sb), 0,
+			      (uint8_t)UB_GET(ub_disk_super, log_root_level, sb) };
+	struct ub_key key = { 0, 0, 0 };
+	struct ub_path p;
+	int ret;
+
+	if (!lr.bytenr) {
+		printf("no log tree (the superblock's log_root is 0)\n");
+		return 0;
+	}
+	printf("log root tree\n");
+	dump_root(d, &lr);
+	ub_path_init(&p);
+	ret = ub_tree_search(&d->fs->tc, &lr, &key, &p);
+	ret = ret == 2 ? (ub_eb_nritems(p.nodes[0]) ? 0 : 1) : (ret < 0 ? ret : 0);
+	while (ret == 0) {
+		uint32_t size;
+		const uint8_t *data = ub_path_data(&p, &size);
+
+		ub_path_key(&p, &key);
+		if (key.type == BTRFS_ROOT_ITEM_KEY && size >= offsetof(struct btrfs_root_item, generation_v2)) {
+			struct ub_root r = { BTRFS_TREE_LOG_OBJECTID, UB_GET(btrfs_root_item, bytenr, data),
+					     UB_GET(btrfs_root_item, generation, data),
+					     (uint8_t)UB_GET(btrfs_root_item, level, data) };
+			printf("log tree key ");
+			ub_print_key(stdout, &key);
+			printf(" \n");
+			dump_root(d, &r);
+		}
+		ret = ub_tree_next(&p);
+	}
+	ub_path_release(&p);
+	if (ret < 0)
+		d->rc = EXIT_PROBLEMS;
+	return 0;
+}
+
 static int dump_tree_id(struct dumper *d, uint64_t id)
 {
 	struct ub_root r;
 	int ret;
 
-	if (id == BTRFS_TREE_LOG_OBJECTID) {
-		const uint8_t *sb = d->fs->vol->super;
-		uint64_t log = UB_GET(ub_disk_super, log_root, sb);
-		if (!log) {
-			printf("no log tree (the superblock's log_root is 0)\n");
-			return 0;
-		}
-		r = (struct ub_root){ BTRFS_TREE_LOG_OBJECTID, log, 0,
-				      (uint8_t)UB_GET(ub_disk_super, log_root_level, sb) };
-		printf("log root tree\n");
-		dump_root(d, &r);
-		return 0;
-	}
+	if (id == BTRFS_TREE_LOG_OBJECTID)
+		return dump_log(d);
 	ret = ub_fs_tree_root(d->fs, id, &r);
 	if (ret) {
 		fprintf(stderr, "ubtrfs: error: tree %llu: %s\n", (unsigned long long)id,
@@ -259,6 +289,8 @@ int cmd_dump_tree(int argc, char **argv)
 		printf("chunk tree\n");
 		dump_root(&d, &d.fs->chunk_tree);
 		dump_all_roots(&d, true);
+		if (UB_GET(ub_disk_super, log_root, d.fs->vol->super))
+			dump_log(&d);
 		snprintf(uuid, sizeof(uuid), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
 			 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 		printf("total bytes %llu\nbytes used %llu\nuuid %s\n",

@@ -190,14 +190,35 @@ static void fmt_uuid(const uint8_t *u, char *out)
 /* Keep devices of one filesystem, one per devid, newest generation; say why others are left out. */
 static int assemble(struct ub_volume *vol, struct candidate *c, int n)
 {
-	int lead = -1, ret = 0;
+	int lead = -1, best_count = 0, ret = 0;
+	const uint8_t *fsid = NULL;
 	char u1[40], u2[40];
 
-	for (int i = 0; i < n; i++)
-		if (c[i].dev && (lead < 0 || SB(generation, c[i].super) > SB(generation, c[lead].super)))
-			lead = i;
-	if (lead < 0)
+	/* the filesystem most of the devices belong to (the first given on a tie) */
+	for (int i = 0; i < n; i++) {
+		int count = 0;
+		if (!c[i].dev)
+			continue;
+		for (int j = 0; j < n; j++)
+			count += c[j].dev && !memcmp(UB_PTR(ub_disk_super, fsid, c[i].super),
+						     UB_PTR(ub_disk_super, fsid, c[j].super), UB_FSID_SIZE);
+		if (count > best_count) {
+			best_count = count;
+			fsid = UB_PTR(ub_disk_super, fsid, c[i].super);
+		}
+	}
+	if (!fsid)
 		return -EUCLEAN;
+	/* and among its devices, the newest superblock */
+	vol->generation_hint = 0;
+	for (int i = 0; i < n; i++) {
+		if (!c[i].dev || memcmp(UB_PTR(ub_disk_super, fsid, c[i].super), fsid, UB_FSID_SIZE))
+			continue;
+		if (lead < 0 || SB(generation, c[i].super) > SB(generation, c[lead].super))
+			lead = i;
+		if (SB(generation, c[i].super) > vol->generation_hint)
+			vol->generation_hint = SB(generation, c[i].super);
+	}
 	memcpy(vol->super, c[lead].super, UB_SUPER_INFO_SIZE);
 	vol->super_mirror_used = c[lead].mirror;
 	for (int i = 0; i < n; i++) {
@@ -284,9 +305,6 @@ int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_
 		ret = -EUCLEAN;
 		goto out;
 	}
-	for (int i = 0; i < npaths; i++)
-		if (cand[i].dev && SB(generation, cand[i].super) > vol->generation_hint)
-			vol->generation_hint = SB(generation, cand[i].super);
 	ret = assemble(vol, cand, npaths);
 	if (ret)
 		goto out;

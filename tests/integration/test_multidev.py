@@ -110,12 +110,20 @@ def casedir(md, request):
 # --------------------------------------------------------------------------
 # running ubtrfs
 
+def ub(*args):
+    """Run ubtrfs; a crash, an exit code outside 0/1/2 or a sanitizer report fails the test."""
+    cp = T.ubtrfs(*args)
+    if cp.returncode not in (0, 1, 2) or b"Sanitizer" in cp.stderr or b"runtime error:" in cp.stderr:
+        raise AssertionError("ubtrfs crashed or misbehaved: %s" % T.describe(cp))
+    return cp
+
+
 def ls_all(devs):
-    return T.ubtrfs("ls", "-R", "--json", *devs)
+    return ub("ls", "-R", "--json", *devs)
 
 
 def cat(devs, path):
-    return T.ubtrfs("cat", "--path", path, *devs)
+    return ub("cat", "--path", path, *devs)
 
 
 def cat_many(devs, paths):
@@ -561,7 +569,7 @@ def test_dump_tree_keys(md, prof, tree):
     problems = []
     for missing in sets:
         devs = M.shuffled([fs.image(d) for d in fs.devids if d not in missing], SEED + int(tree))
-        cp = T.ubtrfs("dump-tree", "-t", tree, *devs)
+        cp = ub("dump-tree", "-t", tree, *devs)
         got = T.tree_keys(cp.stdout.decode("utf-8", "replace"))
         label = "dump-tree -t %s without %r" % (tree, missing) if missing else "dump-tree -t %s" % tree
         if cp.returncode != 0:
@@ -580,7 +588,7 @@ def test_dump_super_each_device(md, prof):
     fs = md.get(prof)
     problems = []
     for img, sup in zip(fs.images, fs.supers):
-        cp = T.ubtrfs("dump-super", img)
+        cp = ub("dump-super", img)
         got = T.parse_dump_super(cp.stdout.decode("utf-8", "replace"))
         if cp.returncode != 0:
             problems.append("dump-super %s: %s" % (img, short(cp)))
