@@ -13,9 +13,10 @@ static const char help[] =
 	"  -f, --full         also print the system chunk array and the backup roots\n"
 	"  -F, --force        print a copy even when it has no btrfs magic\n"
 	"  -h, --help         this text\n\n"
-	"Exit codes: 0 every printed copy is valid, 1 a copy is invalid or missing, 2 usage or I/O error.\n";
+	"Exit codes: 0 every printed copy is valid, 1 a copy is invalid or missing,\n"
+	"2 usage or I/O error, or no copy has btrfs magic (not btrfs).\n";
 
-static int dump_one(struct ub_dev *dev, int mirror, bool full, bool force, bool explicit_mirror)
+static int dump_one(struct ub_dev *dev, int mirror, bool full, bool force, bool explicit_mirror, bool *magic)
 {
 	uint8_t sb[UB_SUPER_INFO_SIZE];
 	uint64_t off = ub_super_offset(mirror);
@@ -37,6 +38,8 @@ static int dump_one(struct ub_dev *dev, int mirror, bool full, bool force, bool 
 		return EXIT_FATAL;
 	}
 	ret = ub_super_validate(sb, off, why, sizeof(why));
+	if (ret != -ENOENT)
+		*magic = true;
 	if (ret == -ENOENT && !force) {
 		fprintf(stderr, "ubtrfs: error: %s: superblock copy %d at %llu: %s\n", dev->path, mirror,
 			(unsigned long long)off, why);
@@ -92,10 +95,15 @@ int cmd_dump_super(int argc, char **argv)
 			rc = EXIT_FATAL;
 			continue;
 		}
+		bool magic = false;
 		for (int m = all ? 0 : mirror; m < (all ? UB_SUPER_MIRROR_MAX : mirror + 1); m++) {
-			int r = dump_one(dev, m, full, force, explicit_mirror);
+			int r = dump_one(dev, m, full, force, explicit_mirror, &magic);
 			if (r > rc)
 				rc = r;
+		}
+		if (!magic && !force) {
+			fprintf(stderr, "ubtrfs: error: %s: not a btrfs device (no superblock with btrfs magic)\n", argv[i]);
+			rc = EXIT_FATAL;
 		}
 		ub_dev_close(dev);
 	}

@@ -48,11 +48,11 @@ def factory(scratch):
 
 
 @pytest.fixture(scope="session")
-def ubtrfs_bin():
+def ubtrfs_bin(scratch):
     b = T.ubtrfs_binary()
     if not (b.is_file() and os.access(b, os.X_OK)):
         pytest.skip("binary under test not built: %s (set UBTRFS=...)" % b)
-    return b
+    return T.snapshot_binary(scratch)
 
 
 @pytest.fixture(scope="session", params=I.READ_IMAGES)

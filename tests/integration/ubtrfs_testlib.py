@@ -36,8 +36,25 @@ LS_KEYS = ("path", "name", "subvol", "ino", "type", "mode", "size", "nlink", "ui
            "rdev_major", "rdev_minor", "atime", "mtime", "ctime", "xattrs")
 
 
+# Set once per session to a private copy of the binary, so that a rebuild in the
+# middle of a run (make replaces build/ubtrfs) cannot make tests fail at exec.
+_BINARY_SNAPSHOT = []
+
+
 def ubtrfs_binary():
+    if _BINARY_SNAPSHOT:
+        return _BINARY_SNAPSHOT[0]
     return Path(os.environ.get("UBTRFS", str(REPO / "build" / "ubtrfs")))
+
+
+def snapshot_binary(directory):
+    """Copy the binary under test into `directory` and run that copy from now on."""
+    if not _BINARY_SNAPSHOT:
+        src = ubtrfs_binary()
+        dst = Path(directory) / "ubtrfs-under-test"
+        shutil.copy2(src, dst)
+        _BINARY_SNAPSHOT.append(dst)
+    return _BINARY_SNAPSHOT[0]
 
 
 # --------------------------------------------------------------------------
