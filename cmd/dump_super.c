@@ -50,7 +50,7 @@ static int dump_one(struct ub_dev *dev, int mirror, bool full, bool force, bool 
 	ub_print_super(stdout, sb, full);
 	printf("\n");
 	if (ret) {
-		fprintf(stderr, "ubtrfs: warning: %s: superblock copy %d at %llu is invalid: %s\n", dev->path, mirror,
+		fprintf(stderr, "ubtrfs: error: %s: superblock copy %d at %llu is invalid: %s\n", dev->path, mirror,
 			(unsigned long long)off, why);
 		return EXIT_PROBLEMS;
 	}

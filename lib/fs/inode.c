@@ -64,6 +64,12 @@ int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_ino
 	read_ts(&out->ctime, d + offsetof(struct btrfs_inode_item, ctime));
 	read_ts(&out->mtime, d + offsetof(struct btrfs_inode_item, mtime));
 	read_ts(&out->otime, d + offsetof(struct btrfs_inode_item, otime));
+	/* no file can be larger than a signed 64-bit offset allows (the kernel's limit too) */
+	if (out->size > INT64_MAX) {
+		ub_err(&fs->log, "subvol %llu ino %llu: invalid inode size %llu", (unsigned long long)subvol,
+		       (unsigned long long)ino, (unsigned long long)out->size);
+		ret = -EUCLEAN;
+	}
 out:
 	ub_icur_close(&cur);
 	return ret > 0 ? -ENOENT : ret;

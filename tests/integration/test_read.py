@@ -6,7 +6,6 @@ import os
 
 import pytest
 
-import ubtrfs_images as I
 import ubtrfs_testlib as T
 
 

@@ -9,7 +9,6 @@ read-only view of the finished image.
 
 import os
 import random
-import subprocess
 import threading
 from pathlib import Path
 
@@ -90,6 +89,19 @@ def _prealloc_files(mnt, rng):
         os.close(fd)
 
 
+def _nodatacow_file(mnt, rng):
+    """Data without checksums (+C must be set while the file is empty)."""
+    path = os.path.join(mnt, "nodatacow")
+    open(path, "wb").close()
+    T.run(["chattr", "+C", path])
+    with open(path, "r+b") as f:
+        f.write(rng.randbytes(3 * MiB + 1000))
+        f.flush()
+        os.fsync(f.fileno())
+        f.seek(1 * MiB)
+        f.write(b"overwritten in place" * 100)
+
+
 def _subvol_population(mnt, src, rng):
     m = Path(mnt)
     T.run(["btrfs", "subvolume", "create", m / "subvol"])
@@ -107,6 +119,11 @@ def _subvol_population(mnt, src, rng):
     with open(big, "r+b") as f:
         f.seek(1 * MiB + 3)
         f.write(b"CHANGED AFTER SNAPSHOT" * 50)
+    # a compressible file: with compress-force this leaves partial references
+    # (extent offset != 0) into compressed extents
+    with open(sorted((s / "sizes").glob("f5242879_*"))[0], "r+b") as f:
+        f.seek(2 * MiB + 5000)
+        f.write(rng.randbytes(4096))
     with open(s / "reflinked", "r+b") as f:
         f.seek(12345)
         f.write(rng.randbytes(70000))
@@ -208,13 +225,14 @@ class ImageFactory:
             return self._kernel_image(name, [], mount_opts, lambda m: _cp_all(self.source("main"), m),
                                       "mkfs.btrfs (defaults, 512 MiB); mount -o %s; cp -a SRC/. MNT/"
                                       % (mount_opts or "defaults"))
-        if name == "kernel-subvol":
+        if name in ("kernel-subvol", "kernel-subvol-zstd"):
             rng = random.Random(MAIN_SEED + 10)
+            mount_opts = "compress-force=zstd" if name.endswith("zstd") else ""
             return self._kernel_image(
-                name, [], "", lambda m: _subvol_population(m, self.source("main"), rng),
-                "mkfs.btrfs; mount; subvolume 'subvol' + copies + reflinks; snapshot 'snap' and "
+                name, [], mount_opts, lambda m: _subvol_population(m, self.source("main"), rng),
+                "mkfs.btrfs; mount %s; subvolume 'subvol' + copies + reflinks; snapshot 'snap' and "
                 "read-only 'snap_ro'; then modify/append/truncate/delete/rename/new files/nested "
-                "subvolume in subvol, small change in snap")
+                "subvolume in subvol, small change in snap" % (mount_opts or "(defaults)"))
         if name == "kernel-many":
             rng = random.Random(MAIN_SEED + 11)
 
@@ -222,10 +240,11 @@ class ImageFactory:
                 _cp_all(self.source("many"), m)
                 _fragmented_file(os.path.join(m, "fragmented"), rng, 1500 if not T.LONG_TESTS else 6000)
                 _prealloc_files(m, rng)
+                _nodatacow_file(m, rng)
             return self._kernel_image(name, [], "", pop,
                                       "mkfs.btrfs; mount; cp -a (3000 small files in one dir); "
-                                      "1500 x 4 KiB random-order writes with fsync; prealloc and "
-                                      "punched-hole files")
+                                      "1500 x 4 KiB random-order writes with fsync; prealloc, "
+                                      "punched-hole and chattr +C (no checksums) files")
         if name == "kernel-noholes":
             rng = random.Random(MAIN_SEED + 12)
 
@@ -274,5 +293,5 @@ ROOTDIR_IMAGES = ["rootdir-crc32c-16384", "rootdir-xxhash-16384", "rootdir-sha25
                   "rootdir-blake2-16384", "rootdir-crc32c-4096", "rootdir-crc32c-65536",
                   "rootdir-mixed"]
 KERNEL_IMAGES = ["kernel-plain", "kernel-zlib", "kernel-lzo", "kernel-zstd", "kernel-subvol",
-                 "kernel-many", "kernel-noholes"] + sorted(PROFILE_DEVICES)
+                 "kernel-subvol-zstd", "kernel-many", "kernel-noholes"] + sorted(PROFILE_DEVICES)
 READ_IMAGES = ROOTDIR_IMAGES + KERNEL_IMAGES

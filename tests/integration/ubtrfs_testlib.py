@@ -777,7 +777,7 @@ def rmtree(path):
     shutil.rmtree(path, ignore_errors=True)
 
 
-# ctypes is imported so that fallocate with flags is available to recipes
+# os.posix_fallocate has no mode flags; KEEP_SIZE and PUNCH_HOLE need the libc call.
 _libc = ctypes.CDLL(None, use_errno=True)
 FALLOC_FL_KEEP_SIZE = 1
 FALLOC_FL_PUNCH_HOLE = 2
