@@ -72,6 +72,9 @@ class Ctx:
             problems = M.self_check(fs)
             assert not problems, "test setup: chunk mapping disagrees with the images:\n" + \
                 "\n".join(problems[:20])
+            zstd = [e for p in fs.files if p.startswith("/" + M.ZSTD_DIR + "/") for e in fs.extents[p]
+                    if e[5] == 3]
+            assert zstd, "test setup: nothing under /%s was stored zstd-compressed" % M.ZSTD_DIR
             self.fs[name] = fs
         return self.fs[name]
 
