@@ -101,6 +101,23 @@ int cmd_dump_super(int argc, char **argv)
 			if (r > rc)
 				rc = r;
 		}
+		if (!magic && !force && !all) {
+			/* the copy asked for is not there: say whether another one is */
+			for (int m = 0; m < UB_SUPER_MIRROR_MAX; m++) {
+				uint8_t sb[UB_SUPER_INFO_SIZE];
+				char why[160];
+				uint64_t off = ub_super_offset(m);
+				if (m == mirror || off + UB_SUPER_INFO_SIZE > dev->size ||
+				    ub_dev_read(dev, sb, sizeof(sb), off))
+					continue;
+				if (ub_super_validate(sb, off, why, sizeof(why)) == 0) {
+					fprintf(stderr, "ubtrfs: error: %s: superblock copy %d at %llu is valid: print it with -s %d or --all\n",
+						argv[i], m, (unsigned long long)off, m);
+					magic = true;
+					break;
+				}
+			}
+		}
 		if (!magic && !force) {
 			fprintf(stderr, "ubtrfs: error: %s: not a btrfs device (no superblock with btrfs magic)\n", argv[i]);
 			rc = EXIT_FATAL;

@@ -43,6 +43,10 @@ struct ub_tree_ctx {
 	struct ub_eb *lru_head, *lru_tail; /* unreferenced blocks, most recent first */
 	uint64_t cached_bytes, cache_limit;
 	bool quiet; /* no messages for blocks that fail (callers probing) */
+	/* blocks already found bad on every copy, so a walk reports each once */
+	uint64_t bad[64];
+	int bad_err[64];
+	unsigned bad_next;
 };
 
 int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_log *log);

@@ -213,6 +213,9 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		*out = eb;
 		return 0;
 	}
+	for (unsigned i = 0; i < 64; i++)
+		if (tc->bad[i] == bytenr && tc->bad_err[i])
+			return tc->bad_err[i];
 	tree_name(exp && exp->owner ? exp->owner : 0, tname, sizeof(tname));
 	if (bytenr % vol->sectorsize) {
 		if (!tc->quiet)
@@ -258,6 +261,9 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		if (!tc->quiet)
 			ub_err(&tc->log, "tree block at logical %llu (tree %s, level %d): no good copy among %d: %s",
 			       (unsigned long long)bytenr, tname, exp ? exp->level : -1, copies, why);
+		tc->bad[tc->bad_next % 64] = bytenr;
+		tc->bad_err[tc->bad_next % 64] = ret;
+		tc->bad_next++;
 		free(buf);
 		return ret;
 	}
