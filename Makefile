@@ -71,4 +71,6 @@ clean:
 	rm -rf build build-san build-fuzz
 
 .PHONY: all unit integration check fuzz clean
+# keep the fuzz objects between targets and runs
+.SECONDARY:
 -include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d)
