@@ -468,12 +468,13 @@ int ub_volume_check_devices(struct ub_volume *vol)
 		const struct ub_chunk *c = vol->chunks[i];
 		if (chunk_readable(c))
 			continue;
+		/* warnings: what cannot be read is an error when, and if, someone reads it */
 		if (unreadable++ < 5)
-			ub_err(&vol->log, "chunk at logical %llu (%s) has lost more devices than %s tolerates",
+			ub_warn(&vol->log, "chunk at logical %llu (%s) has lost more devices than %s tolerates",
 			       (unsigned long long)c->logical, c->profile->name, c->profile->name);
 	}
 	if (unreadable)
-		ub_err(&vol->log, "%d chunks are not fully readable with %d devices missing", unreadable, nmissing);
+		ub_warn(&vol->log, "%d chunks are not fully readable with %d devices missing", unreadable, nmissing);
 	else
 		ub_warn(&vol->log, "reading degraded: %d of %llu devices missing, every chunk still has its data",
 			nmissing, (unsigned long long)vol->num_devices);

@@ -67,7 +67,7 @@ class Ctx:
         if name not in self.fs:
             prof = BY_NAME[name]
             d = self.work / "fs" / name
-            d.mkdir(parents=True)
+            d.mkdir(parents=True, exist_ok=True)
             fs = M.build_fs(d, prof, self.src, self.mountpoint())
             problems = M.self_check(fs)
             assert not problems, "test setup: chunk mapping disagrees with the images:\n" + \
@@ -138,8 +138,8 @@ def err(cp):
     return cp.stderr.decode("utf-8", "replace")
 
 
-def short(cp):
-    return "exit %d; stderr: %s" % (cp.returncode, err(cp)[-1500:].strip() or "(empty)")
+def short(cp, n=1500):
+    return "exit %d; stderr: %s" % (cp.returncode, err(cp)[-n:].strip() or "(empty)")
 
 
 def names_missing(stderr, devid):
@@ -255,10 +255,10 @@ def check_partial(fs, devs, missing, what):
                                 % (p, missing))
             continue
         if meta_ok and readable:
-            problems.append("cat %r: its data and all metadata are present, yet %s" % (p, short(cp)))
+            problems.append("cat %r: its data and all metadata are present, yet %s" % (p, short(cp, 300)))
         if not any(names_missing(err(cp), d) for d in missing) or "error" not in err(cp):
             problems.append("cat %r: failure without a clear error naming the missing devid: %s"
-                            % (p, short(cp)))
+                            % (p, short(cp, 300)))
         if meta_ok and cp.returncode == 1:
             why = zero_or_right(fs, p, cp.stdout)
             if why:
