@@ -137,6 +137,7 @@ int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *op
 	ret = load_chunk_tree(fs);
 	if (ret) {
 		ub_err(&fs->log, "cannot read the chunk tree: %s", strerror(-ret));
+		ub_volume_check_devices(fs->vol);
 		goto fail;
 	}
 	/* too many missing devices is not fatal: whatever survives can still be read */

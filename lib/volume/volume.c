@@ -174,6 +174,33 @@ static int add_vdev(struct ub_volume *vol, uint64_t devid, const uint8_t *uuid, 
 	return 0;
 }
 
+/*
+ * Devices the system chunks need but that were not given: known (devid and
+ * uuid) before the chunk tree is read, so they can be named even when the
+ * chunk tree itself is out of reach.
+ */
+static int note_missing_sys_devices(struct ub_volume *vol)
+{
+	for (int i = 0; i < vol->nchunks; i++) {
+		const struct ub_chunk *c = vol->chunks[i];
+		for (int j = 0; j < c->num_stripes; j++) {
+			bool known = false;
+			int ret;
+			for (int k = 0; k < vol->nvdevs; k++)
+				known |= vol->vdevs[k].devid == c->stripes[j].devid;
+			if (known)
+				continue;
+			ret = add_vdev(vol, c->stripes[j].devid, c->stripes[j].dev_uuid, 0, NULL, 0);
+			if (ret)
+				return ret;
+		}
+	}
+	for (int i = 0; i < vol->nchunks; i++)
+		ub_chunk_bind(vol, vol->chunks[i]);
+	return 0;
+}
+
+
 static void fmt_uuid(const uint8_t *u, char *out)
 {
 	static const char hex[] = "0123456789abcdef";
@@ -309,6 +336,8 @@ int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_
 	if (ret)
 		goto out;
 	ret = init_from_super(vol);
+	if (!ret)
+		ret = note_missing_sys_devices(vol);
 out:
 	if (cand) {
 		for (int i = 0; i < npaths; i++)
@@ -459,8 +488,11 @@ int ub_volume_check_devices(struct ub_volume *vol)
 			continue;
 		nmissing++;
 		fmt_uuid(vol->vdevs[i].uuid, u);
-		ub_warn(&vol->log, "devid %llu (uuid %s, %llu bytes) is missing", (unsigned long long)vol->vdevs[i].devid,
-			u, (unsigned long long)vol->vdevs[i].total_bytes);
+		if (vol->vdevs[i].total_bytes)
+			ub_warn(&vol->log, "devid %llu (uuid %s, %llu bytes) is missing",
+				(unsigned long long)vol->vdevs[i].devid, u, (unsigned long long)vol->vdevs[i].total_bytes);
+		else
+			ub_warn(&vol->log, "devid %llu (uuid %s) is missing", (unsigned long long)vol->vdevs[i].devid, u);
 	}
 	if (!nmissing)
 		return 0;
