@@ -291,8 +291,7 @@ int cmd_dump_tree(int argc, char **argv)
 		dump_all_roots(&d, true);
 		if (UB_GET(ub_disk_super, log_root, d.fs->vol->super))
 			dump_log(&d);
-		snprintf(uuid, sizeof(uuid), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
-			 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+		ub_uuid_str(u, uuid);
 		printf("total bytes %llu\nbytes used %llu\nuuid %s\n",
 		       (unsigned long long)UB_GET(ub_disk_super, total_bytes, d.fs->vol->super),
 		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, d.fs->vol->super), uuid);

@@ -13,11 +13,6 @@ static const char help[] =
 	OPEN_ARGS_HELP
 	"\nExit codes: 0 all devices present, 1 some device is missing, 2 usage or fatal error.\n";
 
-static void uuid_str(const uint8_t *u, char *out)
-{
-	snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
-		 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
-}
 
 static void print_label_json(const char *label)
 {
@@ -63,7 +58,7 @@ static int show(struct ub_fs *fs, bool json)
 	for (char *p = label; *p; p++)
 		if ((unsigned char)*p < 0x20)
 			*p = '?';
-	uuid_str(vol->fsid, uuid);
+	ub_uuid_str(vol->fsid, uuid);
 	for (int i = 0; i < vol->nvdevs; i++)
 		missing += vol->vdevs[i].missing;
 	if (json) {

@@ -16,16 +16,7 @@ void pr_short(FILE *f, uint32_t size)
 
 void pr_uuid_str(char out[PR_UUID_STR_LEN], const uint8_t *uuid)
 {
-	static const char hex[] = "0123456789abcdef";
-	size_t o = 0;
-
-	for (int i = 0; i < 16; i++) {
-		if (i == 4 || i == 6 || i == 8 || i == 10)
-			out[o++] = '-';
-		out[o++] = hex[uuid[i] >> 4];
-		out[o++] = hex[uuid[i] & 15];
-	}
-	out[o] = '\0';
+	ub_uuid_str(uuid, out);
 }
 
 /*

@@ -236,5 +236,8 @@ uint64_t ub_extent_data_ref_hash(uint64_t root, uint64_t owner, uint64_t offset)
 const char *ub_key_type_name(uint8_t type);          /* "INODE_ITEM", or NULL */
 const char *ub_objectid_name(uint64_t objectid);      /* "ROOT_TREE", "FS_TREE"..., or NULL */
 const char *ub_profile_name(uint64_t bg_flags);       /* "single", "DUP", "RAID1"... */
+#define UB_UUID_STR_LEN 37
+/* 16 bytes -> "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (NUL-terminated). */
+void ub_uuid_str(const uint8_t *uuid, char out[UB_UUID_STR_LEN]);
 
 #endif

@@ -135,4 +135,7 @@ int ub_volume_read(struct ub_volume *vol, uint64_t logical, uint64_t len, int mi
 int ub_volume_map(const struct ub_volume *vol, uint64_t logical, int mirror, uint64_t *devid,
 		  uint64_t *physical, const char **path);
 
+/* "copy M (devid D PATH physical P)" for messages; PATH is "missing" for an absent device. */
+void ub_volume_describe_copy(const struct ub_volume *vol, uint64_t logical, int mirror, char *out, size_t len);
+
 #endif

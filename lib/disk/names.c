@@ -114,3 +114,17 @@ const char *ub_profile_name(uint64_t bg_flags)
 	default: return "UNKNOWN";
 	}
 }
+
+void ub_uuid_str(const uint8_t *uuid, char out[UB_UUID_STR_LEN])
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+
+	for (int i = 0; i < 16; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			out[o++] = '-';
+		out[o++] = hex[uuid[i] >> 4];
+		out[o++] = hex[uuid[i] & 15];
+	}
+	out[o] = '\0';
+}

@@ -58,18 +58,6 @@ static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8
 	return ret < 0 ? ret : 0;
 }
 
-static void describe(struct ub_fs *fs, uint64_t logical, int mirror, char *out, size_t len)
-{
-	uint64_t devid, phys;
-	const char *path;
-
-	if (ub_volume_map(fs->vol, logical, mirror, &devid, &phys, &path) == 0)
-		snprintf(out, len, "copy %d (devid %llu %s physical %llu)", mirror, (unsigned long long)devid,
-			 path ? path : "missing", (unsigned long long)phys);
-	else
-		snprintf(out, len, "copy %d", mirror);
-}
-
 /* Verify sectors [i, j) read into tmp; good ones are copied to buf (unless tmp is buf). Returns how many failed. */
 static uint64_t verify_run(struct ub_fs *fs, uint64_t i, uint64_t j, const uint8_t *tmp, const uint8_t *csums,
 			   const uint8_t *have, uint8_t *good, uint8_t *buf)
@@ -179,7 +167,7 @@ int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf,
 			}
 			if (r || mism) {
 				char where[256];
-				describe(fs, logical + i * ss, m, where, sizeof(where));
+				ub_volume_describe_copy(fs->vol, logical + i * ss, m, where, sizeof(where));
 				/* a missing device was reported once at open; a bad copy is news */
 				ub_logf(&fs->log, (mism || r != -ENXIO) ? UB_LOG_WARN : UB_LOG_INFO,
 					"data at logical %llu+%llu: %s: %s", (unsigned long long)(logical + i * ss),

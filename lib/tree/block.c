@@ -181,18 +181,6 @@ static int verify_copy(struct ub_tree_ctx *tc, const uint8_t *buf, uint64_t byte
 	return 0;
 }
 
-static void describe_copy(struct ub_tree_ctx *tc, uint64_t bytenr, int mirror, char *out, size_t len)
-{
-	uint64_t devid, phys;
-	const char *path;
-
-	if (ub_volume_map(tc->vol, bytenr, mirror, &devid, &phys, &path) == 0)
-		snprintf(out, len, "copy %d (devid %llu %s physical %llu)", mirror, (unsigned long long)devid,
-			 path ? path : "missing", (unsigned long long)phys);
-	else
-		snprintf(out, len, "copy %d", mirror);
-}
-
 int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, struct ub_eb **out)
 {
 	struct ub_volume *vol = tc->vol;
@@ -251,7 +239,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		}
 		/* a device already reported missing is not news for every block */
 		if (!tc->quiet && r != -ENXIO) {
-			describe_copy(tc, bytenr, m, where, sizeof(where));
+			ub_volume_describe_copy(tc->vol, bytenr, m, where, sizeof(where));
 			ub_warn(&tc->log, "tree block at logical %llu (tree %s, level %d): %s: %s",
 				(unsigned long long)bytenr, tname, exp ? exp->level : -1, where, why);
 		}

@@ -201,18 +201,6 @@ static int note_missing_sys_devices(struct ub_volume *vol)
 }
 
 
-static void fmt_uuid(const uint8_t *u, char *out)
-{
-	static const char hex[] = "0123456789abcdef";
-	int o = 0;
-	for (int i = 0; i < 16; i++) {
-		if (i == 4 || i == 6 || i == 8 || i == 10)
-			out[o++] = '-';
-		out[o++] = hex[u[i] >> 4];
-		out[o++] = hex[u[i] & 15];
-	}
-	out[o] = 0;
-}
 
 /* Keep devices of one filesystem, one per devid, newest generation; say why others are left out. */
 static int assemble(struct ub_volume *vol, struct candidate *c, int n)
@@ -257,8 +245,8 @@ static int assemble(struct ub_volume *vol, struct candidate *c, int n)
 		if (!c[i].dev)
 			continue;
 		if (memcmp(UB_PTR(ub_disk_super, fsid, s), UB_PTR(ub_disk_super, fsid, vol->super), UB_FSID_SIZE)) {
-			fmt_uuid(UB_PTR(ub_disk_super, fsid, s), u1);
-			fmt_uuid(UB_PTR(ub_disk_super, fsid, vol->super), u2);
+			ub_uuid_str(UB_PTR(ub_disk_super, fsid, s), u1);
+			ub_uuid_str(UB_PTR(ub_disk_super, fsid, vol->super), u2);
 			ub_warn(&vol->log, "%s: belongs to another filesystem (fsid %s, not %s); ignored", c[i].dev->path,
 				u1, u2);
 			continue;
@@ -487,7 +475,7 @@ int ub_volume_check_devices(struct ub_volume *vol)
 		if (!vol->vdevs[i].missing)
 			continue;
 		nmissing++;
-		fmt_uuid(vol->vdevs[i].uuid, u);
+		ub_uuid_str(vol->vdevs[i].uuid, u);
 		if (vol->vdevs[i].total_bytes)
 			ub_warn(&vol->log, "devid %llu (uuid %s, %llu bytes) is missing",
 				(unsigned long long)vol->vdevs[i].devid, u, (unsigned long long)vol->vdevs[i].total_bytes);
@@ -511,4 +499,16 @@ int ub_volume_check_devices(struct ub_volume *vol)
 		ub_warn(&vol->log, "reading degraded: %d of %llu devices missing, every chunk still has its data",
 			nmissing, (unsigned long long)vol->num_devices);
 	return unreadable ? -ENXIO : 0;
+}
+
+void ub_volume_describe_copy(const struct ub_volume *vol, uint64_t logical, int mirror, char *out, size_t len)
+{
+	uint64_t devid, phys;
+	const char *path;
+
+	if (ub_volume_map(vol, logical, mirror, &devid, &phys, &path) == 0)
+		snprintf(out, len, "copy %d (devid %llu %s physical %llu)", mirror, (unsigned long long)devid,
+			 path ? path : "missing", (unsigned long long)phys);
+	else
+		snprintf(out, len, "copy %d", mirror);
 }
