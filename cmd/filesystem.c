@@ -47,9 +47,8 @@ static const struct ub_vdev *nth_by_devid(const struct ub_volume *vol, int n)
 	return pick;
 }
 
-static int show(struct ub_fs *fs, bool json)
+static int show(const struct ub_volume *vol, bool json)
 {
-	const struct ub_volume *vol = fs->vol;
 	char label[UB_LABEL_SIZE + 1], uuid[40];
 	int missing = 0;
 
@@ -130,9 +129,20 @@ int cmd_filesystem(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return usage_error("filesystem show", "no device given");
-	if (open_fs(&oa, argv + optind, argc - optind, &fs))
-		return EXIT_FATAL;
-	rc = show(fs, json);
-	ub_fs_close(fs);
-	return final_rc(&oa, rc);
+	if (open_fs(&oa, argv + optind, argc - optind, &fs) == 0) {
+		rc = show(fs->vol, json);
+		ub_fs_close(fs);
+		return final_rc(&oa, rc);
+	}
+	/* the chunk tree is out of reach: the superblocks alone still say which devices there are */
+	{
+		struct ub_volume *vol;
+		struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = UB_LOG_ERROR, .errors = NULL };
+		if (ub_volume_open((const char *const *)argv + optind, argc - optind, NULL, &log, &vol))
+			return EXIT_FATAL;
+		fprintf(stderr, "ubtrfs: warning: devices from the superblocks only (sizes of devices not given are unknown)\n");
+		show(vol, json);
+		ub_volume_close(vol);
+		return EXIT_PROBLEMS;
+	}
 }

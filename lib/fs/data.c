@@ -161,8 +161,14 @@ int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf,
 				uint64_t e = k;
 				while (e < j && ok[e] == ok[k])
 					e++;
-				if (ok[k])
-					mism += verify_run(fs, k, e, tmp, csums, have, good, buf);
+				if (ok[k]) {
+					uint64_t bad_here = verify_run(fs, k, e, tmp, csums, have, good, buf);
+					mism += bad_here;
+					if (bad_here < e - k)
+						ub_info(&fs->log, "data at logical %llu+%llu: good data from copy %d",
+							(unsigned long long)(logical + k * ss),
+							(unsigned long long)((e - k) * ss), m);
+				}
 				k = e - 1;
 			}
 			if (r || mism) {

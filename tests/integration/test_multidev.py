@@ -11,6 +11,7 @@ and degraded sets are never mounted.  Damage goes to sparse copies in tmp.
 import concurrent.futures
 import hashlib
 import itertools
+import json
 import os
 import random
 import re
@@ -613,3 +614,31 @@ def test_dump_super_each_device(md, prof):
             if got.get(key) != want:
                 problems.append("dump-super %s: %s is %r, btrfs-progs says %r" % (img, key, got.get(key), want))
     fail(fs, "dump-super of each device", fs.images, problems)
+
+
+# --------------------------------------------------------------------------
+# filesystem show: the devices by devid, against what each image's superblock says (btrfs-progs)
+
+@pytest.mark.parametrize("prof", ["raid1c3", "raid6-raid1c3"])
+def test_filesystem_show(md, prof):
+    fs = md.get(prof)
+    supers = [M.super_info(i) for i in fs.images]
+    cp = ub("filesystem", "show", "--json", *M.shuffled(fs.images, 3))
+    assert cp.returncode == 0, short(cp)
+    out = json.loads(cp.stdout)
+    assert out["uuid"] == fs.fsid
+    assert out["num_devices"] == len(fs.images)
+    assert [d["devid"] for d in out["devices"]] == [s["devid"] for s in supers]
+    for d, img in zip(out["devices"], fs.images):
+        assert not d["missing"] and d["path"] == img
+    # one device left out: named missing, exit 1, the rest still listed with their paths
+    gone = fs.devids[-1]
+    rest = [i for i in fs.images if i != fs.image(gone)]
+    cp = ub("filesystem", "show", "--json", *rest)
+    assert cp.returncode == 1, short(cp)
+    out = json.loads(cp.stdout)
+    by = {d["devid"]: d for d in out["devices"]}
+    assert sorted(by) == fs.devids
+    assert by[gone]["missing"] and by[gone]["path"] is None
+    assert all(not by[i]["missing"] for i in fs.devids if i != gone)
+    assert names_missing(cp.stderr.decode(), gone), short(cp)
