@@ -26,7 +26,11 @@ int parse_u64(const char *s, uint64_t *out)
 	if (!s || !*s || *s == '-')
 		return -EINVAL;
 	errno = 0;
-	v = strtoull(s, &end, 0);
+	/* decimal, or hex with 0x; a leading 0 is not octal (addresses are written in decimal) */
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+		v = strtoull(s + 2, &end, 16);
+	else
+		v = strtoull(s, &end, 10);
 	if (errno || *end)
 		return -EINVAL;
 	*out = v;

@@ -18,6 +18,7 @@ static const char help[] =
 	"  -r, --roots        print only the root tree's list of trees (no tree contents)\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
+	"(dump-tree never replays the fsync log: it prints the trees as stored, the log trees with -t log)\n"
 	"\nExit codes: 0 everything printed, 1 some blocks could not be read, 2 usage or fatal error.\n";
 
 static const struct {
@@ -267,6 +268,8 @@ int cmd_dump_tree(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return usage_error("dump-tree", "no device given");
+	/* dump-tree shows the trees as they are on disk; the log trees are printed, not replayed */
+	oa.no_log = true;
 	if (open_fs(&oa, argv + optind, argc - optind, &d.fs))
 		return EXIT_FATAL;
 	if (nblocks) {

@@ -129,6 +129,7 @@ int cmd_filesystem(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return usage_error("filesystem show", "no device given");
+	oa.no_log = true; /* devices only: no need to replay the fsync log */
 	if (open_fs(&oa, argv + optind, argc - optind, &fs) == 0) {
 		rc = show(fs->vol, json);
 		ub_fs_close(fs);
