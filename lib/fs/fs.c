@@ -99,6 +99,28 @@ static void find_global(struct ub_fs *fs, uint64_t id, struct ub_root *r, bool e
 	}
 }
 
+/* Features that change how data or trees are found: read anyway (rescue), but say so. */
+static void warn_features(struct ub_fs *fs)
+{
+	const uint64_t understood = BTRFS_FEATURE_INCOMPAT_MIXED_BACKREF | BTRFS_FEATURE_INCOMPAT_DEFAULT_SUBVOL |
+				    BTRFS_FEATURE_INCOMPAT_MIXED_GROUPS | BTRFS_FEATURE_INCOMPAT_COMPRESS_LZO |
+				    BTRFS_FEATURE_INCOMPAT_COMPRESS_ZSTD | BTRFS_FEATURE_INCOMPAT_BIG_METADATA |
+				    BTRFS_FEATURE_INCOMPAT_EXTENDED_IREF | BTRFS_FEATURE_INCOMPAT_RAID56 |
+				    BTRFS_FEATURE_INCOMPAT_SKINNY_METADATA | BTRFS_FEATURE_INCOMPAT_NO_HOLES |
+				    BTRFS_FEATURE_INCOMPAT_METADATA_UUID | BTRFS_FEATURE_INCOMPAT_RAID1C34 |
+				    BTRFS_FEATURE_INCOMPAT_ZONED | BTRFS_FEATURE_INCOMPAT_SIMPLE_QUOTA;
+	uint64_t other = fs->incompat & ~understood;
+
+	if (other & BTRFS_FEATURE_INCOMPAT_EXTENT_TREE_V2)
+		ub_warn(&fs->log, "the filesystem uses extent-tree-v2, which ubtrfs does not support yet: reads may fail");
+	if (other & BTRFS_FEATURE_INCOMPAT_RAID_STRIPE_TREE)
+		ub_warn(&fs->log, "the filesystem uses the raid-stripe tree, which ubtrfs does not follow yet: "
+				  "data reads may be wrong and fail their checksums");
+	other &= ~(BTRFS_FEATURE_INCOMPAT_EXTENT_TREE_V2 | BTRFS_FEATURE_INCOMPAT_RAID_STRIPE_TREE);
+	if (other)
+		ub_warn(&fs->log, "unknown incompatible feature flags 0x%llx: reading anyway", (unsigned long long)other);
+}
+
 int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
 	       struct ub_fs **out)
 {
@@ -134,6 +156,7 @@ int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *op
 					   SB(chunk_root_generation, sb), (uint8_t)SB(chunk_root_level, sb) };
 	fs->root_tree = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, SB(root, sb), SB(generation, sb),
 					  (uint8_t)SB(root_level, sb) };
+	warn_features(fs);
 	ret = load_chunk_tree(fs);
 	if (ret) {
 		ub_err(&fs->log, "cannot read the chunk tree: %s", strerror(-ret));
