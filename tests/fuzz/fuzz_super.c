@@ -21,46 +21,15 @@
 #include "ubtrfs/format.h"
 #include "ubtrfs/print.h"
 #include "ubtrfs/volume.h"
-
-/* Far more than any superblock can print; more means a runaway loop in the printer. */
-#define FUZZ_PRINT_LIMIT (4U << 20)
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static ssize_t count_write(void *cookie, const char *buf, size_t len)
-{
-	size_t *total = cookie;
-
-	(void)buf;
-	*total += len;
-	if (*total > FUZZ_PRINT_LIMIT)
-		abort();
-	return (ssize_t)len;
-}
-
-static void quiet(void *arg, enum ub_log_level lvl, const char *msg)
-{
-	/* the message must be a terminated string; strlen lets ASan check that */
-	*(size_t *)arg += strlen(msg);
-}
-
-static void print_super(const uint8_t *sb)
-{
-	cookie_io_functions_t io = { .write = count_write };
-	size_t total = 0;
-	FILE *f = fopencookie(&total, "w", io);
-
-	if (!f)
-		return;
-	ub_print_super(f, sb, true);
-	fclose(f);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint8_t *sb = calloc(1, UB_SUPER_INFO_SIZE);
 	size_t logged = 0;
-	struct ub_log log = { quiet, &logged, UB_LOG_DEBUG };
+	struct ub_log log = { .fn = fuzz_quiet, .arg = &logged, .verbosity = UB_LOG_DEBUG, .errors = NULL };
 	struct ub_volume *vol = NULL;
 	uint8_t csum[UB_CSUM_SIZE_MAX];
 	char why[160];
@@ -83,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else if (!memchr(why, '\0', sizeof(why)) || !why[0]) {
 		abort(); /* a rejection must say why */
 	}
-	print_super(sb);
+	fuzz_print_super(sb);
 	free(sb);
 	return 0;
 }

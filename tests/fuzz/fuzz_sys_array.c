@@ -22,6 +22,7 @@
 #include "ubtrfs/format.h"
 #include "ubtrfs/print.h"
 #include "ubtrfs/volume.h"
+#include "fuzz_util.h"
 
 #define FUZZ_PRINT_LIMIT (4U << 20)
 
@@ -117,34 +118,6 @@ static void build_base(uint8_t *sb)
 		memcpy(sb + base_super[i].off, base_super[i].bytes, base_super[i].len);
 }
 
-static ssize_t count_write(void *cookie, const char *buf, size_t len)
-{
-	size_t *total = cookie;
-
-	(void)buf;
-	*total += len;
-	if (*total > FUZZ_PRINT_LIMIT)
-		abort();
-	return (ssize_t)len;
-}
-
-static void quiet(void *arg, enum ub_log_level lvl, const char *msg)
-{
-	*(size_t *)arg += strlen(msg);
-}
-
-static void print_super(const uint8_t *sb)
-{
-	cookie_io_functions_t io = { .write = count_write };
-	size_t total = 0;
-	FILE *f = fopencookie(&total, "w", io);
-
-	if (!f)
-		return;
-	ub_print_super(f, sb, true);
-	fclose(f);
-}
-
 /* Look up and map a few addresses of every chunk; the answers must be self-consistent. */
 static void exercise(struct ub_volume *vol)
 {
@@ -191,7 +164,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *sb = malloc(UB_SUPER_INFO_SIZE);
 	uint8_t *arr, csum[UB_CSUM_SIZE_MAX];
 	size_t logged = 0, n;
-	struct ub_log log = { quiet, &logged, UB_LOG_DEBUG };
+	struct ub_log log = { .fn = fuzz_quiet, .arg = &logged, .verbosity = UB_LOG_DEBUG, .errors = NULL };
 	struct ub_volume *vol = NULL;
 
 	if (!sb || size < 2)
@@ -209,7 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		exercise(vol);
 		ub_volume_close(vol);
 	}
-	print_super(sb);
+	fuzz_print_super(sb);
 out:
 	free(sb);
 	return 0;
