@@ -61,9 +61,9 @@ FUZZ_CFLAGS := $(filter-out -Werror,$(CFLAGS_BASE)) -Icmd
 FUZZ_OBJS := $(patsubst %.c,build-fuzz/obj/%.o,$(LIB_SRCS) $(PRINT_SRCS))
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
 build-fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS)
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_OBJS) $(LIBS)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -MMD -MP -MF build-fuzz/obj/$(notdir $@).d -o $@ $< $(FUZZ_OBJS) $(LIBS)
 
 fuzz: $(FUZZ_BINS)
 
@@ -73,4 +73,4 @@ clean:
 .PHONY: all unit integration check fuzz clean
 # keep the fuzz objects between targets and runs
 .SECONDARY:
--include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d)
+-include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:build-fuzz/%=build-fuzz/obj/%.d)
