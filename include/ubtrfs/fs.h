@@ -29,6 +29,9 @@ struct ub_fs {
 	struct ub_root extent_tree, dev_tree, csum_tree, uuid_tree, fst_tree, bgt_tree, quota_tree, rst_tree;
 	uint64_t incompat, compat_ro;
 	struct ub_replay *replay; /* the fsync log applied in memory, or NULL */
+	/* roots found lately: every inode lookup needs its subvolume's root, and reads never move it */
+	struct ub_root root_cache[16];
+	unsigned root_cache_next;
 };
 
 int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,

@@ -48,6 +48,12 @@ int ub_fs_find_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out)
 	uint32_t size;
 	int ret;
 
+	for (unsigned i = 0; i < 16; i++) {
+		if (fs->root_cache[i].bytenr && fs->root_cache[i].objectid == objectid) {
+			*out = fs->root_cache[i];
+			return 0;
+		}
+	}
 	ub_path_init(&p);
 	ret = ub_tree_search_le(&fs->tc, &fs->root_tree, &key, &p);
 	if (ret)
@@ -67,6 +73,7 @@ int ub_fs_find_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out)
 	out->bytenr = RI(bytenr, data);
 	out->generation = RI(generation, data);
 	out->level = (uint8_t)RI(level, data);
+	fs->root_cache[fs->root_cache_next++ % 16] = *out;
 out:
 	ub_path_release(&p);
 	return ret > 0 ? -ENOENT : ret;
