@@ -88,26 +88,43 @@ static void print_block(struct dumper *d, const struct ub_eb *eb)
 }
 
 /* Depth-first, children after their parent, as btrfs-progs prints them. */
+static const char *tag_name(uint64_t owner, uint64_t tag, char *buf, size_t len)
+{
+	if (owner == BTRFS_TREE_LOG_OBJECTID && tag == BTRFS_TREE_LOG_OBJECTID)
+		snprintf(buf, len, "the log root tree");
+	else if (owner == BTRFS_TREE_LOG_OBJECTID)
+		snprintf(buf, len, "the log tree of subvolume %llu", (unsigned long long)tag);
+	else {
+		char t[48];
+		snprintf(buf, len, "tree %s", ub_tree_name(tag, t, sizeof(t)));
+	}
+	return buf;
+}
+
 static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp, int depth)
 {
 	struct ub_eb *eb;
 	uint64_t first_tag = 0;
-	int ret = ub_block_set_add(&d->seen, bytenr, d->tag, &first_tag);
+	/* the pointer's own expectations first: they say best what is wrong */
+	int ret = ub_tree_read_block(&d->fs->tc, bytenr, exp, &eb);
 
-	if (ret == 1) {
-		char a[64], b[64], where[64] = "";
-		if (exp && exp->parent)
-			snprintf(where, sizeof(where), ", slot %d of node %llu", exp->slot, (unsigned long long)exp->parent);
-		ub_err(&d->fs->log, "tree %s: tree block at logical %llu (level %d%s) was already entered in tree %s: "
-		       "a block is part of one tree once; not printed again", ub_tree_name(d->tag, a, sizeof(a)),
-		       (unsigned long long)bytenr, exp ? exp->level : -1, where, ub_tree_name(first_tag, b, sizeof(b)));
-		d->rc = EXIT_PROBLEMS;
-		return;
-	}
-	ret = ret < 0 && ret != -EINVAL ? ret : ub_tree_read_block(&d->fs->tc, bytenr, exp, &eb);
 	if (ret) {
 		d->rc = EXIT_PROBLEMS;
 		fflush(stdout);
+		return;
+	}
+	ret = ub_block_set_add(&d->seen, bytenr, d->tag, &first_tag);
+	if (ret == 1) {
+		char a[64], b[64], where[64] = "";
+		uint64_t owner = exp ? exp->owner : 0;
+		if (exp && exp->parent)
+			snprintf(where, sizeof(where), ", slot %d of node %llu", exp->slot, (unsigned long long)exp->parent);
+		fflush(stdout);
+		ub_err(&d->fs->log, "%s: tree block at logical %llu (level %d%s) was already entered in %s: "
+		       "a block is part of one tree once; not printed again", tag_name(owner, d->tag, a, sizeof(a)),
+		       (unsigned long long)bytenr, ub_eb_level(eb), where, tag_name(owner, first_tag, b, sizeof(b)));
+		d->rc = EXIT_PROBLEMS;
+		ub_eb_put(&d->fs->tc, eb);
 		return;
 	}
 	print_block(d, eb);

@@ -170,15 +170,7 @@ static int verify_expect(const uint8_t *buf, const struct ub_expect *exp, char *
 
 	if (!exp)
 		return 0;
-	if (exp->level >= 0 && level != exp->level) {
-		snprintf(why, whylen, "level %d, expected %d", level, exp->level);
-		return -EUCLEAN;
-	}
-	if (exp->generation && gen != exp->generation) {
-		snprintf(why, whylen, "generation %llu, expected %llu", (unsigned long long)gen,
-			 (unsigned long long)exp->generation);
-		return -EUCLEAN;
-	}
+	/* the owner first: a block of another tree is the most telling reason */
 	if (exp->owner) {
 		/* snapshots share blocks, so a subvolume tree may hold blocks another subvolume wrote */
 		bool ok = is_subvol_tree(exp->owner) ? is_subvol_tree(owner) : owner == exp->owner;
@@ -188,6 +180,15 @@ static int verify_expect(const uint8_t *buf, const struct ub_expect *exp, char *
 				 is_subvol_tree(exp->owner) ? " or another subvolume" : "");
 			return -EUCLEAN;
 		}
+	}
+	if (exp->level >= 0 && level != exp->level) {
+		snprintf(why, whylen, "level %d, expected %d", level, exp->level);
+		return -EUCLEAN;
+	}
+	if (exp->generation && gen != exp->generation) {
+		snprintf(why, whylen, "generation %llu, expected %llu", (unsigned long long)gen,
+			 (unsigned long long)exp->generation);
+		return -EUCLEAN;
 	}
 	if (exp->first_key && n == 0) {
 		snprintf(why, whylen, "empty %s below a node", level ? "node" : "leaf");

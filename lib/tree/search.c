@@ -259,6 +259,18 @@ int ub_tree_search_le(struct ub_tree_ctx *tc, const struct ub_root *root, const 
 	return ub_tree_prev(p);
 }
 
+/* Tags are tree ids, except that every log tree is tagged with the subvolume it logs. */
+static const char *tag_name(uint64_t owner, uint64_t tag, char *buf, size_t len)
+{
+	if (owner == BTRFS_TREE_LOG_OBJECTID && tag == BTRFS_TREE_LOG_OBJECTID)
+		snprintf(buf, len, "the log root tree");
+	else if (owner == BTRFS_TREE_LOG_OBJECTID)
+		snprintf(buf, len, "the log tree of subvolume %llu", (unsigned long long)tag);
+	else
+		ub_tree_name(tag, buf, len);
+	return buf;
+}
+
 struct walk {
 	struct ub_tree_ctx *tc;
 	struct ub_block_set *seen;
@@ -271,8 +283,12 @@ static int walk_block(struct walk *w, uint64_t bytenr, const struct ub_expect *e
 {
 	struct ub_eb *eb;
 	uint64_t first_tag = 0;
-	int ret = ub_block_set_add(w->seen, bytenr, w->tag, &first_tag);
+	/* the pointer's own expectations first: they say best what is wrong */
+	int ret = ub_tree_read_block(w->tc, bytenr, exp, &eb);
 
+	if (ret)
+		return ret;
+	ret = ub_block_set_add(w->seen, bytenr, w->tag, &first_tag);
 	if (ret == 1) {
 		char t[64], a[64], b[64];
 		if (!w->tc->quiet) {
@@ -280,18 +296,17 @@ static int walk_block(struct walk *w, uint64_t bytenr, const struct ub_expect *e
 				snprintf(t, sizeof(t), "slot %d of node %llu", exp->slot, (unsigned long long)exp->parent);
 			else
 				snprintf(t, sizeof(t), "the root pointer");
-			ub_err(&w->tc->log, "tree %s: tree block at logical %llu (level %d, %s) was already entered "
-			       "in tree %s: a block is part of one tree once",
-			       ub_tree_name(w->tag, a, sizeof(a)), (unsigned long long)bytenr, exp->level, t,
-			       ub_tree_name(first_tag, b, sizeof(b)));
+			ub_err(&w->tc->log, "%s: tree block at logical %llu (level %d, %s) was already entered in %s: "
+			       "a block is part of one tree once", tag_name(exp->owner, w->tag, a, sizeof(a)),
+			       (unsigned long long)bytenr, exp->level, t, tag_name(exp->owner, first_tag, b, sizeof(b)));
 		}
+		ub_eb_put(w->tc, eb);
 		return -EUCLEAN;
 	}
-	if (ret < 0)
-		return ret == -EINVAL ? -EUCLEAN : ret;
-	ret = ub_tree_read_block(w->tc, bytenr, exp, &eb);
-	if (ret)
+	if (ret < 0) {
+		ub_eb_put(w->tc, eb);
 		return ret;
+	}
 	if (w->fn)
 		ret = w->fn(w->arg, eb);
 	if (!ret && ub_eb_level(eb) > 0) {
