@@ -234,8 +234,12 @@ static bool bad_matches(const struct ub_bad_block *b, uint64_t bytenr, const str
 
 static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err)
 {
-	struct ub_bad_block *b = &tc->bad[tc->bad_next++ % 64];
+	struct ub_bad_block *b;
 
+	/* a quiet probe said nothing, so the next caller must still hear about it */
+	if (tc->quiet)
+		return;
+	b = &tc->bad[tc->bad_next++ % 64];
 	memset(b, 0, sizeof(*b));
 	b->bytenr = bytenr;
 	b->err = err;
@@ -277,16 +281,14 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	uint8_t *buf = NULL;
 	char why[320] = "", where[256], ref[160];
 	int copies, ret = -EIO, bad_mirror = 0;
-	bool intrinsic_only = true, cached = false;
+	bool intrinsic_only = true;
 
 	for (eb = tc->hash[(bytenr / 4096) % tc->hash_size]; eb; eb = eb->hnext) {
 		if (eb->start != bytenr)
 			continue;
 		/* the cached copy was good for some pointer; it still has to fit this one */
-		if (verify_expect(eb->data, exp, why, sizeof(why))) {
-			cached = true;
+		if (verify_expect(eb->data, exp, why, sizeof(why)))
 			continue;
-		}
 		if (eb->refs++ == 0)
 			lru_unlink(tc, eb);
 		*out = eb;
@@ -317,6 +319,8 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		return -ENOMEM;
 	for (int m = 1; m <= copies; m++) {
 		int r = ub_volume_read(vol, bytenr, vol->nodesize, m, buf);
+		bool pointer_wrong = false;
+
 		if (r == -EOPNOTSUPP)
 			continue;
 		if (r) {
@@ -326,6 +330,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 			r = verify_intrinsic(tc, buf, bytenr, why, sizeof(why));
 			if (r == 0) {
 				r = verify_expect(buf, exp, why, sizeof(why));
+				pointer_wrong = r != 0;
 				if (r)
 					intrinsic_only = false;
 			}
@@ -338,9 +343,10 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		}
 		/*
 		 * A device already reported missing is not news for every block; a
-		 * pointer that does not fit a healthy cached block is said once below.
+		 * healthy copy that does not fit the pointer is no news about the
+		 * copy: the pointer is said to be wrong once, below.
 		 */
-		if (!tc->quiet && r != -ENXIO && !(cached && !intrinsic_only)) {
+		if (!tc->quiet && r != -ENXIO && !pointer_wrong) {
 			ub_volume_describe_copy(tc->vol, bytenr, m, where, sizeof(where));
 			ub_warn(&tc->log, "tree block at logical %llu (%s): %s: %s", (unsigned long long)bytenr, ref,
 				where, why);
