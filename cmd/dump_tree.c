@@ -132,7 +132,9 @@ static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp,
 		uint32_t n = ub_eb_nritems(eb);
 		for (uint32_t i = 0; i < n; i++) {
 			struct ub_key first, end;
-			struct ub_expect cexp = { exp ? exp->owner : 0, ub_eb_level(eb) - 1, ub_eb_node_gen(eb, (int)i),
+			/* with -b nothing is known above the block: its own owner is what its children must have */
+			struct ub_expect cexp = { exp && exp->owner ? exp->owner : ub_eb_owner(eb), ub_eb_level(eb) - 1,
+						  ub_eb_node_gen(eb, (int)i),
 						  &first, exp ? exp->end_key : NULL, bytenr, (int)i };
 			ub_eb_item_key(eb, (int)i, &first);
 			if (i + 1 < n) {
