@@ -62,6 +62,9 @@ struct dumper {
 	struct ub_fs *fs;
 	bool follow;
 	int rc;
+	/* blocks entered in the tree being printed: a block met twice is printed once and named */
+	struct ub_block_set seen;
+	uint64_t tag; /* who is walking: a tree id, or for log trees the subvolume id */
 };
 
 static void print_block(struct dumper *d, const struct ub_eb *eb)
@@ -85,9 +88,24 @@ static void print_block(struct dumper *d, const struct ub_eb *eb)
 }
 
 /* Depth-first, children after their parent, as btrfs-progs prints them. */
+static const char *tag_name(uint64_t owner, uint64_t tag, char *buf, size_t len)
+{
+	if (owner == BTRFS_TREE_LOG_OBJECTID && tag == BTRFS_TREE_LOG_OBJECTID)
+		snprintf(buf, len, "the log root tree");
+	else if (owner == BTRFS_TREE_LOG_OBJECTID)
+		snprintf(buf, len, "the log tree of subvolume %llu", (unsigned long long)tag);
+	else {
+		char t[48];
+		snprintf(buf, len, "tree %s", ub_tree_name(tag, t, sizeof(t)));
+	}
+	return buf;
+}
+
 static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp, int depth)
 {
 	struct ub_eb *eb;
+	uint64_t first_tag = 0;
+	/* the pointer's own expectations first: they say best what is wrong */
 	int ret = ub_tree_read_block(&d->fs->tc, bytenr, exp, &eb);
 
 	if (ret) {
@@ -95,24 +113,54 @@ static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp,
 		fflush(stdout);
 		return;
 	}
+	ret = ub_block_set_add(&d->seen, bytenr, d->tag, &first_tag);
+	if (ret == 1) {
+		char a[64], b[64], where[64] = "";
+		uint64_t owner = exp ? exp->owner : 0;
+		if (exp && exp->parent)
+			snprintf(where, sizeof(where), ", slot %d of node %llu", exp->slot, (unsigned long long)exp->parent);
+		fflush(stdout);
+		ub_err(&d->fs->log, "%s: tree block at logical %llu (level %d%s) was already entered in %s: "
+		       "a block is part of one tree once; not printed again", tag_name(owner, d->tag, a, sizeof(a)),
+		       (unsigned long long)bytenr, ub_eb_level(eb), where, tag_name(owner, first_tag, b, sizeof(b)));
+		d->rc = EXIT_PROBLEMS;
+		ub_eb_put(&d->fs->tc, eb);
+		return;
+	}
 	print_block(d, eb);
 	if (ub_eb_level(eb) > 0 && d->follow && depth < UB_MAX_LEVEL) {
 		uint32_t n = ub_eb_nritems(eb);
 		for (uint32_t i = 0; i < n; i++) {
-			struct ub_key first;
-			struct ub_expect cexp = { exp ? exp->owner : 0, ub_eb_level(eb) - 1, ub_eb_node_gen(eb, (int)i),
-						  &first };
+			struct ub_key first, end;
+			/* with -b nothing is known above the block: its own owner is what its children must have */
+			struct ub_expect cexp = { exp && exp->owner ? exp->owner : ub_eb_owner(eb), ub_eb_level(eb) - 1,
+						  ub_eb_node_gen(eb, (int)i),
+						  &first, exp ? exp->end_key : NULL, bytenr, (int)i };
 			ub_eb_item_key(eb, (int)i, &first);
+			if (i + 1 < n) {
+				ub_eb_item_key(eb, (int)i + 1, &end);
+				cexp.end_key = &end;
+			}
 			walk(d, ub_eb_node_blockptr(eb, (int)i), &cexp, depth + 1);
 		}
 	}
 	ub_eb_put(&d->fs->tc, eb);
 }
 
+/* One whole tree; a fresh set of entered blocks unless the caller keeps one across trees (the log). */
+static void dump_root_tagged(struct dumper *d, const struct ub_root *r, uint64_t tag, bool fresh)
+{
+	struct ub_expect exp = { r->objectid, r->level, r->generation, NULL, NULL, 0, -1 };
+
+	if (fresh)
+		ub_block_set_free(&d->seen);
+	d->tag = tag;
+	walk(d, r->bytenr, &exp, 0);
+}
+
 static void dump_root(struct dumper *d, const struct ub_root *r)
 {
-	struct ub_expect exp = { r->objectid, r->level, r->generation, NULL };
-	walk(d, r->bytenr, &exp, 0);
+	dump_root_tagged(d, r, r->objectid, true);
 }
 
 static const char *tree_title(uint64_t id)
@@ -175,7 +223,9 @@ static void dump_all_roots(struct dumper *d, bool contents)
 static int dump_log(struct dumper *d)
 {
 	const uint8_t *sb = d->fs->vol->super;
-	struct ub_root lr = { BTRFS_TREE_LOG_OBJECTID, UB_GET(ub_disk_super, log_root, sb), 0,
+	/* the kernel writes the log in the transaction after the superblock's */
+	struct ub_root lr = { BTRFS_TREE_LOG_OBJECTID, UB_GET(ub_disk_super, log_root, sb),
+			      UB_GET(ub_disk_super, generation, sb) + 1,
 			      (uint8_t)UB_GET(ub_disk_super, log_root_level, sb) };
 	struct ub_key key = { 0, 0, 0 };
 	struct ub_path p;
@@ -186,7 +236,8 @@ static int dump_log(struct dumper *d)
 		return 0;
 	}
 	printf("log root tree\n");
-	dump_root(d, &lr);
+	/* every log block carries owner TREE_LOG: only entering each once across all of them tells the trees apart */
+	dump_root_tagged(d, &lr, BTRFS_TREE_LOG_OBJECTID, true);
 	ub_path_init(&p);
 	ret = ub_tree_search(&d->fs->tc, &lr, &key, &p);
 	ret = ret == 2 ? (ub_eb_nritems(p.nodes[0]) ? 0 : 1) : (ret < 0 ? ret : 0);
@@ -202,7 +253,7 @@ static int dump_log(struct dumper *d)
 			printf("log tree key ");
 			ub_print_key(stdout, &key);
 			printf(" \n");
-			dump_root(d, &r);
+			dump_root_tagged(d, &r, key.offset, false);
 		}
 		ret = ub_tree_next(&p);
 	}
@@ -274,8 +325,10 @@ int cmd_dump_tree(int argc, char **argv)
 		return EXIT_FATAL;
 	if (nblocks) {
 		d.follow = follow;
-		for (int i = 0; i < nblocks; i++)
+		for (int i = 0; i < nblocks; i++) {
+			ub_block_set_free(&d.seen);
 			walk(&d, blocks[i], NULL, 0);
+		}
 	} else if (have_tree) {
 		if (dump_tree_id(&d, tree))
 			d.rc = EXIT_FATAL;
@@ -300,6 +353,7 @@ int cmd_dump_tree(int argc, char **argv)
 		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, d.fs->vol->super), uuid);
 	}
 	fflush(stdout);
+	ub_block_set_free(&d.seen);
 	ub_fs_close(d.fs);
 	return final_rc(&oa, d.rc);
 }

@@ -27,13 +27,44 @@ struct ub_root {
 	uint8_t level;
 };
 
-/* What the parent (or superblock) says a child block must be; 0/-1 = unknown. */
+/*
+ * What the parent (or superblock, or root item) says a block must be; 0/-1 =
+ * unknown. Checked on every access, cached or not: a block is shared only
+ * where the format allows it (subvolume trees and snapshots), so a pointer
+ * that finds a block which does not fit is corruption of the pointer.
+ */
 struct ub_expect {
-	uint64_t owner;      /* 0: do not check */
+	uint64_t owner;      /* 0: do not check; a subvolume id accepts any subvolume's block */
 	int level;           /* -1: do not check */
 	uint64_t generation; /* 0: do not check (must match exactly when set) */
-	const struct ub_key *first_key; /* NULL: do not check */
+	const struct ub_key *first_key; /* NULL: do not check (set: the block must not be empty either) */
+	const struct ub_key *end_key;   /* NULL: no bound; else every key in the block is below it */
+	uint64_t parent;     /* for messages: the node holding the pointer, 0 for a root pointer */
+	int slot;            /* for messages: the slot in `parent` */
 };
+
+/* A block found bad, and under which expectation (`any`: bad whatever the parent says). */
+struct ub_bad_block {
+	uint64_t bytenr;
+	int err; /* 0: unused entry */
+	bool any, has_first, has_end;
+	int level;
+	uint64_t owner, generation;
+	struct ub_key first, end;
+};
+
+/* A set of block addresses, each with a tag naming who entered it first (a tree id, a subvolume id...). */
+struct ub_block_set {
+	uint64_t *addr, *tag;
+	size_t n, cap; /* cap is 0 or a power of two */
+};
+
+/* 1 if `bytenr` was already in the set (its tag in *first_tag), 0 if added now, -ENOMEM. */
+int ub_block_set_add(struct ub_block_set *s, uint64_t bytenr, uint64_t tag, uint64_t *first_tag);
+void ub_block_set_free(struct ub_block_set *s);
+
+/* "FS_TREE", "EXTENT_TREE", or the number, for messages. */
+const char *ub_tree_name(uint64_t id, char *buf, size_t len);
 
 struct ub_tree_ctx {
 	struct ub_volume *vol;
@@ -43,9 +74,12 @@ struct ub_tree_ctx {
 	struct ub_eb *lru_head, *lru_tail; /* unreferenced blocks, most recent first */
 	uint64_t cached_bytes, cache_limit;
 	bool quiet; /* no messages for blocks that fail (callers probing) */
-	/* blocks already found bad on every copy, so a walk reports each once */
-	uint64_t bad[64];
-	int bad_err[64];
+	/*
+	 * Blocks already found bad, so a walk reports each once. A failure that
+	 * depends on what the parent expected is remembered with that
+	 * expectation: the block may be healthy for its real parent.
+	 */
+	struct ub_bad_block bad[64];
 	unsigned bad_next;
 };
 
@@ -109,5 +143,16 @@ const uint8_t *ub_path_data(const struct ub_path *p, uint32_t *size);
  */
 int ub_tree_lookup(struct ub_tree_ctx *tc, const struct ub_root *root, const struct ub_key *key,
 		   struct ub_path *p, const uint8_t **data, uint32_t *size);
+
+/*
+ * Enter every block of the tree under `root` once, parents before children,
+ * calling `fn` (if set) on each; a nonzero return from `fn` stops the walk
+ * with that value. Every block is recorded in `seen` with `tag`: a block
+ * already there (in this tree, or in another tree walked with the same set)
+ * is corruption, reported with both tags and -EUCLEAN returned. A block that
+ * cannot be read stops the walk with its error.
+ */
+int ub_tree_walk(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_block_set *seen, uint64_t tag,
+		 int (*fn)(void *arg, const struct ub_eb *eb), void *arg);
 
 #endif

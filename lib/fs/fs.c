@@ -69,6 +69,15 @@ int ub_fs_find_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out)
 		ret = -EUCLEAN;
 		goto out;
 	}
+	if (RI(level, data) >= UB_MAX_LEVEL || !RI(bytenr, data)) {
+		char t[64];
+		ub_err(&fs->log, "root tree: ROOT_ITEM of tree %s (leaf at logical %llu slot %d): invalid root "
+		       "pointer: bytenr %llu level %u", ub_tree_name(objectid, t, sizeof(t)),
+		       (unsigned long long)p.nodes[0]->start, p.slots[0], (unsigned long long)RI(bytenr, data),
+		       (unsigned)RI(level, data));
+		ret = -EUCLEAN;
+		goto out;
+	}
 	out->objectid = objectid;
 	out->bytenr = RI(bytenr, data);
 	out->generation = RI(generation, data);
@@ -104,6 +113,117 @@ static void find_global(struct ub_fs *fs, uint64_t id, struct ub_root *r, bool e
 		else if (expected)
 			ub_warn(&fs->log, "tree %s is missing from the root tree", ub_objectid_name(id));
 	}
+}
+
+/* What the log root tree and each log tree it names may hold, and who is walking which. */
+struct log_check {
+	struct ub_fs *fs;
+	uint64_t subvol; /* the log tree being walked; 0 for the log root tree */
+	struct ub_root *roots;
+	uint64_t *subvols;
+	size_t n;
+};
+
+static int log_root_leaf(void *arg, const struct ub_eb *eb)
+{
+	struct log_check *lc = arg;
+	uint32_t n = ub_eb_nritems(eb);
+
+	if (ub_eb_level(eb))
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct ub_key k;
+		uint32_t size;
+		const uint8_t *d = ub_eb_item_data(eb, (int)i, &size);
+		struct ub_root *nr;
+		uint64_t *ns;
+
+		ub_eb_item_key(eb, (int)i, &k);
+		/* the kernel writes (TREE_LOG ROOT_ITEM subvolume) items there and nothing else */
+		if (k.objectid != BTRFS_TREE_LOG_OBJECTID || k.type != BTRFS_ROOT_ITEM_KEY ||
+		    size < offsetof(struct btrfs_root_item, generation_v2)) {
+			ub_err(&lc->fs->log, "log root tree: leaf at logical %llu slot %u: key (%llu %u %llu) size %u "
+			       "is not a log ROOT_ITEM, the only item the log root tree holds",
+			       (unsigned long long)eb->start, i, (unsigned long long)k.objectid, k.type,
+			       (unsigned long long)k.offset, size);
+			return -EUCLEAN;
+		}
+		nr = realloc(lc->roots, (lc->n + 1) * sizeof(*nr));
+		if (nr)
+			lc->roots = nr;
+		ns = realloc(lc->subvols, (lc->n + 1) * sizeof(*ns));
+		if (ns)
+			lc->subvols = ns;
+		if (!nr || !ns)
+			return -ENOMEM;
+		lc->roots[lc->n] = (struct ub_root){ BTRFS_TREE_LOG_OBJECTID, RI(bytenr, d), RI(generation, d),
+						     (uint8_t)RI(level, d) };
+		lc->subvols[lc->n++] = k.offset;
+		if (RI(level, d) >= UB_MAX_LEVEL) {
+			ub_err(&lc->fs->log, "log root tree: leaf at logical %llu slot %u: log tree of subvolume %llu "
+			       "has invalid level %u", (unsigned long long)eb->start, i, (unsigned long long)k.offset,
+			       (unsigned)RI(level, d));
+			return -EUCLEAN;
+		}
+	}
+	return 0;
+}
+
+static int log_tree_leaf(void *arg, const struct ub_eb *eb)
+{
+	struct log_check *lc = arg;
+	uint32_t n = ub_eb_nritems(eb);
+
+	if (ub_eb_level(eb))
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct ub_key k;
+		ub_eb_item_key(eb, (int)i, &k);
+		/* root items live in the log root tree; a log tree holding them is the log root tree's block */
+		if (k.type == BTRFS_ROOT_ITEM_KEY) {
+			ub_err(&lc->fs->log, "log tree of subvolume %llu: leaf at logical %llu slot %u: key (%llu %u "
+			       "%llu) is a ROOT_ITEM, which no log tree holds: the pointer to this tree is wrong",
+			       (unsigned long long)lc->subvol, (unsigned long long)eb->start, i,
+			       (unsigned long long)k.objectid, k.type, (unsigned long long)k.offset);
+			return -EUCLEAN;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Before the log is replayed: every block of the log root tree and of the log
+ * trees is entered once across all of them (they all carry owner TREE_LOG, so
+ * only this tells a log tree that points into the log root tree or into
+ * another log tree), and each holds only the items its kind may hold.
+ */
+static int check_log(struct ub_fs *fs)
+{
+	const uint8_t *sb = fs->vol->super;
+	/* the kernel writes the log in the transaction after the superblock's */
+	struct ub_root lr = { BTRFS_TREE_LOG_OBJECTID, SB(log_root, sb), SB(generation, sb) + 1,
+			      (uint8_t)SB(log_root_level, sb) };
+	struct log_check lc = { fs, 0, NULL, NULL, 0 };
+	struct ub_block_set seen = { 0 };
+	int ret;
+
+	if (SB(log_root_level, sb) >= UB_MAX_LEVEL) {
+		ub_err(&fs->log, "superblock: log_root_level %llu is invalid", (unsigned long long)SB(log_root_level, sb));
+		return -EUCLEAN;
+	}
+	ret = ub_tree_walk(&fs->tc, &lr, &seen, BTRFS_TREE_LOG_OBJECTID, log_root_leaf, &lc);
+	for (size_t i = 0; i < lc.n && !ret; i++) {
+		lc.subvol = lc.subvols[i];
+		ret = ub_tree_walk(&fs->tc, &lc.roots[i], &seen, lc.subvols[i], log_tree_leaf, &lc);
+		if (ret)
+			ub_err(&fs->log, "log tree of subvolume %llu (root at logical %llu, level %u) is corrupt: %s",
+			       (unsigned long long)lc.subvols[i], (unsigned long long)lc.roots[i].bytenr,
+			       lc.roots[i].level, strerror(-ret));
+	}
+	ub_block_set_free(&seen);
+	free(lc.roots);
+	free(lc.subvols);
+	return ret;
 }
 
 /* Features that change how data or trees are found: read anyway (rescue), but say so. */
@@ -184,8 +304,14 @@ int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *op
 	find_global(fs, BTRFS_RAID_STRIPE_TREE_OBJECTID, &fs->rst_tree,
 		    fs->incompat & BTRFS_FEATURE_INCOMPAT_RAID_STRIPE_TREE);
 	/* a failed replay is reported and reading goes on without the log */
-	if (!fs->opts.no_log)
-		ub_replay_log(fs);
+	if (!fs->opts.no_log && SB(log_root, sb)) {
+		ret = check_log(fs);
+		if (ret)
+			ub_err(&fs->log, "the fsync log tree (root at logical %llu) is corrupt: %s; reading without it",
+			       (unsigned long long)SB(log_root, sb), strerror(-ret));
+		else
+			ub_replay_log(fs);
+	}
 	*out = fs;
 	return 0;
 fail:

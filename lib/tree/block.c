@@ -98,24 +98,28 @@ void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
 	evict(tc);
 }
 
-static const char *tree_name(uint64_t owner, char *buf, size_t len)
+const char *ub_tree_name(uint64_t id, char *buf, size_t len)
 {
-	const char *n = owner ? ub_objectid_name(owner) : "unknown";
+	const char *n = id ? ub_objectid_name(id) : "unknown";
 	if (n)
 		snprintf(buf, len, "%s", n);
 	else
-		snprintf(buf, len, "%llu", (unsigned long long)owner);
+		snprintf(buf, len, "%llu", (unsigned long long)id);
 	return buf;
 }
 
-/* Everything that must hold for one copy; the reason goes into `why`. */
-static int verify_copy(struct ub_tree_ctx *tc, const uint8_t *buf, uint64_t bytenr, const struct ub_expect *exp,
-		       char *why, size_t whylen)
+static void key_str(const struct ub_key *k, char *buf, size_t len)
+{
+	snprintf(buf, len, "(%llu %u %llu)", (unsigned long long)k->objectid, k->type, (unsigned long long)k->offset);
+}
+
+/* What a block must be whoever points at it; the reason goes into `why`. */
+static int verify_intrinsic(struct ub_tree_ctx *tc, const uint8_t *buf, uint64_t bytenr, char *why, size_t whylen)
 {
 	struct ub_volume *vol = tc->vol;
 	uint8_t csum[UB_CSUM_SIZE_MAX];
 	struct ub_check_ctx cctx;
-	uint64_t owner = HDR(owner, buf), gen = HDR(generation, buf);
+	uint64_t gen = HDR(generation, buf);
 	int level = (int)HDR(level, buf);
 
 	ub_csum(vol->csum_type, buf + UB_CSUM_SIZE_MAX, vol->nodesize - UB_CSUM_SIZE_MAX, csum);
@@ -135,50 +139,139 @@ static int verify_copy(struct ub_tree_ctx *tc, const uint8_t *buf, uint64_t byte
 		snprintf(why, whylen, "invalid level %d", level);
 		return -EUCLEAN;
 	}
-	if (exp && exp->level >= 0 && level != exp->level) {
-		snprintf(why, whylen, "level %d, expected %d", level, exp->level);
-		return -EUCLEAN;
-	}
-	if (exp && exp->generation && gen != exp->generation) {
-		snprintf(why, whylen, "generation %llu, parent expects %llu", (unsigned long long)gen,
-			 (unsigned long long)exp->generation);
-		return -EUCLEAN;
-	}
 	/* log trees are written one transaction ahead of the superblock */
 	if (gen > vol->generation + 1) {
 		snprintf(why, whylen, "generation %llu is newer than the filesystem's %llu", (unsigned long long)gen,
 			 (unsigned long long)vol->generation);
 		return -EUCLEAN;
 	}
-	if (exp && exp->owner) {
-		/* snapshots share blocks, so a subvolume tree may hold blocks another subvolume wrote */
-		bool ok = is_subvol_tree(exp->owner) ? is_subvol_tree(owner) : owner == exp->owner;
-		if (!ok) {
-			snprintf(why, whylen, "owner %llu, expected %llu", (unsigned long long)owner,
-				 (unsigned long long)exp->owner);
-			return -EUCLEAN;
-		}
-	}
 	cctx.nodesize = vol->nodesize;
 	cctx.sectorsize = vol->sectorsize;
 	cctx.csum_size = vol->csum_size;
 	cctx.incompat_flags = UB_GET(ub_disk_super, incompat_flags, vol->super);
-	cctx.owner = owner;
+	cctx.owner = HDR(owner, buf);
 	if (ub_tree_check_block(buf, &cctx, why, whylen))
 		return -EUCLEAN;
-	if (exp && exp->first_key && HDR(nritems, buf) > 0) {
+	return 0;
+}
+
+/*
+ * What the pointer to the block says it must be. Runs on every access, also
+ * for cached blocks: a healthy block reached through a wrong pointer fails
+ * here without being any less healthy for its real parent. The block passed
+ * verify_intrinsic, so its keys are in order and in bounds.
+ */
+static int verify_expect(const uint8_t *buf, const struct ub_expect *exp, char *why, size_t whylen)
+{
+	uint64_t owner = HDR(owner, buf), gen = HDR(generation, buf);
+	uint32_t n = (uint32_t)HDR(nritems, buf);
+	int level = (int)HDR(level, buf);
+	char a[64], b[64], ka[80], kb[80];
+
+	if (!exp)
+		return 0;
+	/* the owner first: a block of another tree is the most telling reason */
+	if (exp->owner) {
+		/* snapshots share blocks, so a subvolume tree may hold blocks another subvolume wrote */
+		bool ok = is_subvol_tree(exp->owner) ? is_subvol_tree(owner) : owner == exp->owner;
+		if (!ok) {
+			snprintf(why, whylen, "owner %s, expected %s%s: a block of another tree",
+				 ub_tree_name(owner, a, sizeof(a)), ub_tree_name(exp->owner, b, sizeof(b)),
+				 is_subvol_tree(exp->owner) ? " or another subvolume" : "");
+			return -EUCLEAN;
+		}
+	}
+	if (exp->level >= 0 && level != exp->level) {
+		snprintf(why, whylen, "level %d, expected %d", level, exp->level);
+		return -EUCLEAN;
+	}
+	if (exp->generation && gen != exp->generation) {
+		snprintf(why, whylen, "generation %llu, expected %llu", (unsigned long long)gen,
+			 (unsigned long long)exp->generation);
+		return -EUCLEAN;
+	}
+	if (exp->first_key && n == 0) {
+		snprintf(why, whylen, "empty %s below a node", level ? "node" : "leaf");
+		return -EUCLEAN;
+	}
+	if (exp->first_key) {
 		struct ub_key k;
-		const uint8_t *p = buf + UB_HEADER_SIZE; /* item and key_ptr both start with the key */
-		ub_key_read(&k, p);
+		ub_key_read(&k, buf + UB_HEADER_SIZE); /* item and key_ptr both start with the key */
 		if (ub_key_cmp(&k, exp->first_key)) {
-			snprintf(why, whylen, "first key (%llu %u %llu) does not match parent's (%llu %u %llu)",
-				 (unsigned long long)k.objectid, k.type, (unsigned long long)k.offset,
-				 (unsigned long long)exp->first_key->objectid, exp->first_key->type,
-				 (unsigned long long)exp->first_key->offset);
+			key_str(&k, ka, sizeof(ka));
+			key_str(exp->first_key, kb, sizeof(kb));
+			snprintf(why, whylen, "first key %s does not match the parent's %s", ka, kb);
+			return -EUCLEAN;
+		}
+	}
+	if (exp->end_key && n > 0) {
+		struct ub_key k;
+		uint32_t step = level ? UB_KEY_PTR_SIZE : UB_ITEM_SIZE;
+		ub_key_read(&k, buf + UB_HEADER_SIZE + (n - 1) * step);
+		if (ub_key_cmp(&k, exp->end_key) >= 0) {
+			key_str(&k, ka, sizeof(ka));
+			key_str(exp->end_key, kb, sizeof(kb));
+			snprintf(why, whylen, "last key %s is not below %s, where the parent's next child starts: "
+				 "the block is outside its parent's key range", ka, kb);
 			return -EUCLEAN;
 		}
 	}
 	return 0;
+}
+
+static bool bad_matches(const struct ub_bad_block *b, uint64_t bytenr, const struct ub_expect *exp)
+{
+	if (!b->err || b->bytenr != bytenr)
+		return false;
+	if (b->any)
+		return true;
+	if (!exp)
+		return false;
+	return b->owner == exp->owner && b->level == exp->level && b->generation == exp->generation &&
+	       b->has_first == !!exp->first_key && (!exp->first_key || !ub_key_cmp(&b->first, exp->first_key)) &&
+	       b->has_end == !!exp->end_key && (!exp->end_key || !ub_key_cmp(&b->end, exp->end_key));
+}
+
+static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err)
+{
+	struct ub_bad_block *b;
+
+	/* a quiet probe said nothing, so the next caller must still hear about it */
+	if (tc->quiet)
+		return;
+	b = &tc->bad[tc->bad_next++ % 64];
+	memset(b, 0, sizeof(*b));
+	b->bytenr = bytenr;
+	b->err = err;
+	b->any = any || !exp;
+	if (b->any)
+		return;
+	b->owner = exp->owner;
+	b->level = exp->level;
+	b->generation = exp->generation;
+	if (exp->first_key) {
+		b->has_first = true;
+		b->first = *exp->first_key;
+	}
+	if (exp->end_key) {
+		b->has_end = true;
+		b->end = *exp->end_key;
+	}
+}
+
+/* "tree FS_TREE, level 0, slot 3 of node 30425088" */
+static void describe_ref(const struct ub_expect *exp, char *buf, size_t len)
+{
+	char t[64];
+
+	ub_tree_name(exp && exp->owner ? exp->owner : 0, t, sizeof(t));
+	if (exp && exp->parent)
+		snprintf(buf, len, "tree %s, level %d, slot %d of node %llu", t, exp->level, exp->slot,
+			 (unsigned long long)exp->parent);
+	else if (exp)
+		snprintf(buf, len, "tree %s, level %d, root", t, exp->level);
+	else
+		snprintf(buf, len, "tree unknown");
 }
 
 int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, struct ub_eb **out)
@@ -186,50 +279,61 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	struct ub_volume *vol = tc->vol;
 	struct ub_eb *eb;
 	uint8_t *buf = NULL;
-	char why[256] = "", where[256], tname[32];
+	char why[320] = "", where[256], ref[160];
 	int copies, ret = -EIO, bad_mirror = 0;
+	bool intrinsic_only = true;
 
 	for (eb = tc->hash[(bytenr / 4096) % tc->hash_size]; eb; eb = eb->hnext) {
 		if (eb->start != bytenr)
 			continue;
-		/* a cached block still has to be what this parent expects */
-		if (exp && ((exp->level >= 0 && ub_eb_level(eb) != exp->level) ||
-			    (exp->generation && ub_eb_generation(eb) != exp->generation)))
-			break;
+		/* the cached copy was good for some pointer; it still has to fit this one */
+		if (verify_expect(eb->data, exp, why, sizeof(why)))
+			continue;
 		if (eb->refs++ == 0)
 			lru_unlink(tc, eb);
 		*out = eb;
 		return 0;
 	}
 	for (unsigned i = 0; i < 64; i++)
-		if (tc->bad[i] == bytenr && tc->bad_err[i])
-			return tc->bad_err[i];
-	tree_name(exp && exp->owner ? exp->owner : 0, tname, sizeof(tname));
+		if (bad_matches(&tc->bad[i], bytenr, exp))
+			return tc->bad[i].err;
+	describe_ref(exp, ref, sizeof(ref));
 	if (bytenr % vol->sectorsize) {
 		if (!tc->quiet)
-			ub_err(&tc->log, "tree block at logical %llu (tree %s): not aligned to sectorsize",
-			       (unsigned long long)bytenr, tname);
+			ub_err(&tc->log, "tree block at logical %llu (%s): not aligned to sectorsize",
+			       (unsigned long long)bytenr, ref);
+		remember_bad(tc, bytenr, exp, true, -EUCLEAN);
 		return -EUCLEAN;
 	}
 	copies = ub_volume_num_copies(vol, bytenr);
 	if (copies == 0) {
+		/* a pointer into no chunk is corruption, not a missing item */
 		if (!tc->quiet)
-			ub_err(&tc->log, "tree block at logical %llu (tree %s): address is not in any chunk",
-			       (unsigned long long)bytenr, tname);
-		return -ENOENT;
+			ub_err(&tc->log, "tree block at logical %llu (%s): address is not in any chunk",
+			       (unsigned long long)bytenr, ref);
+		remember_bad(tc, bytenr, exp, true, -EUCLEAN);
+		return -EUCLEAN;
 	}
 	buf = malloc(vol->nodesize);
 	if (!buf)
 		return -ENOMEM;
 	for (int m = 1; m <= copies; m++) {
 		int r = ub_volume_read(vol, bytenr, vol->nodesize, m, buf);
+		bool pointer_wrong = false;
+
 		if (r == -EOPNOTSUPP)
 			continue;
 		if (r) {
 			snprintf(why, sizeof(why), "read error: %s", strerror(-r));
 			ret = r == -ERANGE ? -EUCLEAN : -EIO;
 		} else {
-			r = verify_copy(tc, buf, bytenr, exp, why, sizeof(why));
+			r = verify_intrinsic(tc, buf, bytenr, why, sizeof(why));
+			if (r == 0) {
+				r = verify_expect(buf, exp, why, sizeof(why));
+				pointer_wrong = r != 0;
+				if (r)
+					intrinsic_only = false;
+			}
 			ret = r;
 		}
 		if (r == 0) {
@@ -237,21 +341,29 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 				ub_info(&tc->log, "tree block at logical %llu: read good copy %d", (unsigned long long)bytenr, m);
 			break;
 		}
-		/* a device already reported missing is not news for every block */
-		if (!tc->quiet && r != -ENXIO) {
+		/*
+		 * A device already reported missing is not news for every block; a
+		 * healthy copy that does not fit the pointer is no news about the
+		 * copy: the pointer is said to be wrong once, below.
+		 */
+		if (!tc->quiet && r != -ENXIO && !pointer_wrong) {
 			ub_volume_describe_copy(tc->vol, bytenr, m, where, sizeof(where));
-			ub_warn(&tc->log, "tree block at logical %llu (tree %s, level %d): %s: %s",
-				(unsigned long long)bytenr, tname, exp ? exp->level : -1, where, why);
+			ub_warn(&tc->log, "tree block at logical %llu (%s): %s: %s", (unsigned long long)bytenr, ref,
+				where, why);
 		}
 		bad_mirror = m;
 	}
 	if (ret) {
 		if (!tc->quiet)
-			ub_err(&tc->log, "tree block at logical %llu (tree %s, level %d): no good copy among %d: %s",
-			       (unsigned long long)bytenr, tname, exp ? exp->level : -1, copies, why);
-		tc->bad[tc->bad_next % 64] = bytenr;
-		tc->bad_err[tc->bad_next % 64] = ret;
-		tc->bad_next++;
+		{
+			if (intrinsic_only)
+				ub_err(&tc->log, "tree block at logical %llu (%s): no good copy among %d: %s",
+				       (unsigned long long)bytenr, ref, copies, why);
+			else
+				ub_err(&tc->log, "tree block at logical %llu (%s): the pointer is wrong: %s",
+				       (unsigned long long)bytenr, ref, why);
+		}
+		remember_bad(tc, bytenr, exp, intrinsic_only, ret);
 		free(buf);
 		return ret;
 	}
@@ -282,6 +394,55 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	tc->cached_bytes += eb->len;
 	*out = eb;
 	return 0;
+}
+
+int ub_block_set_add(struct ub_block_set *s, uint64_t bytenr, uint64_t tag, uint64_t *first_tag)
+{
+	size_t i;
+
+	if (!bytenr)
+		return -EINVAL;
+	if ((s->n + 1) * 2 > s->cap) {
+		size_t ncap = s->cap ? s->cap * 2 : 256;
+		uint64_t *na = calloc(ncap, sizeof(*na)), *nt = calloc(ncap, sizeof(*nt));
+		if (!na || !nt) {
+			free(na);
+			free(nt);
+			return -ENOMEM;
+		}
+		/* address 0 is never a tree block, so it marks a free entry */
+		for (size_t j = 0; j < s->cap; j++) {
+			if (!s->addr[j])
+				continue;
+			for (i = (s->addr[j] / 4096) & (ncap - 1); na[i]; i = (i + 1) & (ncap - 1))
+				;
+			na[i] = s->addr[j];
+			nt[i] = s->tag[j];
+		}
+		free(s->addr);
+		free(s->tag);
+		s->addr = na;
+		s->tag = nt;
+		s->cap = ncap;
+	}
+	for (i = (bytenr / 4096) & (s->cap - 1); s->addr[i]; i = (i + 1) & (s->cap - 1)) {
+		if (s->addr[i] == bytenr) {
+			if (first_tag)
+				*first_tag = s->tag[i];
+			return 1;
+		}
+	}
+	s->addr[i] = bytenr;
+	s->tag[i] = tag;
+	s->n++;
+	return 0;
+}
+
+void ub_block_set_free(struct ub_block_set *s)
+{
+	free(s->addr);
+	free(s->tag);
+	memset(s, 0, sizeof(*s));
 }
 
 void ub_eb_item_key(const struct ub_eb *eb, int slot, struct ub_key *key)
