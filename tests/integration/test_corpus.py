@@ -317,7 +317,7 @@ def _regular_files(res):
         if i == last and (res.stdout_truncated or res.timed_out or res.returncode not in OK_EXIT):
             break  # cut short: the last line may be incomplete
         try:
-            obj = json.loads(line.decode("utf-8", "surrogateescape"))
+            obj = json.loads(line.decode("utf-8"))  # strict: ls --json must be UTF-8 (docs/ls.md)
         except ValueError as e:
             res.problems.append("line %d of the JSON listing does not parse (%s): %r" % (i + 1, e, line[:200]))
             break
@@ -325,8 +325,14 @@ def _regular_files(res):
             res.problems.append("line %d of the JSON listing is not an object" % (i + 1))
             break
         path = obj.get("path")
-        # a NUL cannot travel in argv; such a name is the listing's to report, not cat's
-        if obj.get("type") == "file" and isinstance(path, str) and "\0" not in path:
+        if isinstance(obj.get("path_hex"), str):
+            path = bytes.fromhex(obj["path_hex"])  # the raw bytes of a name that is not UTF-8
+        elif isinstance(path, str):
+            path = path.encode()
+        if isinstance(path, bytes) and b"\0" in path:
+            res.problems.append("line %d of the JSON listing has a path with a NUL: %r" % (i + 1, path[:200]))
+            break
+        if obj.get("type") == "file" and isinstance(path, bytes):
             files.append(path)
     return files
 
