@@ -11,7 +11,7 @@ command the run must:
   * exit 0, 1 or 2,
   * leave no sanitizer report (ASan, UBSan, LeakSanitizer) on stderr,
   * when it exits non-zero, say why: a stderr line containing "error" with text
-    naming what went wrong,
+    naming what went wrong and where (a number or a path; see names_something),
   * for `ls --json`: every complete output line is a JSON object.
 
 Adding a command is one line in COMMANDS (whole-image commands) or
@@ -54,6 +54,8 @@ COMMANDS = [
     dict(name="dump-tree-extent", argv=["dump-tree", "-t", "extent", "{img}"]),
     dict(name="dump-tree-csum", argv=["dump-tree", "-t", "csum", "{img}"]),
     dict(name="ls-long", argv=["ls", "-R", "-l", "{img}"]),
+    dict(name="ls-long-json", argv=["ls", "-R", "-l", "--json", "{img}"]),
+    dict(name="filesystem-show", argv=["filesystem", "show", "{img}"]),
 ]
 # The listing whose output names the files FILE_COMMANDS run on.
 LIST_COMMAND = dict(name="ls-json", argv=["ls", "-R", "--json", "{img}"], capture=True)
@@ -296,14 +298,19 @@ def judge(res):
     if res.sanitizer:
         p.append("sanitizer report on stderr")
     if not res.timed_out and res.returncode not in (0, None):
-        named = False
-        for line in res.stderr.splitlines():
-            m = ERROR_LINE.search(line)
-            if m and len(m.group(1).strip()) >= 3:
-                named = True
-                break
-        if not named:
+        if not any(names_something(line) for line in res.stderr.splitlines()):
             p.append("non-zero exit without an error line naming the problem")
+
+
+def names_something(line):
+    """Is `line` an error message that names what is wrong and where? It says "error",
+    then at least a few words and a number (address, inode, devid, offset) or a path;
+    a usage line ("Try 'ubtrfs ... --help'") is not one."""
+    m = ERROR_LINE.search(line)
+    if not m or b"--help" in line:
+        return False
+    text = m.group(1).strip()
+    return len(text) >= 3 and re.search(rb"[0-9/]", line[m.start() + 5:]) is not None
 
 
 def _regular_files(res):
