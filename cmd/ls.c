@@ -372,8 +372,13 @@ static bool real_dir_name(struct lister *l, const char *child, const struct entr
 			(unsigned long long)e->de.ino, (unsigned long long)e->de.subvol);
 		return false;
 	}
-	fprintf(stderr, "ubtrfs: error: %s: cannot check the back reference of directory ino %llu of subvol %llu: %s\n",
-		child, (unsigned long long)e->de.ino, (unsigned long long)e->de.subvol, strerror(-ret));
+	if (ret == -ENOENT)
+		fprintf(stderr, "ubtrfs: error: %s: directory ino %llu of subvol %llu has no back reference (INODE_REF)\n",
+			child, (unsigned long long)e->de.ino, (unsigned long long)e->de.subvol);
+	else
+		fprintf(stderr, "ubtrfs: error: %s: cannot check the back reference of directory ino %llu of subvol "
+			"%llu: %s\n", child, (unsigned long long)e->de.ino, (unsigned long long)e->de.subvol,
+			strerror(-ret));
 	/* with the back reference gone, the first name found stands in for it */
 	return true;
 }

@@ -94,7 +94,9 @@ int ub_dirent_inode(struct ub_fs *fs, const struct ub_dirent *de, struct ub_inod
  * (or INODE_EXTREF) gives, parent, name and index, or for a subvolume the
  * name its ROOT_BACKREF gives. Any other entry naming the directory is
  * corruption, and a walk must not enter the directory through it (walks that
- * do are exponential, or endless). 1 real, 0 not, <0 error.
+ * do are exponential, or endless). 1 real, 0 not, -ENOENT if the directory
+ * has no back reference at all (then nothing tells which name is real), other
+ * <0 on errors.
  */
 int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de);
 

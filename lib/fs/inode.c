@@ -384,7 +384,7 @@ int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de)
 {
 	struct ub_icur cur;
 	struct ub_key key;
-	bool found = false;
+	bool found = false, any = false;
 	int ret;
 
 	if (de->ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
@@ -405,7 +405,7 @@ int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de)
 				memcmp(d + sizeof(struct btrfs_root_ref), de->name, nlen) == 0;
 		}
 		ub_path_release(&p);
-		if (ret < 0 && ret != -ENOENT)
+		if (ret < 0)
 			return ret;
 		return found ? 1 : 0;
 	}
@@ -420,6 +420,7 @@ int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de)
 		ub_icur_key(&cur, &key);
 		if (key.type != BTRFS_INODE_REF_KEY && key.type != BTRFS_INODE_EXTREF_KEY)
 			break;
+		any = true;
 		d = ub_icur_data(&cur, &size);
 		found = ref_item_matches(fs, de->subvol, &key, d, size, de);
 		if (!found)
@@ -428,7 +429,7 @@ int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de)
 	ub_icur_close(&cur);
 	if (ret < 0)
 		return ret;
-	return found ? 1 : 0;
+	return found ? 1 : any ? 0 : -ENOENT;
 }
 
 #define MAX_DEPTH 4096
@@ -480,6 +481,26 @@ int ub_path_lookup(struct ub_fs *fs, const char *path, uint64_t *subvol, uint64_
 		ret = ub_dir_lookup(fs, stack[depth].subvol, stack[depth].ino, s, len, &de);
 		if (ret)
 			break;
+		/* a directory is reached through its real name only, as the walks do */
+		de.name = s;
+		ret = ub_dirent_inode(fs, &de, &inode);
+		if (ret == 0 && S_ISDIR(inode.mode))
+			ret = ub_dir_entry_is_link(fs, &de);
+		else if (ret == 0)
+			ret = 1;
+		if (ret == 0) {
+			char esc[UB_NAME_LEN * 4 + 8];
+			ub_name_escape(s, len, esc, sizeof(esc));
+			ub_err(&fs->log, "subvol %llu dir %llu: entry \"%s\" names directory ino %llu of subvol %llu, whose "
+			       "back reference gives it another name: not followed", (unsigned long long)de.dir_subvol,
+			       (unsigned long long)de.dir_ino, esc, (unsigned long long)de.ino, (unsigned long long)de.subvol);
+			ret = -EUCLEAN;
+			break;
+		}
+		/* no back reference to compare with (-ENOENT): the name stands */
+		if (ret < 0 && ret != -ENOENT)
+			break;
+		ret = 0;
 		if (depth + 1 >= MAX_DEPTH) {
 			ret = -ELOOP;
 			break;

@@ -167,8 +167,13 @@ PROBLEM = {b"rena/eme": "name contains '/'", b"rena\0eme": "name contains a NUL 
 def retarget(img, base, d, name, target):
     """Turn the entry `name` of directory `d` (a file's) towards directory `target`."""
     _, idx, _, _ = base.entry(name, parent=d)
-    change_item(img, base, (d, DIR_INDEX, idx),
-                lambda data: struct.pack("<Q", target) + data[8:29] + bytes([FT_DIR]) + data[30:])
+    turn = lambda data: struct.pack("<Q", target) + data[8:29] + bytes([FT_DIR]) + data[30:]  # noqa: E731
+    change_item(img, base, (d, DIR_INDEX, idx), turn)
+    # the DIR_ITEM too (its key is the name's hash, which does not change), so lookups meet it
+    hashed = [k for k, (_, data) in base.items.items()
+              if k[0] == d and k[1] == DIR_ITEM and data[30:30 + struct.unpack_from("<H", data, 27)[0]] == name]
+    assert len(hashed) == 1, "test setup: DIR_ITEM of %r" % name
+    change_item(img, base, hashed[0], turn)
 
 
 def alias(of, into, name):
@@ -324,6 +329,13 @@ def test_hostile_image(ubtrfs_bin, base, case):
             check_run(cp, info)
         else:
             assert cp.returncode == 0 and cp.stdout == b"plain\n" * 100, T.describe(cp)
+        if "alias" in info:
+            # a path through the second name is not followed either
+            where = "/%s/%s" % (os.fsdecode(info["alias"][0]), os.fsdecode(info["alias"][1]))
+            for args in (["ls", "--json", "--path", where], ["cat", "--path", where + "/renameme"]):
+                cp = T.ubtrfs(*args, img, timeout=TIMEOUT)
+                check_run(cp, info)
+                assert cp.stdout == b"", T.describe(cp)
         cp = T.ubtrfs("dump-tree", img, timeout=TIMEOUT)
         check_run(cp, info, allow_ok=not info.get("fatal"))
         cp = T.ubtrfs("dump-super", "-f", "--all", img, timeout=TIMEOUT)
