@@ -45,18 +45,18 @@ const char *ub_name_problem(const char *name, size_t len)
 
 void ub_name_escape(const char *name, size_t len, char *out, size_t outsz)
 {
-	size_t o = 0;
+	size_t o = 0, i;
 
 	if (!outsz)
 		return;
-	for (size_t i = 0; i < len && o + 5 < outsz; i++) {
+	for (i = 0; i < len && o + 5 < outsz; i++) {
 		unsigned char c = (unsigned char)name[i];
 		if (c >= 0x20 && c < 0x7f && c != '\\' && c != '"')
 			out[o++] = (char)c;
 		else
 			o += (size_t)snprintf(out + o, outsz - o, "\\x%02x", c);
 	}
-	if (o + 5 >= outsz && len) {
+	if (i < len && outsz > 4) {
 		/* cut short: say so rather than show a different name */
 		o = o < outsz - 4 ? o : outsz - 4;
 		memcpy(out + o, "...", 3);
