@@ -14,10 +14,11 @@ static const char help[] =
 	"  -l                 long format: mode, links, owner, group, size, mtime, name\n"
 	"  -R, --recursive    list every directory below, crossing into subvolumes and snapshots\n"
 	"      --json         one JSON object per entry (path, name, subvol, ino, type, mode, size,\n"
-	"                     nlink, uid, gid, rdev_major, rdev_minor, atime, mtime, ctime, target, xattrs)\n"
+	"                     nlink, uid, gid, rdev_major, rdev_minor, atime, mtime, ctime, target, xattrs);\n"
+	"                     strings that are not UTF-8 also come as bytes in hex: path_hex, name_hex...\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
-	"\nExit codes: 0 listed, 1 some entries could not be read, 2 usage or fatal error.\n";
+	"\nExit codes: 0 listed, 1 some entries could not be read or are corrupt, 2 usage or fatal error.\n";
 
 enum fmt { FMT_NAMES, FMT_LONG, FMT_JSON };
 
