@@ -577,6 +577,13 @@ int ub_readlink(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size
 	if (!tmp)
 		return -ENOMEM;
 	ret = ub_file_read(fs, subvol, ino, 0, inode.size, tmp, &got, NULL);
+	/* a target cannot hold a NUL: one means the inode claims more than its extent stores */
+	if (ret == 0 && memchr(tmp, 0, got)) {
+		ub_err(&fs->log, "subvol %llu ino %llu: symlink target has a NUL byte at offset %llu of %llu",
+		       (unsigned long long)subvol, (unsigned long long)ino,
+		       (unsigned long long)((const uint8_t *)memchr(tmp, 0, got) - tmp), (unsigned long long)got);
+		ret = -EUCLEAN;
+	}
 	if (ret == 0) {
 		size_t n = got < bufsz - 1 ? got : bufsz - 1;
 		memcpy(buf, tmp, n);

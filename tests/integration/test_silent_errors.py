@@ -54,6 +54,9 @@ def symlink_too_short(img, b):
 
 EXTRA = {"dangling-entry": dangling_entry, "entry-to-nowhere": entry_to_nowhere,
          "symlink-too-short": symlink_too_short}
+# what each listing must then say (the same for every ls command)
+# (entry-to-nowhere is the tree checker's to catch: its whole leaf is refused)
+EXPECT = {"dangling-entry": "cannot read inode 999999", "symlink-too-short": "symlink target has a NUL byte"}
 ALL = sorted(N.CASES) + sorted(EXTRA)
 
 
@@ -73,6 +76,9 @@ def test_every_failure_is_named(ubtrfs_bin, base, case):  # noqa: F811
                 silent.append(T.describe(cp))
             if "--json" in args:
                 T.parse_ls_json(cp.stdout)
+            if args[0] == "ls" and case in EXPECT:
+                # a lie is never passed on as the truth: exit 1 and the problem named
+                assert cp.returncode == 1 and EXPECT[case] in err, T.describe(cp)
     finally:
         os.unlink(img)
     assert not silent, "non-zero exit without a named error:\n" + "\n".join(silent)
