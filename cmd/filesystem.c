@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* ubtrfs filesystem show: the devices of a filesystem, which are present and which missing. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cmd.h"
 
@@ -29,28 +30,27 @@ static void print_label_json(const char *label)
 	putchar('"');
 }
 
-/* Devices in devid order (the volume keeps them in the order they were found). */
-static const struct ub_vdev *nth_by_devid(const struct ub_volume *vol, int n)
+static int by_devid(const void *a, const void *b)
 {
-	uint64_t last = 0;
-	const struct ub_vdev *pick = NULL;
+	const struct ub_vdev *x = *(const struct ub_vdev *const *)a, *y = *(const struct ub_vdev *const *)b;
 
-	for (int k = 0; k <= n; k++) {
-		pick = NULL;
-		for (int i = 0; i < vol->nvdevs; i++)
-			if ((k == 0 || vol->vdevs[i].devid > last) && (!pick || vol->vdevs[i].devid < pick->devid))
-				pick = &vol->vdevs[i];
-		if (!pick)
-			return NULL;
-		last = pick->devid;
-	}
-	return pick;
+	return x->devid < y->devid ? -1 : x->devid > y->devid;
 }
 
 static int show(const struct ub_volume *vol, bool json)
 {
 	char label[UB_LABEL_SIZE + 1], uuid[40];
 	int missing = 0;
+	/* devid order (the volume keeps them in the order they were found); a hostile chunk tree has many */
+	const struct ub_vdev **order = malloc(sizeof(*order) * (size_t)(vol->nvdevs ? vol->nvdevs : 1));
+
+	if (!order) {
+		fprintf(stderr, "ubtrfs: error: out of memory listing %d devices\n", vol->nvdevs);
+		return EXIT_FATAL;
+	}
+	for (int i = 0; i < vol->nvdevs; i++)
+		order[i] = &vol->vdevs[i];
+	qsort(order, (size_t)vol->nvdevs, sizeof(*order), by_devid);
 
 	memcpy(label, UB_PTR(ub_disk_super, label, vol->super), UB_LABEL_SIZE);
 	label[UB_LABEL_SIZE] = 0;
@@ -68,7 +68,7 @@ static int show(const struct ub_volume *vol, bool json)
 		       uuid, (unsigned long long)vol->generation, (unsigned long long)vol->num_devices,
 		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, vol->super));
 		for (int i = 0; i < vol->nvdevs; i++) {
-			const struct ub_vdev *v = nth_by_devid(vol, i);
+			const struct ub_vdev *v = order[i];
 			printf("%s{\"devid\": %llu, \"size\": %llu, \"missing\": %s, \"path\": ", i ? ", " : "",
 			       (unsigned long long)v->devid, (unsigned long long)v->total_bytes,
 			       v->missing ? "true" : "false");
@@ -85,13 +85,22 @@ static int show(const struct ub_volume *vol, bool json)
 		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, vol->super),
 		       (unsigned long long)vol->generation);
 		for (int i = 0; i < vol->nvdevs; i++) {
-			const struct ub_vdev *v = nth_by_devid(vol, i);
+			const struct ub_vdev *v = order[i];
 			printf("\tdevid %4llu size %llu path %s\n", (unsigned long long)v->devid,
 			       (unsigned long long)v->total_bytes, v->missing ? "<MISSING>" : v->dev->path);
 		}
 		if (missing)
 			printf("\t*** Some devices missing (%d)\n", missing);
 	}
+	if (missing) {
+		const struct ub_vdev *first = NULL;
+		for (int i = 0; i < vol->nvdevs && !first; i++)
+			if (vol->vdevs[i].missing)
+				first = &vol->vdevs[i];
+		fprintf(stderr, "ubtrfs: error: %d of %d devices missing (devid %llu%s)\n", missing, vol->nvdevs,
+			(unsigned long long)first->devid, missing > 1 ? " and others" : "");
+	}
+	free(order);
 	return missing ? EXIT_PROBLEMS : EXIT_OK;
 }
 

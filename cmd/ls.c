@@ -14,12 +14,17 @@ static const char help[] =
 	"  -l                 long format: mode, links, owner, group, size, mtime, name\n"
 	"  -R, --recursive    list every directory below, crossing into subvolumes and snapshots\n"
 	"      --json         one JSON object per entry (path, name, subvol, ino, type, mode, size,\n"
-	"                     nlink, uid, gid, rdev_major, rdev_minor, atime, mtime, ctime, target, xattrs)\n"
+	"                     nlink, uid, gid, rdev_major, rdev_minor, atime, mtime, ctime, target, xattrs);\n"
+	"                     strings that are not UTF-8 also come as bytes in hex: path_hex, name_hex...\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
-	"\nExit codes: 0 listed, 1 some entries could not be read, 2 usage or fatal error.\n";
+	"\nExit codes: 0 listed, 1 some entries could not be read or are corrupt, 2 usage or fatal error.\n";
 
 enum fmt { FMT_NAMES, FMT_LONG, FMT_JSON };
+
+struct dirid {
+	uint64_t subvol, ino;
+};
 
 struct lister {
 	struct ub_fs *fs;
@@ -27,14 +32,16 @@ struct lister {
 	bool recursive;
 	int rc;
 	/* ancestors of the directory being listed, to refuse loops on a corrupt filesystem */
-	struct { uint64_t subvol, ino; } *stack;
+	struct dirid *stack;
 	int depth;
+	/* every directory entered (open addressing, ino 0 = free): each is listed once */
+	struct dirid *visited;
+	size_t nvisited, vcap;
 };
 
 struct entry {
-	char *name;
-	uint32_t name_len;
-	uint64_t subvol, ino;
+	char *name;          /* NUL-terminated copy (names never contain NUL) */
+	struct ub_dirent de; /* de.name points at `name` */
 };
 
 struct entries {
@@ -56,33 +63,132 @@ static const char *type_name(uint32_t mode)
 	}
 }
 
-static void json_str(FILE *f, const char *s, size_t len)
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if the byte there starts none. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
 {
+	unsigned c = s[0];
+	uint32_t cp, min;
+	size_t len;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2, cp = c & 0x1f, min = 0x80;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		len = 3, cp = c & 0x0f, min = 0x800;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		len = 4, cp = c & 0x07, min = 0x10000;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	/* overlong forms and UTF-16 surrogates are not UTF-8 either */
+	if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return len;
+}
+
+/* A JSON string of the bytes; bytes that are not UTF-8 become U+FFFD. Returns whether all were UTF-8. */
+static bool json_str(FILE *f, const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	bool valid = true;
+
 	fputc('"', f);
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)s[i];
+	for (size_t i = 0; i < len;) {
+		unsigned char c = u[i];
+		size_t n = utf8_seq(u + i, len - i);
+
+		if (!n) {
+			fputs("\\ufffd", f);
+			valid = false;
+			i++;
+			continue;
+		}
 		if (c == '"' || c == '\\')
 			fprintf(f, "\\%c", c);
 		else if (c < 0x20 || c == 0x7f)
 			fprintf(f, "\\u%04x", c);
 		else
-			fputc(c, f);
+			fwrite(u + i, 1, n, f);
+		i += n;
 	}
+	fputc('"', f);
+	return valid;
+}
+
+static void hex(FILE *f, const void *p, size_t len)
+{
+	const uint8_t *b = p;
+
+	fputc('"', f);
+	for (size_t i = 0; i < len; i++)
+		fprintf(f, "%02x", b[i]);
 	fputc('"', f);
 }
 
+/*
+ * `, "key": "text"`, and when the bytes are not all UTF-8 also
+ * `, "key_hex": "<every byte in hex>"` (docs/ls.md).
+ */
+static void json_field(FILE *f, const char *key, const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	bool valid = true;
+
+	for (size_t i = 0; i < len && valid;) {
+		size_t n = utf8_seq(u + i, len - i);
+		valid = n != 0;
+		i += n;
+	}
+	fprintf(f, ", \"%s\": ", key);
+	json_str(f, s, len);
+	if (!valid) {
+		fprintf(f, ", \"%s_hex\": ", key);
+		hex(f, s, len);
+	}
+}
+
+static bool is_utf8(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		size_t n = utf8_seq((const unsigned char *)s + i, len - i);
+		if (!n)
+			return false;
+		i += n;
+	}
+	return true;
+}
+
+struct xattr_out {
+	bool want_utf8; /* the "xattrs" pass, or the "xattrs_hex" pass */
+	bool first;
+	unsigned skipped;
+};
+
 static int xattr_json(void *arg, const struct ub_xattr *xa)
 {
-	int *first = arg;
+	struct xattr_out *xo = arg;
 
-	if (!*first)
+	if (is_utf8(xa->name, xa->name_len) != xo->want_utf8) {
+		xo->skipped++;
+		return 0;
+	}
+	if (!xo->first)
 		printf(", ");
-	*first = 0;
-	json_str(stdout, xa->name, xa->name_len);
-	printf(": \"");
-	for (uint32_t i = 0; i < xa->value_len; i++)
-		printf("%02x", xa->value[i]);
-	printf("\"");
+	xo->first = false;
+	if (xo->want_utf8)
+		json_str(stdout, xa->name, xa->name_len);
+	else
+		hex(stdout, xa->name, xa->name_len);
+	printf(": ");
+	hex(stdout, xa->value, xa->value_len);
 	return 0;
 }
 
@@ -109,11 +215,17 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 	char target[4096 + 1];
 	size_t tlen = 0;
 	bool is_link = S_ISLNK(in->mode);
+	int ret;
 
-	if (is_link && ub_readlink(l->fs, in->subvol, in->ino, target, sizeof(target), &tlen)) {
-		l->rc = EXIT_PROBLEMS;
-		target[0] = 0;
-		tlen = 0;
+	if (is_link) {
+		ret = ub_readlink(l->fs, in->subvol, in->ino, target, sizeof(target), &tlen);
+		if (ret) {
+			fprintf(stderr, "ubtrfs: error: %s: cannot read the target of symlink ino %llu of subvol %llu: %s\n",
+				path, (unsigned long long)in->ino, (unsigned long long)in->subvol, strerror(-ret));
+			l->rc = EXIT_PROBLEMS;
+			target[0] = 0;
+			tlen = 0;
+		}
 	}
 	if (tlen >= sizeof(target))
 		tlen = sizeof(target) - 1;
@@ -134,11 +246,13 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 			printf(" -> %.*s", (int)tlen, target);
 		printf("\n");
 	} else {
-		int first = 1;
+		struct xattr_out xo = { true, true, 0 };
 		printf("{\"path\": ");
-		json_str(stdout, path, strlen(path));
-		printf(", \"name\": ");
-		json_str(stdout, name, name_len);
+		if (!json_str(stdout, path, strlen(path))) {
+			printf(", \"path_hex\": ");
+			hex(stdout, path, strlen(path));
+		}
+		json_field(stdout, "name", name, name_len);
 		printf(", \"subvol\": %llu, \"ino\": %llu, \"type\": \"%s\", \"mode\": %u, \"size\": %llu, "
 		       "\"nlink\": %llu, \"uid\": %u, \"gid\": %u, \"rdev_major\": %llu, \"rdev_minor\": %llu, "
 		       "\"atime\": [%lld, %u], \"mtime\": [%lld, %u], \"ctime\": [%lld, %u]",
@@ -147,14 +261,23 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 		       (unsigned long long)(in->rdev >> 20), (unsigned long long)(in->rdev & 0xfffff),
 		       (long long)in->atime.sec, in->atime.nsec, (long long)in->mtime.sec, in->mtime.nsec,
 		       (long long)in->ctime.sec, in->ctime.nsec);
-		if (is_link) {
-			printf(", \"target\": ");
-			json_str(stdout, target, tlen);
-		}
+		if (is_link)
+			json_field(stdout, "target", target, tlen);
 		printf(", \"xattrs\": {");
-		if (ub_xattr_iterate(l->fs, in->subvol, in->ino, xattr_json, &first) < 0)
+		ret = ub_xattr_iterate(l->fs, in->subvol, in->ino, xattr_json, &xo);
+		printf("}");
+		if (ret >= 0 && xo.skipped) {
+			xo = (struct xattr_out){ false, true, 0 };
+			printf(", \"xattrs_hex\": {");
+			ret = ub_xattr_iterate(l->fs, in->subvol, in->ino, xattr_json, &xo);
+			printf("}");
+		}
+		printf("}\n");
+		if (ret < 0) {
+			fprintf(stderr, "ubtrfs: error: %s: cannot read the xattrs of ino %llu of subvol %llu: %s\n", path,
+				(unsigned long long)in->ino, (unsigned long long)in->subvol, strerror(-ret));
 			l->rc = EXIT_PROBLEMS;
-		printf("}}\n");
+		}
 	}
 }
 
@@ -177,9 +300,8 @@ static int collect(void *arg, const struct ub_dirent *de)
 		return -ENOMEM;
 	memcpy(e->name, de->name, de->name_len);
 	e->name[de->name_len] = 0;
-	e->name_len = de->name_len;
-	e->subvol = de->subvol;
-	e->ino = de->ino;
+	e->de = *de;
+	e->de.name = e->name;
 	es->n++;
 	return 0;
 }
@@ -190,6 +312,76 @@ static bool on_stack(const struct lister *l, uint64_t subvol, uint64_t ino)
 		if (l->stack[i].subvol == subvol && l->stack[i].ino == ino)
 			return true;
 	return false;
+}
+
+static uint64_t mix(uint64_t subvol, uint64_t ino)
+{
+	uint64_t h = subvol * 0x9e3779b97f4a7c15ULL ^ ino;
+
+	h ^= h >> 31;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	return h ^ (h >> 29);
+}
+
+/* Remember a directory as entered; false if it already was. */
+static int visit(struct lister *l, uint64_t subvol, uint64_t ino)
+{
+	size_t i;
+
+	if (2 * (l->nvisited + 1) > l->vcap) {
+		size_t cap = l->vcap ? l->vcap * 2 : 1024;
+		struct dirid *v = calloc(cap, sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		for (size_t j = 0; j < l->vcap; j++) {
+			if (!l->visited[j].ino)
+				continue;
+			for (i = mix(l->visited[j].subvol, l->visited[j].ino) & (cap - 1); v[i].ino; i = (i + 1) & (cap - 1))
+				;
+			v[i] = l->visited[j];
+		}
+		free(l->visited);
+		l->visited = v;
+		l->vcap = cap;
+	}
+	for (i = mix(subvol, ino) & (l->vcap - 1); l->visited[i].ino; i = (i + 1) & (l->vcap - 1))
+		if (l->visited[i].subvol == subvol && l->visited[i].ino == ino)
+			return 0;
+	l->visited[i].subvol = subvol;
+	l->visited[i].ino = ino;
+	l->nvisited++;
+	return 1;
+}
+
+/*
+ * May the walk show (and enter) the directory entry `e` leads to? Only through
+ * its real name: another entry naming a directory is corruption, and entering
+ * through it would list the directory again (exponentially often, or forever).
+ */
+static bool real_dir_name(struct lister *l, const char *child, const struct entry *e)
+{
+	int ret = ub_dir_entry_is_link(l->fs, &e->de);
+
+	if (ret == 1)
+		return true;
+	l->rc = EXIT_PROBLEMS;
+	if (ret == 0) {
+		fprintf(stderr, "ubtrfs: error: %s: entry %llu of dir %llu (subvol %llu) names directory ino %llu of "
+			"subvol %llu, whose back reference gives it another name; a second name for a directory is "
+			"corruption: not listed\n", child, (unsigned long long)e->de.index,
+			(unsigned long long)e->de.dir_ino, (unsigned long long)e->de.dir_subvol,
+			(unsigned long long)e->de.ino, (unsigned long long)e->de.subvol);
+		return false;
+	}
+	if (ret == -ENOENT)
+		fprintf(stderr, "ubtrfs: error: %s: directory ino %llu of subvol %llu has no back reference (INODE_REF)\n",
+			child, (unsigned long long)e->de.ino, (unsigned long long)e->de.subvol);
+	else
+		fprintf(stderr, "ubtrfs: error: %s: cannot check the back reference of directory ino %llu of subvol "
+			"%llu: %s\n", child, (unsigned long long)e->de.ino, (unsigned long long)e->de.subvol,
+			strerror(-ret));
+	/* with the back reference gone, the first name found stands in for it */
+	return true;
 }
 
 static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64_t ino)
@@ -203,35 +395,48 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 		l->rc = EXIT_PROBLEMS;
 		return;
 	}
+	ret = visit(l, subvol, ino);
+	if (ret <= 0) {
+		if (ret == 0)
+			fprintf(stderr, "ubtrfs: error: %s: directory ino %llu of subvol %llu was already listed "
+				"under another name; not entered again\n", path, (unsigned long long)ino,
+				(unsigned long long)subvol);
+		else
+			fprintf(stderr, "ubtrfs: error: %s: out of memory\n", path);
+		l->rc = ret == 0 ? EXIT_PROBLEMS : EXIT_FATAL;
+		return;
+	}
 	l->stack[l->depth].subvol = subvol;
 	l->stack[l->depth].ino = ino;
 	l->depth++;
 	ret = ub_dir_iterate(l->fs, subvol, ino, collect, &es);
 	if (ret) {
-		fprintf(stderr, "ubtrfs: error: %s: cannot read the directory fully: %s\n", path, strerror(-ret));
-		l->rc = EXIT_PROBLEMS;
+		fprintf(stderr, "ubtrfs: error: %s: cannot read the directory (subvol %llu ino %llu) fully: %s\n", path,
+			(unsigned long long)subvol, (unsigned long long)ino, strerror(-ret));
+		l->rc = ret == -ENOMEM ? EXIT_FATAL : EXIT_PROBLEMS;
 	}
 	for (size_t i = 0; i < es.n; i++) {
 		struct entry *e = &es.v[i];
 		struct ub_inode in;
 		size_t plen = strlen(path);
-		char *child = malloc(plen + e->name_len + 2);
+		char *child = malloc(plen + e->de.name_len + 2);
 
 		if (!child) {
+			fprintf(stderr, "ubtrfs: error: %s: out of memory\n", path);
 			l->rc = EXIT_FATAL;
 			break;
 		}
-		snprintf(child, plen + e->name_len + 2, "%s%s%s", path, (plen && path[plen - 1] == '/') ? "" : "/",
-			 e->name);
-		ret = ub_inode_read(l->fs, e->subvol, e->ino, &in);
+		snprintf(child, plen + e->de.name_len + 2, "%s%s%s", path,
+			 (plen && path[plen - 1] == '/') ? "" : "/", e->name);
+		ret = ub_dirent_inode(l->fs, &e->de, &in);
 		if (ret) {
 			fprintf(stderr, "ubtrfs: error: %s: cannot read inode %llu of subvol %llu: %s\n", child,
-				(unsigned long long)e->ino, (unsigned long long)e->subvol, strerror(-ret));
+				(unsigned long long)e->de.ino, (unsigned long long)e->de.subvol, strerror(-ret));
 			l->rc = EXIT_PROBLEMS;
-		} else {
-			print_entry(l, child, e->name, e->name_len, &in);
+		} else if (!S_ISDIR(in.mode) || real_dir_name(l, child, e)) {
+			print_entry(l, child, e->name, e->de.name_len, &in);
 			if (l->recursive && S_ISDIR(in.mode))
-				list_dir(l, child, e->subvol, e->ino);
+				list_dir(l, child, e->de.subvol, e->de.ino);
 		}
 		free(child);
 	}
@@ -248,10 +453,9 @@ int cmd_ls(int argc, char **argv)
 		{ "json", no_argument, NULL, 0x300 }, { "help", no_argument, NULL, 'h' },
 		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
 	};
-	struct lister l = { NULL, FMT_NAMES, false, EXIT_OK, NULL, 0 };
+	struct lister l = { NULL, FMT_NAMES, false, EXIT_OK, NULL, 0, NULL, 0, 0 };
 	struct open_args oa;
 	const char *path = "/";
-	uint64_t subvol, ino;
 	struct ub_inode in;
 	int opt, r, ret;
 
@@ -277,19 +481,18 @@ int cmd_ls(int argc, char **argv)
 		return EXIT_FATAL;
 	l.stack = malloc(sizeof(*l.stack) * 4097);
 	if (!l.stack) {
+		fprintf(stderr, "ubtrfs: error: out of memory\n");
 		l.rc = EXIT_FATAL;
 		goto out;
 	}
-	ret = ub_path_lookup(l.fs, path, &subvol, &ino);
-	if (!ret)
-		ret = ub_inode_read(l.fs, subvol, ino, &in);
+	ret = ub_path_lookup_inode(l.fs, path, &in);
 	if (ret) {
 		fprintf(stderr, "ubtrfs: error: %s: %s\n", path, strerror(-ret));
 		l.rc = EXIT_FATAL;
 		goto out;
 	}
 	if (S_ISDIR(in.mode)) {
-		list_dir(&l, path, subvol, ino);
+		list_dir(&l, path, in.subvol, in.ino);
 	} else {
 		const char *slash = strrchr(path, '/');
 		const char *name = slash ? slash + 1 : path;
@@ -298,6 +501,7 @@ int cmd_ls(int argc, char **argv)
 out:
 	fflush(stdout);
 	free(l.stack);
+	free(l.visited);
 	ub_fs_close(l.fs);
 	return final_rc(&oa, l.rc);
 }

@@ -56,24 +56,72 @@ struct ub_inode {
 };
 
 int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_inode *out);
+/*
+ * The empty directory the kernel shows where a snapshot holds a subvolume it
+ * did not take along (ino 2): mode 0755, one link, owner, group and atime of
+ * the directory `dir_ino` holding it (root and 0 if dir_ino is 0), and mtime,
+ * ctime and otime "now", as the kernel makes them up at lookup.
+ */
+int ub_placeholder_inode(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, struct ub_inode *out);
+
+/*
+ * Can `name` be a path component: 1..255 bytes, no '/' or NUL, not "." or "..".
+ * Directory iteration and lookup never hand out any other name.
+ */
+bool ub_name_valid(const char *name, size_t len);
+/* Why `name` cannot be a path component ("name contains '/'"...), NULL if it can. */
+const char *ub_name_problem(const char *name, size_t len);
+/* `name` for messages: printable ASCII as is, other bytes, '"' and '\' as \xHH; always NUL-terminated. */
+void ub_name_escape(const char *name, size_t len, char *out, size_t outsz);
 
 struct ub_dirent {
 	const char *name; /* not NUL-terminated */
 	uint32_t name_len;
-	uint64_t index;   /* DIR_INDEX sequence */
+	uint64_t index;   /* DIR_INDEX sequence; 0 from ub_dir_lookup (DIR_ITEMs carry none) */
 	uint8_t type;     /* BTRFS_FT_* */
-	/* where the entry leads; a subvolume entry leads to (subvol id, 256) */
+	/* where the entry leads; a subvolume entry leads to (subvol id, 256), a placeholder to (dir_subvol, 2) */
 	uint64_t subvol, ino;
+	/* the directory holding the entry */
+	uint64_t dir_subvol, dir_ino;
 };
 
-/* Calls `cb` for each entry in index order; a non-zero return from cb stops and is returned. */
+/* The inode an entry leads to, placeholders included (see ub_placeholder_inode). */
+int ub_dirent_inode(struct ub_fs *fs, const struct ub_dirent *de, struct ub_inode *out);
+
+/*
+ * Is `de`, an entry that leads to a directory, that directory's real name?
+ * btrfs has no directory hard links: the real one is the name its INODE_REF
+ * (or INODE_EXTREF) gives, parent, name and index, or for a subvolume the
+ * name its ROOT_BACKREF gives. Any other entry naming the directory is
+ * corruption, and a walk must not enter the directory through it (walks that
+ * do are exponential, or endless). 1 real, 0 not, -ENOENT if the directory
+ * has no back reference at all (then nothing tells which name is real), other
+ * <0 on errors.
+ */
+int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de);
+
+/*
+ * Calls `cb` for each entry in index order; a non-zero return from cb stops and is returned.
+ * Entries that cannot be (a name that is not a valid path component, a location that is
+ * neither an inode nor a subvolume) are reported as errors through the fs log and skipped.
+ */
 int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
 		   int (*cb)(void *arg, const struct ub_dirent *de), void *arg);
-/* Look up one name in a directory (via its DIR_ITEM hash). -ENOENT if absent. */
+/*
+ * Look up one name in a directory (via its DIR_ITEM hash). -ENOENT if absent,
+ * -EINVAL if `name` is not a valid path component (ub_name_valid).
+ */
 int ub_dir_lookup(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, const char *name, size_t len,
 		  struct ub_dirent *out);
-/* Resolve an absolute path from the top-level subvolume, crossing into subvolumes. */
+/*
+ * Resolve an absolute path from the top-level subvolume, crossing into
+ * subvolumes. "." and ".." are taken as path syntax (".." goes up the path as
+ * written), never matched against entries; any component longer than 255
+ * bytes is -ENAMETOOLONG.
+ */
 int ub_path_lookup(struct ub_fs *fs, const char *path, uint64_t *subvol, uint64_t *ino);
+/* ub_path_lookup, then the inode it leads to (placeholders take after the directory holding them). */
+int ub_path_lookup_inode(struct ub_fs *fs, const char *path, struct ub_inode *out);
 
 /* What a data read could not deliver (the caller got zeros there). */
 struct ub_read_report {

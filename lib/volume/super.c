@@ -17,6 +17,8 @@ static int is_pow2_in(uint64_t v, uint64_t lo, uint64_t hi)
 }
 
 #define SB(field) UB_GET(ub_disk_super, field, sb)
+/* btrfs never puts anything in a device's first MiB but the superblock */
+#define UB_DEVICE_RESERVED (1024ULL * 1024)
 
 int ub_super_validate(const uint8_t *sb, uint64_t bytenr, char *why, size_t whylen)
 {
@@ -75,6 +77,24 @@ int ub_super_validate(const uint8_t *sb, uint64_t bytenr, char *why, size_t whyl
 	}
 	if (SB(num_devices) == 0) {
 		snprintf(why, whylen, "num_devices is 0");
+		return -EUCLEAN;
+	}
+	/* every device keeps its first MiB to itself, so total_bytes bounds how many there can be */
+	if (SB(total_bytes) / UB_DEVICE_RESERVED < SB(num_devices)) {
+		snprintf(why, whylen, "num_devices %llu is more than total_bytes %llu can hold (at least 1 MiB each)",
+			 (unsigned long long)SB(num_devices), (unsigned long long)SB(total_bytes));
+		return -EUCLEAN;
+	}
+	if (UB_GET(btrfs_dev_item, total_bytes, UB_PTR(ub_disk_super, dev_item, sb)) > SB(total_bytes)) {
+		snprintf(why, whylen, "this device's item claims %llu bytes, more than the filesystem's total_bytes %llu",
+			 (unsigned long long)UB_GET(btrfs_dev_item, total_bytes, UB_PTR(ub_disk_super, dev_item, sb)),
+			 (unsigned long long)SB(total_bytes));
+		return -EUCLEAN;
+	}
+	/* a chunk item is at least a key, a chunk header and one stripe */
+	if (SB(sys_chunk_array_size) < UB_DISK_KEY_SIZE + sizeof(struct btrfs_chunk)) {
+		snprintf(why, whylen, "system chunk array size %llu cannot hold a single chunk",
+			 (unsigned long long)SB(sys_chunk_array_size));
 		return -EUCLEAN;
 	}
 	if (SB(generation) == 0) {

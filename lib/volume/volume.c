@@ -265,6 +265,10 @@ static int assemble(struct ub_volume *vol, struct candidate *c, int n)
 				(unsigned long long)vol->generation_hint);
 			continue;
 		}
+		if (DI(total_bytes, di) > c[i].dev->size)
+			ub_warn(&vol->log, "%s: devid %llu claims %llu bytes but the device has %llu; reads past its end "
+				"will fail", c[i].dev->path, (unsigned long long)devid,
+				(unsigned long long)DI(total_bytes, di), (unsigned long long)c[i].dev->size);
 		ret = add_vdev(vol, devid, UB_PTR(btrfs_dev_item, uuid, di), DI(total_bytes, di), c[i].dev,
 			       SB(generation, s));
 		if (ret)
@@ -466,15 +470,71 @@ static bool chunk_readable(const struct ub_chunk *c)
 	return missing == 0;
 }
 
+/* Messages of one kind after the first few only count; the last says how many were left out. */
+#define SAME_KIND_SHOWN 5
+
+/*
+ * What the chunk tree says against what the superblock claims: the number of
+ * devices, their sizes against total_bytes, stripes on devices nobody
+ * describes, more stripes than devices.
+ */
+static void check_counts(struct ub_volume *vol)
+{
+	uint64_t sum = 0, total = SB(total_bytes, vol->super);
+	int unknown = 0, crowded = 0;
+
+	for (int i = 0; i < vol->nvdevs; i++)
+		sum += vol->vdevs[i].total_bytes;
+	if ((uint64_t)vol->nvdevs != vol->num_devices)
+		ub_warn(&vol->log, "the superblock says %llu devices, the chunk tree and the devices given describe %d",
+			(unsigned long long)vol->num_devices, vol->nvdevs);
+	if (sum > total)
+		ub_err(&vol->log, "the devices add up to %llu bytes, more than the superblock's total_bytes %llu",
+		       (unsigned long long)sum, (unsigned long long)total);
+	for (int i = 0; i < vol->nchunks; i++) {
+		const struct ub_chunk *c = vol->chunks[i];
+		int distinct = 0;
+
+		for (int j = 0; j < c->num_stripes; j++) {
+			bool known = false, seen = false;
+			for (int k = 0; k < vol->nvdevs; k++)
+				known |= vol->vdevs[k].devid == c->stripes[j].devid;
+			for (int k = 0; k < j; k++)
+				seen |= c->stripes[k].devid == c->stripes[j].devid;
+			distinct += !seen;
+			if (known)
+				continue;
+			if (unknown++ < SAME_KIND_SHOWN)
+				ub_err(&vol->log, "chunk at logical %llu: stripe %d is on devid %llu, which no device item "
+				       "describes", (unsigned long long)c->logical, j,
+				       (unsigned long long)c->stripes[j].devid);
+		}
+		/* only DUP keeps two stripes of a chunk on one device */
+		if ((uint64_t)distinct > vol->num_devices ||
+		    (c->profile->flag != BTRFS_BLOCK_GROUP_DUP && distinct != c->num_stripes)) {
+			if (crowded++ < SAME_KIND_SHOWN)
+				ub_err(&vol->log, "chunk at logical %llu (%s): %u stripes on %d distinct devices of %llu",
+				       (unsigned long long)c->logical, c->profile->name, c->num_stripes, distinct,
+				       (unsigned long long)vol->num_devices);
+		}
+	}
+	if (unknown > SAME_KIND_SHOWN)
+		ub_err(&vol->log, "... and %d more stripes on devices no device item describes", unknown - SAME_KIND_SHOWN);
+	if (crowded > SAME_KIND_SHOWN)
+		ub_err(&vol->log, "... and %d more chunks with stripes that do not fit the devices", crowded - SAME_KIND_SHOWN);
+}
+
 int ub_volume_check_devices(struct ub_volume *vol)
 {
 	int nmissing = 0, unreadable = 0;
 	char u[40];
 
+	check_counts(vol);
 	for (int i = 0; i < vol->nvdevs; i++) {
 		if (!vol->vdevs[i].missing)
 			continue;
-		nmissing++;
+		if (nmissing++ >= SAME_KIND_SHOWN)
+			continue;
 		ub_uuid_str(vol->vdevs[i].uuid, u);
 		if (vol->vdevs[i].total_bytes)
 			ub_warn(&vol->log, "devid %llu (uuid %s, %llu bytes) is missing",
@@ -482,6 +542,8 @@ int ub_volume_check_devices(struct ub_volume *vol)
 		else
 			ub_warn(&vol->log, "devid %llu (uuid %s) is missing", (unsigned long long)vol->vdevs[i].devid, u);
 	}
+	if (nmissing > SAME_KIND_SHOWN)
+		ub_warn(&vol->log, "... and %d more devices missing", nmissing - SAME_KIND_SHOWN);
 	if (!nmissing)
 		return 0;
 	for (int i = 0; i < vol->nchunks; i++) {
@@ -489,10 +551,12 @@ int ub_volume_check_devices(struct ub_volume *vol)
 		if (chunk_readable(c))
 			continue;
 		/* warnings: what cannot be read is an error when, and if, someone reads it */
-		if (unreadable++ < 5)
+		if (unreadable++ < SAME_KIND_SHOWN)
 			ub_warn(&vol->log, "chunk at logical %llu (%s) has lost more devices than %s tolerates",
 			       (unsigned long long)c->logical, c->profile->name, c->profile->name);
 	}
+	if (unreadable > SAME_KIND_SHOWN)
+		ub_warn(&vol->log, "... and %d more chunks like this", unreadable - SAME_KIND_SHOWN);
 	if (unreadable)
 		ub_warn(&vol->log, "%d chunks are not fully readable with %d devices missing", unreadable, nmissing);
 	else

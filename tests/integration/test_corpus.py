@@ -11,7 +11,7 @@ command the run must:
   * exit 0, 1 or 2,
   * leave no sanitizer report (ASan, UBSan, LeakSanitizer) on stderr,
   * when it exits non-zero, say why: a stderr line containing "error" with text
-    naming what went wrong,
+    naming what went wrong and where (a number or a path; see names_something),
   * for `ls --json`: every complete output line is a JSON object.
 
 Adding a command is one line in COMMANDS (whole-image commands) or
@@ -54,6 +54,8 @@ COMMANDS = [
     dict(name="dump-tree-extent", argv=["dump-tree", "-t", "extent", "{img}"]),
     dict(name="dump-tree-csum", argv=["dump-tree", "-t", "csum", "{img}"]),
     dict(name="ls-long", argv=["ls", "-R", "-l", "{img}"]),
+    dict(name="ls-long-json", argv=["ls", "-R", "-l", "--json", "{img}"]),
+    dict(name="filesystem-show", argv=["filesystem", "show", "{img}"]),
 ]
 # The listing whose output names the files FILE_COMMANDS run on.
 LIST_COMMAND = dict(name="ls-json", argv=["ls", "-R", "--json", "{img}"], capture=True)
@@ -296,14 +298,19 @@ def judge(res):
     if res.sanitizer:
         p.append("sanitizer report on stderr")
     if not res.timed_out and res.returncode not in (0, None):
-        named = False
-        for line in res.stderr.splitlines():
-            m = ERROR_LINE.search(line)
-            if m and len(m.group(1).strip()) >= 3:
-                named = True
-                break
-        if not named:
+        if not any(names_something(line) for line in res.stderr.splitlines()):
             p.append("non-zero exit without an error line naming the problem")
+
+
+def names_something(line):
+    """Is `line` an error message that names what is wrong and where? It says "error",
+    then at least a few words and a number (address, inode, devid, offset) or a path;
+    a usage line ("Try 'ubtrfs ... --help'") is not one."""
+    m = ERROR_LINE.search(line)
+    if not m or b"--help" in line:
+        return False
+    text = m.group(1).strip()
+    return len(text) >= 3 and re.search(rb"[0-9/]", line[m.start() + 5:]) is not None
 
 
 def _regular_files(res):
@@ -317,7 +324,7 @@ def _regular_files(res):
         if i == last and (res.stdout_truncated or res.timed_out or res.returncode not in OK_EXIT):
             break  # cut short: the last line may be incomplete
         try:
-            obj = json.loads(line.decode("utf-8", "surrogateescape"))
+            obj = json.loads(line.decode("utf-8"))  # strict: ls --json must be UTF-8 (docs/ls.md)
         except ValueError as e:
             res.problems.append("line %d of the JSON listing does not parse (%s): %r" % (i + 1, e, line[:200]))
             break
@@ -325,8 +332,14 @@ def _regular_files(res):
             res.problems.append("line %d of the JSON listing is not an object" % (i + 1))
             break
         path = obj.get("path")
-        # a NUL cannot travel in argv; such a name is the listing's to report, not cat's
-        if obj.get("type") == "file" and isinstance(path, str) and "\0" not in path:
+        if isinstance(obj.get("path_hex"), str):
+            path = bytes.fromhex(obj["path_hex"])  # the raw bytes of a name that is not UTF-8
+        elif isinstance(path, str):
+            path = path.encode()
+        if isinstance(path, bytes) and b"\0" in path:
+            res.problems.append("line %d of the JSON listing has a path with a NUL: %r" % (i + 1, path[:200]))
+            break
+        if obj.get("type") == "file" and isinstance(path, bytes):
             files.append(path)
     return files
 

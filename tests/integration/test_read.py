@@ -3,6 +3,7 @@
 
 import concurrent.futures
 import os
+import time
 
 import pytest
 
@@ -19,13 +20,40 @@ def _fail(image, problems, what):
         what, image.name, image.recipe, "\n  ".join(problems))
 
 
+def _ls_timed(image, *args):
+    t0 = time.time_ns()
+    cp = _ls(image, *args)
+    return cp, (t0, time.time_ns())
+
+
+def placeholder_times(expected, got, window):
+    """The kernel makes up mtime and ctime of a placeholder directory (a subvolume a
+    snapshot did not take along) when it looks the entry up: both "now". ubtrfs does the
+    same. So those two are checked against the time of each run, everything else of the
+    entry is compared as usual; returns problems, and aligns got's times for the rest."""
+    problems = []
+    t0, t1 = window
+    for p, e in expected.items():
+        if e["type"] != "dir" or e["ino"] != T.EMPTY_SUBVOL_DIR_INO or p not in got:
+            continue
+        g = got[p]
+        if e["mtime"] != e["ctime"]:
+            problems.append("%r: kernel placeholder mtime %r != ctime %r" % (p, e["mtime"], e["ctime"]))
+        ns = g["mtime"][0] * 10**9 + g["mtime"][1]
+        if g["mtime"] != g["ctime"] or not t0 - 10**9 <= ns <= t1 + 10**9:
+            problems.append("%r: placeholder times %r/%r are not the time of listing (%d..%d)"
+                            % (p, g["mtime"], g["ctime"], t0, t1))
+        got[p] = dict(g, mtime=e["mtime"], ctime=e["ctime"])
+    return problems
+
+
 def test_ls_recursive_matches_kernel(ubtrfs_bin, factory, read_image):
     view = factory.view(read_image)
-    cp = _ls(read_image, "-R", "--json")
+    cp, window = _ls_timed(read_image, "-R", "--json")
     assert cp.returncode == 0, T.describe(cp)
     got, dups = T.index_entries(T.parse_ls_json(cp.stdout))
     assert not dups, "paths listed more than once: %r" % dups[:20]
-    problems = T.compare_entries(view.entries, got)
+    problems = placeholder_times(view.entries, got, window) + T.compare_entries(view.entries, got)
     assert not problems, _fail(read_image, problems, "ls -R --json")
 
 
@@ -76,6 +104,8 @@ DIR_CASES = [
     ("kernel-subvol", "/subvol"),
     ("kernel-subvol", "/snap/links"),
     ("kernel-subvol", "/subvol/nested"),
+    ("kernel-subvol", "/snap/holder"),
+    ("kernel-subvol", "/snap_ro/holder"),
     ("kernel-many", "/many"),
 ]
 
@@ -91,11 +121,12 @@ def test_ls_one_directory(ubtrfs_bin, factory, name, directory):
     image = factory.image(name)
     view = factory.view(image)
     args = ["--json"] + (["--path", directory] if directory != "/" else [])
-    cp = _ls(image, *args)
+    cp, window = _ls_timed(image, *args)
     assert cp.returncode == 0, T.describe(cp)
     got, dups = T.index_entries(T.parse_ls_json(cp.stdout))
     assert not dups, "paths listed more than once: %r" % dups[:20]
-    problems = T.compare_entries(_children(view, directory), got)
+    expected = _children(view, directory)
+    problems = placeholder_times(expected, got, window) + T.compare_entries(expected, got)
     assert not problems, _fail(image, problems, "ls --json --path %s" % directory)
 
 
@@ -103,13 +134,13 @@ def test_ls_one_directory(ubtrfs_bin, factory, name, directory):
 def test_ls_recursive_below_path(ubtrfs_bin, factory, name, directory):
     image = factory.image(name)
     view = factory.view(image)
-    cp = _ls(image, "-R", "--json", "--path", directory)
+    cp, window = _ls_timed(image, "-R", "--json", "--path", directory)
     assert cp.returncode == 0, T.describe(cp)
     got, dups = T.index_entries(T.parse_ls_json(cp.stdout))
     assert not dups
     prefix = directory + "/"
     expected = {p: e for p, e in view.entries.items() if p.startswith(prefix)}
-    problems = T.compare_entries(expected, got)
+    problems = placeholder_times(expected, got, window) + T.compare_entries(expected, got)
     assert not problems, _fail(image, problems, "ls -R --json --path %s" % directory)
 
 
@@ -125,6 +156,33 @@ def test_ls_text_output_names_every_entry(ubtrfs_bin, factory, flags):
     plain = [n for n in expected if n.isprintable()]
     missing = [n for n in plain if os.fsencode(n) not in cp.stdout]
     assert not missing, "ls %s does not show %r" % (" ".join(flags), missing)
+
+
+@pytest.mark.parametrize("where", ["/snap/holder/left_behind", "/snap_ro/holder/left_behind"])
+def test_placeholder_dir_is_what_the_kernel_shows(ubtrfs_bin, factory, where):
+    """A snapshot of a subvolume that holds another subvolume shows an empty
+    directory there; the recipe puts it in a directory owned by 4321:8765 with
+    its own times, so owner, group and atime must come from that directory."""
+    image = factory.image("kernel-subvol")
+    view = factory.view(image)
+    exp = view.entries.get(where)
+    assert exp is not None, "recipe did not make %s (kernel view)" % where
+    holder = view.entries[os.path.dirname(where)]
+    # the setup reached the state the test is about
+    assert exp["ino"] == T.EMPTY_SUBVOL_DIR_INO and (holder["uid"], holder["gid"]) == (4321, 8765)
+    assert holder["atime"] != holder["mtime"]
+    assert not [p for p in view.entries if p.startswith(where + "/")]
+    for args in (["--json", "--path", where], ["--json", "--path", os.path.dirname(where)]):
+        cp, window = _ls_timed(image, *args)
+        assert cp.returncode == 0, T.describe(cp)
+        got = {o["path"]: o for o in T.parse_ls_json(cp.stdout)}
+        if args[-1] == where:
+            # listing the placeholder itself: it is empty, like the kernel's
+            assert got == {}, got
+            continue
+        problems = placeholder_times({where: exp}, got, window)
+        problems += T.compare_entries({where: exp}, {where: got[where]})
+        assert not problems, _fail(image, problems, "ls %s" % " ".join(args))
 
 
 def test_ls_missing_path_is_fatal(ubtrfs_bin, factory):

@@ -111,6 +111,15 @@ def _subvol_population(mnt, src, rng):
     big = sorted((m / "subvol" / "sizes").glob("f3145851_*"))[0]
     T.run(["cp", "--reflink=always", big, m / "subvol" / "reflinked"])
     T.run(["cp", "--reflink=always", big, m / "reflink_at_top"])
+    # a subvolume below a directory owned by someone else: the snapshots do not take it
+    # along and show an empty placeholder directory, owned like the directory holding it
+    held = m / "subvol" / "holder"
+    held.mkdir()
+    T.run(["btrfs", "subvolume", "create", held / "left_behind"])
+    (held / "left_behind" / "inside").write_bytes(b"not in the snapshots\n")
+    os.chown(held, 4321, 8765)
+    os.chmod(held, 0o750)
+    os.utime(held, ns=(1111111111 * 10**9 + 111, 1222222222 * 10**9 + 222))
     T.run(["sync"])
     T.run(["btrfs", "subvolume", "snapshot", m / "subvol", m / "snap"])
     T.run(["btrfs", "subvolume", "snapshot", "-r", m / "subvol", m / "snap_ro"])

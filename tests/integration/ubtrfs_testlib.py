@@ -522,6 +522,11 @@ def entry_from_stat(fspath, name, st, subvol, real):
     return e
 
 
+# The inode number the kernel gives the empty directory that stands in for a
+# subvolume a snapshot did not take along.
+EMPTY_SUBVOL_DIR_INO = 2
+
+
 def walk_tree(top, btrfs=True, start="/"):
     """Every entry below `top` (not `top` itself) keyed by its path inside the filesystem.
 
@@ -546,7 +551,11 @@ def walk_tree(top, btrfs=True, start="/"):
             real = de.path
             st = os.lstat(real)
             fspath = (fs_dir.rstrip(b"/") + b"/" + de.name)
-            if stat.S_ISDIR(st.st_mode):
+            if stat.S_ISDIR(st.st_mode) and st.st_ino == EMPTY_SUBVOL_DIR_INO:
+                # a placeholder takes no btrfs ioctl and shares its device number with
+                # other subvolumes: it belongs to the subvolume of the directory holding it
+                sv = subvol_of(real_dir, os.lstat(real_dir))
+            elif stat.S_ISDIR(st.st_mode):
                 sv = subvol_of(real, st)
             else:
                 sv = subvol_of(real_dir, os.lstat(real_dir))
@@ -602,17 +611,35 @@ def kernel_view(images, mountpoint, options=""):
 # --------------------------------------------------------------------------
 # ubtrfs output parsing and comparison
 
+def _recover_bytes(obj):
+    """Undo ls --json's escaping (docs/ls.md): "<key>_hex" holds the raw bytes of a
+    string that is not UTF-8; the string comes back as os.fsdecode() of them."""
+    for key in ("path", "name", "target"):
+        h = obj.pop(key + "_hex", None)
+        if h is not None:
+            obj[key] = os.fsdecode(bytes.fromhex(h))
+    xh = obj.pop("xattrs_hex", None)
+    if xh:
+        xattrs = obj.setdefault("xattrs", {})
+        for name, value in xh.items():
+            xattrs[os.fsdecode(bytes.fromhex(name))] = value
+    return obj
+
+
 def parse_ls_json(stdout):
-    """List of objects from `ls --json` output; raises with the bad line."""
+    """List of objects from `ls --json` output, parsed strictly (UTF-8, JSON); raises with
+    the bad line. Names that are not UTF-8 are recovered from their *_hex fields."""
     objs = []
     for raw in stdout.split(b"\n"):
         if not raw.strip():
             continue
-        line = raw.decode("utf-8", "surrogateescape")
         try:
-            objs.append(json.loads(line))
+            obj = json.loads(raw.decode("utf-8"))
         except ValueError as e:
-            raise AssertionError("ls --json printed a line that is not JSON (%s): %r" % (e, raw[:300]))
+            raise AssertionError("ls --json printed a line that is not strict JSON (%s): %r" % (e, raw[:300]))
+        if not isinstance(obj, dict):
+            raise AssertionError("ls --json printed a line that is not an object: %r" % raw[:300])
+        objs.append(_recover_bytes(obj))
     return objs
 
 
