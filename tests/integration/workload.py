@@ -267,10 +267,15 @@ class Workload:
         # One nested-subvolume snapshot scenario per run (a third of the way
         # in), so every run has a snapshot that did not take a subvolume along.
         scenario_at = max(1, nops // 3) if allowed is None else -1
+        # and one file whose zstd extents decode to less than they cover
+        zstd_at = max(2, nops * 2 // 3) if allowed is None else -1
         for i in range(nops):
             self.nops += 1
             if i == scenario_at:
                 self._do("nested_snapshot")
+                continue
+            if i == zstd_at:
+                self._do("zstd_tail")
                 continue
             self._do(self.rng.choices(names, weights)[0])
 
@@ -770,6 +775,37 @@ class Workload:
                        self.path(rel), self.path(snap))
             self.protected_devs.add(os.lstat(self.path(snap)).st_dev)
 
+    def op_zstd_tail(self, ents):
+        """zstd extents covering more than their frame decodes: a file end inside
+        a sector, a few bytes written past EOF in the next sector, then
+        fallocate past EOF, all before writeback.  The kernel compresses up to
+        the last written byte, rounds the extent up to the sector, and reads
+        the rest of that sector as zeros once the file is longer."""
+        d = self.pick(ents, self.writable_dir)
+        if d is None:
+            return
+        rng = self.rng
+        for _ in range(rng.randint(2, 4)):
+            rel = self.new_child(ents, d)
+            if rel is None:
+                return
+            fd = os.open(self.path(rel), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            try:
+                os.setxattr(fd, "btrfs.compression", b"zstd")
+                n = rng.choice((rng.randint(5000, 140000), rng.randint(140000, 1200000)))
+                if n % 4096 == 0:
+                    n += 1
+                kind = rng.choice(("text", "mixed", "zeroish"))
+                os.pwrite(fd, T.file_bytes(rng, kind, n), 0)
+                tail = n + rng.randint(1, 4096)
+                os.pwrite(fd, self.data(rng.randint(1, 100)), tail)
+                grow = rng.randint(1, 300000)
+                T.fallocate(fd, 0, 0, os.fstat(fd).st_size + grow)
+                self.written += n
+            finally:
+                os.close(fd)
+            self.log("zstd tail: %r %s %d bytes, bytes at %d, fallocate to +%d" % (rel, kind, n, tail, grow))
+
     # ------------------------------------------------------------------ durability
 
     def op_fsync(self, ents):
@@ -988,8 +1024,8 @@ def kernel_bytes(mnt, hashes, budget=256 * MiB):
     out = {}
     total = 0
     for p, (size, _) in sorted(hashes.items()):
-        if total + size > budget:
-            break
+        if size > 64 * MiB or total + size > budget:
+            continue
         with open(os.path.join(os.fsencode(str(mnt)), os.fsencode(p.lstrip("/"))), "rb") as f:
             out[p] = f.read()
         total += size
