@@ -269,6 +269,9 @@ class Workload:
         scenario_at = max(1, nops // 3) if allowed is None else -1
         # and one file whose zstd extents decode to less than they cover
         zstd_at = max(2, nops * 2 // 3) if allowed is None else -1
+        # and one inode with more long names in one directory than an
+        # INODE_REF item holds in a 4 KiB leaf (the rest go to INODE_EXTREF)
+        storm_at = max(3, nops // 2) if allowed is None else -1
         for i in range(nops):
             self.nops += 1
             if i == scenario_at:
@@ -276,6 +279,9 @@ class Workload:
                 continue
             if i == zstd_at:
                 self._do("zstd_tail")
+                continue
+            if i == storm_at:
+                self._do("link_storm")
                 continue
             self._do(self.rng.choices(names, weights)[0])
 
@@ -539,7 +545,8 @@ class Workload:
         d = self.pick(ents, lambda e: self.writable_dir(e) and e.dev == src.dev)
         if d is None:
             return
-        k = self.rng.randint(8, 40)
+        # a 4 KiB leaf holds about 16 refs of 240-byte names
+        k = self.rng.randint(18, 40) if self.rng.random() < 0.6 else self.rng.randint(2, 12)
         self.log("link storm %r x%d into %r" % (src.rel, k, d.rel))
         made = 0
         for _ in range(k):
@@ -936,6 +943,7 @@ class Result:
         self.op_log = []
         self.counts = {}
         self.times = {}
+        self.coverage = None
 
     def report(self, limit=60):
         lines = ["differential mismatch on %s" % self.cfg.name,
@@ -1120,7 +1128,29 @@ def devids_of(images):
     return [M.super_info(i)["devid"] for i in images]
 
 
-def run_config(cfg, workdir, seed=None, ops=None, long_mode=False, log=None):
+COVERAGE_PATTERNS = (
+    ("inode extrefs", r"INODE_EXTREF"),
+    ("inline extents", r"type 0 \(inline\)"),
+    ("prealloc extents", r"type 2 \(prealloc\)"),
+    ("zlib extents", r"compression 1 \(zlib\)"),
+    ("lzo extents", r"compression 2 \(lzo\)"),
+    ("zstd extents", r"compression 3 \(zstd\)"),
+    ("holes (no-holes off)", r"extent data disk byte 0 nr 0"),
+    ("xattr items", r"XATTR_ITEM"),
+    ("subvolume trees", r"^fs tree key \(\d+ ROOT_ITEM"),
+    ("orphan items", r"ORPHAN_ITEM"),
+)
+
+
+def coverage(images):
+    """How often the final image holds each interesting item kind (progs' dump)."""
+    import re
+    text = T.run(["btrfs", "inspect-internal", "dump-tree", "--noscan", *images]).stdout.decode(
+        "utf-8", "replace")
+    return {name: len(re.findall(pat, text, re.M)) for name, pat in COVERAGE_PATTERNS}
+
+
+def run_config(cfg, workdir, seed=None, ops=None, long_mode=False, log=None, want_coverage=False):
     """Build, run the workload, compare; returns a Result (problems empty when equal)."""
     seed = cfg.seed if seed is None else seed
     ops = cfg.ops if ops is None else ops
@@ -1161,6 +1191,8 @@ def run_config(cfg, workdir, seed=None, ops=None, long_mode=False, log=None):
     order = devids_of(images)
     images = [img for _, img in sorted(zip(order, images))]
 
+    if want_coverage:
+        res.coverage = coverage(images)
     t0 = time.time()
     view = kernel_view_multi(images, workdir / "mnt_ro")
     res.times["kernel"] = time.time() - t0
