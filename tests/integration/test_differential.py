@@ -66,7 +66,8 @@ def test_workload_matches_kernel(ubtrfs_bin, scratch, cfg):
     finally:
         if os.environ.get("UBTRFS_KEEP_IMAGES") != "1":
             T.rmtree(work)
-    assert not res.problems, res.report()
+    if res.problems:
+        pytest.fail(res.report(), pytrace=False)
     # The setup must have reached what the configuration is there for.
     assert res.nfiles > 0, "the workload left no regular file (%s)" % cfg.recipe(res.seed, res.ops)
     assert res.placeholders > 0, \
