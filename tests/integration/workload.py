@@ -820,8 +820,8 @@ class Workload:
         e = self.pick(ents, lambda e: e.type in ("file", "dir") and not e.placeholder)
         if e is None:
             return
-        M_flags = os.O_RDONLY | (os.O_DIRECTORY if e.type == "dir" else 0)
-        fd = os.open(self.path(e.rel), M_flags)
+        flags = os.O_RDONLY | (os.O_DIRECTORY if e.type == "dir" else 0)
+        fd = os.open(self.path(e.rel), flags)
         try:
             if self.rng.random() < 0.3 and e.type == "file":
                 os.fdatasync(fd)
@@ -1167,7 +1167,7 @@ def coverage(images):
     return {name: len(re.findall(pat, text, re.M)) for name, pat in COVERAGE_PATTERNS}
 
 
-def run_config(cfg, workdir, seed=None, ops=None, long_mode=False, log=None, want_coverage=False):
+def run_config(cfg, workdir, seed=None, ops=None, long_mode=False, want_coverage=False):
     """Build, run the workload, compare; returns a Result (problems empty when equal)."""
     seed = cfg.seed if seed is None else seed
     ops = cfg.ops if ops is None else ops
