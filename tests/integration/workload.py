@@ -947,6 +947,7 @@ class Result:
         self.counts = {}
         self.times = {}
         self.coverage = None
+        self.no_log = False
 
     def report(self, limit=60):
         lines = ["differential mismatch on %s" % self.cfg.name,
@@ -969,23 +970,39 @@ def _check_run(cp):
 TIME_KEYS = ("atime", "mtime", "ctime")
 
 
-def compare_views(expected, got, limit=80):
-    """Every key of every entry.  The kernel makes the stand-in directory of a
-    subvolume a snapshot did not take along (inode 2) in memory, with the
-    current time as its times: there is no stored time to compare, so only its
-    times are left out."""
-    exp2, got2 = {}, {}
+def compare_views(expected, got, limit=80, unstable=()):
+    """Every key of every entry, except what the kernel itself does not give
+    the same way twice, which ubtrfs cannot match:
+      * the stand-in directory (inode 2) of a subvolume a snapshot did not
+        take along is made in memory with the current time as its times;
+      * `unstable` (path, key) pairs: fields two kernel replays of the same
+        crash copy disagree on (replay sets some ctimes to the time of the
+        mount)."""
+    drop = {}
     for p, e in expected.items():
         if e["type"] == "dir" and e["ino"] == 2:
-            e = {k: v for k, v in e.items() if k not in TIME_KEYS}
-            if p in got:
-                got2[p] = {k: v for k, v in got[p].items() if k not in TIME_KEYS}
-                got2[p].update({k: None for k in TIME_KEYS})
-            e.update({k: None for k in TIME_KEYS})
-        exp2[p] = e
-    for p, g in got.items():
-        got2.setdefault(p, g)
+            drop.setdefault(p, set()).update(TIME_KEYS)
+    for p, k in unstable:
+        drop.setdefault(p, set()).add(k)
+    exp2, got2 = dict(expected), dict(got)
+    for p, keys in drop.items():
+        if p in exp2:
+            exp2[p] = dict(exp2[p], **{k: None for k in keys})
+        if p in got2:
+            got2[p] = dict(got2[p], **{k: None for k in keys})
     return T.compare_entries(exp2, got2, limit=limit)
+
+
+def unstable_fields(first, second):
+    """(path, key) pairs two kernel views of the same image disagree on, and
+    paths only one of them has."""
+    out = set()
+    only = sorted(set(first) ^ set(second))
+    for p in set(first) & set(second):
+        for k in T.LS_KEYS:
+            if first[p].get(k) != second[p].get(k):
+                out.add((p, k))
+    return out, only
 
 
 def ubtrfs_ls(devices, extra=()):
@@ -1125,9 +1142,9 @@ def kernel_view_multi(images, mnt, readonly=True, options=""):
     return T.KernelView(entries, hashes)
 
 
-def compare_image(res, what, devices, view, extra=(), missing=(), every_name=False):
+def compare_image(res, what, devices, view, extra=(), missing=(), every_name=False, unstable=()):
     got, problems, cp = ubtrfs_ls(devices, extra)
-    problems += compare_views(view.entries, got)
+    problems += compare_views(view.entries, got, unstable=unstable)
     for d in missing:
         if not _names_missing(cp.stderr, d):
             problems.append("ls: stderr does not name missing devid %d" % d)
@@ -1233,6 +1250,7 @@ def run_config(cfg, workdir, seed=None, ops=None, long_mode=False, want_coverage
         sup = T.parse_dump_super(T.run(["btrfs", "inspect-internal", "dump-super",
                                         crash_images[0]]).stdout.decode())
         if int(sup.get("log_root", "0")) == 0:
+            res.no_log = True
             res.notes.append("crash copy has no pending log (log_root 0): the fsync tail fell back "
                              "to a full commit; only the committed state was compared")
         committed = kernel_view_multi(crash_images, workdir / "mnt_crash_ro")
@@ -1250,7 +1268,21 @@ def run_config(cfg, workdir, seed=None, ops=None, long_mode=False, want_coverage
             if int(after.get("log_root", "0")) != 0:
                 res.problems.append("test setup: the kernel's read-write mount left log_root %s"
                                     % after.get("log_root"))
-            compare_image(res, "crash copy, fsync log replayed", crash_images, replayed, every_name=long_mode)
+            # A second replay, seconds later, shows which fields the kernel
+            # sets from the clock while replaying.
+            for c, img in zip(copies, crash_images):
+                T.copy_sparse(img, c)
+            time.sleep(1.1)
+            again = kernel_view_multi(copies, workdir / "mnt_replay", readonly=False)
+            unstable, only = unstable_fields(replayed.entries, again.entries)
+            if only or replayed.hashes != again.hashes:
+                res.problems.append("test setup: two kernel replays of the crash copy differ in entries %r "
+                                    "or file contents" % only[:10])
+            if unstable:
+                res.notes.append("%d field(s) differ between two kernel replays, not compared: %s" % (
+                    len(unstable), ", ".join("%s %s" % (p, k) for p, k in sorted(unstable)[:5])))
+            compare_image(res, "crash copy, fsync log replayed", crash_images, replayed, every_name=long_mode,
+                          unstable=unstable)
             for c in copies:
                 os.unlink(c)
         res.times["crash"] = time.time() - t0
