@@ -522,7 +522,7 @@ class Image:
         blk.data[32:48] = src.data[32:48]
         blk.data[64:80] = src.data[64:80]
         blk.bytenr(logical)
-        blk.flags(1 << 56)     # MIXED_BACKREF_REV, as the kernel writes them
+        blk.flags(src.flags())  # WRITTEN and MIXED_BACKREF_REV, as in the template
         blk.generation(generation)
         blk.owner(owner)
         blk.level(level)
