@@ -524,15 +524,28 @@ def is_inline(blk, slot):
 
 # -- blocks accepted twice, exponential chains
 
+def files_in_leaf(base, im, logical, tree=5):
+    """Paths of regular files whose INODE_ITEM lives in the leaf at `logical`."""
+    blk = im.read_block(logical)
+    inos = {blk.item_key(i).objectid for i in range(blk.nritems())
+            if blk.item_key(i).type == C.INODE_ITEM}
+    return sorted(p for p, (ino, ft, t) in base.paths.items()
+                  if t == tree and ft == C.FT_REG_FILE and ino in inos)
+
+
 def c_ptr_dup_child(base, im, same_key=False):
     node = fs_node(im)
     k0, b0, g0 = node.ptr(0)
     k1, b1, g1 = node.ptr(1)
+    # a file whose inode item was in the child that slot 1 loses: its lookup goes
+    # through the bad slot and must report corruption, not "no such file"
+    lost = files_in_leaf(base, im, b1)[:1]
     node.set_ptr(1, key=k0 if same_key else None, blockptr=b0, generation=g0)
     im.write_block(node)
     return Case("fs tree node %d slot 1 points at slot 0's child %d%s" % (
         node.logical, b0, " with the same key" if same_key else ""),
-        must_fail={"dump", "dumpfs", "ls", "lsj"}, needles=[b0, node.logical])
+        must_fail={"dump", "dumpfs", "ls", "lsj"} | {"cat:" + p for p in lost},
+        needles=[b0, node.logical], cats=lost)
 
 
 def c_ptr_all_same(base, im):
