@@ -150,7 +150,7 @@ static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp,
 /* One whole tree; a fresh set of entered blocks unless the caller keeps one across trees (the log). */
 static void dump_root_tagged(struct dumper *d, const struct ub_root *r, uint64_t tag, bool fresh)
 {
-	struct ub_expect exp = { r->objectid, r->level, r->generation, NULL, NULL, 0, -1 };
+	struct ub_expect exp = { r->objectid, r->level, r->generation, NULL, NULL, 0, -1, true };
 
 	if (fresh)
 		ub_block_set_free(&d->seen);

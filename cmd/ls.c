@@ -395,6 +395,9 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 		l->rc = EXIT_PROBLEMS;
 		return;
 	}
+	/* every stand-in for a subvolume a snapshot left behind is inode 2 and empty: nothing to enter */
+	if (ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		return;
 	ret = visit(l, subvol, ino);
 	if (ret <= 0) {
 		if (ret == 0)

@@ -41,13 +41,15 @@ struct ub_expect {
 	const struct ub_key *end_key;   /* NULL: no bound; else every key in the block is below it */
 	uint64_t parent;     /* for messages: the node holding the pointer, 0 for a root pointer */
 	int slot;            /* for messages: the slot in `parent` */
+	/* a tree's root block always carries the tree's own id, snapshots included (each has its own root copy) */
+	bool exact_owner;
 };
 
 /* A block found bad, and under which expectation (`any`: bad whatever the parent says). */
 struct ub_bad_block {
 	uint64_t bytenr;
 	int err; /* 0: unused entry */
-	bool any, has_first, has_end;
+	bool any, has_first, has_end, exact_owner;
 	int level;
 	uint64_t owner, generation;
 	struct ub_key first, end;

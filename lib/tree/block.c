@@ -173,11 +173,12 @@ static int verify_expect(const uint8_t *buf, const struct ub_expect *exp, char *
 	/* the owner first: a block of another tree is the most telling reason */
 	if (exp->owner) {
 		/* snapshots share blocks, so a subvolume tree may hold blocks another subvolume wrote */
-		bool ok = is_subvol_tree(exp->owner) ? is_subvol_tree(owner) : owner == exp->owner;
+		bool shared = is_subvol_tree(exp->owner) && !exp->exact_owner;
+		bool ok = shared ? is_subvol_tree(owner) : owner == exp->owner;
 		if (!ok) {
 			snprintf(why, whylen, "owner %s, expected %s%s: a block of another tree",
 				 ub_tree_name(owner, a, sizeof(a)), ub_tree_name(exp->owner, b, sizeof(b)),
-				 is_subvol_tree(exp->owner) ? " or another subvolume" : "");
+				 shared ? " or another subvolume" : exp->exact_owner ? " (a root block is its own tree's)" : "");
 			return -EUCLEAN;
 		}
 	}
@@ -227,7 +228,7 @@ static bool bad_matches(const struct ub_bad_block *b, uint64_t bytenr, const str
 		return true;
 	if (!exp)
 		return false;
-	return b->owner == exp->owner && b->level == exp->level && b->generation == exp->generation &&
+	return b->owner == exp->owner && b->exact_owner == exp->exact_owner && b->level == exp->level && b->generation == exp->generation &&
 	       b->has_first == !!exp->first_key && (!exp->first_key || !ub_key_cmp(&b->first, exp->first_key)) &&
 	       b->has_end == !!exp->end_key && (!exp->end_key || !ub_key_cmp(&b->end, exp->end_key));
 }
@@ -247,6 +248,7 @@ static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct u
 	if (b->any)
 		return;
 	b->owner = exp->owner;
+	b->exact_owner = exp->exact_owner;
 	b->level = exp->level;
 	b->generation = exp->generation;
 	if (exp->first_key) {

@@ -91,6 +91,7 @@ static int read_root(struct ub_tree_ctx *tc, const struct ub_root *root, struct 
 		.level = root->level,
 		.generation = root->generation,
 		.slot = -1,
+		.exact_owner = true,
 	};
 	return ub_tree_read_block(tc, root->bytenr, &exp, out);
 }
@@ -343,6 +344,7 @@ int ub_tree_walk(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_b
 		.level = root->level,
 		.generation = root->generation,
 		.slot = -1,
+		.exact_owner = true,
 	};
 
 	if (root->level >= UB_MAX_LEVEL)
