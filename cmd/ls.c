@@ -214,7 +214,7 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 {
 	char target[4096 + 1];
 	size_t tlen = 0;
-	bool is_link = S_ISLNK(in->mode);
+	bool is_link = S_ISLNK(in->mode), target_ok = true;
 	int ret;
 
 	if (is_link) {
@@ -225,6 +225,7 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 			l->rc = EXIT_PROBLEMS;
 			target[0] = 0;
 			tlen = 0;
+			target_ok = false;
 		}
 	}
 	if (tlen >= sizeof(target))
@@ -242,8 +243,11 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 			snprintf(tbuf, sizeof(tbuf), "?");
 		printf("%s %3llu %5u %5u %10llu %s %s", ms, (unsigned long long)in->nlink, in->uid, in->gid,
 		       (unsigned long long)in->size, tbuf, l->recursive ? path : name);
-		if (is_link)
+		/* an unreadable target is not an empty one: say it is unknown */
+		if (is_link && target_ok)
 			printf(" -> %.*s", (int)tlen, target);
+		else if (is_link)
+			printf(" -> ?");
 		printf("\n");
 	} else {
 		struct xattr_out xo = { true, true, 0 };
@@ -261,8 +265,10 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 		       (unsigned long long)(in->rdev >> 20), (unsigned long long)(in->rdev & 0xfffff),
 		       (long long)in->atime.sec, in->atime.nsec, (long long)in->mtime.sec, in->mtime.nsec,
 		       (long long)in->ctime.sec, in->ctime.nsec);
-		if (is_link)
+		if (is_link && target_ok)
 			json_field(stdout, "target", target, tlen);
+		else if (is_link)
+			printf(", \"target\": null");
 		printf(", \"xattrs\": {");
 		ret = ub_xattr_iterate(l->fs, in->subvol, in->ino, xattr_json, &xo);
 		printf("}");
