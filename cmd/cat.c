@@ -11,11 +11,14 @@ static const char help[] =
 	"Write the contents of file P to standard output without mounting.\n"
 	"Every block is checked against its checksum; a bad copy is skipped for a good one.\n"
 	"Parts that no copy holds correctly are written as zeros and reported on stderr\n"
-	"with their file offset and logical address.\n\n"
+	"with their file offset and logical address; an error repeated over a large extent\n"
+	"is printed once and then counted. A file extent item that contradicts the format\n"
+	"is named and ends the output at its file offset.\n\n"
 	"      --path P       the file, an absolute path (it may cross into subvolumes)\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
-	"\nExit codes: 0 the whole file was read, 1 parts of it could not be read,\n"
+	"\nExit codes: 0 the whole file was read, 1 parts of it could not be read\n"
+	"(or a corrupt extent item stopped the output),\n"
 	"2 usage or fatal error (no such file, not a regular file, not btrfs).\n";
 
 #define CHUNK (4U << 20)
@@ -75,6 +78,18 @@ int cmd_cat(int argc, char **argv)
 	while (off < in.size) {
 		uint64_t got = 0;
 		ret = ub_file_read(fs, subvol, ino, off, CHUNK, buf, &got, &rep);
+		if (ret == -EUCLEAN) {
+			/* a corrupt extent item (named already): what came before it is still good */
+			if (got && fwrite(buf, 1, got, stdout) != got) {
+				fprintf(stderr, "ubtrfs: error: writing to stdout: %s\n", strerror(errno));
+				rc = EXIT_FATAL;
+				break;
+			}
+			fprintf(stderr, "ubtrfs: error: %s: corrupt file extent at file offset %llu; output stops there\n",
+				path, (unsigned long long)(off + got));
+			rc = EXIT_PROBLEMS;
+			break;
+		}
 		if (ret && ret != -EIO) {
 			fprintf(stderr, "ubtrfs: error: %s: read failed at file offset %llu: %s\n", path,
 				(unsigned long long)off, strerror(-ret));
@@ -90,6 +105,7 @@ int cmd_cat(int argc, char **argv)
 		}
 		off += got;
 	}
+	ub_read_report_flush(fs, &rep);
 	if (rep.bad_bytes && rc == EXIT_OK) {
 		fprintf(stderr, "ubtrfs: error: %s: %llu bytes could not be read (first at file offset %llu); written as zeros\n",
 			path, (unsigned long long)rep.bad_bytes, (unsigned long long)rep.first_bad_offset);

@@ -12,7 +12,8 @@
  * extent's ram_bytes (or, for inline extents, the item's ram_bytes).
  * `sectorsize` is needed by the lzo framing (segments never straddle a sector).
  * Writes the number of bytes produced to *produced (may be less than outlen
- * when the stream ends early; the caller zero-fills the rest as the kernel does).
+ * when the stream ends early). For every known type, success or not,
+ * out[*produced, outlen) is zero on return, as the kernel reads it: the decoders may scribble there.
  * Returns 0, -EINVAL for an unknown type, or -EUCLEAN with a reason in `why`
  * for a corrupt stream. Never reads or writes out of bounds, whatever the input.
  */

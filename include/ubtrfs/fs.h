@@ -127,7 +127,13 @@ int ub_path_lookup_inode(struct ub_fs *fs, const char *path, struct ub_inode *ou
 struct ub_read_report {
 	uint64_t bad_bytes;
 	uint64_t first_bad_offset;
+	/* the last error printed, so that its repeats are counted instead (file.c's) */
+	bool seen;
+	uint64_t last_subvol, last_ino, last_key, last_end, repeats;
+	uint32_t last_why;
 };
+/* Print "... and N more like this" for errors held back as repeats; call when done reading. */
+void ub_read_report_flush(struct ub_fs *fs, struct ub_read_report *rep);
 
 /*
  * Read file bytes [off, off+len) (clamped to i_size) into buf; *got receives the
@@ -135,7 +141,9 @@ struct ub_read_report {
  * copies are tried on a mismatch. Ranges that cannot be read correctly from
  * any copy are zero-filled, logged with file offset and logical address,
  * counted in `rep` (optional), and make the call return -EIO after filling
- * everything else.
+ * everything else. A file extent item that contradicts the format (sizes out
+ * of bounds, sums that overflow, an extent larger than its chunk) is named
+ * and ends the read with -EUCLEAN; *got then counts the bytes before it.
  */
 int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
 		 uint64_t *got, struct ub_read_report *rep);

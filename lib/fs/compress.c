@@ -324,6 +324,7 @@ int ub_decompress(int type, const uint8_t *in, size_t inlen, uint8_t *out, size_
 		  uint32_t sectorsize, size_t *produced, char *why, size_t whylen)
 {
 	size_t dummy;
+	int ret;
 
 	if (!produced)
 		produced = &dummy;
@@ -339,12 +340,25 @@ int ub_decompress(int type, const uint8_t *in, size_t inlen, uint8_t *out, size_
 		return 0;
 	switch (type) {
 	case UB_COMPRESS_ZLIB:
-		return decompress_zlib(in, inlen, out, outlen, produced, why, whylen);
+		ret = decompress_zlib(in, inlen, out, outlen, produced, why, whylen);
+		break;
 	case UB_COMPRESS_LZO:
-		return decompress_lzo(in, inlen, out, outlen, sectorsize, produced, why, whylen);
+		ret = decompress_lzo(in, inlen, out, outlen, sectorsize, produced, why, whylen);
+		break;
 	default:
-		return decompress_zstd(in, inlen, out, outlen, produced, why, whylen);
+		ret = decompress_zstd(in, inlen, out, outlen, produced, why, whylen);
+		break;
 	}
+	/*
+	 * The kernel reads whatever the stream did not produce as zeros. The
+	 * decoders may have used that part of `out` as scratch space (libzstd
+	 * >= 1.5.1 keeps literals there), so a zeroed buffer going in proves
+	 * nothing: clear it here, on success and failure alike.
+	 */
+	if (*produced > outlen)
+		*produced = outlen;
+	memset(out + *produced, 0, outlen - *produced);
+	return ret;
 }
 
 const char *ub_compress_name(int type)

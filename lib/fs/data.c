@@ -37,9 +37,16 @@ static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8
 		    (key.objectid == BTRFS_EXTENT_CSUM_OBJECTID && key.type == BTRFS_EXTENT_CSUM_KEY && key.offset >= end))
 			break;
 		if (key.objectid == BTRFS_EXTENT_CSUM_OBJECTID && key.type == BTRFS_EXTENT_CSUM_KEY) {
+			uint64_t last;
+
 			d = ub_path_data(&p, &size);
 			start = key.offset;
 			count = size / cs;
+			/* an item whose sectors would run past 2^64 cannot describe ours: ignore it, never wrap */
+			if (count && __builtin_add_overflow(start, (count - 1) * ss, &last)) {
+				ret = ub_tree_next(&p);
+				continue;
+			}
 			for (uint64_t i = 0; i < count; i++) {
 				uint64_t at = start + i * ss;
 				if (at < logical)

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* File contents: inline, regular, prealloc, hole and compressed extents. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "ubtrfs/compress.h"
@@ -20,65 +21,149 @@ struct file_ctx {
 	uint64_t off, end;
 	struct ub_read_report *rep;
 	int err;
+	uint64_t key_off;    /* key offset of the extent being read */
+	uint64_t corrupt_at; /* file offset of a corrupt extent item, UINT64_MAX while none */
 };
 
-static void report_bad(struct file_ctx *c, uint64_t foff, uint64_t len, uint64_t logical, const char *what)
+/* A cheap fingerprint of a message, to tell repeats of one error apart from new ones. */
+static uint32_t why_hash(const char *s)
 {
-	/* only what this request covers: an extent may reach past it on either side */
-	uint64_t s = foff > c->off ? foff : c->off, e = foff + len < c->end ? foff + len : c->end;
+	uint32_t h = 2166136261u;
 
-	if (len && s >= e)
+	while (*s)
+		h = (h ^ (uint8_t)*s++) * 16777619u;
+	return h;
+}
+
+void ub_read_report_flush(struct ub_fs *fs, struct ub_read_report *rep)
+{
+	if (!rep || !rep->repeats)
 		return;
+	ub_err(&fs->log, "... and %llu more like this (up to file offset %llu)",
+	       (unsigned long long)rep->repeats, (unsigned long long)rep->last_end);
+	rep->repeats = 0;
+}
+
+/*
+ * Unreadable bytes: logged, counted and left as zeros. A large bad extent is
+ * met again by every chunk-sized read that overlaps it; those repeats of one
+ * error (same inode, same extent, same reason, continuing where the last one
+ * ended) are counted, not printed, and ub_read_report_flush() sums them up.
+ */
+static void report_bad(struct file_ctx *c, uint64_t key_off, uint64_t foff, uint64_t len, uint64_t logical,
+		       const char *what)
+{
+	struct ub_read_report *rep = c->rep;
+
 	if (len) {
+		/* only what this request covers: an extent may reach past it on either side */
+		uint64_t fe, s = foff > c->off ? foff : c->off, e;
+
+		if (__builtin_add_overflow(foff, len, &fe))
+			fe = UINT64_MAX;
+		e = fe < c->end ? fe : c->end;
+		if (s >= e)
+			return;
 		foff = s;
 		len = e - s;
+	}
+	c->err = -EIO;
+	if (rep) {
+		uint32_t h = why_hash(what);
+
+		if (!rep->bad_bytes || foff < rep->first_bad_offset)
+			rep->first_bad_offset = foff;
+		rep->bad_bytes += len;
+		if (rep->seen && rep->last_subvol == c->subvol && rep->last_ino == c->ino &&
+		    rep->last_key == key_off && rep->last_why == h && rep->last_end == foff) {
+			rep->repeats++;
+			rep->last_end = foff + len;
+			return;
+		}
+		ub_read_report_flush(c->fs, rep);
+		rep->seen = true;
+		rep->last_subvol = c->subvol;
+		rep->last_ino = c->ino;
+		rep->last_key = key_off;
+		rep->last_why = h;
+		rep->last_end = foff + len;
 	}
 	ub_err(&c->fs->log, "subvol %llu ino %llu file offset %llu length %llu (logical %llu): %s",
 	       (unsigned long long)c->subvol, (unsigned long long)c->ino, (unsigned long long)foff,
 	       (unsigned long long)len, (unsigned long long)logical, what);
-	if (c->rep) {
-		if (!c->rep->bad_bytes || foff < c->rep->first_bad_offset)
-			c->rep->first_bad_offset = foff;
-		c->rep->bad_bytes += len;
-	}
-	c->err = -EIO;
+}
+
+/*
+ * A file extent item that contradicts the format: named once, and the read
+ * stops there (-EUCLEAN), since the sizes it claims cannot be trusted to bound
+ * anything (2^60 bytes of zeros is not a useful answer).
+ */
+static int corrupt(struct file_ctx *c, const struct ub_key *key, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int corrupt(struct file_ctx *c, const struct ub_key *key, const char *fmt, ...)
+{
+	char why[200];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	ub_read_report_flush(c->fs, c->rep);
+	ub_err(&c->fs->log, "subvol %llu ino %llu file offset %llu: corrupt file extent item (key (%llu EXTENT_DATA %llu)): %s",
+	       (unsigned long long)c->subvol, (unsigned long long)c->ino, (unsigned long long)key->offset,
+	       (unsigned long long)key->objectid, (unsigned long long)key->offset, why);
+	c->corrupt_at = key->offset;
+	return -EUCLEAN;
 }
 
 /* Copy `src` (file bytes starting at file offset `at`, `n` long) into the part of the request it overlaps. */
 static void place(struct file_ctx *c, uint64_t at, const uint8_t *src, uint64_t n)
 {
 	uint64_t s = at > c->off ? at : c->off;
-	uint64_t e = at + n < c->end ? at + n : c->end;
+	uint64_t e = n > c->end - at ? c->end : at + n;
 
-	if (s < e)
+	if (at < c->end && s < e)
 		memcpy(c->buf + (s - c->off), src + (s - at), e - s);
 }
 
 static int read_inline(struct file_ctx *c, const struct ub_key *key, const uint8_t *d, uint32_t size)
 {
+	const uint32_t ss = c->fs->vol->sectorsize;
 	uint64_t ram = FE(ram_bytes, d);
 	int comp = (int)FE(compression, d);
 	const uint8_t *data = d + FE_INLINE_START;
 	uint32_t dlen = size - FE_INLINE_START;
 	uint8_t *tmp;
 	size_t produced = 0;
-	char why[128];
+	char why[160];
 
+	/* the kernel's tree checker: an inline extent is the whole file, from offset 0 */
+	if (key->offset != 0)
+		return corrupt(c, key, "inline extent at a non-zero file offset");
 	if (comp == UB_COMPRESS_NONE) {
-		place(c, key->offset, data, dlen < ram ? dlen : ram);
+		if (ram != dlen)
+			return corrupt(c, key, "inline extent claims %llu bytes but holds %u",
+				       (unsigned long long)ram, (unsigned)dlen);
+		place(c, 0, data, dlen);
 		return 0;
 	}
-	if (ram > MAX_UNCOMPRESSED) {
-		report_bad(c, key->offset, 0, 0, "inline extent claims too large a decompressed size");
-		return 0;
-	}
-	tmp = calloc(1, ram ? ram : 1);
+	/* data is only ever inlined when it fits one sector (max_inline is capped by it) */
+	if (ram > ss)
+		return corrupt(c, key, "compressed inline extent claims %llu bytes, above the %u-byte sector",
+			       (unsigned long long)ram, (unsigned)ss);
+	if (dlen == 0)
+		return corrupt(c, key, "compressed inline extent holds no data");
+	tmp = malloc(ram ? ram : 1);
 	if (!tmp)
 		return -ENOMEM;
-	if (ub_decompress(comp, data, dlen, tmp, ram, c->fs->vol->sectorsize, &produced, why, sizeof(why)))
-		report_bad(c, key->offset, ram, 0, why);
+	if (ub_decompress(comp, data, dlen, tmp, ram, ss, &produced, why, sizeof(why)))
+		report_bad(c, 0, 0, ram, 0, why);
+	else if (produced < ram)
+		/* unlike a regular extent's, an inline stream that ends early is an error to the kernel */
+		report_bad(c, 0, produced, ram - produced, 0, "compressed inline extent ends before its ram_bytes");
 	else
-		place(c, key->offset, tmp, ram);
+		place(c, 0, tmp, ram);
 	free(tmp);
 	return 0;
 }
@@ -92,6 +177,7 @@ static int read_plain(struct file_ctx *c, uint64_t foff, uint64_t num, uint64_t 
 	bool direct;
 	int ret;
 
+	/* the caller checked foff + num and logical + num for overflow */
 	if (s >= e)
 		return 0;
 	/* the sector-aligned logical range behind [s, e) */
@@ -124,7 +210,8 @@ static int read_plain(struct file_ctx *c, uint64_t foff, uint64_t num, uint64_t 
 				j++;
 			rs = base + i * ss < ls ? ls : base + i * ss;
 			re = base + j * ss > le ? le : base + j * ss;
-			report_bad(c, foff + (rs - logical), re - rs, rs, "checksum mismatch or read error on every copy");
+			report_bad(c, c->key_off, foff + (rs - logical), re - rs, rs,
+				   "checksum mismatch or read error on every copy");
 			i = j;
 		}
 	}
@@ -146,15 +233,11 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 	char why[160];
 	int ret = 0;
 
+	/* sizes were checked against the format by check_extent() */
 	if (key->offset + num <= c->off || key->offset >= c->end)
 		return 0;
-	if (ram > MAX_UNCOMPRESSED || dlen > MAX_UNCOMPRESSED || dlen % ss || dbytenr % ss || !dlen ||
-	    eoff > ram || num > ram - eoff) {
-		report_bad(c, key->offset, num, dbytenr, "compressed extent has invalid sizes");
-		return 0;
-	}
 	in = malloc(dlen);
-	out = calloc(1, ram ? ram : 1);
+	out = malloc(ram ? ram : 1);
 	bad = malloc(dlen / ss);
 	if (!in || !out || !bad) {
 		ret = -ENOMEM;
@@ -162,14 +245,15 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 	}
 	ret = ub_data_read(c->fs, dbytenr, dlen, in, c->verify, bad);
 	if (ret == -EIO) {
-		report_bad(c, key->offset, num, dbytenr, "compressed data unreadable on every copy");
+		report_bad(c, key->offset, key->offset, num, dbytenr, "compressed data unreadable on every copy");
 		ret = 0;
 		goto out;
 	}
 	if (ret)
 		goto out;
+	/* what the stream does not produce comes back as zeros, as the kernel reads it */
 	if (ub_decompress((int)FE(compression, d), in, dlen, out, ram, ss, &produced, why, sizeof(why))) {
-		report_bad(c, key->offset, num, dbytenr, why);
+		report_bad(c, key->offset, key->offset, num, dbytenr, why);
 		goto out;
 	}
 	place(c, key->offset, out + eoff, num);
@@ -180,18 +264,101 @@ out:
 	return ret;
 }
 
+/*
+ * Every size and sum of a regular or prealloc extent against what the format
+ * allows, before any of it is used to size a buffer or address a read.
+ */
+static int check_extent(struct file_ctx *c, const struct ub_key *key, const uint8_t *d, uint32_t size)
+{
+	const struct ub_volume *vol = c->fs->vol;
+	const uint32_t ss = vol->sectorsize;
+	uint64_t dbytenr = FE(disk_bytenr, d), dlen = FE(disk_num_bytes, d);
+	uint64_t eoff = FE(offset, d), num = FE(num_bytes, d), ram = FE(ram_bytes, d), sum;
+	int type = (int)FE(type, d), comp = (int)FE(compression, d);
+	const struct ub_chunk *chunk;
+
+	if (size != sizeof(struct btrfs_file_extent_item))
+		return corrupt(c, key, "item of %u bytes, a %s extent item is %zu", (unsigned)size,
+			       type == BTRFS_FILE_EXTENT_REG ? "regular" : "prealloc",
+			       sizeof(struct btrfs_file_extent_item));
+	if (__builtin_add_overflow(key->offset, num, &sum))
+		return corrupt(c, key, "num_bytes %llu runs past the largest file offset",
+			       (unsigned long long)num);
+	if (num % ss || eoff % ss || dbytenr % ss || dlen % ss)
+		return corrupt(c, key, "num_bytes %llu, offset %llu, disk_bytenr %llu or disk_num_bytes %llu "
+			       "not a multiple of the %u-byte sector", (unsigned long long)num,
+			       (unsigned long long)eoff, (unsigned long long)dbytenr, (unsigned long long)dlen,
+			       (unsigned)ss);
+	if (type == BTRFS_FILE_EXTENT_PREALLOC && comp != UB_COMPRESS_NONE)
+		return corrupt(c, key, "preallocated extent claims compression %d", comp);
+	if (dbytenr == 0)
+		return 0; /* a hole: it only claims file offsets, checked above */
+	if (dlen == 0)
+		return corrupt(c, key, "extent at logical %llu has disk_num_bytes 0", (unsigned long long)dbytenr);
+	if (__builtin_add_overflow(dbytenr, dlen, &sum))
+		return corrupt(c, key, "disk_bytenr %llu + disk_num_bytes %llu overflows",
+			       (unsigned long long)dbytenr, (unsigned long long)dlen);
+	if (comp != UB_COMPRESS_NONE) {
+		/* btrfs compresses at most 128 KiB into at most 128 KiB */
+		if (ram > MAX_UNCOMPRESSED || dlen > MAX_UNCOMPRESSED)
+			return corrupt(c, key, "compressed extent claims ram_bytes %llu, disk_num_bytes %llu "
+				       "(at most %u each)", (unsigned long long)ram, (unsigned long long)dlen,
+				       MAX_UNCOMPRESSED);
+		if (eoff > ram || num > ram - eoff)
+			return corrupt(c, key, "offset %llu + num_bytes %llu runs past the %llu bytes the "
+				       "compressed extent holds", (unsigned long long)eoff,
+				       (unsigned long long)num, (unsigned long long)ram);
+	} else if (eoff > dlen || num > dlen - eoff) {
+		/* the file's bytes are a slice of the disk extent: a reflink or a split never widens it */
+		return corrupt(c, key, "offset %llu + num_bytes %llu runs past its %llu-byte disk extent at "
+			       "logical %llu", (unsigned long long)eoff, (unsigned long long)num,
+			       (unsigned long long)dlen, (unsigned long long)dbytenr);
+	}
+	/* a data extent (preallocated too) never straddles block groups */
+	chunk = ub_volume_find_chunk(vol, dbytenr);
+	if (chunk && dlen > chunk->logical + chunk->length - dbytenr)
+		return corrupt(c, key, "disk extent at logical %llu length %llu runs past the end of its chunk "
+			       "(logical %llu length %llu)", (unsigned long long)dbytenr, (unsigned long long)dlen,
+			       (unsigned long long)chunk->logical, (unsigned long long)chunk->length);
+	if (!chunk) {
+		uint64_t total = 0;
+
+		for (int i = 0; i < vol->nvdevs; i++)
+			if (__builtin_add_overflow(total, vol->vdevs[i].total_bytes, &total))
+				total = UINT64_MAX;
+		if (dlen > total)
+			return corrupt(c, key, "disk extent at logical %llu length %llu is larger than all devices "
+				       "together (%llu bytes)", (unsigned long long)dbytenr,
+				       (unsigned long long)dlen, (unsigned long long)total);
+	}
+	return 0;
+}
+
 static int read_extent(struct file_ctx *c, const struct ub_key *key, const uint8_t *d, uint32_t size)
 {
-	int type = (int)FE(type, d);
+	int type, comp, ret;
 
+	if (size < FE_INLINE_START)
+		return corrupt(c, key, "item of %u bytes is shorter than a file extent header", (unsigned)size);
+	type = (int)FE(type, d);
+	comp = (int)FE(compression, d);
+	if (type != BTRFS_FILE_EXTENT_INLINE && type != BTRFS_FILE_EXTENT_REG && type != BTRFS_FILE_EXTENT_PREALLOC)
+		return corrupt(c, key, "unknown extent type %d", type);
+	if (comp != UB_COMPRESS_NONE && !ub_compress_name(comp))
+		return corrupt(c, key, "unknown compression type %d", comp);
+	if (FE(encryption, d) || FE(other_encoding, d))
+		return corrupt(c, key, "encryption %u / other encoding %u, which btrfs does not define",
+			       (unsigned)FE(encryption, d), (unsigned)FE(other_encoding, d));
 	if (type == BTRFS_FILE_EXTENT_INLINE)
 		return read_inline(c, key, d, size);
-	if (size < sizeof(struct btrfs_file_extent_item))
-		return -EUCLEAN;
+	ret = check_extent(c, key, d, size);
+	if (ret)
+		return ret;
 	if (type == BTRFS_FILE_EXTENT_PREALLOC || FE(disk_bytenr, d) == 0)
 		return 0; /* reads as zeros, which the buffer already holds */
-	if (FE(compression, d) != UB_COMPRESS_NONE)
+	if (comp != UB_COMPRESS_NONE)
 		return read_compressed(c, key, d);
+	c->key_off = key->offset;
 	return read_plain(c, key->offset, FE(num_bytes, d), FE(disk_bytenr, d) + FE(offset, d));
 }
 
@@ -216,7 +383,8 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 	ret = ub_icur_open(fs, subvol, ino, &cur);
 	if (ret)
 		return ret;
-	c = (struct file_ctx){ fs, subvol, ino, !(inode.flags & UB_INODE_NODATASUM), buf, off, off + len, rep, 0 };
+	c = (struct file_ctx){ .fs = fs, .subvol = subvol, .ino = ino, .verify = !(inode.flags & UB_INODE_NODATASUM),
+			       .buf = buf, .off = off, .end = off + len, .rep = rep, .corrupt_at = UINT64_MAX };
 	/* the extent covering `off` starts at or before it */
 	ret = ub_icur_seek_le(&cur, BTRFS_EXTENT_DATA_KEY, off);
 	if (ret == 0) {
@@ -240,6 +408,11 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 		ret = ub_icur_next(&cur);
 	}
 	ub_icur_close(&cur);
+	if (ret == -EUCLEAN && c.corrupt_at != UINT64_MAX) {
+		/* what precedes the corrupt extent is good; nothing after it is delivered */
+		*got = c.corrupt_at > off ? c.corrupt_at - off : 0;
+		return ret;
+	}
 	if (ret < 0)
 		return ret;
 	*got = len;

@@ -46,8 +46,10 @@ struct ub_item *ub_itemset_find(const struct ub_itemset *set, const struct ub_ke
 	return i < set->n && ub_key_cmp(&set->items[i].key, key) == 0 ? &set->items[i] : NULL;
 }
 
-int ub_itemset_put(struct ub_itemset *set, const struct ub_key *key, const uint8_t *data, uint32_t size)
+int ub_itemset_put(struct ub_itemset *set, const struct ub_key *keyp, const uint8_t *data, uint32_t size)
 {
+	/* callers may pass a key (or data) that lives in this set: copy both before anything moves */
+	const struct ub_key k = *keyp, *key = &k;
 	size_t i = ub_itemset_lower(set, key);
 	uint8_t *copy = malloc(size ? size : 1);
 

@@ -17,6 +17,8 @@
  *  3. link counts and directory sizes recomputed for what changed.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include "items.h"
@@ -24,6 +26,7 @@
 #define FE(field, p) UB_GET(btrfs_file_extent_item, field, p)
 #define DIR_HDR ((uint32_t)sizeof(struct btrfs_dir_item))
 #define REF_HDR ((uint32_t)sizeof(struct btrfs_inode_ref))
+#define EXTREF_HDR ((uint32_t)sizeof(struct btrfs_inode_extref))
 
 struct csum_run {
 	uint64_t start;  /* logical address of the first sector */
@@ -224,6 +227,49 @@ static int append_packed(struct ub_itemset *s, const struct ub_key *key, const u
 	return ret;
 }
 
+/*
+ * Drop the name (parent, name) from the INODE_EXTREF items of `t`: extrefs
+ * hold the names that did not fit the INODE_REF item of their parent, each
+ * item packing (parent, index, name) entries of one name hash.
+ */
+static int remove_extref(struct ub_itemset *t, uint64_t parent, const char *name, uint32_t len)
+{
+	struct ub_key k = { t->ino, BTRFS_INODE_EXTREF_KEY, 0 };
+	size_t i = ub_itemset_lower(t, &k);
+
+	while (i < t->n && t->items[i].key.objectid == t->ino && t->items[i].key.type == BTRFS_INODE_EXTREF_KEY) {
+		const struct ub_item *it = &t->items[i];
+		uint32_t pos = 0, o = 0;
+		uint8_t *out = malloc(it->size ? it->size : 1);
+		int ret = 0;
+
+		if (!out)
+			return -ENOMEM;
+		while (it->size - pos >= EXTREF_HDR) {
+			uint32_t n = (uint32_t)UB_GET(btrfs_inode_extref, name_len, it->data + pos);
+			if (EXTREF_HDR + n > it->size - pos)
+				break;
+			if (!(UB_GET(btrfs_inode_extref, parent_objectid, it->data + pos) == parent && n == len &&
+			      !memcmp(it->data + pos + EXTREF_HDR, name, len))) {
+				memcpy(out + o, it->data + pos, EXTREF_HDR + n);
+				o += EXTREF_HDR + n;
+			}
+			pos += EXTREF_HDR + n;
+		}
+		if (o == 0) {
+			ub_itemset_del(t, i);
+		} else {
+			if (o != it->size)
+				ret = ub_itemset_put(t, &t->items[i].key, out, o);
+			i++;
+		}
+		free(out);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 /* Look `name` up in directory set `d`: its index and target inode, via the DIR_ITEM hash item. */
 static bool find_entry(const struct ub_itemset *d, const char *name, uint32_t len, uint64_t *target,
 		       uint8_t *loc_type)
@@ -291,6 +337,8 @@ static int unlink_entry(struct replay_ctx *rc, struct ub_itemset *d, const char 
 		return ret;
 	k = (struct ub_key){ target, BTRFS_INODE_REF_KEY, d->ino };
 	ret = remove_packed(t, &k, false, name, len);
+	if (!ret)
+		ret = remove_extref(t, d->ino, name, len);
 	mark(rc, t, 1);
 	return ret;
 }
@@ -322,6 +370,10 @@ static int add_entry(struct replay_ctx *rc, struct ub_itemset *d, const char *na
 	UB_SET(btrfs_inode_ref, index, ref, index);
 	UB_SET(btrfs_inode_ref, name_len, ref, len);
 	memcpy(ref + REF_HDR, name, len);
+	/* in memory every name lives in the INODE_REF item, however long it grows: none may stay in an extref too */
+	ret = remove_extref(t, d->ino, name, len);
+	if (ret)
+		return ret;
 	k = (struct ub_key){ t->ino, BTRFS_INODE_REF_KEY, d->ino };
 	ret = append_packed(t, &k, ref, REF_HDR + len, false, name, len);
 	mark(rc, d, 2);
@@ -349,6 +401,33 @@ static int link_name(struct replay_ctx *rc, struct ub_itemset *d, const char *na
 
 /* ---- applying log items ----------------------------------------------------- */
 
+/*
+ * How many file bytes an extent item claims: num_bytes, or for an inline
+ * extent its ram_bytes rounded up to a sector. 0 for an item too short to
+ * say; UINT64_MAX when the rounding would wrap (a corrupt ram_bytes).
+ */
+static uint64_t extent_claim(const struct ub_item *it, uint32_t ss)
+{
+	uint64_t ram, r;
+
+	if (it->size < UB_FILE_EXTENT_INLINE_DATA_START)
+		return 0;
+	if (FE(type, it->data) != BTRFS_FILE_EXTENT_INLINE)
+		return it->size >= sizeof(struct btrfs_file_extent_item) ? FE(num_bytes, it->data) : 0;
+	ram = FE(ram_bytes, it->data);
+	if (__builtin_add_overflow(ram, ss - 1, &r))
+		return UINT64_MAX;
+	return r / ss * ss;
+}
+
+/* a + b, or UINT64_MAX where that would wrap */
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	uint64_t r;
+
+	return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
 /* Drop (or trim) extents of `s` within [start, end). */
 static int drop_extents(struct ub_itemset *s, uint64_t start, uint64_t end, uint32_t sectorsize)
 {
@@ -363,13 +442,9 @@ static int drop_extents(struct ub_itemset *s, uint64_t start, uint64_t end, uint
 				 FE(type, it->data) == BTRFS_FILE_EXTENT_INLINE;
 		int ret;
 
-		if (is_inline)
-			len = (FE(ram_bytes, it->data) + sectorsize - 1) / sectorsize * sectorsize;
-		else if (it->size >= sizeof(buf))
-			len = FE(num_bytes, it->data);
-		else
-			len = 0;
-		ee = es + len;
+		/* a corrupt claim is cut at the end of the key space here; reading names it */
+		len = is_inline || it->size >= sizeof(buf) ? extent_claim(it, sectorsize) : 0;
+		ee = sat_add(es, len);
 		if (ee <= start || es >= end || len == 0) {
 			i++;
 			continue;
@@ -385,7 +460,7 @@ static int drop_extents(struct ub_itemset *s, uint64_t start, uint64_t end, uint
 			uint8_t tail[sizeof(buf)];
 			memcpy(tail, buf, sizeof(buf));
 			if (FE(disk_bytenr, tail))
-				UB_SET(btrfs_file_extent_item, offset, tail, FE(offset, tail) + (end - es));
+				UB_SET(btrfs_file_extent_item, offset, tail, sat_add(FE(offset, tail), end - es));
 			UB_SET(btrfs_file_extent_item, num_bytes, tail, ee - end);
 			ret = ub_itemset_put(s, &tk, tail, sizeof(tail));
 			if (ret)
@@ -474,7 +549,7 @@ static int replay_inode(struct replay_ctx *rc, const struct ub_itemset *log)
 	existing = ub_itemset_find(s, &k);
 	if (S_ISREG(mode) && existing) {
 		uint64_t size = UB_GET(btrfs_inode_item, size, existing->data), ss = rc->fs->vol->sectorsize;
-		ret = drop_extents(s, (size + ss - 1) / ss * ss, UINT64_MAX, rc->fs->vol->sectorsize);
+		ret = drop_extents(s, sat_add(size, ss - 1) / ss * ss, UINT64_MAX, rc->fs->vol->sectorsize);
 		if (ret)
 			return ret;
 	}
@@ -552,6 +627,91 @@ static int replay_ref(struct replay_ctx *rc, struct ub_itemset *t, const struct 
 	return 0;
 }
 
+/* Whether packed extref data holds (parent, name). */
+static bool extref_has(const uint8_t *data, uint32_t size, uint64_t parent, const uint8_t *name, uint32_t len)
+{
+	for (uint32_t pos = 0; size - pos >= EXTREF_HDR;) {
+		uint32_t n = (uint32_t)UB_GET(btrfs_inode_extref, name_len, data + pos);
+		if (EXTREF_HDR + n > size - pos)
+			break;
+		if (UB_GET(btrfs_inode_extref, parent_objectid, data + pos) == parent && n == len &&
+		    !memcmp(data + pos + EXTREF_HDR, name, len))
+			return true;
+		pos += EXTREF_HDR + n;
+	}
+	return false;
+}
+
+/*
+ * An INODE_EXTREF item of the log: like an INODE_REF item, but each of its
+ * entries names its own parent. Names of the committed item with this key
+ * that the log lacks were unlinked; each entry of the log's is one link.
+ */
+static int replay_extref(struct replay_ctx *rc, struct ub_itemset *t, const struct ub_item *li)
+{
+	uint8_t ftype = ftype_of(t);
+	uint32_t pos;
+	int ret;
+
+	for (;;) {
+		const struct ub_item *old = ub_itemset_find(t, &li->key);
+		struct ub_itemset *d;
+		char name[UB_NAME_LEN];
+		uint64_t parent = 0;
+		uint32_t nlen = 0;
+		bool gone = false;
+
+		for (pos = 0; old && old->size - pos >= EXTREF_HDR;) {
+			uint32_t n = (uint32_t)UB_GET(btrfs_inode_extref, name_len, old->data + pos);
+			if (EXTREF_HDR + n > old->size - pos || n > UB_NAME_LEN)
+				break;
+			parent = UB_GET(btrfs_inode_extref, parent_objectid, old->data + pos);
+			if (!extref_has(li->data, li->size, parent, old->data + pos + EXTREF_HDR, n)) {
+				memcpy(name, old->data + pos + EXTREF_HDR, n);
+				nlen = n;
+				gone = true;
+				break;
+			}
+			pos += EXTREF_HDR + n;
+		}
+		if (!gone)
+			break;
+		ret = get_set(rc->fs, rc->rp, rc->subvol, parent, &d, NULL);
+		if (ret)
+			return ret;
+		{
+			uint64_t target;
+			uint8_t loc_type;
+			/* only this inode's entry goes; the name may lead elsewhere by now */
+			if (find_entry(d, name, nlen, &target, &loc_type) && target == t->ino &&
+			    loc_type == BTRFS_INODE_ITEM_KEY)
+				ret = unlink_entry(rc, d, name, nlen);
+		}
+		/* the entry was not in the directory (or led elsewhere): drop the stale name directly */
+		if (!ret)
+			ret = remove_extref(t, parent, name, nlen);
+		if (ret)
+			return ret;
+	}
+	for (pos = 0; li->size - pos >= EXTREF_HDR;) {
+		uint32_t n = (uint32_t)UB_GET(btrfs_inode_extref, name_len, li->data + pos);
+		uint64_t parent = UB_GET(btrfs_inode_extref, parent_objectid, li->data + pos);
+		uint64_t index = UB_GET(btrfs_inode_extref, index, li->data + pos);
+		struct ub_itemset *d;
+
+		if (EXTREF_HDR + n > li->size - pos)
+			break;
+		ret = get_set(rc->fs, rc->rp, rc->subvol, parent, &d, NULL);
+		if (!ret)
+			ret = link_name(rc, d, (const char *)li->data + pos + EXTREF_HDR, n, index, t, ftype);
+		if (ret)
+			return ret;
+		pos += EXTREF_HDR + n;
+	}
+	mark(rc, t, 1);
+	return 0;
+}
+
 static int replay_dir_index(struct replay_ctx *rc, struct ub_itemset *d, const struct ub_item *li)
 {
 	struct ub_itemset *t;
@@ -572,9 +732,42 @@ static int replay_dir_index(struct replay_ctx *rc, struct ub_itemset *d, const s
 			 (uint8_t)UB_GET(btrfs_dir_item, type, li->data));
 }
 
-static int add_csums(struct ub_replay *rp, const struct ub_item *li)
+/* A log item that contradicts the format: named, and the replay gives up (the kernel's would refuse the leaf). */
+static int log_corrupt(struct replay_ctx *rc, const struct ub_item *li, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int log_corrupt(struct replay_ctx *rc, const struct ub_item *li, const char *fmt, ...)
 {
+	char why[200];
+	va_list ap;
+	const char *tn = ub_key_type_name(li->key.type);
+	char tbuf[8];
+
+	if (!tn) {
+		snprintf(tbuf, sizeof(tbuf), "%u", (unsigned)li->key.type);
+		tn = tbuf;
+	}
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	ub_err(&rc->fs->log, "fsync log of subvol %llu: item (%llu %s %llu): %s", (unsigned long long)rc->subvol,
+	       (unsigned long long)li->key.objectid, tn, (unsigned long long)li->key.offset, why);
+	return -EUCLEAN;
+}
+
+static int add_csums(struct replay_ctx *rc, const struct ub_item *li)
+{
+	struct ub_replay *rp = rc->rp;
+	const uint32_t ss = rc->fs->vol->sectorsize, cs = rc->fs->vol->csum_size;
 	struct csum_run *r;
+	uint64_t span, end;
+
+	/* each checksum covers one sector from key.offset on: the run must end inside the address space */
+	span = (uint64_t)(li->size / cs) * ss;
+	if (li->key.offset % ss || li->size % cs || __builtin_add_overflow(li->key.offset, span, &end))
+		return log_corrupt(rc, li, "%u bytes of %u-byte checksums from logical %llu: not whole checksums, "
+				   "not sector-aligned, or past the end of the address space",
+				   (unsigned)li->size, (unsigned)cs, (unsigned long long)li->key.offset);
 
 	if (rp->ncsums == rp->csums_cap) {
 		size_t cap = rp->csums_cap ? rp->csums_cap * 2 : 16;
@@ -605,23 +798,34 @@ static int replay_items(struct replay_ctx *rc, const struct ub_itemset *log)
 
 		if (log->ino == BTRFS_EXTENT_CSUM_OBJECTID) {
 			if (li->key.type == BTRFS_EXTENT_CSUM_KEY)
-				ret = add_csums(rc->rp, li);
+				ret = add_csums(rc, li);
 			continue;
 		}
 		switch (li->key.type) {
 		case BTRFS_EXTENT_DATA_KEY: {
-			uint64_t len, ss = rc->fs->vol->sectorsize;
+			const uint32_t ss = rc->fs->vol->sectorsize;
+			uint64_t len, end;
 			if (li->size < UB_FILE_EXTENT_INLINE_DATA_START)
 				break;
-			if (FE(type, li->data) == BTRFS_FILE_EXTENT_INLINE)
-				len = (FE(ram_bytes, li->data) + ss - 1) / ss * ss;
-			else if (li->size >= sizeof(struct btrfs_file_extent_item))
-				len = FE(num_bytes, li->data);
-			else
+			if (FE(type, li->data) == BTRFS_FILE_EXTENT_INLINE) {
+				/* inline data never exceeds a sector (max_inline is capped by it) */
+				if (FE(ram_bytes, li->data) > ss) {
+					ret = log_corrupt(rc, li, "inline extent claims ram_bytes %llu, above the %u-byte sector",
+							  (unsigned long long)FE(ram_bytes, li->data), (unsigned)ss);
+					break;
+				}
+			} else if (li->size < sizeof(struct btrfs_file_extent_item)) {
 				break;
+			}
+			len = extent_claim(li, ss);
+			if (__builtin_add_overflow(li->key.offset, len, &end)) {
+				ret = log_corrupt(rc, li, "num_bytes %llu runs past the largest file offset",
+						  (unsigned long long)len);
+				break;
+			}
 			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, NULL);
 			if (!ret)
-				ret = drop_extents(s, li->key.offset, li->key.offset + len, rc->fs->vol->sectorsize);
+				ret = drop_extents(s, li->key.offset, end, ss);
 			if (!ret)
 				ret = ub_itemset_put(s, &li->key, li->data, li->size);
 			break;
@@ -635,6 +839,11 @@ static int replay_items(struct replay_ctx *rc, const struct ub_itemset *log)
 			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, NULL);
 			if (!ret)
 				ret = replay_ref(rc, s, li);
+			break;
+		case BTRFS_INODE_EXTREF_KEY:
+			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, NULL);
+			if (!ret)
+				ret = replay_extref(rc, s, li);
 			break;
 		case BTRFS_DIR_INDEX_KEY:
 			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, NULL);
@@ -671,7 +880,14 @@ static int fixup_counts(struct ub_replay *rp)
 					pos += REF_HDR + n;
 				}
 			} else if (it->key.type == BTRFS_INODE_EXTREF_KEY) {
-				names++;
+				/* one item, as many links as it packs entries */
+				for (uint32_t pos = 0; it->size - pos >= EXTREF_HDR;) {
+					uint32_t n = (uint32_t)UB_GET(btrfs_inode_extref, name_len, it->data + pos);
+					if (EXTREF_HDR + n > it->size - pos)
+						break;
+					names++;
+					pos += EXTREF_HDR + n;
+				}
 			} else if (it->key.type == BTRFS_DIR_INDEX_KEY && it->size >= DIR_HDR) {
 				dsize += 2 * UB_GET(btrfs_dir_item, name_len, it->data);
 			}

@@ -250,6 +250,83 @@ static void test_short_stream_into_larger_buffer(void **state)
 	}
 }
 
+/*
+ * The bytes a stream does not produce read as zeros (the kernel's rule), even
+ * when the caller's buffer held something else: decoders may use the unfilled
+ * tail as scratch (libzstd >= 1.5.1 parks literals there). Every buffer is
+ * poisoned with 0xAA first, so a tail left as it was, or scribbled on, shows.
+ */
+static void poisoned_case1(int type, const uint8_t *comp, size_t clen, const uint8_t *src, size_t len,
+			   size_t outlen, int want_ret, uint8_t poison)
+{
+	uint8_t *out = malloc(outlen);
+	char why[160];
+	size_t produced = 0;
+	int ret;
+
+	assert_non_null(out);
+	memset(out, poison, outlen);
+	ret = ub_decompress(type, comp, clen, out, outlen, SECTOR, &produced, why, sizeof(why));
+	if (want_ret == 0) {
+		assert_int_equal(ret, 0);
+		assert_int_equal(produced, len < outlen ? len : outlen);
+	} else {
+		assert_int_equal(ret, want_ret);
+	}
+	assert_memory_equal(out, src, produced);
+	for (size_t i = produced; i < outlen; i++) {
+		if (out[i] != 0)
+			fail_msg("type %d len %zu outlen %zu ret %d poison 0x%02x: byte %zu past the %zu produced is 0x%02x",
+				 type, len, outlen, ret, poison, i, produced, out[i]);
+	}
+	free(out);
+}
+
+/* 0xAA: a tail left alone shows; 0x00: a tail the decoder scribbled on shows. */
+static void poisoned_case(int type, const uint8_t *comp, size_t clen, const uint8_t *src, size_t len,
+			  size_t outlen, int want_ret)
+{
+	poisoned_case1(type, comp, clen, src, len, outlen, want_ret, 0x00);
+	poisoned_case1(type, comp, clen, src, len, outlen, want_ret, 0xAA);
+}
+
+static void test_poisoned_tail_is_zero(void **state)
+{
+	/* sizes like the kernel's: a file end inside a sector, ram_bytes rounded up, or 128 KiB claimed */
+	static const size_t lens[] = { 1, 700, 4095, 18000, 40000, 65537, 100000 };
+	static const size_t extra[] = { 1, 96, SECTOR, 128 * 1024 };
+
+	for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+		for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+			size_t len = lens[l], cap = comp_cap(len), clen;
+			uint8_t *src = malloc(len), *comp = malloc(cap);
+
+			assert_non_null(src);
+			assert_non_null(comp);
+			/* text with random stretches: literals as well as matches in every block */
+			fill_lines_exact(src, len);
+			for (size_t i = 0; i + 64 < len; i += 1000)
+				fill_random(src + i, 64, i + (size_t)types[t]);
+			clen = compress_as(types[t], src, len, comp, cap);
+			for (size_t e = 0; e < sizeof(extra) / sizeof(extra[0]); e++) {
+				size_t outlen = len + extra[e];
+
+				if (outlen > 128 * 1024 + len % SECTOR + SECTOR)
+					continue;
+				poisoned_case(types[t], comp, clen, src, len, outlen, 0);
+			}
+			/* cut streams: what was decoded stays, the rest is zeros, not poison */
+			if (clen > 16)
+				poisoned_case(types[t], comp, clen / 2, src, len, len + SECTOR, -EUCLEAN);
+			/* output shorter than the stream: all of it data, nothing to clear */
+			if (len > 2)
+				poisoned_case(types[t], comp, clen, src, len, len / 2, 0);
+			free(comp);
+			free(src);
+		}
+	}
+}
+
 /* Nothing requested: success with nothing produced, whatever the input. */
 static void test_zero_outlen(void **state)
 {
@@ -888,6 +965,7 @@ int main(void)
 		cmocka_unit_test(test_round_trips),
 		cmocka_unit_test(test_short_stream_into_larger_buffer),
 		cmocka_unit_test(test_zero_outlen),
+		cmocka_unit_test(test_poisoned_tail_is_zero),
 		cmocka_unit_test(test_lzo_sector_end_padding),
 		cmocka_unit_test(test_output_smaller_than_data),
 		cmocka_unit_test(test_truncated),
