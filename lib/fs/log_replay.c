@@ -837,7 +837,13 @@ static int replay_items(struct replay_ctx *rc, const struct ub_itemset *log)
 			break;
 		case BTRFS_INODE_REF_KEY:
 			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, NULL);
-			if (!ret)
+			/*
+			 * A subvolume's top directory refers to itself ("..", index 0): that marks the
+			 * root, it is no link, and the kernel's replay adds no entry for it.
+			 */
+			if (!ret && li->key.offset == log->ino)
+				ret = ub_itemset_put(s, &li->key, li->data, li->size);
+			else if (!ret)
 				ret = replay_ref(rc, s, li);
 			break;
 		case BTRFS_INODE_EXTREF_KEY:
