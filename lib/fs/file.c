@@ -362,6 +362,19 @@ static int read_extent(struct file_ctx *c, const struct ub_key *key, const uint8
 	return read_plain(c, key->offset, FE(num_bytes, d), FE(disk_bytenr, d) + FE(offset, d));
 }
 
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+/* Where an extent item's claim on file offsets ends (an inline extent holds its whole first sector). */
+static uint64_t extent_end(const struct ub_fs *fs, const struct ub_key *key, const uint8_t *d)
+{
+	uint64_t n = FE(type, d) == BTRFS_FILE_EXTENT_INLINE ? fs->vol->sectorsize : FE(num_bytes, d), end;
+
+	return __builtin_add_overflow(key->offset, n, &end) ? UINT64_MAX : end;
+}
+
 int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
 		 uint64_t *got, struct ub_read_report *rep)
 {
@@ -369,6 +382,8 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 	struct ub_icur cur;
 	struct ub_key key;
 	struct file_ctx c;
+	uint64_t covered = 0; /* file offsets the extent items seen so far reach */
+	bool more = false;    /* extent items go on past this request */
 	int ret;
 
 	*got = 0;
@@ -399,15 +414,36 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 		uint32_t size;
 
 		ub_icur_key(&cur, &key);
-		if (key.type != BTRFS_EXTENT_DATA_KEY || key.offset >= c.end)
+		if (key.type != BTRFS_EXTENT_DATA_KEY)
 			break;
+		if (key.offset >= c.end) {
+			more = true;
+			break;
+		}
 		d = ub_icur_data(&cur, &size);
 		ret = read_extent(&c, &key, d, size);
 		if (ret)
 			break;
+		covered = max_u64(covered, extent_end(fs, &key, d));
 		ret = ub_icur_next(&cur);
 	}
 	ub_icur_close(&cur);
+	/*
+	 * Without the no-holes feature every hole has an extent item of its own, so a file whose
+	 * items stop short of its size contradicts itself; reading on would hand out zeros that
+	 * nothing vouches for, up to any size the inode claims (2^60 bytes included).
+	 */
+	if (ret >= 0 && !more && !(fs->incompat & BTRFS_FEATURE_INCOMPAT_NO_HOLES) && covered < c.end) {
+		ub_read_report_flush(fs, rep);
+		ub_err(&fs->log, "subvol %llu ino %llu: no file extent item covers file offsets %llu..%llu of its "
+		       "%llu bytes, and this filesystem (no-holes off) keeps an item for every hole: the size "
+		       "is corrupt or items are missing; the file is read up to offset %llu",
+		       (unsigned long long)subvol, (unsigned long long)ino,
+		       (unsigned long long)max_u64(covered, off), (unsigned long long)inode.size,
+		       (unsigned long long)inode.size, (unsigned long long)max_u64(covered, off));
+		*got = covered > off ? covered - off : 0;
+		return -EUCLEAN;
+	}
 	if (ret == -EUCLEAN && c.corrupt_at != UINT64_MAX) {
 		/* what precedes the corrupt extent is good; nothing after it is delivered */
 		*got = c.corrupt_at > off ? c.corrupt_at - off : 0;
