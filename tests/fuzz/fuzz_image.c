@@ -571,14 +571,18 @@ static bool has_regular_extent(struct ub_fs *fs, uint64_t subvol, uint64_t ino)
 
 static void read_file(struct walk *w, uint64_t subvol, uint64_t ino, uint64_t isize)
 {
-	static uint8_t buf[256 * 1024];
+	enum { CAP = 256 * 1024 };
+	static uint8_t *buf;
 	uint64_t off = 0, limit = isize < FUZZ_MAX_FILE ? isize : FUZZ_MAX_FILE;
 	bool clean = true, any = false;
 
+	if (!buf && !(buf = malloc(CAP)))
+		abort();
 	while (off < limit && w->bytes_read < FUZZ_MAX_READ) {
-		uint64_t want = limit - off < sizeof(buf) ? limit - off : sizeof(buf), got = 0;
+		uint64_t want = limit - off < CAP ? limit - off : CAP, got = 0;
 		struct ub_read_report rep = { 0, 0 };
-		int ret = ub_file_read(w->fs, subvol, ino, off, want, buf, &got, &rep);
+		/* at the end of the heap buffer, so a write past `want` lands in ASan's redzone */
+		int ret = ub_file_read(w->fs, subvol, ino, off, want, buf + CAP - want, &got, &rep);
 
 		if (got > want)
 			abort(); /* more than asked for: the buffer overflowed */
@@ -1190,9 +1194,11 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
 		data[1] ^= 1; /* with or without the fsync log */
 		return size;
 	case 2:
-		if (rndn(4) == 0)
-			data[0] = (uint8_t)rndn((uint64_t)nimages);
-		return size;
+		if (nimages > 1 && rndn(4) == 0) {
+			data[0] = (uint8_t)((data[0] % nimages + 1 + rndn((uint64_t)nimages - 1)) % nimages);
+			return size;
+		}
+		break;
 	case 3:
 	case 4:
 		if (nm > 0) {
