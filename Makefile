@@ -63,7 +63,7 @@ build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
 build-fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS)
-	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -MMD -MP -MF build-fuzz/obj/$(notdir $@).d -o $@ $< $(FUZZ_OBJS) $(LIBS)
+	clang $(FUZZ_CFLAGS) -DFUZZ_IMAGE_DIR='"$(CURDIR)/tests/fuzz/images"' -fsanitize=fuzzer,address,undefined -MMD -MP -MF build-fuzz/obj/$(notdir $@).d -o $@ $< $(FUZZ_OBJS) $(LIBS)
 
 fuzz: $(FUZZ_BINS)
 

@@ -37,6 +37,9 @@ struct ub_fs {
 int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
 	       struct ub_fs **out);
 void ub_fs_close(struct ub_fs *fs);
+/* The same from devices already open (any backend); they are taken over as by ub_volume_open_devs. */
+int ub_fs_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_fs_opts *opts, const struct ub_log *log,
+		    struct ub_fs **out);
 
 /* The root of tree `objectid` from its ROOT_ITEM in the root tree (newest offset). */
 int ub_fs_find_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out);

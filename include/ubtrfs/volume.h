@@ -101,6 +101,13 @@ int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_
 		   const struct ub_log *log, struct ub_volume **out);
 void ub_volume_close(struct ub_volume *vol);
 /*
+ * The same from devices already open (any backend). The volume takes every
+ * device over: those it uses are closed with it, the others (and all of them
+ * on failure) before this returns.
+ */
+int ub_volume_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_volume_opts *opts,
+			const struct ub_log *log, struct ub_volume **out);
+/*
  * A volume with no devices, from a superblock buffer alone (validated, system
  * chunk array loaded): for tools and fuzzers that look at a superblock only.
  */

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+/* The device interface: checks shared by every backend, then the file/block-device backend. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -9,10 +10,162 @@
 #include <linux/fs.h>
 #include "ubtrfs/dev.h"
 
+int ub_dev_create(const char *name, const struct ub_dev_ops *ops, void *priv, uint64_t size, bool writable,
+		  struct ub_dev **out)
+{
+	struct ub_dev *dev;
+	int ret;
+
+	if (!ops || !ops->read || !ops->write || !ops->flush) {
+		ret = -EINVAL;
+		goto fail;
+	}
+	dev = calloc(1, sizeof(*dev));
+	if (!dev) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	dev->path = strdup(name ? name : "");
+	if (!dev->path) {
+		free(dev);
+		ret = -ENOMEM;
+		goto fail;
+	}
+	dev->ops = ops;
+	dev->priv = priv;
+	dev->size = size;
+	dev->writable = writable;
+	*out = dev;
+	return 0;
+fail:
+	/* the caller handed over priv: it is ours to release on every path */
+	if (ops && ops->release) {
+		struct ub_dev tmp = { .ops = ops, .priv = priv };
+		ops->release(&tmp);
+	}
+	return ret;
+}
+
+void ub_dev_close(struct ub_dev *dev)
+{
+	if (!dev)
+		return;
+	if (dev->ops->release)
+		dev->ops->release(dev);
+	free(dev->path);
+	free(dev);
+}
+
+static bool in_range(const struct ub_dev *dev, size_t len, uint64_t off)
+{
+	return off <= dev->size && (uint64_t)len <= dev->size - off;
+}
+
+int ub_dev_read(struct ub_dev *dev, void *buf, size_t len, uint64_t off)
+{
+	if (!in_range(dev, len, off))
+		return -EIO;
+	if (len == 0)
+		return 0;
+	return dev->ops->read(dev, buf, len, off);
+}
+
+int ub_dev_write(struct ub_dev *dev, const void *buf, size_t len, uint64_t off)
+{
+	if (!dev->writable)
+		return -EROFS;
+	/* an image file would silently grow and a block device fails late: refuse up front */
+	if (!in_range(dev, len, off))
+		return -ENOSPC;
+	if (len == 0)
+		return 0;
+	return dev->ops->write(dev, buf, len, off);
+}
+
+int ub_dev_flush(struct ub_dev *dev)
+{
+	return dev->ops->flush(dev);
+}
+
+/* ---- file or block device ---- */
+
+struct file_dev {
+	int fd;
+};
+
+static int file_read(struct ub_dev *dev, void *buf, size_t len, uint64_t off)
+{
+	struct file_dev *f = dev->priv;
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = pread(f->fd, p, len, (off_t)off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		/* the file shrank under us */
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+static int file_write(struct ub_dev *dev, const void *buf, size_t len, uint64_t off)
+{
+	struct file_dev *f = dev->priv;
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = pwrite(f->fd, p, len, (off_t)off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+static int file_flush(struct ub_dev *dev)
+{
+	struct file_dev *f = dev->priv;
+
+	return fdatasync(f->fd) < 0 ? -errno : 0;
+}
+
+static void file_release(struct ub_dev *dev)
+{
+	struct file_dev *f = dev->priv;
+
+	if (!f)
+		return;
+	close(f->fd);
+	free(f);
+}
+
+static const struct ub_dev_ops file_ops = {
+	.kind = "file",
+	.read = file_read,
+	.write = file_write,
+	.flush = file_flush,
+	.release = file_release,
+};
+
 int ub_dev_open(const char *path, bool writable, struct ub_dev **out)
 {
-	struct ub_dev *dev = NULL;
+	struct file_dev *f;
 	struct stat st;
+	uint64_t size;
 	int fd, ret;
 
 	fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
@@ -22,93 +175,26 @@ int ub_dev_open(const char *path, bool writable, struct ub_dev **out)
 		ret = -errno;
 		goto out_close;
 	}
-	dev = calloc(1, sizeof(*dev));
-	if (!dev) {
-		ret = -ENOMEM;
-		goto out_close;
-	}
 	if (S_ISBLK(st.st_mode)) {
-		uint64_t sz = 0;
-		if (ioctl(fd, BLKGETSIZE64, &sz) < 0) {
+		if (ioctl(fd, BLKGETSIZE64, &size) < 0) {
 			ret = -errno;
 			goto out_close;
 		}
-		dev->size = sz;
 	} else if (S_ISREG(st.st_mode)) {
-		dev->size = (uint64_t)st.st_size;
+		size = (uint64_t)st.st_size;
 	} else {
 		ret = -ENODEV;
 		goto out_close;
 	}
-	dev->path = strdup(path);
-	if (!dev->path) {
+	f = malloc(sizeof(*f));
+	if (!f) {
 		ret = -ENOMEM;
 		goto out_close;
 	}
-	dev->fd = fd;
-	dev->writable = writable;
-	*out = dev;
-	return 0;
+	f->fd = fd;
+	/* from here the fd belongs to the backend and is closed through file_release */
+	return ub_dev_create(path, &file_ops, f, size, writable, out);
 out_close:
-	free(dev);
 	close(fd);
 	return ret;
-}
-
-void ub_dev_close(struct ub_dev *dev)
-{
-	if (!dev)
-		return;
-	close(dev->fd);
-	free(dev->path);
-	free(dev);
-}
-
-int ub_dev_read(struct ub_dev *dev, void *buf, size_t len, uint64_t off)
-{
-	uint8_t *p = buf;
-
-	if (off > dev->size || len > dev->size - off)
-		return -EIO;
-	while (len > 0) {
-		ssize_t n = pread(dev->fd, p, len, (off_t)off);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
-int ub_dev_write(struct ub_dev *dev, const void *buf, size_t len, uint64_t off)
-{
-	const uint8_t *p = buf;
-
-	if (!dev->writable)
-		return -EROFS;
-	while (len > 0) {
-		ssize_t n = pwrite(dev->fd, p, len, (off_t)off);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
-int ub_dev_flush(struct ub_dev *dev)
-{
-	return fdatasync(dev->fd) < 0 ? -errno : 0;
 }

@@ -248,8 +248,9 @@ static void warn_features(struct ub_fs *fs)
 		ub_warn(&fs->log, "unknown incompatible feature flags 0x%llx: reading anyway", (unsigned long long)other);
 }
 
-int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
-	       struct ub_fs **out)
+/* From paths, or from devices already open when `devs` is set (then they are ours to close, whatever happens). */
+static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npaths, const struct ub_fs_opts *opts,
+		   const struct ub_log *log, struct ub_fs **out)
 {
 	struct ub_volume_opts vopts = { .writable = false, .super_mirror = -1 };
 	struct ub_fs *fs;
@@ -257,8 +258,11 @@ int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *op
 	int ret;
 
 	fs = calloc(1, sizeof(*fs));
-	if (!fs)
+	if (!fs) {
+		for (int i = 0; devs && i < npaths; i++)
+			ub_dev_close(devs[i]);
 		return -ENOMEM;
+	}
 	if (log)
 		fs->log = *log;
 	else
@@ -270,7 +274,8 @@ int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *op
 	} else {
 		fs->opts.super_mirror = -1;
 	}
-	ret = ub_volume_open(paths, npaths, &vopts, &fs->log, &fs->vol);
+	ret = devs ? ub_volume_open_devs(devs, npaths, &vopts, &fs->log, &fs->vol)
+		   : ub_volume_open(paths, npaths, &vopts, &fs->log, &fs->vol);
 	if (ret)
 		goto fail;
 	ret = ub_tree_ctx_init(&fs->tc, fs->vol, &fs->log);
@@ -317,6 +322,18 @@ int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *op
 fail:
 	ub_fs_close(fs);
 	return ret;
+}
+
+int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
+	       struct ub_fs **out)
+{
+	return fs_open(paths, NULL, npaths, opts, log, out);
+}
+
+int ub_fs_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_fs_opts *opts, const struct ub_log *log,
+		    struct ub_fs **out)
+{
+	return fs_open(NULL, devs, ndevs, opts, log, out);
 }
 
 void ub_fs_close(struct ub_fs *fs)

@@ -278,8 +278,8 @@ static int assemble(struct ub_volume *vol, struct candidate *c, int n)
 	return 0;
 }
 
-int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_opts *opts, const struct ub_log *log,
-		   struct ub_volume **out)
+int ub_volume_open_devs(struct ub_dev *const *devs, int npaths, const struct ub_volume_opts *opts,
+			const struct ub_log *log, struct ub_volume **out)
 {
 	struct ub_volume_opts defaults = { .writable = false, .super_mirror = -1 };
 	struct ub_volume *vol;
@@ -293,6 +293,8 @@ int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_
 	vol = calloc(1, sizeof(*vol));
 	cand = calloc((size_t)npaths, sizeof(*cand));
 	if (!vol || !cand) {
+		for (int i = 0; i < npaths; i++)
+			ub_dev_close(devs[i]);
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -301,14 +303,8 @@ int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_
 	else
 		vol->log.verbosity = UB_LOG_WARN;
 	for (int i = 0; i < npaths; i++) {
-		struct ub_dev *dev;
-		int r = ub_dev_open(paths[i], opts->writable, &dev);
-		if (r) {
-			ub_err(&vol->log, "%s: cannot open: %s", paths[i], strerror(-r));
-			ret = r;
-			goto out;
-		}
-		r = read_device_super(dev, opts->super_mirror, &vol->log, &cand[i]);
+		struct ub_dev *dev = devs[i];
+		int r = read_device_super(dev, opts->super_mirror, &vol->log, &cand[i]);
 		if (r) {
 			ub_dev_close(dev);
 			cand[i].dev = NULL;
@@ -343,6 +339,33 @@ out:
 	}
 	if (!ret)
 		*out = vol;
+	return ret;
+}
+
+int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_opts *opts, const struct ub_log *log,
+		   struct ub_volume **out)
+{
+	struct ub_log quiet = { .verbosity = UB_LOG_WARN };
+	struct ub_dev **devs;
+	int ret = 0, n = 0;
+
+	if (npaths < 1)
+		return -EINVAL;
+	devs = calloc((size_t)npaths, sizeof(*devs));
+	if (!devs)
+		return -ENOMEM;
+	for (; n < npaths; n++) {
+		ret = ub_dev_open(paths[n], opts && opts->writable, &devs[n]);
+		if (ret) {
+			ub_err(log ? log : &quiet, "%s: cannot open: %s", paths[n], strerror(-ret));
+			while (n > 0)
+				ub_dev_close(devs[--n]);
+			goto out;
+		}
+	}
+	ret = ub_volume_open_devs(devs, npaths, opts, log, out);
+out:
+	free(devs);
 	return ret;
 }
 
