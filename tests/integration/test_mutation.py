@@ -30,20 +30,7 @@ COMMANDS = [
     ["cat", "--path", "/a/b/rand"],
 ]
 
-_CRC_TABLE = []
-for _i in range(256):
-    _c = _i
-    for _ in range(8):
-        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
-    _CRC_TABLE.append(_c)
-
-
-def crc32c(data):
-    """CRC-32C as btrfs stores it (test-side oracle, independent of the library)."""
-    c = 0xFFFFFFFF
-    for b in data:
-        c = _CRC_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
+crc32c = T.crc32c
 
 
 def fsync(path):
