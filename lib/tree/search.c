@@ -84,15 +84,22 @@ static int read_child(struct ub_path *p, int level, int slot, struct ub_eb **out
 	return ub_tree_read_block(p->tc, ub_eb_node_blockptr(parent, slot), &exp, out);
 }
 
-static int read_root(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_eb **out)
+/* What a root pointer (superblock or ROOT_ITEM) promises about the block it names. */
+static struct ub_expect root_expect(const struct ub_root *root)
 {
-	struct ub_expect exp = {
+	return (struct ub_expect){
 		.owner = root->objectid,
 		.level = root->level,
 		.generation = root->generation,
 		.slot = -1,
 		.exact_owner = true,
 	};
+}
+
+static int read_root(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_eb **out)
+{
+	struct ub_expect exp = root_expect(root);
+
 	return ub_tree_read_block(tc, root->bytenr, &exp, out);
 }
 
@@ -339,13 +346,7 @@ int ub_tree_walk(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_b
 		 int (*fn)(void *arg, const struct ub_eb *eb), void *arg)
 {
 	struct walk w = { tc, seen, tag, fn, arg };
-	struct ub_expect exp = {
-		.owner = root->objectid,
-		.level = root->level,
-		.generation = root->generation,
-		.slot = -1,
-		.exact_owner = true,
-	};
+	struct ub_expect exp = root_expect(root);
 
 	if (root->level >= UB_MAX_LEVEL)
 		return -EUCLEAN;
