@@ -426,12 +426,17 @@ static void walk_shape(struct shape *s, uint64_t bytenr, int level, uint64_t gen
 	ub_eb_put(s->tc, eb);
 }
 
-static void check_shape(struct ub_tree_ctx *tc, const struct ub_root *root, const struct model *m)
+static struct shape shape_of(struct ub_tree_ctx *tc, const struct ub_root *root)
 {
 	struct shape s = { .tc = tc, .root = root, .nodesize = tc->vol->nodesize };
 
 	walk_shape(&s, root->bytenr, root->level, root->generation, NULL, NULL, true);
-	assert_int_equal(s.items, m->n);
+	return s;
+}
+
+static void check_shape(struct ub_tree_ctx *tc, const struct ub_root *root, const struct model *m)
+{
+	assert_int_equal(shape_of(tc, root).items, m->n);
 }
 
 static void check_all(struct ub_tree_ctx *tc, const struct ub_root *root, const struct model *m)
@@ -1040,6 +1045,238 @@ static void test_iter_range(void **state)
 	env_close(&e);
 }
 
+/*
+ * Many small items, so 4 KiB nodes fill and empty: node splits, merges and
+ * pointers taken from siblings. The model is a fixed key set with a present
+ * flag per key; an item's bytes follow from its index.
+ */
+struct dense {
+	uint32_t n;
+	bool *present;
+	uint32_t count;
+};
+
+static struct ub_key dense_key(uint32_t i)
+{
+	struct ub_key k = { 256 + i / 64, TEST_TYPE, (uint64_t)(i % 64) * 3 };
+	return k;
+}
+
+static uint32_t dense_size(uint32_t i) { return i % 11; }
+
+static void dense_bytes(uint32_t i, uint8_t *d)
+{
+	for (uint32_t j = 0; j < dense_size(i); j++)
+		d[j] = (uint8_t)(i * 7 + j);
+}
+
+static void dense_insert(struct env *e, struct talloc *a, struct ub_root *root, struct dense *m, uint32_t i)
+{
+	struct ub_key k = dense_key(i);
+	uint8_t d[16];
+
+	dense_bytes(i, d);
+	assert_int_equal(ub_tree_insert_item(&e->tc, &a->ta, root, &k, d, dense_size(i)), m->present[i] ? -EEXIST : 0);
+	if (!m->present[i])
+		m->count++;
+	m->present[i] = true;
+}
+
+static void dense_delete(struct env *e, struct talloc *a, struct ub_root *root, struct dense *m, uint32_t i)
+{
+	struct ub_key k = dense_key(i);
+	struct ub_path p;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(&e->tc, &a->ta, root, &k, &p, -1, true);
+	assert_int_equal(ret, m->present[i] ? 0 : 1);
+	if (ret == 0) {
+		assert_int_equal(ub_tree_del_items(&e->tc, &a->ta, root, &p, p.slots[0], 1), 0);
+		m->present[i] = false;
+		m->count--;
+	}
+	ub_path_release(&p);
+}
+
+static void dense_check(struct ub_tree_ctx *tc, const struct ub_root *root, const struct dense *m)
+{
+	struct ub_tree_iter it;
+	struct ub_key min = { 0, 0, 0 }, max = { UINT64_MAX, 255, UINT64_MAX }, k;
+	const uint8_t *d;
+	uint32_t size, i = 0;
+	uint8_t want[16];
+	int ret;
+
+	assert_int_equal(shape_of(tc, root).items, m->count);
+	assert_int_equal(ub_tree_iter_start(&it, tc, root, &min, &max), 0);
+	while ((ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
+		struct ub_key w;
+		while (i < m->n && !m->present[i])
+			i++;
+		assert_true(i < m->n);
+		w = dense_key(i);
+		assert_int_equal(ub_key_cmp(&k, &w), 0);
+		assert_int_equal(size, dense_size(i));
+		dense_bytes(i, want);
+		if (size)
+			assert_memory_equal(d, want, size);
+		i++;
+	}
+	assert_int_equal(ret, 1);
+	while (i < m->n && !m->present[i])
+		i++;
+	assert_int_equal(i, m->n);
+	ub_tree_iter_end(&it);
+}
+
+static void dense_commit_check(struct env *e, struct talloc *a, const struct ub_root *root, const struct dense *m)
+{
+	struct ub_tree_ctx fresh;
+	struct ub_block_set seen = { 0 };
+
+	dense_check(&e->tc, root, m);
+	commit(e, a);
+	assert_int_equal(ub_tree_ctx_init(&fresh, e->fs->vol, &g_log), 0);
+	assert_int_equal(ub_tree_walk(&fresh, root, &seen, root->objectid, NULL, NULL), 0);
+	dense_check(&fresh, root, m);
+	ub_block_set_free(&seen);
+	ub_tree_ctx_destroy(&fresh);
+}
+
+static void test_nodes_4k(void **state)
+{
+	struct env e;
+	struct talloc a;
+	struct ub_root root;
+	struct dense m = { 0 };
+	uint32_t *perm, n = long_tests() ? 120000 : 40000;
+	unsigned errs = g_errors;
+	int max_level = 0;
+	struct shape sh1;
+
+	(void)state;
+	NEED_MKFS();
+	rng_state = 0x5eed;
+	env_open(&e, 4096, "crc32c");
+	talloc_init(&a, &e, true);
+	m.n = n;
+	m.present = calloc(n, sizeof(bool));
+	perm = malloc(n * sizeof(uint32_t));
+	assert_non_null(m.present);
+	assert_non_null(perm);
+	for (uint32_t i = 0; i < n; i++)
+		perm[i] = i;
+	for (uint32_t i = n - 1; i > 0; i--) {
+		uint32_t j = rnd_below(i + 1), t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	assert_int_equal(ub_tree_create_root(&e.tc, &a.ta, TREE_ID, &root), 0);
+	/* the first half in random order, the second appended in key order */
+	for (uint32_t i = 0; i < n; i++) {
+		if (i < n / 2)
+			dense_insert(&e, &a, &root, &m, perm[i]);
+		if (i % 5000 == 4999)
+			commit(&e, &a);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (!m.present[i])
+			dense_insert(&e, &a, &root, &m, i);
+	max_level = root.level;
+	sh1 = shape_of(&e.tc, &root);
+	print_message("%u items: level %d, %zu nodes, %zu leaves\n", m.count, root.level, sh1.nodes, sh1.leaves);
+	assert_true(root.level >= 2);
+	dense_commit_check(&e, &a, &root, &m);
+	/* a contiguous third goes: whole leaves and nodes empty out */
+	for (uint32_t i = n / 3; i < 2 * n / 3; i++)
+		dense_delete(&e, &a, &root, &m, i);
+	dense_commit_check(&e, &a, &root, &m);
+	/* then every other one of the rest, at random: underfull leaves and nodes beside full ones */
+	for (uint32_t i = 0; i < n; i++) {
+		if (perm[i] % 2)
+			dense_delete(&e, &a, &root, &m, perm[i]);
+		if (i % 10000 == 9999)
+			commit(&e, &a);
+	}
+	dense_commit_check(&e, &a, &root, &m);
+	/* refill part of the hole, every third key */
+	for (uint32_t i = n / 3; i < 2 * n / 3; i += 3)
+		dense_insert(&e, &a, &root, &m, i);
+	dense_commit_check(&e, &a, &root, &m);
+	/* and all the rest away, at random */
+	for (uint32_t i = 0; i < n; i++)
+		if (m.present[perm[i]])
+			dense_delete(&e, &a, &root, &m, perm[i]);
+	{
+		struct ub_path p;
+		struct ub_key k = { 0, 0, 0 };
+		ub_path_init(&p);
+		assert_int_equal(ub_tree_search_slot(&e.tc, &a.ta, &root, &k, &p, -1, true), 1);
+		ub_path_release(&p);
+	}
+	assert_int_equal(root.level, 0);
+	assert_int_equal(m.count, 0);
+	dense_commit_check(&e, &a, &root, &m);
+	print_message("max level %d, %u allocs, %u cows, %u frees\n", max_level, a.nalloc, a.ncow, a.nfree);
+	assert_int_equal(g_errors, errs);
+	free(perm);
+	free(m.present);
+	talloc_free(&a);
+	env_close(&e);
+}
+
+/* The plain search of the contract: no allocator, nothing copied, the insert position. */
+static void test_search_readonly(void **state)
+{
+	struct env e;
+	struct talloc a;
+	struct ub_root root, before;
+	struct model m = { 0 };
+	struct ub_path p;
+	size_t dirty;
+
+	(void)state;
+	NEED_MKFS();
+	rng_state = 3;
+	env_open(&e, 4096, "crc32c");
+	talloc_init(&a, &e, true);
+	assert_int_equal(ub_tree_create_root(&e.tc, &a.ta, TREE_ID, &root), 0);
+	for (int i = 0; i < 800; i++)
+		op_insert(&e, &a, &root, &m, 100);
+	commit(&e, &a);
+	before = root;
+	dirty = e.tc.ndirty;
+	ub_path_init(&p);
+	for (size_t i = 0; i < m.n; i += 7) {
+		struct ub_key k = m.v[i].key, got;
+		assert_int_equal(ub_tree_search_slot(&e.tc, NULL, &root, &k, &p, 0, false), 0);
+		ub_path_key(&p, &got);
+		assert_int_equal(ub_key_cmp(&k, &got), 0);
+		/* one past it: not found, positioned at the next item or past the last one */
+		k.offset++;
+		if (i + 1 < m.n && !ub_key_cmp(&k, &m.v[i + 1].key))
+			continue;
+		assert_int_equal(ub_tree_search_slot(&e.tc, NULL, &root, &k, &p, 0, false), 1);
+		if ((uint32_t)p.slots[0] < ub_eb_nritems(p.nodes[0])) {
+			ub_path_key(&p, &got);
+			assert_true(i + 1 < m.n);
+			assert_int_equal(ub_key_cmp(&got, &m.v[i + 1].key), 0);
+		} else {
+			assert_true(i + 1 == m.n);
+		}
+	}
+	ub_path_release(&p);
+	/* changing needs copying: refused without cow */
+	assert_int_equal(ub_tree_search_slot(&e.tc, &a.ta, &root, &m.v[0].key, &p, 1, false), -EINVAL);
+	ub_path_release(&p);
+	assert_int_equal(e.tc.ndirty, dirty);
+	assert_memory_equal(&root, &before, sizeof(root));
+	model_free(&m);
+	talloc_free(&a);
+	env_close(&e);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
@@ -1064,6 +1301,8 @@ int main(void)
 		cmocka_unit_test(test_item_limits),
 		cmocka_unit_test(test_drop_dirty),
 		cmocka_unit_test(test_copy_root),
+		cmocka_unit_test(test_search_readonly),
+		cmocka_unit_test(test_nodes_4k),
 		cmocka_unit_test(test_random_4k),
 		cmocka_unit_test(test_random_16k),
 		cmocka_unit_test(test_random_64k),
