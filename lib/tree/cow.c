@@ -773,42 +773,52 @@ static int split_leaf(struct wctx *w, struct ub_path *p, const struct ub_key *ke
 	return split_at(w, p, 0, true, key);
 }
 
-/* Deleting made the leaf small: hand all its items to a sibling if one takes them, and drop it. */
+/*
+ * Deleting made the leaf small (the kernel's third): its items go into the
+ * siblings as far as they take them, the left one from our start, the right
+ * one from our end; a leaf left empty goes. The path is not to be used after.
+ */
 static int merge_leaf(struct wctx *w, struct ub_path *p)
 {
 	struct ub_tree_ctx *tc = w->tc;
 	struct ub_eb *l = p->nodes[0], *parent = p->nodes[1], *s = NULL;
-	uint32_t n = nritems(l), pslot = (uint32_t)p->slots[1], used = leaf_used(l, 0, n);
-	struct ub_key k;
+	uint32_t n = nritems(l), pslot = (uint32_t)p->slots[1], k, sfree;
+	struct ub_key key;
 	int ret;
 
 	if (pslot > 0) {
 		ret = read_sibling(w, p, 0, pslot - 1, &s);
 		if (ret)
 			return ret;
-		if (leaf_free(tc, s) >= used) {
-			leaf_move(tc, s, nritems(s), l, 0, n);
-			ub_eb_put(tc, s);
-			goto drop;
-		}
+		sfree = leaf_free(tc, s);
+		for (k = n; k > 0 && leaf_used(l, 0, k) > sfree; k--)
+			;
+		if (k)
+			leaf_move(tc, s, nritems(s), l, 0, k);
 		ub_eb_put(tc, s);
-		s = NULL;
+		n = nritems(l);
+		if (n && k) {
+			first_key(l, &key);
+			set_key(parent, pslot, &key);
+		}
 	}
-	if (pslot + 1 < nritems(parent)) {
+	if (n && pslot + 1 < nritems(parent)) {
 		ret = read_sibling(w, p, 0, pslot + 1, &s);
 		if (ret)
 			return ret;
-		if (leaf_free(tc, s) >= used) {
-			leaf_move(tc, s, 0, l, 0, n);
-			first_key(s, &k);
-			set_key(parent, pslot + 1, &k);
-			ub_eb_put(tc, s);
-			goto drop;
+		sfree = leaf_free(tc, s);
+		for (k = n; k > 0 && leaf_used(l, n - k, k) > sfree; k--)
+			;
+		if (k) {
+			leaf_move(tc, s, 0, l, n - k, k);
+			first_key(s, &key);
+			set_key(parent, pslot + 1, &key);
 		}
 		ub_eb_put(tc, s);
+		n = nritems(l);
 	}
-	return 0;
-drop:
+	if (n)
+		return 0;
 	ret = drop_block(w, l, parent);
 	if (!ret)
 		ret = del_ptr(w, p, 1, pslot);
