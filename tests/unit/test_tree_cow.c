@@ -116,6 +116,7 @@ struct talloc {
 	uint64_t *free_now, *free_later;
 	size_t nnow, nlater, cap;
 	bool reuse;
+	unsigned fail_at; /* 0: never; else the allocation with this number fails */
 	unsigned nalloc, ncow, nfree, ncopy;
 	uint64_t last_copy_src, last_copy_dst;
 };
@@ -141,6 +142,8 @@ static int ta_alloc(void *arg, uint64_t root_id, int level, uint64_t *bytenr)
 	(void)root_id;
 	(void)level;
 	a->nalloc++;
+	if (a->fail_at && a->nalloc >= a->fail_at)
+		return -ENOSPC;
 	if (a->reuse && a->nnow) {
 		*bytenr = a->free_now[--a->nnow];
 		return 0;
@@ -1023,6 +1026,71 @@ static void test_drop_dirty(void **state)
 	env_close(&e);
 }
 
+/*
+ * The allocator runs dry in the middle of changes: the error comes back from
+ * whatever call needed a block, and aborting (drop_dirty) leaves the committed
+ * tree whole, in memory and on disk.
+ */
+static void test_alloc_failure(void **state)
+{
+	struct env e;
+	struct talloc a;
+	struct ub_root root, committed;
+	struct model m = { 0 }, mc;
+	unsigned errs;
+
+	(void)state;
+	NEED_MKFS();
+	rng_state = 11;
+	env_open(&e, 4096, "crc32c");
+	talloc_init(&a, &e, false);
+	assert_int_equal(ub_tree_create_root(&e.tc, &a.ta, TREE_ID, &root), 0);
+	for (int i = 0; i < 3000; i++)
+		op_insert(&e, &a, &root, &m, 400);
+	commit(&e, &a);
+	for (unsigned round = 1; round <= 40; round++) {
+		int ret = 0;
+
+		committed = root;
+		model_copy(&mc, &m);
+		a.fail_at = a.nalloc + round;
+		errs = g_errors;
+		/* big items so splits (and so allocations) come quickly */
+		for (int i = 0; i < 2000 && !ret; i++) {
+			struct ub_key k = rand_key(400);
+			uint8_t buf[1500];
+			bool found;
+			uint32_t size = 200 + rnd_below(1200);
+			fill_random(buf, size);
+			model_find(&m, &k, &found);
+			if (i % 3 == 2 && m.n) {
+				struct ub_path p;
+				ub_path_init(&p);
+				ret = ub_tree_search_slot(&e.tc, &a.ta, &root, &m.v[rnd_below((uint32_t)m.n)].key, &p, -1, true);
+				if (ret == 0)
+					ret = ub_tree_del_items(&e.tc, &a.ta, &root, &p, p.slots[0], 1);
+				ub_path_release(&p);
+			} else {
+				ret = ub_tree_insert_item(&e.tc, &a.ta, &root, &k, buf, size);
+				if (ret == -EEXIST && found)
+					ret = 0;
+			}
+		}
+		assert_int_equal(ret, -ENOSPC);
+		(void)errs;
+		ub_tree_drop_dirty(&e.tc);
+		root = committed;
+		model_free(&m);
+		m = mc;
+		a.fail_at = 0;
+		check_all(&e.tc, &root, &m);
+	}
+	check_on_disk(&e, &root, &m);
+	model_free(&m);
+	talloc_free(&a);
+	env_close(&e);
+}
+
 /* The iterator stops at its bounds, from anywhere. */
 static void test_iter_range(void **state)
 {
@@ -1422,6 +1490,7 @@ int main(void)
 		cmocka_unit_test(test_iter_range),
 		cmocka_unit_test(test_item_limits),
 		cmocka_unit_test(test_drop_dirty),
+		cmocka_unit_test(test_alloc_failure),
 		cmocka_unit_test(test_copy_root),
 		cmocka_unit_test(test_search_readonly),
 		cmocka_unit_test(test_nodes_4k),
