@@ -36,11 +36,17 @@
 #include "ubtrfs/fs.h"
 #include "alloc/alloc_internal.h"
 
-enum { IMG_DEFAULT, IMG_NOFST, IMG_MIXED, IMG_ROOTDIR, IMG_64K, IMG_KERNEL, NIMG };
+enum { IMG_DEFAULT, IMG_NOFST, IMG_MIXED, IMG_ROOTDIR, IMG_64K, IMG_KERNEL, IMG_R5, IMG_R6, IMG_R10, IMG_R0, NIMG };
+
+#define MAXDEV 4
 
 struct env {
 	char dir[64];
-	char img[NIMG][128];
+	char img[NIMG][128];            /* device 1 */
+	char dev[NIMG][MAXDEV][128];    /* every device */
+	int ndev[NIMG];
+	char dump[128];                 /* dump-tree wrapper (loop devices for several) */
+	char fill[128];                 /* the kernel writes and deletes files on several devices */
 	bool made[NIMG];
 	const char *why[NIMG];
 	bool have_mkfs;
@@ -63,8 +69,56 @@ static int group_setup(void **state)
 	snprintf(E.dir, sizeof(E.dir), "/tmp/ubtrfs-unit-alloc-XXXXXX");
 	if (!mkdtemp(E.dir))
 		return -1;
-	for (int i = 0; i < NIMG; i++)
-		snprintf(E.img[i], sizeof(E.img[i]), "%s/img%d", E.dir, i);
+	static const int ndev[NIMG] = { [IMG_R5] = 3, [IMG_R6] = 4, [IMG_R10] = 4, [IMG_R0] = 3 };
+	for (int i = 0; i < NIMG; i++) {
+		E.ndev[i] = ndev[i] ? ndev[i] : 1;
+		for (int d = 0; d < E.ndev[i]; d++)
+			snprintf(E.dev[i][d], sizeof(E.dev[i][d]), "%s/img%d.%d", E.dir, i, d);
+		snprintf(E.img[i], sizeof(E.img[i]), "%s", E.dev[i][0]);
+	}
+	/* dump-tree finds the other devices of a filesystem only among block devices */
+	snprintf(E.dump, sizeof(E.dump), "%s/dump.sh", E.dir);
+	FILE *ds = fopen(E.dump, "w");
+	if (!ds)
+		return -1;
+	fputs("#!/bin/sh\n"
+	      "t=$1; shift\n"
+	      "if [ $# -eq 1 ]; then exec btrfs inspect-internal dump-tree -t $t \"$1\"; fi\n"
+	      "L=\"\"\n"
+	      "cleanup() { for l in $L; do btrfs device scan --forget $l >/dev/null 2>&1; losetup -d $l; done; }\n"
+	      "trap cleanup EXIT\n"
+	      "for f in \"$@\"; do l=$(losetup -f --show \"$f\") || exit 1; L=\"$L $l\"; done\n"
+	      "set -- $L\n"
+	      "btrfs inspect-internal dump-tree -t $t $1\n",
+	      ds);
+	fclose(ds);
+	snprintf(E.fill, sizeof(E.fill), "%s/fill.sh", E.dir);
+	ds = fopen(E.fill, "w");
+	if (!ds)
+		return -1;
+	fputs("#!/bin/sh\n"
+	      "m=$1; shift\n"
+	      "L=\"\"\n"
+	      "cleanup() { umount $m 2>/dev/null; for l in $L; do btrfs device scan --forget $l >/dev/null 2>&1; "
+	      "losetup -d $l; done; }\n"
+	      "trap cleanup EXIT\n"
+	      "for f in \"$@\"; do l=$(losetup -f --show \"$f\") || exit 1; L=\"$L $l\"; done\n"
+	      "for l in $L; do btrfs device scan $l >/dev/null || exit 1; done\n"
+	      "set -- $L\n"
+	      "mkdir -p $m && mount $1 $m || exit 1\n"
+	      "python3 - \"$m\" <<'PY' || exit 1\n"
+	      "import os, sys\n"
+	      "m = sys.argv[1]\n"
+	      "for i in range(400):\n"
+	      "    open(os.path.join(m, 'k%d' % i), 'wb').write(os.urandom(1000 + i * 997))\n"
+	      "os.sync()\n"
+	      "for i in range(0, 400, 3):\n"
+	      "    os.unlink(os.path.join(m, 'k%d' % i))\n"
+	      "os.sync()\n"
+	      "PY\n"
+	      "umount $m\n",
+	      ds);
+	fclose(ds);
 	E.have_mkfs = sh("command -v mkfs.btrfs >/dev/null 2>&1 && command -v btrfs >/dev/null 2>&1") == 0;
 	if (!E.have_mkfs)
 		return 0;
@@ -75,17 +129,36 @@ static int group_setup(void **state)
 		[IMG_ROOTDIR] = "--rootdir %s/src",
 		[IMG_64K] = "-n 65536",
 		[IMG_KERNEL] = "",
+		[IMG_R5] = "-d raid5 -m raid1",
+		[IMG_R6] = "-d raid6 -m raid6",
+		[IMG_R10] = "-d raid10 -m raid10",
+		[IMG_R0] = "-d raid0 -m raid1c3",
 	};
 	if (sh("mkdir -p %s/src/d && cd %s/src && for i in $(seq 300); do head -c $((i * 1500)) /dev/zero | tr '\\0' x "
 	       "> f$i; done",
 	       E.dir, E.dir))
 		return -1;
 	for (int i = 0; i < NIMG; i++) {
-		char o[256];
+		char o[256], devs[MAXDEV * 130] = "";
 		snprintf(o, sizeof(o), opts[i], E.dir);
-		E.made[i] = sh("truncate -s 1G %s && mkfs.btrfs -q -f %s %s >/dev/null 2>&1", E.img[i], o, E.img[i]) == 0;
+		for (int d = 0; d < E.ndev[i]; d++) {
+			strcat(devs, " ");
+			strcat(devs, E.dev[i][d]);
+			if (sh("truncate -s %s %s", E.ndev[i] > 1 ? "512M" : "1G", E.dev[i][d]))
+				return -1;
+		}
+		if (E.ndev[i] > 1 && geteuid() != 0) {
+			E.why[i] = "not root: dump-tree needs loop devices for several devices";
+			continue;
+		}
+		E.made[i] = sh("mkfs.btrfs -q -f %s %s >/dev/null 2>&1", o, devs) == 0;
 		if (!E.made[i])
 			E.why[i] = "mkfs.btrfs failed";
+		/* data in the striped profiles: the kernel writes it (needs root, loop devices) */
+		if (E.made[i] && (i == IMG_R5 || i == IMG_R10) && sh("sh %s %s/mnt%d %s >/dev/null 2>&1", E.fill, E.dir, i, devs)) {
+			E.made[i] = false;
+			E.why[i] = "the kernel could not write to the multi-device filesystem";
+		}
 	}
 	/* the kernel writes 1200 small files and deletes every other one: hundreds of free holes */
 	E.made[IMG_KERNEL] = false;
@@ -153,12 +226,20 @@ static void push(struct xr **v, int *n, int *cap, uint64_t s, uint64_t l)
 	(*v)[(*n)++] = (struct xr){ s, l };
 }
 
-static void read_oracle(const char *img, uint32_t nodesize, struct oracle *o)
+static void dump_cmd(char *cmd, size_t len, const char *tree, int img)
 {
-	char cmd[512], line[512], type[64];
+	int n = snprintf(cmd, len, "sh %s %s", E.dump, tree);
+	for (int d = 0; d < E.ndev[img]; d++)
+		n += snprintf(cmd + n, len - (size_t)n, " %s", E.dev[img][d]);
+	snprintf(cmd + n, len - (size_t)n, " 2>/dev/null");
+}
+
+static void read_oracle(int img, uint32_t nodesize, struct oracle *o)
+{
+	char cmd[1024], line[512], type[64];
 	uint64_t obj, off;
 	memset(o, 0, sizeof(*o));
-	snprintf(cmd, sizeof(cmd), "btrfs inspect-internal dump-tree -t extent %s 2>/dev/null", img);
+	dump_cmd(cmd, sizeof(cmd), "extent", img);
 	FILE *f = popen(cmd, "r");
 	assert_non_null(f);
 	bool want_used = false;
@@ -184,7 +265,7 @@ static void read_oracle(const char *img, uint32_t nodesize, struct oracle *o)
 		}
 	}
 	assert_int_equal(pclose(f), 0);
-	snprintf(cmd, sizeof(cmd), "btrfs inspect-internal dump-tree -t 10 %s 2>/dev/null", img);
+	dump_cmd(cmd, sizeof(cmd), "10", img);
 	f = popen(cmd, "r");
 	assert_non_null(f);
 	bool want_info = false;
@@ -221,13 +302,26 @@ static void free_oracle(struct oracle *o)
 
 /* ---- opening ---- */
 
+static struct ub_fs *open_paths(const char *const *paths, int n)
+{
+	struct ub_fs_opts opts = { .writable = false, .super_mirror = -1, .no_log = true };
+	struct ub_fs *fs = NULL;
+	assert_int_equal(ub_fs_open(paths, n, &opts, NULL, &fs), 0);
+	return fs;
+}
+
 static struct ub_fs *open_fs(const char *img)
 {
 	const char *paths[1] = { img };
-	struct ub_fs_opts opts = { .writable = false, .super_mirror = -1, .no_log = true };
-	struct ub_fs *fs = NULL;
-	assert_int_equal(ub_fs_open(paths, 1, &opts, NULL, &fs), 0);
-	return fs;
+	return open_paths(paths, 1);
+}
+
+static struct ub_fs *open_img(int img)
+{
+	const char *paths[MAXDEV];
+	for (int d = 0; d < E.ndev[img]; d++)
+		paths[d] = E.dev[img][d];
+	return open_paths(paths, E.ndev[img]);
 }
 
 static int load(struct ub_fs *fs, bool use_fst, struct ub_alloc **a)
@@ -264,30 +358,64 @@ static void check_free_vs_extents(const struct ub_alloc *a, const struct oracle 
 
 static uint64_t n_super_found;
 
-/* Superblock mirrors inside single/DUP chunks: the 64 KiB stripe holding each is never available. */
+/*
+ * Superblock mirror stripes, with the read path's mapping (ub_volume_map) as
+ * the oracle: a 64 KiB logical unit any copy of which lands on a mirror is
+ * never available, and nothing else is excluded. RAID5/6: the whole row
+ * (full stripe) whose unit on some device holds a mirror, parity or data.
+ */
+static bool on_mirror(uint64_t phys)
+{
+	for (int m = 0; m < 3; m++) {
+		uint64_t off = m == 0 ? 65536ULL : m == 1 ? 64ULL << 20 : 256ULL << 30;
+		if (off >= phys && off < phys + 65536)
+			return true;
+	}
+	return false;
+}
+
 static void check_super(const struct ub_fs *fs, const struct ub_alloc *a)
 {
 	const struct ub_volume *vol = fs->vol;
 	for (int c = 0; c < vol->nchunks; c++) {
 		const struct ub_chunk *ch = vol->chunks[c];
-		if (ch->type & (BTRFS_BLOCK_GROUP_PROFILE_MASK & ~BTRFS_BLOCK_GROUP_DUP))
-			continue;
-		for (int m = 0; m < 3; m++) {
-			uint64_t off = m == 0 ? 65536ULL : m == 1 ? 64ULL << 20 : 256ULL << 30;
-			for (int j = 0; j < ch->num_stripes; j++) {
-				uint64_t ph = ch->stripes[j].physical;
-				if (off < ph || off >= ph + ch->length)
+		const struct ub_range_set *av = ub_alloc_bg_avail(a, ch->logical);
+		struct ub_bg_info bi;
+		assert_non_null(av);
+		assert_int_equal(ub_alloc_bg_info(a, ch->logical, &bi), 0);
+		uint64_t excluded = 0;
+		if (ch->type & BTRFS_BLOCK_GROUP_RAID56_MASK) {
+			int data = ch->num_stripes - ((ch->type & BTRFS_BLOCK_GROUP_RAID6) ? 2 : 1);
+			uint64_t fs_len = (uint64_t)data * 65536, rows = ch->length / fs_len;
+			assert_int_equal(bi.full_stripe, fs_len);
+			for (uint64_t r = 0; r < rows; r++) {
+				bool hit = false;
+				for (int j = 0; j < ch->num_stripes; j++)
+					hit |= on_mirror(ch->stripes[j].physical + r * 65536);
+				if (!hit)
 					continue;
-				uint64_t lg = ch->logical + (off - ph) / 65536 * 65536;
-				const struct ub_range_set *av = ub_alloc_bg_avail(a, lg);
-				assert_non_null(av);
-				assert_false(ub_rs_overlaps(av, lg, 65536));
-				struct ub_bg_info bi;
-				assert_int_equal(ub_alloc_bg_info(a, lg, &bi), 0);
-				assert_true(bi.super >= 65536);
+				assert_false(ub_rs_overlaps(av, ch->logical + r * fs_len, fs_len));
+				excluded += fs_len;
+				n_super_found++;
+			}
+		} else {
+			int copies = ub_volume_num_copies(vol, ch->logical);
+			for (uint64_t u = 0; u < ch->length; u += 65536) {
+				bool hit = false;
+				for (int m = 1; m <= copies; m++) {
+					uint64_t devid, phys;
+					const char *path;
+					assert_int_equal(ub_volume_map(vol, ch->logical + u, m, &devid, &phys, &path), 0);
+					hit |= on_mirror(phys);
+				}
+				if (!hit)
+					continue;
+				assert_false(ub_rs_overlaps(av, ch->logical + u, 65536));
+				excluded += 65536;
 				n_super_found++;
 			}
 		}
+		assert_int_equal(bi.super, excluded);
 	}
 }
 
@@ -304,7 +432,7 @@ static void check_setup(int img, const struct ub_fs *fs, const struct ub_alloc *
 	}
 	assert_int_equal(fs->fst_tree.bytenr != 0, img != IMG_NOFST);
 	assert_int_equal(mixed, img == IMG_MIXED);
-	if (img == IMG_ROOTDIR || img == IMG_KERNEL)
+	if (img == IMG_ROOTDIR || img == IMG_KERNEL || img == IMG_R5 || img == IMG_R10)
 		assert_true(data_used > 1000000);
 	if (img == IMG_64K || img == IMG_NOFST)
 		assert_int_equal(fs->vol->nodesize, img == IMG_64K ? 65536 : 4096);
@@ -313,9 +441,9 @@ static void check_setup(int img, const struct ub_fs *fs, const struct ub_alloc *
 static void check_image(int img, bool expect_bitmaps)
 {
 	need(img);
-	struct ub_fs *fs = open_fs(E.img[img]);
+	struct ub_fs *fs = open_img(img);
 	struct oracle o;
-	read_oracle(E.img[img], fs->vol->nodesize, &o);
+	read_oracle(img, fs->vol->nodesize, &o);
 	assert_true(o.nbg >= 2);
 	struct ub_alloc *a = NULL, *b = NULL;
 	assert_int_equal(load(fs, true, &a), 0);
@@ -328,6 +456,8 @@ static void check_image(int img, bool expect_bitmaps)
 	for (uint64_t pos = 0; ub_alloc_next_bg(a, pos, &bi) == 0; pos = bi.start + 1)
 		ngroups++;
 	assert_int_equal(ngroups, o.nbg);
+	/* the sum of every group's used is the superblock's bytes_used */
+	assert_int_equal(ub_alloc_bytes_used(a), UB_GET(ub_disk_super, bytes_used, fs->vol->super));
 	int bitmap_groups = 0;
 	for (int g = 0; g < o.nbg; g++) {
 		assert_int_equal(ub_alloc_bg_info(a, o.bg[g].start, &bi), 0);
@@ -397,6 +527,15 @@ static void test_mixed(void **state) { check_image(IMG_MIXED, false); }
 static void test_rootdir(void **state) { check_image(IMG_ROOTDIR, false); }
 static void test_nodesize_64k(void **state) { check_image(IMG_64K, false); }
 static void test_kernel_bitmaps(void **state) { check_image(IMG_KERNEL, true); }
+static void test_raid5(void **state)
+{
+	n_super_found = 0;
+	check_image(IMG_R5, false);
+	assert_true(n_super_found > 0); /* the 64 MiB mirror of device 1 is inside the RAID5 chunk */
+}
+static void test_raid6(void **state) { check_image(IMG_R6, false); }
+static void test_raid10(void **state) { check_image(IMG_R10, false); }
+static void test_raid0(void **state) { check_image(IMG_R0, false); }
 
 /* ---- damage ---- */
 
@@ -526,6 +665,10 @@ int main(void)
 		cmocka_unit_test(test_rootdir),
 		cmocka_unit_test(test_nodesize_64k),
 		cmocka_unit_test(test_kernel_bitmaps),
+		cmocka_unit_test(test_raid5),
+		cmocka_unit_test(test_raid6),
+		cmocka_unit_test(test_raid10),
+		cmocka_unit_test(test_raid0),
 		cmocka_unit_test(test_damaged_used_fst),
 		cmocka_unit_test(test_damaged_used_extents),
 		cmocka_unit_test(test_damaged_extent_count),
