@@ -121,15 +121,12 @@ static int load_groups(struct ub_alloc *a, struct ub_tree_ctx *tc, const struct 
 			       start, flags, bg_type_name(flags), ub_profile_name(flags), c->type);
 			return -EUCLEAN;
 		}
-		struct ub_range sup[64];
-		int nsup = 0;
-		ret = ub_alloc_super_stripes(c, sup, 64, &nsup);
-		if (ret) {
-			ub_err(&a->log, "block group %" PRIu64 ": cannot map its superblock mirrors", start);
+		struct ub_bg *bg;
+		ret = ub_alloc_insert_chunk_bg(a, c, flags, &bg);
+		if (ret == -EINVAL) {
+			ub_err(&a->log, "block group %" PRIu64 ": cannot map its superblock mirrors through its chunk", start);
 			return -EUCLEAN;
 		}
-		struct ub_bg *bg;
-		ret = ub_alloc_insert_bg(a, flags, start, length, ub_alloc_chunk_full_stripe(c), sup, nsup, &bg);
 		if (ret == -EEXIST) {
 			ub_err(&a->log, "block group %" PRIu64 " length %" PRIu64 " overlaps another block group", start,
 			       length);
