@@ -661,6 +661,41 @@ static void test_damaged_extent_count(void **state)
 	damaged(pick_fst, BTRFS_FREE_SPACE_INFO_KEY, count_plus_one, true);
 }
 
+/* A block-group-tree filesystem (the feature bit set on a copy: mkfs.btrfs 6.2 cannot make one) is refused by name. */
+static void test_bgt_refused(void **state)
+{
+	need(IMG_DEFAULT);
+	char copy[160];
+	snprintf(copy, sizeof(copy), "%s/bgt", E.dir);
+	assert_int_equal(sh("cp --sparse=always %s %s", E.img[IMG_DEFAULT], copy), 0);
+	int fd = open(copy, O_RDWR);
+	assert_true(fd >= 0);
+	for (int m = 0; m < 2; m++) {
+		uint8_t sb[UB_SUPER_INFO_SIZE], csum[UB_CSUM_SIZE_MAX];
+		off_t at = m == 0 ? 65536 : 64 << 20;
+		assert_int_equal(pread(fd, sb, sizeof(sb), at), (ssize_t)sizeof(sb));
+		UB_SET(ub_disk_super, compat_ro_flags, sb,
+		       UB_GET(ub_disk_super, compat_ro_flags, sb) | BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE);
+		assert_int_equal(ub_csum((unsigned)UB_GET(ub_disk_super, csum_type, sb), sb + UB_CSUM_SIZE_MAX,
+					 sizeof(sb) - UB_CSUM_SIZE_MAX, csum),
+				 0);
+		memcpy(sb, csum, ub_csum_size((unsigned)UB_GET(ub_disk_super, csum_type, sb)));
+		assert_int_equal(pwrite(fd, sb, sizeof(sb), at), (ssize_t)sizeof(sb));
+	}
+	close(fd);
+	struct ub_fs *fs = open_fs(copy);
+	struct msgs m = { .len = 0 };
+	struct ub_log log = { msg_fn, &m, UB_LOG_WARN, NULL };
+	fs->vol->log = log;
+	struct ub_alloc *a = NULL;
+	assert_int_equal(load(fs, true, &a), -EOPNOTSUPP);
+	assert_null(a);
+	if (!strstr(m.text, "block-group-tree"))
+		fail_msg("message does not name the feature: %s", m.text);
+	ub_fs_close(fs);
+	unlink(copy);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -677,6 +712,7 @@ int main(void)
 		cmocka_unit_test(test_damaged_used_fst),
 		cmocka_unit_test(test_damaged_used_extents),
 		cmocka_unit_test(test_damaged_extent_count),
+		cmocka_unit_test(test_bgt_refused),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
