@@ -207,6 +207,7 @@ struct xr {
 struct oracle {
 	struct xr bg[64];
 	uint64_t bg_used[64];
+	char bg_flags[64][64];
 	int nbg;
 	struct xr *ext; /* extent items in key order */
 	int next, cap;
@@ -249,8 +250,10 @@ static void read_oracle(int img, uint32_t nodesize, struct oracle *o)
 	while (fgets(line, sizeof(line), f)) {
 		if (want_used) {
 			uint64_t used;
-			if (sscanf(line, " block group used %" SCNu64, &used) == 1) {
+			char fl[64] = "";
+			if (sscanf(line, " block group used %" SCNu64 " chunk_objectid %*u flags %63s", &used, fl) >= 1) {
 				o->bg_used[o->nbg - 1] = used;
+				snprintf(o->bg_flags[o->nbg - 1], sizeof(o->bg_flags[0]), "%s", fl);
 				want_used = false;
 			}
 			continue;
@@ -506,6 +509,32 @@ static void check_image(int img, bool expect_bitmaps)
 		assert_true(bitmap_groups > 0);
 	}
 	check_super(fs, a);
+	/* per-type totals, from the flags dump-tree prints ("DATA|METADATA|single" for mixed) */
+	static const struct { uint64_t bit; const char *name; } types[] = {
+		{ BTRFS_BLOCK_GROUP_DATA, "DATA" }, { BTRFS_BLOCK_GROUP_METADATA, "METADATA" },
+		{ BTRFS_BLOCK_GROUP_SYSTEM, "SYSTEM" } };
+	for (unsigned t = 0; t < 3; t++) {
+		uint64_t total = 0, used = 0;
+		int n = 0;
+		for (int g = 0; g < o.nbg; g++) {
+			char f[70];
+			snprintf(f, sizeof(f), "|%s|", o.bg_flags[g]);
+			char want[16];
+			snprintf(want, sizeof(want), "|%s|", types[t].name);
+			if (!strstr(f, want))
+				continue;
+			total += o.bg[g].len;
+			used += o.bg_used[g];
+			n++;
+		}
+		struct ub_space_info si;
+		ub_alloc_space_info(a, types[t].bit, &si);
+		assert_int_equal(si.nr_groups, n);
+		assert_int_equal(si.total, total);
+		assert_int_equal(si.used, used);
+		assert_int_equal(si.reserved, 0);
+		assert_int_equal(si.pinned, 0);
+	}
 	/* what the loaded allocator hands out is free on disk and no superblock stripe */
 	uint64_t s;
 	for (int i = 0; i < 200 && ub_alloc_reserve(a, BTRFS_BLOCK_GROUP_METADATA, fs->vol->nodesize, 0, &s) == 0;
