@@ -185,6 +185,59 @@ static int loops_of(const struct stat *st, struct devset *out)
 	return ret;
 }
 
+/*
+ * A whole disk is in use when one of its partitions is, and any block device
+ * when something is stacked on it (dm, md: its holders).
+ */
+static int parts_and_holders(dev_t dn, struct devset *out)
+{
+	char path[256];
+	DIR *d;
+	struct dirent *de;
+	int ret = devset_add(out, dn);
+
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u", major(dn), minor(dn));
+	d = opendir(path);
+	if (!d)
+		return ret;
+	while ((de = readdir(d)) && !ret) {
+		char f[1024];
+		struct stat st;
+		dev_t sub;
+
+		if (de->d_name[0] == '.')
+			continue;
+		/* a partition is a subdirectory holding a "partition" file */
+		snprintf(f, sizeof(f), "%s/%s/partition", path, de->d_name);
+		if (stat(f, &st))
+			continue;
+		snprintf(f, sizeof(f), "%s/%s/dev", path, de->d_name);
+		if (!read_devno(f, &sub))
+			ret = devset_add(out, sub);
+	}
+	closedir(d);
+	for (size_t i = 0; i < out->n && !ret; i++) {
+		DIR *h;
+
+		snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/holders", major(out->v[i]), minor(out->v[i]));
+		h = opendir(path);
+		if (!h)
+			continue;
+		while ((de = readdir(h)) && !ret) {
+			char f[1024];
+			dev_t sub;
+
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(f, sizeof(f), "%s/%s/dev", path, de->d_name);
+			if (!read_devno(f, &sub))
+				ret = devset_add(out, sub);
+		}
+		closedir(h);
+	}
+	return ret;
+}
+
 /* what blkid finds on the device: 1 and a name, 0 nothing */
 static int probe_signature(const char *path, char *what, size_t len)
 {
@@ -258,22 +311,40 @@ int ub_mkfs_check_paths(const char *const *paths, int npaths, bool force, char *
 		bool mounted = false;
 
 		if (S_ISBLK(st[i].st_mode)) {
-			mounted = devset_has(&busy, st[i].st_rdev);
+			ret = parts_and_holders(st[i].st_rdev, &mine);
 		} else {
-			ret = loops_of(&st[i], &mine);
-			if (ret) {
-				free(mine.v);
-				goto out;
-			}
-			for (size_t k = 0; k < mine.n; k++)
-				mounted |= devset_has(&busy, mine.v[k]);
+			struct devset loops = { 0 };
+
+			ret = loops_of(&st[i], &loops);
+			for (size_t k = 0; k < loops.n && !ret; k++)
+				ret = parts_and_holders(loops.v[k], &mine);
+			free(loops.v);
 		}
+		if (ret) {
+			free(mine.v);
+			snprintf(why, whylen, "cannot look at the users of %s: %s", paths[i], strerror(-ret));
+			goto out;
+		}
+		for (size_t k = 0; k < mine.n; k++)
+			mounted |= devset_has(&busy, mine.v[k]);
 		free(mine.v);
 		if (mounted) {
 			snprintf(why, whylen, "%s holds a mounted filesystem%s", paths[i],
 				 S_ISBLK(st[i].st_mode) ? "" : " (through a loop device)");
 			ret = -EBUSY;
 			goto out;
+		}
+		/* whatever the tables say: the kernel knows who holds a block device exclusively */
+		if (S_ISBLK(st[i].st_mode)) {
+			int fd = open(paths[i], O_RDONLY | O_EXCL | O_CLOEXEC);
+
+			if (fd < 0 && errno == EBUSY) {
+				snprintf(why, whylen, "%s is in use (mounted, or held by another program)", paths[i]);
+				ret = -EBUSY;
+				goto out;
+			}
+			if (fd >= 0)
+				close(fd);
 		}
 	}
 

@@ -179,18 +179,25 @@ def mkfs_btrfs(images, opts):
     T.run(args + images, timeout=300)
 
 
-def kernel_round_trip(images, mnt, seed):
-    """Mount read-write, write files, a directory and a snapshot, unmount; return {path: sha256}."""
+def kernel_round_trip(images, mnt, seed, fill_mib=0):
+    """Mount read-write, write files, a directory and a snapshot, unmount; return {path: sha256}.
+    fill_mib: one more file that large, to make the kernel add chunks next to ours."""
     rng = random.Random(seed)
     want = {}
     with T.mounted(images, mnt, readonly=False):
+        if fill_mib:
+            data = os.urandom(fill_mib * MiB)
+            with open(os.path.join(mnt, "fill"), "wb") as f:
+                f.write(data)
+            want["/fill"] = hashlib.sha256(data).hexdigest()
         big = rng.randbytes(3 * MiB + 12345)
         with open(os.path.join(mnt, "big"), "wb") as f:
             f.write(big)
         want["/big"] = hashlib.sha256(big).hexdigest()
         os.mkdir(os.path.join(mnt, "dir"))
-        for i in range(20):
-            data = rng.randbytes(rng.choice([0, 100, 3000, 5000, 70000]))
+        # empty, inline (100, 3000), just past inline, several extents
+        for i, size in enumerate([0, 100, 3000, 5000, 70000]):
+            data = rng.randbytes(size)
             with open(os.path.join(mnt, "dir", "f%02d" % i), "wb") as f:
                 f.write(data)
             want["/dir/f%02d" % i] = hashlib.sha256(data).hexdigest()
@@ -212,14 +219,14 @@ def read_back(images, want):
     cp = T.ubtrfs("ls", "-R", "--json", *images)
     assert cp.returncode == 0, T.describe(cp)
     paths = {o["path"] for o in T.parse_ls_json(cp.stdout)}
-    for p in list(want) + ["/dir", "/link", "/snap", "/snap/dir/f05"]:
+    for p in list(want) + ["/dir", "/link", "/snap", "/snap/dir/f04"]:
         assert p in paths, "ubtrfs ls -R misses %s (has %d entries)" % (p, len(paths))
     for p, h in sorted(want.items()):
         rc, _, got, cpc = T.cat_hash(images, p)
         assert rc == 0 and got == h, "ubtrfs cat %s: %s" % (p, T.describe(cpc))
 
 
-# (name, devices, options): the CI slice
+# (name, devices, options): the CI slice; FILL: MiB written beyond the first data chunk
 CASES = [
     ("one-default", 1, []),
     ("one-n4k-xxhash", 1, ["-n", "4096", "--csum", "xxhash"]),
@@ -230,6 +237,10 @@ CASES = [
     ("four-raid10-sha256", 4, ["-d", "raid10", "-m", "raid10", "--csum", "sha256"]),
     ("four-raid6-blake2-64k", 4, ["-d", "raid6", "-m", "raid1c4", "--csum", "blake2", "-n", "65536"]),
 ]
+
+# small devices make small first chunks (10% of the total), so a little data needs another chunk
+FILL = {"one-default": 24, "two-raid0-raid1": 40}
+SIZE_MIB = {"one-default": 160, "two-raid0-raid1": 160}
 
 PROFILES = ["single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6"]
 
@@ -249,7 +260,7 @@ def profiles_in(opts, ndev):
 
 
 def run_case(scratch, name, ndev, opts, oracle=True, seed=1):
-    size = 256 * MiB
+    size = SIZE_MIB.get(name, 256) * MiB
     imgs = _images(scratch, name, ndev, size)
     cp = T.ubtrfs("mkfs", "-q", *opts, *imgs)
     assert cp.returncode == 0, T.describe(cp)
@@ -271,9 +282,13 @@ def run_case(scratch, name, ndev, opts, oracle=True, seed=1):
             os.unlink(p)
         assert ours == theirs, "trees/items differ from mkfs.btrfs's:\n only ours: %s\n only theirs: %s" % (
             sorted(ours - theirs), sorted(theirs - ours))
-    want = kernel_round_trip(imgs, os.path.join(str(scratch), name + "-mnt"), seed)
+    fill = FILL.get(name, 0)
+    want = kernel_round_trip(imgs, os.path.join(str(scratch), name + "-mnt"), seed, fill)
     with Attached(imgs) as loops:
         check_clean(loops, "after the kernel wrote")
+        if fill:
+            chunks = inspect(loops, ["dump-tree", "-t", "chunk"]).count("CHUNK_ITEM")
+            assert chunks > 3, "the kernel was to add a data chunk, chunk tree has %d chunks" % chunks
     read_back(imgs, want)
     for p in imgs:
         os.unlink(p)
@@ -325,7 +340,7 @@ def test_refuse_too_few_devices(scratch, ubtrfs_bin, prof, ndev, which):
 
 
 def test_refuse_existing_without_force(scratch, ubtrfs_bin):
-    imgs = _images(scratch, "existing", 1, 300 * MiB)
+    imgs = _images(scratch, "existing", 1, 130 * MiB)
     T.run(["mkfs.btrfs", "-f", "-q", imgs[0]])
     refused(imgs, imgs, r"already holds a btrfs filesystem.*-f")
     cp = T.ubtrfs("mkfs", "-q", "-f", *imgs)
@@ -338,7 +353,7 @@ def test_refuse_existing_without_force(scratch, ubtrfs_bin):
 
 
 def test_refuse_mounted(scratch, ubtrfs_bin):
-    imgs = _images(scratch, "mounted", 2, 300 * MiB)
+    imgs = _images(scratch, "mounted", 2, 130 * MiB)  # raid1 needs 125 MiB each
     T.run(["mkfs.btrfs", "-f", "-q", "-d", "raid1", "-m", "raid1"] + imgs)
     mnt = os.path.join(str(scratch), "mounted-mnt")
     with T.mounted(imgs, mnt):
