@@ -282,6 +282,12 @@ def run_case(scratch, name, ndev, opts, oracle=True, seed=1):
             os.unlink(p)
         assert ours == theirs, "trees/items differ from mkfs.btrfs's:\n only ours: %s\n only theirs: %s" % (
             sorted(ours - theirs), sorted(theirs - ours))
+        # and our own reader sees what btrfs-progs sees
+        cp = T.ubtrfs("dump-tree", *imgs)
+        assert cp.returncode == 0, T.describe(cp)
+        mine = structure(cp.stdout.decode("utf-8", "replace"))
+        assert mine == ours, "ubtrfs dump-tree differs from btrfs's on our image:\n %s\n %s" % (
+            sorted(mine - ours), sorted(ours - mine))
     fill = FILL.get(name, 0)
     want = kernel_round_trip(imgs, os.path.join(str(scratch), name + "-mnt"), seed, fill)
     with Attached(imgs) as loops:
