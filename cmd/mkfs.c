@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* ubtrfs mkfs: a new btrfs on one or more devices or image files, with mkfs.btrfs's meaning and defaults. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <uuid/uuid.h>
 #include "cmd.h"
 #include "ubtrfs/mkfs.h"
@@ -66,6 +70,35 @@ static const char *human(uint64_t v, char *buf, size_t len)
 	}
 	snprintf(buf, len, u ? "%.2f%s" : "%.0f%s", d, unit[u]);
 	return buf;
+}
+
+/*
+ * Tell the kernel about new block device members, as mkfs.btrfs does, so a
+ * multi-device filesystem mounts without a 'btrfs device scan' first. Image
+ * files need a loop device (and a scan) anyway. Failures only warn.
+ */
+static void register_devices(char **paths, int n, bool quiet)
+{
+	int ctl = -1;
+
+	for (int i = 0; i < n; i++) {
+		struct btrfs_ioctl_vol_args args;
+		struct stat st;
+
+		if (stat(paths[i], &st) || !S_ISBLK(st.st_mode))
+			continue;
+		if (ctl < 0)
+			ctl = open("/dev/btrfs-control", O_RDWR | O_CLOEXEC);
+		if (ctl < 0)
+			break;
+		memset(&args, 0, sizeof(args));
+		strncpy(args.name, paths[i], sizeof(args.name) - 1);
+		if (ioctl(ctl, BTRFS_IOC_SCAN_DEV, &args) && !quiet)
+			fprintf(stderr, "ubtrfs mkfs: warning: the kernel did not register %s: %s\n", paths[i],
+				strerror(errno));
+	}
+	if (ctl >= 0)
+		close(ctl);
 }
 
 int cmd_mkfs(int argc, char **argv)
@@ -168,6 +201,7 @@ int cmd_mkfs(int argc, char **argv)
 	free(devs);
 	if (ret)
 		return EXIT_FATAL;
+	register_devices(argv + optind, ndevs, quiet);
 	if (!quiet) {
 		ub_uuid_str(res.fsid, ubuf);
 		printf("Label:              %s\n", o.label[0] ? o.label : "(none)");

@@ -592,7 +592,10 @@ static int write_all(struct mk *m, struct ub_dev *const *devs, const uint8_t *sb
 		return -ENOMEM;
 	}
 	for (int i = 0; i < m->ndevs; i++) {
+		/* and the last MiB, where md, GPT backups and others keep theirs (free space to us) */
 		ret = ub_dev_write(devs[i], zero, UB_DEV_RESERVED, 0);
+		if (!ret)
+			ret = ub_dev_write(devs[i], zero, UB_DEV_RESERVED, m->dev_size[i] - UB_DEV_RESERVED);
 		if (ret) {
 			ub_err(m->log, "mkfs: cannot write to %s: %s", devs[i]->path, strerror(-ret));
 			for (int j = 0; j < m->ndevs; j++)

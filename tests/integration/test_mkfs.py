@@ -403,3 +403,27 @@ def test_refuse_duplicates_and_bad_options(scratch, ubtrfs_bin):
     refused(imgs, ["--compress", "zstd", imgs[0]], r"--compress.*not available yet")
     refused(imgs, ["-U", "not-a-uuid", imgs[0]], r"uuid")
     os.unlink(link)
+
+
+def test_mkfs_block_devices_registered(scratch, ubtrfs_bin):
+    """On block devices the new members are registered with the kernel: a two-device raid1 mounts
+    without 'device=' or a scan, and btrfs check of the loop devices is clean."""
+    imgs = _images(scratch, "blk", 2, 200 * MiB)
+    loops = []
+    mnt = os.path.join(str(scratch), "blk-mnt")
+    os.makedirs(mnt, exist_ok=True)
+    try:
+        for img in imgs:
+            loops.append(T.losetup_attach(img, False))
+        for dev in loops:
+            T.run(["btrfs", "device", "scan", "--forget", dev], check=False)
+        cp = T.ubtrfs("mkfs", "-q", "-d", "raid1", *loops)
+        assert cp.returncode == 0, T.describe(cp)
+        check_clean(loops, "fresh, on loop devices")
+        T.run(["mount", "-t", "btrfs", loops[0], mnt])
+        with T.REGISTRY.lock:
+            T.REGISTRY.mounts.add(mnt)
+        T.umount(mnt)
+    finally:
+        for dev in loops:
+            T.losetup_detach(dev)
