@@ -175,6 +175,18 @@ int cmd_mkfs(int argc, char **argv)
 		return usage_error("mkfs", "no device given");
 	ndevs = argc - optind;
 
+	if (o.fsid_given) {
+		char sys[64];
+		struct stat st;
+
+		/* the kernel keys filesystems by fsid: a second one with a mounted one's cannot be mounted */
+		ub_uuid_str(o.fsid, ubuf);
+		snprintf(sys, sizeof(sys), "/sys/fs/btrfs/%s", ubuf);
+		if (!stat(sys, &st)) {
+			fprintf(stderr, "ubtrfs mkfs: error: UUID %s belongs to a mounted filesystem\n", ubuf);
+			return EXIT_FATAL;
+		}
+	}
 	ret = ub_mkfs_check_paths((const char *const *)argv + optind, ndevs, force, why, sizeof(why));
 	if (ret) {
 		fprintf(stderr, "ubtrfs mkfs: error: %s\n", why);

@@ -369,6 +369,11 @@ def test_refuse_mounted(scratch, ubtrfs_bin):
         loops = [l.split()[0] for l in T.run(["losetup", "-j", imgs[0]]).stdout.decode().splitlines()]
         assert loops, "no loop device for the mounted image"
         refused(imgs, ["-f", loops[0].rstrip(":")], r"mounted")
+        # a fresh image may not take the mounted filesystem's UUID
+        fsid = T.parse_dump_super(T.run(["btrfs", "inspect-internal", "dump-super", imgs[0]]).stdout.decode())["fsid"]
+        other = _images(scratch, "mounted-other", 1, 130 * MiB)
+        refused(other, ["-U", fsid, other[0]], r"UUID %s belongs to a mounted filesystem" % fsid)
+        os.unlink(other[0])
 
 
 def test_refuse_too_small(scratch, ubtrfs_bin):
