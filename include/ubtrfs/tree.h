@@ -10,13 +10,27 @@
 #include "ubtrfs/format.h"
 #include "ubtrfs/volume.h"
 
-/* One verified tree block in memory (refcounted, owned by the cache). */
+/*
+ * One tree block in memory (refcounted, owned by the cache): verified when read,
+ * or created by the write side (lib/tree/tree_write.h).
+ *
+ * Ownership and threading: a ub_tree_ctx and its blocks belong to one thread.
+ * Only the transaction's single writer changes block contents, and only blocks
+ * of its own transaction (generation == transid, not yet written), which are
+ * reachable only from the roots it updates: a reader walking from committed
+ * root values never meets one, so committed blocks in the cache stay exactly
+ * what is on disk. A dirty block holds one reference for the dirty list, so
+ * eviction never drops it.
+ */
 struct ub_eb {
 	uint64_t start;
 	uint32_t len;
 	int refs;
 	struct ub_eb *hnext, *lru_prev, *lru_next;
 	uint8_t *data;
+	struct ub_eb *dirty_prev, *dirty_next;
+	bool dirty;  /* changed in the running transaction, not yet written (on tc's dirty list) */
+	bool hashed; /* findable by address; a block dropped from the cache lives until its last put */
 };
 
 /* Where a tree starts. */
@@ -83,6 +97,17 @@ struct ub_tree_ctx {
 	 */
 	struct ub_bad_block bad[64];
 	unsigned bad_next;
+	/* write side: blocks changed in the running transaction (each holds a reference) */
+	struct ub_eb *dirty_head;
+	size_t ndirty;
+	/*
+	 * What new block headers carry: metadata_uuid comes from the volume at
+	 * init; chunk_tree_uuid from the first verified block read, unless the
+	 * opener (mkfs, tests) sets it and have_chunk_tree_uuid first.
+	 */
+	uint8_t metadata_uuid[UB_FSID_SIZE];
+	uint8_t chunk_tree_uuid[UB_UUID_SIZE];
+	bool have_chunk_tree_uuid;
 };
 
 int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_log *log);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include "ubtrfs/tree.h"
 #include "ubtrfs/tree_check.h"
+#include "tree/tree_write.h"
 
 #define HDR(field, p) UB_GET(ub_disk_header, field, p)
 
@@ -23,6 +24,7 @@ int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct
 	tc->hash_size = 4096;
 	tc->hash = calloc(tc->hash_size, sizeof(*tc->hash));
 	tc->cache_limit = 64ULL << 20;
+	memcpy(tc->metadata_uuid, vol->metadata_uuid, UB_FSID_SIZE);
 	return tc->hash ? 0 : -ENOMEM;
 }
 
@@ -47,6 +49,17 @@ static void hash_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
 		pp = &(*pp)->hnext;
 	if (*pp)
 		*pp = eb->hnext;
+	eb->hnext = NULL;
+	eb->hashed = false;
+}
+
+static void hash_link(struct ub_tree_ctx *tc, struct ub_eb *eb)
+{
+	struct ub_eb **pp = &tc->hash[(eb->start / 4096) % tc->hash_size];
+
+	eb->hnext = *pp;
+	*pp = eb;
+	eb->hashed = true;
 }
 
 static void eb_free(struct ub_tree_ctx *tc, struct ub_eb *eb)
@@ -88,6 +101,11 @@ void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
 		return;
 	if (--eb->refs > 0)
 		return;
+	if (!eb->hashed) {
+		/* dropped from the cache while someone still held it */
+		eb_free(tc, eb);
+		return;
+	}
 	eb->lru_next = tc->lru_head;
 	eb->lru_prev = NULL;
 	if (tc->lru_head)
@@ -289,8 +307,17 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		if (eb->start != bytenr)
 			continue;
 		/* the cached copy was good for some pointer; it still has to fit this one */
-		if (verify_expect(eb->data, exp, why, sizeof(why)))
+		if (verify_expect(eb->data, exp, why, sizeof(why))) {
+			/* a block of the running transaction is not on disk yet: nothing else to try */
+			if (eb->dirty) {
+				describe_ref(exp, ref, sizeof(ref));
+				if (!tc->quiet)
+					ub_err(&tc->log, "tree block at logical %llu (%s, changed in this transaction): "
+					       "the pointer is wrong: %s", (unsigned long long)bytenr, ref, why);
+				return -EUCLEAN;
+			}
 			continue;
+		}
 		if (eb->refs++ == 0)
 			lru_unlink(tc, eb);
 		*out = eb;
@@ -390,8 +417,12 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 			hash_unlink(tc, old);
 			eb_free(tc, old);
 		}
-		eb->hnext = *pp;
-		*pp = eb;
+		hash_link(tc, eb);
+	}
+	/* every block of a filesystem names the same chunk tree; new blocks copy it */
+	if (!tc->have_chunk_tree_uuid) {
+		memcpy(tc->chunk_tree_uuid, UB_PTR(ub_disk_header, chunk_tree_uuid, buf), UB_UUID_SIZE);
+		tc->have_chunk_tree_uuid = true;
 	}
 	tc->cached_bytes += eb->len;
 	*out = eb;
@@ -468,4 +499,169 @@ uint64_t ub_eb_node_blockptr(const struct ub_eb *eb, int slot)
 uint64_t ub_eb_node_gen(const struct ub_eb *eb, int slot)
 {
 	return UB_GET(ub_disk_key_ptr, generation, eb->data + UB_HEADER_SIZE + (uint32_t)slot * UB_KEY_PTR_SIZE);
+}
+
+/* ---- the write side's blocks: created dirty, written at commit ---- */
+
+static void dirty_link(struct ub_tree_ctx *tc, struct ub_eb *eb)
+{
+	eb->dirty = true;
+	eb->dirty_prev = NULL;
+	eb->dirty_next = tc->dirty_head;
+	if (tc->dirty_head)
+		tc->dirty_head->dirty_prev = eb;
+	tc->dirty_head = eb;
+	tc->ndirty++;
+	eb->refs++; /* the dirty list's: eviction never sees a dirty block */
+}
+
+static void dirty_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
+{
+	if (eb->dirty_prev)
+		eb->dirty_prev->dirty_next = eb->dirty_next;
+	else
+		tc->dirty_head = eb->dirty_next;
+	if (eb->dirty_next)
+		eb->dirty_next->dirty_prev = eb->dirty_prev;
+	eb->dirty_prev = eb->dirty_next = NULL;
+	eb->dirty = false;
+	tc->ndirty--;
+}
+
+int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, int level, uint64_t transid,
+		      struct ub_eb **out)
+{
+	struct ub_volume *vol = tc->vol;
+	struct ub_eb *eb, *old;
+
+	if (!bytenr || bytenr % vol->sectorsize || level < 0 || level >= UB_MAX_LEVEL || !transid) {
+		ub_err(&tc->log, "new tree block at logical %llu (level %d, generation %llu): invalid address or level",
+		       (unsigned long long)bytenr, level, (unsigned long long)transid);
+		return -EINVAL;
+	}
+	for (old = tc->hash[(bytenr / 4096) % tc->hash_size]; old; old = old->hnext) {
+		if (old->start != bytenr)
+			continue;
+		if (old->dirty) {
+			/* the allocator handed out an address still in use by this transaction */
+			ub_err(&tc->log, "new tree block at logical %llu: the address holds a block of the running "
+			       "transaction", (unsigned long long)bytenr);
+			return -EEXIST;
+		}
+	}
+	/* a stale copy of what was there before (freed in an earlier transaction) goes */
+	for (old = tc->hash[(bytenr / 4096) % tc->hash_size]; old;) {
+		struct ub_eb *next = old->hnext;
+		if (old->start == bytenr) {
+			hash_unlink(tc, old);
+			if (old->refs == 0) {
+				lru_unlink(tc, old);
+				eb_free(tc, old);
+			}
+		}
+		old = next;
+	}
+	eb = calloc(1, sizeof(*eb));
+	if (!eb)
+		return -ENOMEM;
+	eb->data = calloc(1, vol->nodesize);
+	if (!eb->data) {
+		free(eb);
+		return -ENOMEM;
+	}
+	eb->start = bytenr;
+	eb->len = vol->nodesize;
+	eb->refs = 1;
+	UB_SET(ub_disk_header, bytenr, eb->data, bytenr);
+	UB_SET(ub_disk_header, owner, eb->data, owner);
+	UB_SET(ub_disk_header, level, eb->data, (uint64_t)level);
+	UB_SET(ub_disk_header, generation, eb->data, transid);
+	/* not WRITTEN until it is; back references of the mixed revision, as the kernel makes them */
+	UB_SET(ub_disk_header, flags, eb->data, UB_MIXED_BACKREF_REV << UB_BACKREF_REV_SHIFT);
+	memcpy(eb->data + offsetof(struct ub_disk_header, fsid), tc->metadata_uuid, UB_FSID_SIZE);
+	memcpy(eb->data + offsetof(struct ub_disk_header, chunk_tree_uuid), tc->chunk_tree_uuid, UB_UUID_SIZE);
+	hash_link(tc, eb);
+	dirty_link(tc, eb);
+	tc->cached_bytes += eb->len;
+	*out = eb;
+	return 0;
+}
+
+void ub_tree_forget_block(struct ub_tree_ctx *tc, struct ub_eb *eb)
+{
+	if (!eb->dirty)
+		return;
+	dirty_unlink(tc, eb);
+	hash_unlink(tc, eb);
+	ub_eb_put(tc, eb); /* the dirty list's reference; freed with the last holder's */
+}
+
+/* Zero what no item uses, so a block's bytes depend only on its items. */
+static void clear_unused(const struct ub_tree_ctx *tc, uint8_t *buf)
+{
+	uint32_t n = (uint32_t)HDR(nritems, buf), data = tc->vol->nodesize - UB_HEADER_SIZE;
+	uint32_t used_end, data_start;
+
+	if (HDR(level, buf)) {
+		used_end = n * UB_KEY_PTR_SIZE;
+		data_start = data;
+	} else {
+		used_end = n * UB_ITEM_SIZE;
+		data_start = n ? (uint32_t)UB_GET(ub_disk_item, offset, buf + UB_HEADER_SIZE + (n - 1) * UB_ITEM_SIZE)
+			       : data;
+	}
+	if (used_end < data_start && data_start <= data)
+		memset(buf + UB_HEADER_SIZE + used_end, 0, data_start - used_end);
+}
+
+int ub_tree_write_dirty(struct ub_tree_ctx *tc)
+{
+	struct ub_volume *vol = tc->vol;
+
+	while (tc->dirty_head) {
+		struct ub_eb *eb = tc->dirty_head;
+		uint8_t *buf = eb->data;
+		char why[320];
+		struct ub_check_ctx cctx = {
+			.nodesize = vol->nodesize,
+			.sectorsize = vol->sectorsize,
+			.csum_size = vol->csum_size,
+			.incompat_flags = UB_GET(ub_disk_super, incompat_flags, vol->super),
+			.owner = HDR(owner, buf),
+		};
+		int ret;
+
+		UB_SET(ub_disk_header, bytenr, buf, eb->start);
+		memcpy(buf + offsetof(struct ub_disk_header, fsid), tc->metadata_uuid, UB_FSID_SIZE);
+		memcpy(buf + offsetof(struct ub_disk_header, chunk_tree_uuid), tc->chunk_tree_uuid, UB_UUID_SIZE);
+		UB_SET(ub_disk_header, flags, buf, HDR(flags, buf) | BTRFS_HEADER_FLAG_WRITTEN);
+		clear_unused(tc, buf);
+		/* what the next reader's checker would refuse must not reach the disk */
+		if (ub_tree_check_block(buf, &cctx, why, sizeof(why))) {
+			char t[64];
+			ub_err(&tc->log, "tree %s: block at logical %llu (level %u) is invalid, not written: %s",
+			       ub_tree_name(cctx.owner, t, sizeof(t)), (unsigned long long)eb->start,
+			       (unsigned)HDR(level, buf), why);
+			return -EUCLEAN;
+		}
+		memset(buf, 0, UB_CSUM_SIZE_MAX);
+		ret = ub_csum(vol->csum_type, buf + UB_CSUM_SIZE_MAX, vol->nodesize - UB_CSUM_SIZE_MAX, buf);
+		if (ret)
+			return ret;
+		ret = ub_volume_write(vol, eb->start, vol->nodesize, buf);
+		if (ret) {
+			ub_err(&tc->log, "tree block at logical %llu: write failed: %s", (unsigned long long)eb->start,
+			       strerror(-ret));
+			return ret;
+		}
+		dirty_unlink(tc, eb);
+		ub_eb_put(tc, eb);
+	}
+	return 0;
+}
+
+void ub_tree_drop_dirty(struct ub_tree_ctx *tc)
+{
+	while (tc->dirty_head)
+		ub_tree_forget_block(tc, tc->dirty_head);
 }

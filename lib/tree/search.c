@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include "ubtrfs/tree.h"
+#include "tree/tree_write.h"
 
 static void key_str(const struct ub_key *k, char *buf, size_t len)
 {
@@ -25,7 +26,7 @@ void ub_path_release(struct ub_path *p)
 }
 
 /* First slot whose key is >= `key` (nritems if none). */
-static int lower_bound(const struct ub_eb *eb, const struct ub_key *key, bool *exact)
+int ub_eb_lower_bound(const struct ub_eb *eb, const struct ub_key *key, bool *exact)
 {
 	int lo = 0, hi = (int)ub_eb_nritems(eb);
 
@@ -65,7 +66,7 @@ static bool path_end_key(const struct ub_path *p, int level, struct ub_key *end)
 }
 
 /* The child at `slot` of the node at `level`: it must start at the slot's key and end before the next range. */
-static int read_child(struct ub_path *p, int level, int slot, struct ub_eb **out)
+int ub_path_read_child(struct ub_path *p, int level, int slot, struct ub_eb **out)
 {
 	const struct ub_eb *parent = p->nodes[level];
 	struct ub_key first, end;
@@ -85,7 +86,7 @@ static int read_child(struct ub_path *p, int level, int slot, struct ub_eb **out
 }
 
 /* What a root pointer (superblock or ROOT_ITEM) promises about the block it names. */
-static struct ub_expect root_expect(const struct ub_root *root)
+struct ub_expect ub_root_expect(const struct ub_root *root)
 {
 	return (struct ub_expect){
 		.owner = root->objectid,
@@ -98,7 +99,7 @@ static struct ub_expect root_expect(const struct ub_root *root)
 
 static int read_root(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_eb **out)
 {
-	struct ub_expect exp = root_expect(root);
+	struct ub_expect exp = ub_root_expect(root);
 
 	return ub_tree_read_block(tc, root->bytenr, &exp, out);
 }
@@ -120,18 +121,18 @@ int ub_tree_search(struct ub_tree_ctx *tc, const struct ub_root *root, const str
 	level = ub_eb_level(eb);
 	p->nodes[level] = eb;
 	while (level > 0) {
-		int slot = lower_bound(eb, key, &exact);
+		int slot = ub_eb_lower_bound(eb, key, &exact);
 		/* descend into the child whose key range holds `key` */
 		if (!exact && slot > 0)
 			slot--;
 		p->slots[level] = slot;
-		ret = read_child(p, level, slot, &eb);
+		ret = ub_path_read_child(p, level, slot, &eb);
 		if (ret)
 			return ret;
 		level--;
 		p->nodes[level] = eb;
 	}
-	p->slots[0] = lower_bound(eb, key, &exact);
+	p->slots[0] = ub_eb_lower_bound(eb, key, &exact);
 	if (exact)
 		return 0;
 	if ((uint32_t)p->slots[0] < ub_eb_nritems(eb))
@@ -195,7 +196,7 @@ static int step_leaf(struct ub_path *p, int dir)
 	p->slots[level] += dir;
 	while (level > 0) {
 		struct ub_eb *child;
-		int ret = read_child(p, level, p->slots[level], &child);
+		int ret = ub_path_read_child(p, level, p->slots[level], &child);
 		uint32_t n;
 
 		if (ret)
@@ -346,7 +347,7 @@ int ub_tree_walk(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_b
 		 int (*fn)(void *arg, const struct ub_eb *eb), void *arg)
 {
 	struct walk w = { tc, seen, tag, fn, arg };
-	struct ub_expect exp = root_expect(root);
+	struct ub_expect exp = ub_root_expect(root);
 
 	if (root->level >= UB_MAX_LEVEL)
 		return -EUCLEAN;

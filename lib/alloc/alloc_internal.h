@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/* The allocator's private structures, shared by alloc.c and block_group.c. */
+#ifndef UBTRFS_ALLOC_INTERNAL_H
+#define UBTRFS_ALLOC_INTERNAL_H
+
+#include "alloc/alloc.h"
+
+/*
+ * One block group. Invariants (checked by ub_alloc_verify):
+ *   avail, reserved_set, pinned ranges of the group and super_set are
+ *   pairwise disjoint; avail is inside free minus super_set; reserved_set is
+ *   inside free; became_free and became_used are disjoint.
+ */
+struct ub_bg {
+	uint64_t start, length, flags;
+	uint64_t used, old_used;
+	uint64_t super;    /* bytes of superblock stripes in the group */
+	uint64_t pinned;   /* bytes pinned in the group */
+	uint64_t full_stripe; /* RAID5/6: logical bytes per full stripe, else 0 */
+	bool dirty, is_new, fst_bitmaps;
+	struct ub_range_set free;        /* committed free (free space tree view) */
+	struct ub_range_set avail;       /* may be handed out now */
+	struct ub_range_set reserved;    /* reserved, not accounted */
+	struct ub_range_set super_set;   /* superblock mirror stripes (never handed out) */
+	struct ub_range_set open;        /* RAID5/6 stripes opened by the running transaction */
+	struct ub_range_set became_free, became_used;
+};
+
+struct ub_alloc {
+	struct ub_log log;
+	struct ub_volume *vol;
+	uint32_t sectorsize, nodesize;
+	struct ub_bg **bgs; /* sorted by start, disjoint */
+	int nbgs, cap;
+	struct ub_range_set pinned;
+	uint64_t last[3]; /* next-fit hints: data, metadata, system */
+};
+
+/*
+ * A block group from its geometry: all of [start, start+length) free but the
+ * superblock stripes. Used by ub_alloc_add_block_group, the loader and tests.
+ * Not marked dirty or new (callers decide). -EEXIST if it overlaps a group.
+ */
+int ub_alloc_insert_bg(struct ub_alloc *a, uint64_t flags, uint64_t start, uint64_t length, uint64_t full_stripe,
+		       const struct ub_range *super, int nsuper, struct ub_bg **out);
+/* Superblock mirror stripes of a chunk mapped to logical (the kernel's exclude_super_stripes). */
+int ub_alloc_super_stripes(const struct ub_chunk *c, struct ub_range *out, int max, int *n);
+/* Logical bytes per full stripe for a RAID5/6 chunk, 0 otherwise. */
+uint64_t ub_alloc_chunk_full_stripe(const struct ub_chunk *c);
+struct ub_bg *ub_alloc_find_bg(const struct ub_alloc *a, uint64_t logical);
+/* Every invariant above, for tests: 0 or -EUCLEAN (with a message). */
+int ub_alloc_verify(const struct ub_alloc *a);
+
+#endif
