@@ -1,0 +1,586 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Test driver for the write engine (tests/integration/test_engine.py):
+ * creates and deletes empty files in the top directory of the FS tree
+ * through transactions, committing every M operations.
+ *
+ *   engine_driver [--check-writes] open DEV...
+ *   engine_driver [--check-writes] create PREFIX N EVERY DEV...
+ *   engine_driver [--check-writes] delete PREFIX FROM TO STEP EVERY DEV...
+ *
+ * Names are PREFIX followed by the number in six digits. --check-writes
+ * wraps every device in a recorder and, for every commit, checks that no
+ * write landed on a block the previous superblock reaches (every tree walked
+ * from it, every copy) outside the superblock mirrors.
+ *
+ * Exit: 0 done, 1 a check failed or an operation failed, 2 the engine refused
+ * to open the filesystem (the message says why).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include "ubtrfs/fs.h"
+#include "txn/txn.h"
+
+#define TOP_DIR BTRFS_FIRST_FREE_OBJECTID
+
+/* ---- write recorder ---- */
+
+struct wr {
+	const char *path;
+	uint64_t off, len;
+};
+
+struct recorder {
+	struct wr *w;
+	size_t n, cap;
+};
+
+struct rec_dev {
+	struct ub_dev *inner;
+	struct recorder *rec;
+	const char *path;
+};
+
+static int rec_read(struct ub_dev *dev, void *buf, size_t len, uint64_t off)
+{
+	struct rec_dev *r = dev->priv;
+	return ub_dev_read(r->inner, buf, len, off);
+}
+
+static int rec_write(struct ub_dev *dev, const void *buf, size_t len, uint64_t off)
+{
+	struct rec_dev *r = dev->priv;
+	struct recorder *rec = r->rec;
+
+	if (rec->n == rec->cap) {
+		size_t cap = rec->cap ? rec->cap * 2 : 1024;
+		struct wr *w = realloc(rec->w, cap * sizeof(*w));
+		if (!w)
+			return -ENOMEM;
+		rec->w = w;
+		rec->cap = cap;
+	}
+	rec->w[rec->n++] = (struct wr){ r->path, off, len };
+	return ub_dev_write(r->inner, buf, len, off);
+}
+
+static int rec_flush(struct ub_dev *dev)
+{
+	struct rec_dev *r = dev->priv;
+	return ub_dev_flush(r->inner);
+}
+
+static void rec_release(struct ub_dev *dev)
+{
+	struct rec_dev *r = dev->priv;
+	ub_dev_close(r->inner);
+	free(r);
+}
+
+static const struct ub_dev_ops rec_ops = { "recorder", rec_read, rec_write, rec_flush, rec_release };
+
+/* ---- what the committed superblock reaches ---- */
+
+struct phys {
+	const char *path;
+	uint64_t off, len;
+	uint64_t logical;
+};
+
+struct reach {
+	struct ub_engine *e;
+	struct phys *p;
+	size_t n, cap;
+};
+
+static int reach_block(void *arg, const struct ub_eb *eb)
+{
+	struct reach *rc = arg;
+	int copies = ub_volume_num_copies(rc->e->vol, eb->start);
+	const struct ub_chunk *c = ub_volume_find_chunk(rc->e->vol, eb->start);
+
+	/* parity profiles: the copies past the first are rebuilt, not stored */
+	if (c && c->profile && c->profile->nparity)
+		copies = 1;
+	for (int m = 1; m <= copies; m++) {
+		uint64_t devid, phys;
+		const char *path;
+
+		if (ub_volume_map(rc->e->vol, eb->start, m, &devid, &phys, &path) || !path)
+			continue;
+		if (rc->n == rc->cap) {
+			size_t cap = rc->cap ? rc->cap * 2 : 4096;
+			struct phys *p = realloc(rc->p, cap * sizeof(*p));
+			if (!p)
+				return -ENOMEM;
+			rc->p = p;
+			rc->cap = cap;
+		}
+		rc->p[rc->n++] = (struct phys){ path, phys, eb->len, eb->start };
+	}
+	return 0;
+}
+
+static int walk_committed(struct ub_engine *e, struct reach *rc)
+{
+	struct ub_block_set seen = { 0 };
+	struct ub_root rt = e->root_tree->committed, ct = e->chunk_tree->committed;
+	struct ub_key key = { 0, 0, 0 };
+	struct ub_path p;
+	int ret;
+
+	rc->e = e;
+	rc->n = 0;
+	ret = ub_tree_walk(&e->tc, &rt, &seen, 1, reach_block, rc);
+	if (!ret)
+		ret = ub_tree_walk(&e->tc, &ct, &seen, 3, reach_block, rc);
+	ub_path_init(&p);
+	if (!ret) {
+		ret = ub_tree_search(&e->tc, &rt, &key, &p);
+		ret = ret == 2 ? (ub_eb_nritems(p.nodes[0]) ? 0 : 1) : ret == 1 ? 0 : ret;
+	}
+	while (ret == 0) {
+		const uint8_t *d;
+		uint32_t size;
+
+		ub_path_key(&p, &key);
+		d = ub_path_data(&p, &size);
+		if (key.type == BTRFS_ROOT_ITEM_KEY && size >= offsetof(struct btrfs_root_item, generation_v2)) {
+			struct ub_root r = { key.objectid, UB_GET(btrfs_root_item, bytenr, d),
+					     UB_GET(btrfs_root_item, generation, d),
+					     (uint8_t)UB_GET(btrfs_root_item, level, d) };
+			/* snapshots share blocks: one set per tree */
+			struct ub_block_set own = { 0 };
+			ret = ub_tree_walk(&e->tc, &r, &own, key.objectid, reach_block, rc);
+			ub_block_set_free(&own);
+			if (ret)
+				break;
+		}
+		ret = ub_tree_next(&p);
+	}
+	ub_path_release(&p);
+	ub_block_set_free(&seen);
+	return ret < 0 ? ret : 0;
+}
+
+static bool is_super(uint64_t off, uint64_t len)
+{
+	for (int i = 0; i < UB_SUPER_MIRROR_MAX; i++) {
+		uint64_t s = ub_super_offset(i);
+		if (off < s + UB_SUPER_INFO_SIZE && s < off + len)
+			return true;
+	}
+	return false;
+}
+
+static struct recorder g_rec;
+static struct reach g_reach;
+static bool g_check;
+static unsigned long long g_writes_checked, g_violations, g_commits;
+
+/* After a commit: none of its writes may have touched what the previous superblock reached. */
+static int check_writes(void)
+{
+	for (size_t i = 0; i < g_rec.n; i++) {
+		const struct wr *w = &g_rec.w[i];
+
+		if (is_super(w->off, w->len))
+			continue;
+		g_writes_checked++;
+		for (size_t j = 0; j < g_reach.n; j++) {
+			const struct phys *p = &g_reach.p[j];
+			if (strcmp(p->path, w->path) == 0 && w->off < p->off + p->len && p->off < w->off + w->len) {
+				fprintf(stderr, "engine_driver: commit %llu wrote %s [%llu, +%llu), over the committed tree "
+						"block at logical %llu (physical %llu)\n",
+					g_commits, w->path, (unsigned long long)w->off, (unsigned long long)w->len,
+					(unsigned long long)p->logical, (unsigned long long)p->off);
+				g_violations++;
+				break;
+			}
+		}
+	}
+	g_rec.n = 0;
+	return 0;
+}
+
+/* ---- items ---- */
+
+static void now(struct ub_timespec *ts)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	ts->sec = t.tv_sec;
+	ts->nsec = (uint32_t)t.tv_nsec;
+}
+
+#define II_SET(field, p, v) UB_SET(btrfs_inode_item, field, p, v)
+
+static void set_time(uint8_t *ii, size_t off, const struct ub_timespec *ts)
+{
+	UB_SET(btrfs_timespec, sec, ii + off, (uint64_t)ts->sec);
+	UB_SET(btrfs_timespec, nsec, ii + off, ts->nsec);
+}
+
+struct fsctx {
+	struct ub_engine *e;
+	struct ub_eroot *fs;
+	struct ub_txn *t;
+	uint64_t next_ino, next_index;
+};
+
+static int max_key(struct fsctx *c, uint64_t objectid, uint8_t type, uint64_t *out)
+{
+	struct ub_key key = { objectid, type, UINT64_MAX };
+	struct ub_path p;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_le(&c->e->tc, &c->fs->root, &key, &p);
+	if (ret == 0) {
+		ub_path_key(&p, &key);
+		*out = key.objectid == objectid && key.type == type ? key.offset : 0;
+	} else if (ret == 1) {
+		*out = 0;
+		ret = 0;
+	}
+	ub_path_release(&p);
+	return ret;
+}
+
+static int init_counters(struct fsctx *c)
+{
+	struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, 255, UINT64_MAX };
+	struct ub_path p;
+	uint64_t idx;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_le(&c->e->tc, &c->fs->root, &key, &p);
+	if (ret < 0) {
+		ub_path_release(&p);
+		return ret;
+	}
+	ub_path_key(&p, &key);
+	ub_path_release(&p);
+	c->next_ino = key.objectid >= TOP_DIR ? key.objectid + 1 : TOP_DIR + 1;
+	ret = max_key(c, TOP_DIR, BTRFS_DIR_INDEX_KEY, &idx);
+	if (ret)
+		return ret;
+	c->next_index = idx >= 2 ? idx + 1 : 2;
+	return 0;
+}
+
+/* The top directory's inode: size changes by `dsize`, times and transid now. */
+static int touch_dir(struct fsctx *c, int64_t dsize, const struct ub_timespec *ts)
+{
+	struct ub_key key = { TOP_DIR, BTRFS_INODE_ITEM_KEY, 0 };
+	struct ub_path p;
+	uint32_t size;
+	uint8_t *ii;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(&c->e->tc, ub_txn_ta(c->t), &c->fs->root, &key, &p, 0, true);
+	if (ret == 0) {
+		ii = ub_path_data_mut(&p, &size);
+		II_SET(size, ii, (uint64_t)((int64_t)UB_GET(btrfs_inode_item, size, ii) + dsize));
+		II_SET(transid, ii, c->t->transid);
+		II_SET(sequence, ii, UB_GET(btrfs_inode_item, sequence, ii) + 1);
+		set_time(ii, offsetof(struct btrfs_inode_item, mtime), ts);
+		set_time(ii, offsetof(struct btrfs_inode_item, ctime), ts);
+		ub_path_mark_dirty(&p);
+	}
+	ub_path_release(&p);
+	return ret > 0 ? -ENOENT : ret;
+}
+
+static void dir_item(uint8_t *d, uint64_t ino, uint64_t transid, const char *name, uint16_t len)
+{
+	struct ub_key loc = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+
+	ub_key_write(d + offsetof(struct btrfs_dir_item, location), &loc);
+	UB_SET(btrfs_dir_item, transid, d, transid);
+	UB_SET(btrfs_dir_item, data_len, d, 0);
+	UB_SET(btrfs_dir_item, name_len, d, len);
+	UB_SET(btrfs_dir_item, type, d, BTRFS_FT_REG_FILE);
+	memcpy(d + sizeof(struct btrfs_dir_item), name, len);
+}
+
+static int create_file(struct fsctx *c, const char *name)
+{
+	struct ub_tree_ctx *tc = &c->e->tc;
+	struct ub_tree_alloc *ta = ub_txn_ta(c->t);
+	uint16_t len = (uint16_t)strlen(name);
+	uint32_t dsize = (uint32_t)sizeof(struct btrfs_dir_item) + len;
+	uint64_t ino = c->next_ino++, index = c->next_index++;
+	uint8_t ii[sizeof(struct btrfs_inode_item)] = { 0 }, ref[sizeof(struct btrfs_inode_ref) + 255], di[300];
+	struct ub_key key;
+	struct ub_timespec ts;
+	int ret;
+
+	now(&ts);
+	II_SET(generation, ii, c->t->transid);
+	II_SET(transid, ii, c->t->transid);
+	II_SET(nlink, ii, 1);
+	II_SET(mode, ii, S_IFREG | 0644);
+	set_time(ii, offsetof(struct btrfs_inode_item, atime), &ts);
+	set_time(ii, offsetof(struct btrfs_inode_item, ctime), &ts);
+	set_time(ii, offsetof(struct btrfs_inode_item, mtime), &ts);
+	set_time(ii, offsetof(struct btrfs_inode_item, otime), &ts);
+	key = (struct ub_key){ ino, BTRFS_INODE_ITEM_KEY, 0 };
+	ret = ub_tree_insert_item(tc, ta, &c->fs->root, &key, ii, sizeof(ii));
+	if (ret)
+		return ret;
+	UB_SET(btrfs_inode_ref, index, ref, index);
+	UB_SET(btrfs_inode_ref, name_len, ref, len);
+	memcpy(ref + sizeof(struct btrfs_inode_ref), name, len);
+	key = (struct ub_key){ ino, BTRFS_INODE_REF_KEY, TOP_DIR };
+	ret = ub_tree_insert_item(tc, ta, &c->fs->root, &key, ref, (uint32_t)sizeof(struct btrfs_inode_ref) + len);
+	if (ret)
+		return ret;
+	dir_item(di, ino, c->t->transid, name, len);
+	key = (struct ub_key){ TOP_DIR, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) };
+	ret = ub_tree_insert_item(tc, ta, &c->fs->root, &key, di, dsize);
+	if (ret == -EEXIST) {
+		/* a hash collision: the names share one DIR_ITEM, one after the other */
+		struct ub_path p;
+		uint32_t size;
+		uint8_t *d;
+
+		ub_path_init(&p);
+		ret = ub_tree_search_slot(tc, ta, &c->fs->root, &key, &p, (int)dsize, true);
+		if (ret == 0)
+			ret = ub_tree_extend_item(tc, ta, &c->fs->root, &p, dsize);
+		if (ret == 0) {
+			d = ub_path_data_mut(&p, &size);
+			memcpy(d + size - dsize, di, dsize);
+			ub_path_mark_dirty(&p);
+		}
+		ub_path_release(&p);
+		ret = ret > 0 ? -EUCLEAN : ret;
+	}
+	if (ret)
+		return ret;
+	key = (struct ub_key){ TOP_DIR, BTRFS_DIR_INDEX_KEY, index };
+	ret = ub_tree_insert_item(tc, ta, &c->fs->root, &key, di, dsize);
+	if (ret)
+		return ret;
+	return touch_dir(c, 2 * (int64_t)len, &ts);
+}
+
+static int del_key(struct fsctx *c, const struct ub_key *key)
+{
+	struct ub_path p;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(&c->e->tc, ub_txn_ta(c->t), &c->fs->root, key, &p, -1, true);
+	if (ret == 0)
+		ret = ub_tree_del_items(&c->e->tc, ub_txn_ta(c->t), &c->fs->root, &p, p.slots[0], 1);
+	ub_path_release(&p);
+	return ret > 0 ? -ENOENT : ret;
+}
+
+static int delete_file(struct fsctx *c, const char *name)
+{
+	struct ub_tree_ctx *tc = &c->e->tc;
+	struct ub_tree_alloc *ta = ub_txn_ta(c->t);
+	uint16_t len = (uint16_t)strlen(name);
+	struct ub_key key = { TOP_DIR, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) }, loc;
+	struct ub_timespec ts;
+	struct ub_path p;
+	uint32_t size, pos = 0, esize = 0;
+	uint64_t index = 0, ino = 0;
+	const uint8_t *d;
+	int ret;
+
+	/* the DIR_ITEM: drop our entry (the whole item when it is the only one) */
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(tc, ta, &c->fs->root, &key, &p, -1, true);
+	if (ret > 0)
+		ret = -ENOENT;
+	if (ret == 0) {
+		d = ub_path_data(&p, &size);
+		ret = -ENOENT;
+		while (pos + sizeof(struct btrfs_dir_item) <= size) {
+			uint32_t nl = (uint32_t)UB_GET(btrfs_dir_item, name_len, d + pos);
+			esize = (uint32_t)sizeof(struct btrfs_dir_item) + nl +
+				(uint32_t)UB_GET(btrfs_dir_item, data_len, d + pos);
+			if (nl == len && pos + esize <= size &&
+			    memcmp(d + pos + sizeof(struct btrfs_dir_item), name, len) == 0) {
+				ub_key_read(&loc, d + pos + offsetof(struct btrfs_dir_item, location));
+				ino = loc.objectid;
+				ret = 0;
+				break;
+			}
+			pos += esize;
+		}
+	}
+	if (ret == 0) {
+		if (esize == size) {
+			ret = ub_tree_del_items(tc, ta, &c->fs->root, &p, p.slots[0], 1);
+		} else {
+			uint8_t *m = ub_path_data_mut(&p, &size);
+			memmove(m + pos, m + pos + esize, size - pos - esize);
+			ub_tree_truncate_item(tc, &p, size - esize, true);
+			ub_path_mark_dirty(&p);
+		}
+	}
+	ub_path_release(&p);
+	if (ret)
+		return ret;
+	key = (struct ub_key){ ino, BTRFS_INODE_REF_KEY, TOP_DIR };
+	ub_path_init(&p);
+	ret = ub_tree_lookup(tc, &c->fs->root, &key, &p, &d, &size);
+	if (ret == 0 && size >= sizeof(struct btrfs_inode_ref))
+		index = UB_GET(btrfs_inode_ref, index, d);
+	ub_path_release(&p);
+	if (ret)
+		return ret;
+	ret = del_key(c, &key);
+	if (!ret) {
+		key = (struct ub_key){ TOP_DIR, BTRFS_DIR_INDEX_KEY, index };
+		ret = del_key(c, &key);
+	}
+	if (!ret) {
+		key = (struct ub_key){ ino, BTRFS_INODE_ITEM_KEY, 0 };
+		ret = del_key(c, &key);
+	}
+	if (ret)
+		return ret;
+	now(&ts);
+	return touch_dir(c, -2 * (int64_t)len, &ts);
+}
+
+static int commit(struct fsctx *c)
+{
+	int ret;
+
+	if (g_check) {
+		ret = walk_committed(c->e, &g_reach);
+		if (ret) {
+			ub_txn_abort(c->t);
+			c->t = NULL;
+			return ret;
+		}
+		g_rec.n = 0;
+	}
+	ret = ub_txn_commit(c->t);
+	c->t = NULL;
+	g_commits++;
+	if (!ret && g_check)
+		ret = check_writes();
+	return ret;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: engine_driver [--check-writes] open DEV...\n"
+			"       engine_driver [--check-writes] create PREFIX N EVERY DEV...\n"
+			"       engine_driver [--check-writes] delete PREFIX FROM TO STEP EVERY DEV...\n");
+	exit(1);
+}
+
+int main(int argc, char **argv)
+{
+	struct ub_dev *devs[16];
+	struct fsctx c = { 0 };
+	const char *op, *prefix = NULL;
+	long from = 0, to = 0, step = 1, every = 1;
+	int i = 1, ndevs, ret, nargs;
+
+	if (i < argc && strcmp(argv[i], "--check-writes") == 0) {
+		g_check = true;
+		i++;
+	}
+	if (i >= argc)
+		usage();
+	op = argv[i++];
+	nargs = strcmp(op, "open") == 0 ? 0 : strcmp(op, "create") == 0 ? 3 : strcmp(op, "delete") == 0 ? 5 : -1;
+	if (nargs < 0 || argc - i < nargs + 1)
+		usage();
+	if (nargs) {
+		prefix = argv[i];
+		if (nargs == 3) {
+			to = atol(argv[i + 1]);
+			every = atol(argv[i + 2]);
+		} else {
+			from = atol(argv[i + 1]);
+			to = atol(argv[i + 2]);
+			step = atol(argv[i + 3]);
+			every = atol(argv[i + 4]);
+		}
+		i += nargs;
+	}
+	if (every < 1 || step < 1 || strlen(prefix ? prefix : "") > 200)
+		usage();
+	ndevs = argc - i;
+	if (ndevs > 16)
+		usage();
+	for (int d = 0; d < ndevs; d++) {
+		struct ub_dev *inner;
+		struct rec_dev *r;
+
+		ret = ub_dev_open(argv[i + d], true, &inner);
+		if (ret) {
+			fprintf(stderr, "engine_driver: %s: %s\n", argv[i + d], strerror(-ret));
+			return 1;
+		}
+		if (!g_check) {
+			devs[d] = inner;
+			continue;
+		}
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return 1;
+		*r = (struct rec_dev){ inner, &g_rec, argv[i + d] };
+		ret = ub_dev_create(argv[i + d], &rec_ops, r, inner->size, true, &devs[d]);
+		if (ret)
+			return 1;
+	}
+	ret = ub_engine_open_devs(devs, ndevs, NULL, &c.e);
+	if (ret) {
+		fprintf(stderr, "engine_driver: cannot open for writing: %s\n", strerror(-ret));
+		return 2;
+	}
+	if (strcmp(op, "open") == 0)
+		goto done;
+	ret = ub_engine_root(c.e, BTRFS_FS_TREE_OBJECTID, &c.fs);
+	if (!ret)
+		ret = init_counters(&c);
+	for (long n = from, done_ops = 0; !ret && n < to; n += step) {
+		char name[256];
+
+		if (!c.t)
+			ret = ub_txn_start(c.e, &c.t);
+		if (ret)
+			break;
+		snprintf(name, sizeof(name), "%s%06ld", prefix, n);
+		ret = nargs == 3 ? create_file(&c, name) : delete_file(&c, name);
+		if (ret) {
+			fprintf(stderr, "engine_driver: %s %s: %s\n", op, name, strerror(-ret));
+			break;
+		}
+		if (++done_ops % every == 0)
+			ret = commit(&c);
+	}
+	if (!ret && c.t)
+		ret = commit(&c);
+	if (c.t)
+		ub_txn_abort(c.t);
+done:
+	printf("generation %llu commits %llu writes_checked %llu violations %llu\n",
+	       (unsigned long long)c.e->generation, g_commits, g_writes_checked, g_violations);
+	ub_engine_close(c.e);
+	free(g_rec.w);
+	free(g_reach.p);
+	if (ret) {
+		fprintf(stderr, "engine_driver: %s\n", strerror(-ret));
+		return 1;
+	}
+	return g_violations ? 1 : 0;
+}
