@@ -68,6 +68,12 @@ struct ub_vdev {
 	uint64_t generation;   /* of the superblock read from it */
 	struct ub_dev *dev;    /* NULL when missing */
 	bool missing;
+	/*
+	 * The device's dev item as last known (its own superblock at open, then
+	 * the chunk tree's through ub_volume_add_dev_item): what
+	 * ub_volume_write_supers puts into this device's superblock.
+	 */
+	uint8_t item[sizeof(struct btrfs_dev_item)];
 };
 
 struct ub_volume_opts {
@@ -90,6 +96,16 @@ struct ub_volume {
 	int nvdevs;
 	struct ub_chunk **chunks; /* sorted by logical */
 	int nchunks, chunks_cap;
+	bool writable;
+	bool creating;        /* ub_volume_create: dev items name the blank devices */
+	/*
+	 * Sticky: the first failed device write or flush. Once set, every write,
+	 * flush and superblock write fails with -EROFS, so the last commit on disk
+	 * is never followed by a superblock that points at half-written blocks.
+	 */
+	int write_error;
+	/* device writes left out because the device is missing (degraded writes) */
+	uint64_t writes_skipped;
 };
 
 /*
@@ -137,6 +153,46 @@ int ub_volume_num_copies(const struct ub_volume *vol, uint64_t logical);
  * unmapped, -EIO when the copy cannot be read.
  */
 int ub_volume_read(struct ub_volume *vol, uint64_t logical, uint64_t len, int mirror, void *buf);
+
+/*
+ * Write `len` bytes at `logical` to every copy (must not cross a chunk:
+ * -EINVAL; unmapped: -ENOENT). RAID5/6: P and Q are recomputed for every full
+ * stripe the write touches; the parts of those full stripes the write does not
+ * cover are read from disk (rebuilt from parity when their device is missing).
+ * Copies on missing devices are skipped and counted in writes_skipped as long
+ * as the chunk keeps every byte (-EIO otherwise, before anything is written).
+ * A physical range outside the device, inside its first MiB or over a
+ * superblock mirror is refused with -EUCLEAN. A failing device write makes the
+ * error sticky (see write_error): -EROFS from then on.
+ */
+int ub_volume_write(struct ub_volume *vol, uint64_t logical, uint64_t len, const void *buf);
+/* Flush every present device (sticky on failure, like writes). */
+int ub_volume_flush(struct ub_volume *vol);
+/*
+ * Superblock `sb` (UB_SUPER_INFO_SIZE bytes, already holding the new roots and
+ * backup roots) to every present device at every mirror offset that fits the
+ * device (and its dev item's total_bytes): per device the dev_item is that
+ * device's (vdev->item, generation 0, fsid = metadata_uuid), bytenr is the
+ * mirror's offset, the WRITTEN flag is set and the checksum recomputed with the
+ * superblock's algorithm. The devices are flushed before (the blocks the
+ * superblock points at must be durable first) and after. On success the
+ * volume's own copy (vol->super, generation) becomes `sb`.
+ */
+int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb);
+/*
+ * mkfs: a writable volume over blank devices (devs[i] gets devid i+1, total
+ * bytes = its size, until ub_volume_add_dev_item says otherwise) from a
+ * superblock template holding fsid, sizes, csum type and the system chunk
+ * array (loaded as on open; the template needs no roots and no checksum yet).
+ * Nothing is read from the devices. The caller adds the other chunks and dev
+ * items with ub_volume_add_chunk / ub_volume_add_dev_item (a dev item also
+ * gives its device its uuid here). Takes every device over, as
+ * ub_volume_open_devs does (closed on failure too).
+ */
+int ub_volume_create(struct ub_dev *const *devs, int ndevs, const uint8_t *sb, const struct ub_log *log,
+		     struct ub_volume **out);
+/* The sticky write error: the first failed device write or flush; 0 if none. */
+int ub_volume_write_error(const struct ub_volume *vol);
 
 /* Where copy `mirror` (1..) of `logical` lives; for messages and tests. */
 int ub_volume_map(const struct ub_volume *vol, uint64_t logical, int mirror, uint64_t *devid,

@@ -656,6 +656,14 @@ void ub_alloc_space_info(const struct ub_alloc *a, uint64_t type, struct ub_spac
 	}
 }
 
+uint64_t ub_alloc_bytes_used(const struct ub_alloc *a)
+{
+	uint64_t sum = 0;
+	for (int i = 0; i < a->nbgs; i++)
+		sum += a->bgs[i]->used;
+	return sum;
+}
+
 bool ub_alloc_need_chunk(const struct ub_alloc *a, uint64_t type)
 {
 	struct ub_space_info si;

@@ -183,6 +183,8 @@ struct ub_space_info {
 	int nr_groups;
 };
 void ub_alloc_space_info(const struct ub_alloc *a, uint64_t type, struct ub_space_info *out);
+/* Sum of every group's used bytes: the superblock's bytes_used. */
+uint64_t ub_alloc_bytes_used(const struct ub_alloc *a);
 /* The rule above: true when a chunk of `type` should be added before the next commit. */
 bool ub_alloc_need_chunk(const struct ub_alloc *a, uint64_t type);
 

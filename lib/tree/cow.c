@@ -680,8 +680,17 @@ static int split_leaf(struct wctx *w, struct ub_path *p, const struct ub_key *ke
 	}
 	if (found)
 		return split_at(w, p, best_m, best_left, key);
-	if (extend)
-		return -EOVERFLOW;
+	if (extend) {
+		/* big neighbours on both sides: the item gets a leaf of its own */
+		if (slot > 0) {
+			ret = split_at(w, p, slot, false, key);
+			if (ret)
+				return ret;
+		}
+		if (nritems(p->nodes[0]) > 1)
+			return split_at(w, p, 1, true, key);
+		return 0;
+	}
 	/* [0, slot) | new item | [slot, n) */
 	ret = split_at(w, p, slot, false, key);
 	if (ret)
@@ -796,6 +805,9 @@ again:
 				p->slots[0] = slot;
 				if (ins_len > 0 && leaf_free(tc, eb) < (uint32_t)ins_len) {
 					ret = split_leaf(&w, p, key, (uint32_t)ins_len, exact);
+					/* an item that cannot grow that much: found all the same, ub_tree_extend_item says no */
+					if (ret == -EOVERFLOW && exact)
+						ret = 0;
 					if (ret)
 						goto fail;
 				}
@@ -830,6 +842,34 @@ fail:
 	return ret;
 }
 
+/* The key right after the path's leaf: the next slot's key in the first node above that has one. */
+static bool key_after_leaf(const struct ub_path *p, struct ub_key *k)
+{
+	for (int l = 1; l < UB_MAX_LEVEL && p->nodes[l]; l++) {
+		if ((uint32_t)p->slots[l] + 1 < nritems(p->nodes[l])) {
+			ub_eb_item_key(p->nodes[l], p->slots[l] + 1, k);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* An insert given up after its search split off an empty leaf for it: the leaf goes again. */
+static int discard_empty_leaf(struct wctx *w, struct ub_path *p)
+{
+	struct ub_eb *l = p->nodes[0];
+	int ret;
+
+	if (!l || nritems(l) || !p->nodes[1])
+		return 0;
+	ret = drop_block(w, l, p->nodes[1]);
+	if (!ret)
+		ret = del_ptr(w, p, 1, (uint32_t)p->slots[1]);
+	p->nodes[0] = NULL;
+	ub_eb_put(w->tc, l);
+	return ret;
+}
+
 int ub_tree_insert_empty_items(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta, struct ub_root *root,
 			       struct ub_path *p, const struct ub_key *keys, const uint32_t *sizes, int n)
 {
@@ -856,12 +896,15 @@ int ub_tree_insert_empty_items(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta,
 	}
 	l = p->nodes[0];
 	slot = (uint32_t)p->slots[0];
-	if (slot < nritems(l)) {
+	{
+		/* the last new key must stay below the item that follows, in this leaf or the next */
 		struct ub_key next;
-		ub_eb_item_key(l, (int)slot, &next);
-		if (ub_key_cmp(&keys[n - 1], &next) >= 0) {
+		bool have = slot < nritems(l) ? (ub_eb_item_key(l, (int)slot, &next), true) : key_after_leaf(p, &next);
+		if (have && ub_key_cmp(&keys[n - 1], &next) >= 0) {
+			struct wctx w = { tc, ta, root };
+			ret = discard_empty_leaf(&w, p);
 			ub_path_release(p);
-			return -EEXIST;
+			return ret ? ret : -EEXIST;
 		}
 	}
 	if (leaf_free(tc, l) < total) {

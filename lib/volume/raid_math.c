@@ -33,8 +33,15 @@ int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len)
 
 	if (ndata < 1 || nparity < 1 || nparity > 2 || ndata + nparity > UB_RAID_MAX_STRIPES || len > INT32_MAX)
 		return -EINVAL;
-	/* xor_gen/pq_gen want 32-byte multiples and more than one source; the table path takes anything */
-	if (len % 32 == 0 && ndata >= 2) {
+	bool aligned = true;
+
+	for (int i = 0; i < ndata + nparity && ndata + nparity <= UB_RAID_MAX_STRIPES; i++)
+		aligned &= ((uintptr_t)stripes[i] & 31) == 0;
+	/*
+	 * xor_gen/pq_gen want 32-byte multiples at 32-byte aligned addresses and
+	 * more than one source; the table path takes anything
+	 */
+	if (aligned && len % 32 == 0 && ndata >= 2) {
 		if (nparity == 1)
 			return xor_gen(ndata + 1, (int)len, (void **)stripes) ? -EIO : 0;
 		return pq_gen(ndata + 2, (int)len, (void **)stripes) ? -EIO : 0;

@@ -171,6 +171,9 @@ static int add_vdev(struct ub_volume *vol, uint64_t devid, const uint8_t *uuid, 
 	n->dev = dev;
 	n->generation = gen;
 	n->missing = dev == NULL;
+	UB_SET(btrfs_dev_item, devid, n->item, devid);
+	UB_SET(btrfs_dev_item, total_bytes, n->item, total);
+	memcpy(n->item + offsetof(struct btrfs_dev_item, uuid), uuid, UB_UUID_SIZE);
 	return 0;
 }
 
@@ -273,6 +276,7 @@ static int assemble(struct ub_volume *vol, struct candidate *c, int n)
 			       SB(generation, s));
 		if (ret)
 			return ret;
+		memcpy(vol->vdevs[vol->nvdevs - 1].item, di, sizeof(struct btrfs_dev_item));
 		c[i].used = true;
 	}
 	return 0;
@@ -302,6 +306,7 @@ int ub_volume_open_devs(struct ub_dev *const *devs, int npaths, const struct ub_
 		vol->log = *log;
 	else
 		vol->log.verbosity = UB_LOG_WARN;
+	vol->writable = opts->writable;
 	for (int i = 0; i < npaths; i++) {
 		struct ub_dev *dev = devs[i];
 		int r = read_device_super(dev, opts->super_mirror, &vol->log, &cand[i]);
@@ -389,14 +394,21 @@ int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t 
 		return -EUCLEAN;
 	devid = DI(devid, item);
 	for (int i = 0; i < vol->nvdevs; i++) {
-		if (vol->vdevs[i].devid == devid) {
-			vol->vdevs[i].total_bytes = DI(total_bytes, item);
+		struct ub_vdev *v = &vol->vdevs[i];
+		if (v->devid == devid) {
+			v->total_bytes = DI(total_bytes, item);
+			/* the uuid found on the device (or mkfs's blank one) names it; the rest is the chunk tree's */
+			if (vol->creating)
+				memcpy(v->uuid, UB_PTR(btrfs_dev_item, uuid, item), UB_UUID_SIZE);
+			memcpy(v->item, item, sizeof(v->item));
+			memcpy(v->item + offsetof(struct btrfs_dev_item, uuid), v->uuid, UB_UUID_SIZE);
 			return 0;
 		}
 	}
 	ret = add_vdev(vol, devid, UB_PTR(btrfs_dev_item, uuid, item), DI(total_bytes, item), NULL, 0);
 	if (ret)
 		return ret;
+	memcpy(vol->vdevs[vol->nvdevs - 1].item, item, sizeof(struct btrfs_dev_item));
 	/* the vdev array moved: rebind every stripe */
 	for (int i = 0; i < vol->nchunks; i++)
 		ub_chunk_bind(vol, vol->chunks[i]);
@@ -464,12 +476,30 @@ int ub_volume_read(struct ub_volume *vol, uint64_t logical, uint64_t len, int mi
 			return -EINVAL;
 		return read_copy(vol, c, logical, len, mirror, buf);
 	}
-	for (int m = 1; m <= copies; m++) {
-		ret = read_copy(vol, c, logical, len, m, buf);
-		if (ret == 0)
-			return 0;
+	/*
+	 * Any copy, segment by segment: on RAID10 with a device missing in two
+	 * pairs, neither copy is whole over a long range, yet every segment is.
+	 */
+	while (len > 0) {
+		struct ub_map m;
+		uint64_t n;
+
+		ret = ub_chunk_map_copy(c, logical, 1, &m);
+		if (ret)
+			return ret;
+		n = len < m.contig ? len : m.contig;
+		for (int k = 1; k <= copies; k++) {
+			ret = read_copy(vol, c, logical, n, k, buf);
+			if (ret == 0)
+				break;
+		}
+		if (ret)
+			return ret;
+		buf = (uint8_t *)buf + n;
+		logical += n;
+		len -= n;
 	}
-	return ret;
+	return 0;
 }
 
 /* How many copies of chunk `c` are lost to missing devices, against how many it can lose. */
@@ -598,4 +628,89 @@ void ub_volume_describe_copy(const struct ub_volume *vol, uint64_t logical, int 
 			 path ? path : "missing", (unsigned long long)phys);
 	else
 		snprintf(out, len, "copy %d", mirror);
+}
+
+/* What a mkfs template must hold for the volume to be built from it (no roots yet, no checksum). */
+static int template_valid(struct ub_volume *vol, const uint8_t *sb)
+{
+	uint64_t ss = SB(sectorsize, sb), ns = SB(nodesize, sb);
+
+	if (SB(magic, sb) != UB_MAGIC) {
+		ub_err(&vol->log, "superblock template: no btrfs magic");
+		return -EINVAL;
+	}
+	if (!ub_csum_size((unsigned)SB(csum_type, sb))) {
+		ub_err(&vol->log, "superblock template: unknown checksum type %llu", (unsigned long long)SB(csum_type, sb));
+		return -EINVAL;
+	}
+	if (ss < 4096 || ss > 65536 || (ss & (ss - 1)) || ns < ss || ns > UB_MAX_NODESIZE || (ns & (ns - 1))) {
+		ub_err(&vol->log, "superblock template: sectorsize %llu / nodesize %llu invalid", (unsigned long long)ss,
+		       (unsigned long long)ns);
+		return -EINVAL;
+	}
+	if (SB(sys_chunk_array_size, sb) > UB_SYSTEM_CHUNK_ARRAY_SIZE) {
+		ub_err(&vol->log, "superblock template: system chunk array size %llu exceeds %u",
+		       (unsigned long long)SB(sys_chunk_array_size, sb), UB_SYSTEM_CHUNK_ARRAY_SIZE);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int ub_volume_create(struct ub_dev *const *devs, int ndevs, const uint8_t *sb, const struct ub_log *log,
+		     struct ub_volume **out)
+{
+	struct ub_volume *vol = calloc(1, sizeof(*vol));
+	static const uint8_t blank[UB_UUID_SIZE];
+	int ret = 0, taken = 0;
+
+	if (!vol) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (log)
+		vol->log = *log;
+	else
+		vol->log.verbosity = UB_LOG_WARN;
+	if (ndevs < 1) {
+		ret = -EINVAL;
+		goto out;
+	}
+	ret = template_valid(vol, sb);
+	if (ret)
+		goto out;
+	memcpy(vol->super, sb, UB_SUPER_INFO_SIZE);
+	vol->writable = true;
+	vol->creating = true;
+	for (; taken < ndevs; taken++) {
+		ret = add_vdev(vol, (uint64_t)taken + 1, blank, devs[taken]->size, devs[taken], 0);
+		if (ret)
+			goto out;
+	}
+	ret = init_from_super(vol);
+	if (ret)
+		goto out;
+	/* the system chunks' stripes carry the uuids of the devices they sit on */
+	for (int i = 0; i < vol->nchunks; i++) {
+		const struct ub_chunk *c = vol->chunks[i];
+		for (int j = 0; j < c->num_stripes; j++) {
+			for (int k = 0; k < vol->nvdevs; k++) {
+				struct ub_vdev *v = &vol->vdevs[k];
+				if (v->devid != c->stripes[j].devid)
+					continue;
+				memcpy(v->uuid, c->stripes[j].dev_uuid, UB_UUID_SIZE);
+				memcpy(v->item + offsetof(struct btrfs_dev_item, uuid), v->uuid, UB_UUID_SIZE);
+			}
+		}
+	}
+	ret = note_missing_sys_devices(vol);
+out:
+	if (ret) {
+		/* devices not yet in the volume are still ours to close */
+		for (int i = taken; i < ndevs; i++)
+			ub_dev_close(devs[i]);
+		ub_volume_close(vol);
+	} else {
+		*out = vol;
+	}
+	return ret;
 }
