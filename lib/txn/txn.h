@@ -28,9 +28,6 @@
 #include "alloc/delayed_ref.h"
 #include "txn/commit.h"
 
-/* lib/volume (wt-volwrite); declared here until volume.h has it */
-int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb);
-
 /* One tree the engine knows: its live root and what its ROOT_ITEM said at the last commit. */
 struct ub_eroot {
 	struct ub_root root;     /* live: moved by copy-on-write */
