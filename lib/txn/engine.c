@@ -93,6 +93,24 @@ out:
 	return ret > 0 ? -ENOENT : ret;
 }
 
+int ub_engine_add_root(struct ub_engine *e, const struct ub_root *r, uint64_t item_offset, uint64_t last_snapshot,
+		       struct ub_eroot **out)
+{
+	struct ub_eroot *er;
+
+	if (eroot_find(e, r->objectid))
+		return -EEXIST;
+	er = eroot_new(e, r, true);
+	if (!er)
+		return -ENOMEM;
+	/* not in the last commit: an abort takes it back to nothing */
+	er->committed = (struct ub_root){ r->objectid, 0, 0, 0 };
+	er->item_offset = item_offset;
+	er->last_snapshot = er->item_last_snapshot = last_snapshot;
+	*out = er;
+	return 0;
+}
+
 /* Chunks and devices into the volume (the same walk lib/fs does for readers). */
 static int load_chunk_tree(struct ub_engine *e)
 {

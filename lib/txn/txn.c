@@ -285,6 +285,16 @@ static void txn_free(struct ub_txn *t)
 /* Every root object back to what the last commit says. */
 static void roots_back(struct ub_engine *e)
 {
+	/* trees born in the aborted transaction go (their root objects with them) */
+	for (struct ub_eroot **pp = &e->roots; *pp;) {
+		struct ub_eroot *er = *pp;
+		if (er->has_item && !er->committed.bytenr) {
+			*pp = er->next;
+			free(er);
+		} else {
+			pp = &er->next;
+		}
+	}
 	for (struct ub_eroot *er = e->roots; er; er = er->next) {
 		er->root = er->committed;
 		er->item_bytenr = er->committed.bytenr;

@@ -85,6 +85,14 @@ void ub_engine_close(struct ub_engine *e);
 /* The root object of tree `objectid` (loaded from its ROOT_ITEM on first use): 0, -ENOENT, <0. */
 int ub_engine_root(struct ub_engine *e, uint64_t objectid, struct ub_eroot **out);
 
+/*
+ * A tree created in the running transaction whose ROOT_ITEM (key offset
+ * item_offset) the caller has just inserted with r's values: from now on the
+ * commit keeps that item up to date. -EEXIST if the engine knows the tree.
+ */
+int ub_engine_add_root(struct ub_engine *e, const struct ub_root *r, uint64_t item_offset, uint64_t last_snapshot,
+		       struct ub_eroot **out);
+
 int ub_txn_start(struct ub_engine *e, struct ub_txn **out);
 /* Commit and end the transaction (freed whatever the result). */
 int ub_txn_commit(struct ub_txn *t);

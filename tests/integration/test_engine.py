@@ -214,6 +214,52 @@ def test_create_delete_commit(driver, casedir, ubtrfs_bin, case):
     progs_check(imgs)
 
 
+def tree_bytes(imgs):
+    text = progs_check(imgs)
+    return int(re.search(r"total fs tree bytes: (\d+)", text).group(1))
+
+
+@pytest.mark.parametrize("case", [("dup", 1, 4096), ("raid1", 2, 16384)], ids=["dup-4k", "raid1-16k"])
+def test_snapshot_shares_then_diverges(driver, casedir, ubtrfs_bin, case):
+    """A snapshot (ub_tree_copy_root) shares the FS tree; changing either side copies the shared blocks
+    with full back references (update_ref_for_cow), and btrfs check verifies every reference count."""
+    meta, ndev, nodesize = case
+    imgs = make_images(casedir, ndev)
+    mkfs(imgs, meta, meta if ndev > 1 else "single", nodesize)
+    n = 3000 if nodesize == 4096 else 6000
+    run_driver(driver, "create", "f", n, 1000, *imgs)
+    before = tree_bytes(imgs)
+    assert fs_tree_level(imgs) >= 1
+    _, commits, written = run_driver(driver, "--check-writes", "snapshot", "snap", *imgs)
+    assert commits == 1
+    # a handful of blocks (root copy, root tree, extent tree, free space tree, uuid tree path), every copy:
+    # not a copy of the tree
+    copies = 2
+    assert written <= copies * 24 < before // nodesize, (written, before)
+    progs_check(imgs)
+    top = {"f%06d" % i for i in range(n)}
+    snap = set(top)
+    # the source changes: shared blocks are copied with full back references
+    run_driver(driver, "--check-writes", "delete", "f", 0, n, 2, 400, *imgs)
+    run_driver(driver, "--check-writes", "create", "h", 500, 250, *imgs)
+    top = (top - {"f%06d" % i for i in range(0, n, 2)}) | {"h%06d" % i for i in range(500)}
+    progs_check(imgs)
+    # then the snapshot (tree 256) changes too: blocks shared only through full back refs are handed over
+    run_driver(driver, "--check-writes", "--subvol", "256", "delete", "f", 1, n, 2, 400, *imgs)
+    run_driver(driver, "--check-writes", "--subvol", "256", "create", "s", 700, 350, *imgs)
+    snap = (snap - {"f%06d" % i for i in range(1, n, 2)}) | {"s%06d" % i for i in range(700)}
+    progs_check(imgs)
+    with T.mounted(imgs, casedir / "mnt") as m:
+        assert set(os.listdir(m)) == top | {"snap"}
+        assert set(os.listdir(os.path.join(m, "snap"))) == snap
+    assert ubtrfs_names(imgs) == top | {"snap"}
+    with T.mounted(imgs, casedir / "mnt", readonly=False) as m:
+        with open(os.path.join(m, "snap", "kernel-wrote-this"), "wb") as f:
+            f.write(b"y" * 20000)
+        os.unlink(os.path.join(m, "h000001"))
+    progs_check(imgs)
+
+
 def test_everything_deleted_shrinks_back(driver, casedir, ubtrfs_bin):
     """All files created, then all deleted: the tree shrinks back to one leaf; check and kernel agree."""
     imgs = make_images(casedir, 1)

@@ -7,6 +7,12 @@
  *   engine_driver [--check-writes] open DEV...
  *   engine_driver [--check-writes] create PREFIX N EVERY DEV...
  *   engine_driver [--check-writes] delete PREFIX FROM TO STEP EVERY DEV...
+ *   engine_driver [--check-writes] snapshot NAME DEV...
+ *
+ * create and delete work in the top directory of subvolume --subvol ID
+ * (default 5, the FS tree). snapshot makes a snapshot of the FS tree named
+ * NAME in its top directory (ub_tree_copy_root, ROOT_ITEM, ROOT_REF and
+ * ROOT_BACKREF, DIR_ITEM and DIR_INDEX, the UUID tree entry) and commits.
  *
  * Names are PREFIX followed by the number in six digits. --check-writes
  * wraps every device in a recorder and, for every commit, checks that no
@@ -22,6 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <uuid/uuid.h>
 #include "ubtrfs/fs.h"
 #include "txn/txn.h"
 
@@ -477,11 +484,147 @@ static int commit(struct fsctx *c)
 	return ret;
 }
 
+
+/* ---- snapshot of the FS tree ---- */
+
+static int insert_dir_entry(struct fsctx *c, const char *name, const struct ub_key *loc, uint8_t type,
+			    uint64_t index)
+{
+	struct ub_tree_ctx *tc = &c->e->tc;
+	struct ub_tree_alloc *ta = ub_txn_ta(c->t);
+	uint16_t len = (uint16_t)strlen(name);
+	uint32_t dsize = (uint32_t)sizeof(struct btrfs_dir_item) + len;
+	uint8_t di[300];
+	struct ub_key key;
+	int ret;
+
+	ub_key_write(di + offsetof(struct btrfs_dir_item, location), loc);
+	UB_SET(btrfs_dir_item, transid, di, c->t->transid);
+	UB_SET(btrfs_dir_item, data_len, di, 0);
+	UB_SET(btrfs_dir_item, name_len, di, len);
+	UB_SET(btrfs_dir_item, type, di, type);
+	memcpy(di + sizeof(struct btrfs_dir_item), name, len);
+	key = (struct ub_key){ TOP_DIR, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) };
+	ret = ub_tree_insert_item(tc, ta, &c->fs->root, &key, di, dsize);
+	if (ret)
+		return ret;
+	key = (struct ub_key){ TOP_DIR, BTRFS_DIR_INDEX_KEY, index };
+	return ub_tree_insert_item(tc, ta, &c->fs->root, &key, di, dsize);
+}
+
+static int snapshot(struct fsctx *c, const char *name)
+{
+	struct ub_engine *e = c->e;
+	struct ub_tree_ctx *tc = &e->tc;
+	struct ub_tree_alloc *ta;
+	struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, UINT64_MAX }, loc;
+	uint8_t ri[sizeof(struct btrfs_root_item)] = { 0 }, ref[sizeof(struct btrfs_root_ref) + 255];
+	uint16_t len = (uint16_t)strlen(name);
+	struct ub_root snap;
+	struct ub_eroot *er;
+	struct ub_timespec ts;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	uint64_t id, index = c->next_index++;
+	uuid_t uuid;
+	int ret;
+
+	ret = ub_txn_start(e, &c->t);
+	if (ret)
+		return ret;
+	ta = ub_txn_ta(c->t);
+	/* the new tree's id: one past the highest subvolume id in the root tree */
+	ub_path_init(&p);
+	ret = ub_tree_search_le(tc, &e->root_tree->root, &key, &p);
+	if (ret == 0)
+		ub_path_key(&p, &key);
+	ub_path_release(&p);
+	if (ret < 0)
+		return ret;
+	id = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID;
+	/* the source's ROOT_ITEM is the template (its inode, flags, byte limit) */
+	key = (struct ub_key){ BTRFS_FS_TREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, c->fs->item_offset };
+	ub_path_init(&p);
+	ret = ub_tree_lookup(tc, &e->root_tree->root, &key, &p, &d, &size);
+	if (ret == 0)
+		memcpy(ri, d, size < sizeof(ri) ? size : sizeof(ri));
+	ub_path_release(&p);
+	if (ret)
+		return ret;
+	ret = ub_tree_copy_root(tc, ta, &c->fs->root, id, &snap);
+	if (ret)
+		return ret;
+	now(&ts);
+	uuid_generate(uuid);
+	memcpy(ri + offsetof(struct btrfs_root_item, parent_uuid), ri + offsetof(struct btrfs_root_item, uuid), 16);
+	memcpy(ri + offsetof(struct btrfs_root_item, uuid), uuid, 16);
+	memset(ri + offsetof(struct btrfs_root_item, received_uuid), 0, 16);
+	UB_SET(btrfs_root_item, bytenr, ri, snap.bytenr);
+	UB_SET(btrfs_root_item, generation, ri, snap.generation);
+	UB_SET(btrfs_root_item, generation_v2, ri, snap.generation);
+	UB_SET(btrfs_root_item, level, ri, snap.level);
+	UB_SET(btrfs_root_item, refs, ri, 1);
+	UB_SET(btrfs_root_item, last_snapshot, ri, c->t->transid);
+	UB_SET(btrfs_root_item, flags, ri, 0);
+	UB_SET(btrfs_root_item, drop_level, ri, 0);
+	memset(ri + offsetof(struct btrfs_root_item, drop_progress), 0, sizeof(struct btrfs_disk_key));
+	UB_SET(btrfs_root_item, ctransid, ri, c->t->transid);
+	UB_SET(btrfs_root_item, otransid, ri, c->t->transid);
+	UB_SET(btrfs_root_item, stransid, ri, 0);
+	UB_SET(btrfs_root_item, rtransid, ri, 0);
+	set_time(ri, offsetof(struct btrfs_root_item, ctime), &ts);
+	set_time(ri, offsetof(struct btrfs_root_item, otime), &ts);
+	memset(ri + offsetof(struct btrfs_root_item, stime), 0, 2 * sizeof(struct btrfs_timespec));
+	key = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, c->t->transid };
+	ret = ub_tree_insert_item(tc, ta, &e->root_tree->root, &key, ri, sizeof(ri));
+	if (!ret)
+		ret = ub_engine_add_root(e, &snap, c->t->transid, c->t->transid, &er);
+	if (ret)
+		return ret;
+	/* ROOT_REF (parent -> child) and ROOT_BACKREF (child -> parent), the same payload */
+	UB_SET(btrfs_root_ref, dirid, ref, TOP_DIR);
+	UB_SET(btrfs_root_ref, sequence, ref, index);
+	UB_SET(btrfs_root_ref, name_len, ref, len);
+	memcpy(ref + sizeof(struct btrfs_root_ref), name, len);
+	key = (struct ub_key){ BTRFS_FS_TREE_OBJECTID, BTRFS_ROOT_REF_KEY, id };
+	ret = ub_tree_insert_item(tc, ta, &e->root_tree->root, &key, ref, (uint32_t)sizeof(struct btrfs_root_ref) + len);
+	if (ret)
+		return ret;
+	key = (struct ub_key){ id, BTRFS_ROOT_BACKREF_KEY, BTRFS_FS_TREE_OBJECTID };
+	ret = ub_tree_insert_item(tc, ta, &e->root_tree->root, &key, ref, (uint32_t)sizeof(struct btrfs_root_ref) + len);
+	if (ret)
+		return ret;
+	/* the name in the source's top directory (the snapshot does not hold itself: copied before) */
+	loc = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, UINT64_MAX };
+	ret = insert_dir_entry(c, name, &loc, BTRFS_FT_DIR, index);
+	if (!ret)
+		ret = touch_dir(c, 2 * (int64_t)len, &ts);
+	if (ret)
+		return ret;
+	/* the UUID tree entry, when the filesystem has a UUID tree */
+	ret = ub_engine_root(e, BTRFS_UUID_TREE_OBJECTID, &er);
+	if (ret == 0) {
+		uint8_t v[8];
+		ub_put_le(v, 8, id);
+		key = (struct ub_key){ ub_le64(uuid), BTRFS_UUID_KEY_SUBVOL, ub_le64(uuid + 8) };
+		ret = ub_tree_insert_item(tc, ta, &er->root, &key, v, 8);
+	} else if (ret == -ENOENT) {
+		ret = 0;
+	}
+	if (ret)
+		return ret;
+	printf("snapshot %s id %llu\n", name, (unsigned long long)id);
+	return commit(c);
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: engine_driver [--check-writes] open DEV...\n"
 			"       engine_driver [--check-writes] create PREFIX N EVERY DEV...\n"
-			"       engine_driver [--check-writes] delete PREFIX FROM TO STEP EVERY DEV...\n");
+			"       engine_driver [--check-writes] delete PREFIX FROM TO STEP EVERY DEV...\n"
+			"       engine_driver [--check-writes] snapshot NAME DEV...\n"
+			"options: --subvol ID (create, delete: the subvolume, default 5)\n");
 	exit(1);
 }
 
@@ -491,16 +634,22 @@ int main(int argc, char **argv)
 	struct fsctx c = { 0 };
 	const char *op, *prefix = NULL;
 	long from = 0, to = 0, step = 1, every = 1;
+	uint64_t subvol = BTRFS_FS_TREE_OBJECTID;
 	int i = 1, ndevs, ret, nargs;
 
-	if (i < argc && strcmp(argv[i], "--check-writes") == 0) {
-		g_check = true;
-		i++;
+	for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
+		if (strcmp(argv[i], "--check-writes") == 0)
+			g_check = true;
+		else if (strcmp(argv[i], "--subvol") == 0 && i + 1 < argc)
+			subvol = strtoull(argv[++i], NULL, 0);
+		else
+			usage();
 	}
 	if (i >= argc)
 		usage();
 	op = argv[i++];
-	nargs = strcmp(op, "open") == 0 ? 0 : strcmp(op, "create") == 0 ? 3 : strcmp(op, "delete") == 0 ? 5 : -1;
+	nargs = strcmp(op, "open") == 0 ? 0 : strcmp(op, "create") == 0 ? 3 : strcmp(op, "delete") == 0 ? 5
+		: strcmp(op, "snapshot") == 0 ? 1 : -1;
 	if (nargs < 0 || argc - i < nargs + 1)
 		usage();
 	if (nargs) {
@@ -508,7 +657,7 @@ int main(int argc, char **argv)
 		if (nargs == 3) {
 			to = atol(argv[i + 1]);
 			every = atol(argv[i + 2]);
-		} else {
+		} else if (nargs == 5) {
 			from = atol(argv[i + 1]);
 			to = atol(argv[i + 2]);
 			step = atol(argv[i + 3]);
@@ -549,9 +698,15 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(op, "open") == 0)
 		goto done;
-	ret = ub_engine_root(c.e, BTRFS_FS_TREE_OBJECTID, &c.fs);
+	ret = ub_engine_root(c.e, strcmp(op, "snapshot") == 0 ? BTRFS_FS_TREE_OBJECTID : subvol, &c.fs);
 	if (!ret)
 		ret = init_counters(&c);
+	if (!ret && strcmp(op, "snapshot") == 0) {
+		ret = snapshot(&c, prefix);
+		if (ret)
+			fprintf(stderr, "engine_driver: snapshot %s: %s\n", prefix, strerror(-ret));
+		goto out;
+	}
 	for (long n = from, done_ops = 0; !ret && n < to; n += step) {
 		char name[256];
 
@@ -570,6 +725,7 @@ int main(int argc, char **argv)
 	}
 	if (!ret && c.t)
 		ret = commit(&c);
+out:
 	if (c.t)
 		ub_txn_abort(c.t);
 done:
