@@ -28,6 +28,8 @@ import os
 import re
 from pathlib import Path
 
+import struct
+
 import pytest
 
 import ubtrfs_testlib as T
@@ -72,7 +74,7 @@ def make_images(d, ndev, size=256 * MiB):
 
 
 def mkfs(imgs, meta, data, nodesize, extra=()):
-    T.run(["mkfs.btrfs", "-f", "-q", "-m", meta, "-d", data, "-n", str(nodesize), *extra, *imgs])
+    T.run(["mkfs.btrfs", "-f", "-q", "-K", "-m", meta, "-d", data, "-n", str(nodesize), *extra, *imgs])
 
 
 def run_driver(driver, *args):
@@ -291,4 +293,56 @@ def test_refuses_unsupported_features(driver, casedir, feature, needle):
     assert cp.returncode == 2, err
     assert needle in err, err
     # nothing written
+    assert Path(imgs[0]).read_bytes()[:2 * MiB] == before
+
+
+# superblock field offsets (struct btrfs_super_block)
+SB_FLAGS, SB_LOG_ROOT, SB_COMPAT_RO, SB_INCOMPAT = 0x38, 0x60, 0xB4, 0xBC
+
+
+def patch_super(img, offset, value):
+    """Set a u64 of every superblock copy in the image, checksum (crc32c) recomputed."""
+    with open(img, "r+b") as f:
+        size = os.fstat(f.fileno()).st_size
+        for mirror in (64 << 10, 64 << 20, 256 << 30):
+            if mirror + 4096 > size:
+                break
+            f.seek(mirror)
+            sb = bytearray(f.read(4096))
+            struct.pack_into("<Q", sb, offset, value)
+            struct.pack_into("<I", sb, 0, T.crc32c(bytes(sb[32:])))
+            sb[4:32] = bytes(28)
+            f.seek(mirror)
+            f.write(sb)
+
+
+@pytest.mark.parametrize("what,offset,bits,needle", [
+    ("block-group-tree", SB_COMPAT_RO, 1 << 3, "block group tree"),
+    ("unknown-compat-ro", SB_COMPAT_RO, 1 << 40, "0x10000000000"),
+    ("unknown-incompat", SB_INCOMPAT, 1 << 50, "0x4000000000000"),
+    ("raid-stripe-tree", SB_INCOMPAT, 1 << 14, "raid-stripe"),
+    ("extent-tree-v2", SB_INCOMPAT, 1 << 13, "extent-tree-v2"),
+    ("seed", SB_FLAGS, 1 << 32, "seed"),
+    ("log", SB_LOG_ROOT, 0, "fsync log"),
+])
+def test_refuses_patched_superblock(driver, casedir, what, offset, bits, needle):
+    """Bits mkfs.btrfs 6.2 cannot set: patched into every superblock copy (checksum fixed)."""
+    imgs = make_images(casedir, 1)
+    mkfs(imgs, "dup", "single", 4096)
+    with open(imgs[0], "rb") as f:
+        f.seek(64 << 10)
+        sb = f.read(4096)
+    if what == "log":
+        # a log root pointing at the root tree's block: any nonzero value is a pending log
+        value = struct.unpack_from("<Q", sb, 0x50)[0]
+    else:
+        value = struct.unpack_from("<Q", sb, offset)[0] | bits
+    patch_super(imgs[0], offset, value)
+    # our own reader still takes the patched superblock: the refusal is the engine's, not a checksum error
+    before = Path(imgs[0]).read_bytes()[:2 * MiB]
+    cp = T.run([driver, "open", *imgs], check=False)
+    err = cp.stderr.decode("utf-8", "replace")
+    assert cp.returncode == 2, err
+    assert needle in err, err
+    assert "checksum" not in err, err
     assert Path(imgs[0]).read_bytes()[:2 * MiB] == before
