@@ -83,7 +83,7 @@ def run_driver(driver, *args):
     err = cp.stderr.decode("utf-8", "replace")
     assert cp.returncode == 0, "engine_driver %s failed (%d)\nstdout: %s\nstderr: %s" % (
         " ".join(str(a) for a in args), cp.returncode, out[-2000:], err[-4000:])
-    m = re.search(r"generation (\d+) commits (\d+) writes_checked (\d+) violations (\d+)", out)
+    m = re.search(r"generation (\d+) commits (\d+) writes_checked (\d+) violations (\d+) aborts \d+", out)
     assert m, out
     gen, commits, checked, violations = (int(x) for x in m.groups())
     assert violations == 0, err
@@ -260,6 +260,30 @@ def test_snapshot_shares_then_diverges(driver, casedir, ubtrfs_bin, case):
             f.write(b"y" * 20000)
         os.unlink(os.path.join(m, "h000001"))
     progs_check(imgs)
+
+
+def test_abort_leaves_last_commit(driver, casedir, ubtrfs_bin):
+    """Every third transaction aborted: none of its changes reach the disk, the next one starts from the
+    last commit (tree roots, allocator, reference queue all back), and the result is consistent."""
+    imgs = make_images(casedir, 1)
+    mkfs(imgs, "dup", "single", 4096)
+    n, every = 3000, 250
+    gen0, _ = backup_generations(imgs[0])
+    gen, commits, _ = run_driver(driver, "--check-writes", "--abort-every", 3, "create", "f", n, every, *imgs)
+    ntxn = -(-n // every)
+    assert commits == ntxn - ntxn // 3 and gen == gen0 + commits
+    expect = {"f%06d" % i for i in range(n) if (i // every + 1) % 3}
+    # deletes: one transaction per 100 names that exist, every third aborted
+    run_driver(driver, "--check-writes", "--abort-every", 3, "--missing-ok", "delete", "f", 1, n, 3, 100, *imgs)
+    ops = 0
+    for i in range(1, n, 3):
+        if "f%06d" % i in expect:
+            ops += 1
+            if ((ops - 1) // 100 + 1) % 3:
+                expect.discard("f%06d" % i)
+    progs_check(imgs)
+    assert kernel_names(imgs, casedir / "mnt") == expect
+    assert ubtrfs_names(imgs) == expect
 
 
 def test_everything_deleted_shrinks_back(driver, casedir, ubtrfs_bin):

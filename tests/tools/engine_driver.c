@@ -9,6 +9,10 @@
  *   engine_driver [--check-writes] delete PREFIX FROM TO STEP EVERY DEV...
  *   engine_driver [--check-writes] snapshot NAME DEV...
  *
+ * --abort-every K: every K-th transaction of create/delete is aborted instead
+ * of committed (its changes never reach the disk; the next one starts from
+ * the last commit).
+ *
  * create and delete work in the top directory of subvolume --subvol ID
  * (default 5, the FS tree). snapshot makes a snapshot of the FS tree named
  * NAME in its top directory (ub_tree_copy_root, ROOT_ITEM, ROOT_REF and
@@ -187,6 +191,9 @@ static bool is_super(uint64_t off, uint64_t len)
 static struct recorder g_rec;
 static struct reach g_reach;
 static bool g_check;
+static long g_abort_every;
+static bool g_missing_ok;
+static unsigned long long g_txns, g_aborts;
 static unsigned long long g_writes_checked, g_violations, g_commits;
 
 /* After a commit: none of its writes may have touched what the previous superblock reached. */
@@ -467,6 +474,13 @@ static int commit(struct fsctx *c)
 {
 	int ret;
 
+	if (g_abort_every && ++g_txns % (unsigned long long)g_abort_every == 0) {
+		ub_txn_abort(c->t);
+		c->t = NULL;
+		g_aborts++;
+		/* the aborted transaction's inode numbers and indexes may be taken again */
+		return init_counters(c);
+	}
 	if (g_check) {
 		ret = walk_committed(c->e, &g_reach);
 		if (ret) {
@@ -624,7 +638,9 @@ static void usage(void)
 			"       engine_driver [--check-writes] create PREFIX N EVERY DEV...\n"
 			"       engine_driver [--check-writes] delete PREFIX FROM TO STEP EVERY DEV...\n"
 			"       engine_driver [--check-writes] snapshot NAME DEV...\n"
-			"options: --subvol ID (create, delete: the subvolume, default 5)\n");
+			"options: --subvol ID (create, delete: the subvolume, default 5)\n"
+			"         --abort-every K (create, delete: abort every K-th transaction)\n"
+			"         --missing-ok (delete: skip names that are not there)\n");
 	exit(1);
 }
 
@@ -640,6 +656,10 @@ int main(int argc, char **argv)
 	for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
 		if (strcmp(argv[i], "--check-writes") == 0)
 			g_check = true;
+		else if (strcmp(argv[i], "--missing-ok") == 0)
+			g_missing_ok = true;
+		else if (strcmp(argv[i], "--abort-every") == 0 && i + 1 < argc)
+			g_abort_every = atol(argv[++i]);
 		else if (strcmp(argv[i], "--subvol") == 0 && i + 1 < argc)
 			subvol = strtoull(argv[++i], NULL, 0);
 		else
@@ -716,6 +736,11 @@ int main(int argc, char **argv)
 			break;
 		snprintf(name, sizeof(name), "%s%06ld", prefix, n);
 		ret = nargs == 3 ? create_file(&c, name) : delete_file(&c, name);
+		if (ret == -ENOENT && nargs == 5 && g_missing_ok) {
+			/* no such name (its search may have copied blocks, which changes nothing visible): not an operation */
+			ret = 0;
+			continue;
+		}
 		if (ret) {
 			fprintf(stderr, "engine_driver: %s %s: %s\n", op, name, strerror(-ret));
 			break;
@@ -729,8 +754,8 @@ out:
 	if (c.t)
 		ub_txn_abort(c.t);
 done:
-	printf("generation %llu commits %llu writes_checked %llu violations %llu\n",
-	       (unsigned long long)c.e->generation, g_commits, g_writes_checked, g_violations);
+	printf("generation %llu commits %llu writes_checked %llu violations %llu aborts %llu\n",
+	       (unsigned long long)c.e->generation, g_commits, g_writes_checked, g_violations, g_aborts);
 	ub_engine_close(c.e);
 	free(g_rec.w);
 	free(g_reach.p);
