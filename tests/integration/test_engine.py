@@ -286,6 +286,48 @@ def test_abort_leaves_last_commit(driver, casedir, ubtrfs_bin):
     assert ubtrfs_names(imgs) == expect
 
 
+def test_snapshots_share_data_extents(driver, casedir, ubtrfs_bin):
+    """Data extents written by mkfs --rootdir, then snapshot after snapshot with the source changing in
+    between: leaves holding file extents are copied with full back references (SHARED_DATA_REF inline,
+    then keyed once the extent item is full), then every snapshot changes too and the references are
+    handed back (EXTENT_DATA_REF per tree, keyed past the inline limit). btrfs check counts them all; the
+    kernel reads every file back in the top directory and in snapshots."""
+    src = casedir / "src"
+    src.mkdir()
+    rnd = __import__("random").Random(7)
+    nsrc = 120
+    content = {}
+    for i in range(nsrc):
+        data = bytes(rnd.getrandbits(8) for _ in range(8192 + (i % 4) * 4096))
+        (src / ("d%04d" % i)).write_bytes(data)
+        content["d%04d" % i] = data
+    imgs = make_images(casedir, 1)
+    mkfs(imgs, "dup", "single", 4096, extra=["--rootdir", str(src)])
+    rounds = 24 if LONG else 15
+    run_driver(driver, "--check-writes", "snapcycle", "s", rounds, 150, *imgs)
+    text = progs_check(imgs)
+    with progs_target(imgs) as target:
+        dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "extent", target]).stdout.decode()
+    assert "shared data backref" in dump or " SHARED_DATA_REF " in dump, "no leaf was copied with full back refs"
+    assert re.search(r"key \(\d+ SHARED_DATA_REF \d+\)", dump), "no extent item filled up to keyed refs"
+    # every snapshot changes: the full back references go, one EXTENT_DATA_REF per tree comes
+    run_driver(driver, "--check-writes", "subvols-create", "x", 256, 255 + rounds, 200, *imgs)
+    text = progs_check(imgs)
+    with progs_target(imgs) as target:
+        dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "extent", target]).stdout.decode()
+    assert re.search(r"key \(\d+ EXTENT_DATA_REF \d+\)", dump), "no keyed EXTENT_DATA_REF"
+    with T.mounted(imgs, casedir / "mnt") as m:
+        for where in ["", "s1", "s%d" % (rounds // 2), "s%d" % rounds]:
+            d = os.path.join(m, where)
+            names = set(os.listdir(d))
+            assert set(content) <= names
+            assert {"x%06d" % i for i in range(200)} <= names or where == ""
+            for name, data in content.items():
+                with open(os.path.join(d, name), "rb") as f:
+                    assert f.read() == data, (where, name)
+    del text
+
+
 def test_everything_deleted_shrinks_back(driver, casedir, ubtrfs_bin):
     """All files created, then all deleted: the tree shrinks back to one leaf; check and kernel agree."""
     imgs = make_images(casedir, 1)

@@ -8,6 +8,13 @@
  *   engine_driver [--check-writes] create PREFIX N EVERY DEV...
  *   engine_driver [--check-writes] delete PREFIX FROM TO STEP EVERY DEV...
  *   engine_driver [--check-writes] snapshot NAME DEV...
+ *   engine_driver [--check-writes] snapcycle PREFIX COUNT FILES DEV...
+ *   engine_driver [--check-writes] subvols-create PREFIX FIRST LAST FILES DEV...
+ *
+ * snapcycle: COUNT times, a snapshot PREFIX<k> of the FS tree (committed),
+ * then FILES new files PREFIX<k>_NNNNNN in the FS tree (committed): each
+ * round copies blocks the snapshots share. subvols-create: FILES new files
+ * PREFIXNNNNNN in each subvolume FIRST..LAST, one commit per subvolume.
  *
  * --abort-every K: every K-th transaction of create/delete is aborted instead
  * of committed (its changes never reach the disk; the next one starts from
@@ -632,12 +639,64 @@ static int snapshot(struct fsctx *c, const char *name)
 	return commit(c);
 }
 
+static int create_n(struct fsctx *c, const char *prefix, long n)
+{
+	int ret = ub_txn_start(c->e, &c->t);
+
+	for (long i = 0; !ret && i < n; i++) {
+		char name[256];
+		snprintf(name, sizeof(name), "%s%06ld", prefix, i);
+		ret = create_file(c, name);
+	}
+	if (ret) {
+		if (c->t)
+			ub_txn_abort(c->t);
+		c->t = NULL;
+		return ret;
+	}
+	return commit(c);
+}
+
+static int snapcycle(struct fsctx *c, const char *prefix, long count, long files)
+{
+	int ret = 0;
+
+	for (long k = 1; !ret && k <= count; k++) {
+		char name[240];
+
+		snprintf(name, sizeof(name), "%s%ld", prefix, k);
+		ret = snapshot(c, name);
+		if (!ret)
+			ret = init_counters(c);
+		snprintf(name, sizeof(name), "%s%ld_", prefix, k);
+		if (!ret)
+			ret = create_n(c, name, files);
+	}
+	return ret;
+}
+
+static int subvols_create(struct fsctx *c, const char *prefix, uint64_t first, uint64_t last, long files)
+{
+	int ret = 0;
+
+	for (uint64_t id = first; !ret && id <= last; id++) {
+		ret = ub_engine_root(c->e, id, &c->fs);
+		if (!ret)
+			ret = init_counters(c);
+		if (!ret)
+			ret = create_n(c, prefix, files);
+	}
+	return ret;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: engine_driver [--check-writes] open DEV...\n"
 			"       engine_driver [--check-writes] create PREFIX N EVERY DEV...\n"
 			"       engine_driver [--check-writes] delete PREFIX FROM TO STEP EVERY DEV...\n"
 			"       engine_driver [--check-writes] snapshot NAME DEV...\n"
+			"       engine_driver [--check-writes] snapcycle PREFIX COUNT FILES DEV...\n"
+			"       engine_driver [--check-writes] subvols-create PREFIX FIRST LAST FILES DEV...\n"
 			"options: --subvol ID (create, delete: the subvolume, default 5)\n"
 			"         --abort-every K (create, delete: abort every K-th transaction)\n"
 			"         --missing-ok (delete: skip names that are not there)\n");
@@ -669,7 +728,8 @@ int main(int argc, char **argv)
 		usage();
 	op = argv[i++];
 	nargs = strcmp(op, "open") == 0 ? 0 : strcmp(op, "create") == 0 ? 3 : strcmp(op, "delete") == 0 ? 5
-		: strcmp(op, "snapshot") == 0 ? 1 : -1;
+		: strcmp(op, "snapshot") == 0 ? 1 : strcmp(op, "snapcycle") == 0 ? 3
+		: strcmp(op, "subvols-create") == 0 ? 4 : -1;
 	if (nargs < 0 || argc - i < nargs + 1)
 		usage();
 	if (nargs) {
@@ -677,6 +737,10 @@ int main(int argc, char **argv)
 		if (nargs == 3) {
 			to = atol(argv[i + 1]);
 			every = atol(argv[i + 2]);
+		} else if (nargs == 4) {
+			from = atol(argv[i + 1]);
+			to = atol(argv[i + 2]);
+			step = atol(argv[i + 3]);
 		} else if (nargs == 5) {
 			from = atol(argv[i + 1]);
 			to = atol(argv[i + 2]);
@@ -721,6 +785,14 @@ int main(int argc, char **argv)
 	ret = ub_engine_root(c.e, strcmp(op, "snapshot") == 0 ? BTRFS_FS_TREE_OBJECTID : subvol, &c.fs);
 	if (!ret)
 		ret = init_counters(&c);
+	if (!ret && strcmp(op, "snapcycle") == 0) {
+		ret = snapcycle(&c, prefix, to, every);
+		goto out;
+	}
+	if (!ret && strcmp(op, "subvols-create") == 0) {
+		ret = subvols_create(&c, prefix, (uint64_t)from, (uint64_t)to, step);
+		goto out;
+	}
 	if (!ret && strcmp(op, "snapshot") == 0) {
 		ret = snapshot(&c, prefix);
 		if (ret)
