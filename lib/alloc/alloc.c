@@ -216,11 +216,24 @@ int ub_alloc_super_stripes(const struct ub_chunk *c, struct ub_range *out, int m
 	return 0;
 }
 
+int ub_alloc_insert_chunk_bg(struct ub_alloc *a, const struct ub_chunk *c, uint64_t flags, struct ub_bg **out)
+{
+	/* the first-MiB range plus one stripe per device per mirror, at most */
+	int max = 1 + UB_SUPER_MIRROR_MAX * (c->num_stripes ? c->num_stripes : 1), nsup = 0;
+	struct ub_range *sup = calloc((size_t)max, sizeof(*sup));
+	int ret;
+	if (!sup)
+		return -ENOMEM;
+	ret = ub_alloc_super_stripes(c, sup, max, &nsup);
+	if (!ret)
+		ret = ub_alloc_insert_bg(a, flags, c->logical, c->length, ub_alloc_chunk_full_stripe(c), sup, nsup, out);
+	free(sup);
+	return ret;
+}
+
 int ub_alloc_add_block_group(struct ub_alloc *a, uint64_t type, uint64_t logical, uint64_t length)
 {
-	struct ub_range sup[64];
-	int nsup = 0, ret;
-	uint64_t fs = 0;
+	int ret;
 	struct ub_bg *bg;
 	if (a->vol) {
 		const struct ub_chunk *c = ub_volume_find_chunk(a->vol, logical);
@@ -229,14 +242,13 @@ int ub_alloc_add_block_group(struct ub_alloc *a, uint64_t type, uint64_t logical
 			       length);
 			return -ENOENT;
 		}
-		ret = ub_alloc_super_stripes(c, sup, 64, &nsup);
-		if (ret)
-			return ret;
-		fs = ub_alloc_chunk_full_stripe(c);
-	} else if (logical < FIRST_MB) {
-		sup[nsup++] = (struct ub_range){ logical, (logical + length < FIRST_MB ? logical + length : FIRST_MB) - logical };
+		ret = ub_alloc_insert_chunk_bg(a, c, type, &bg);
+	} else {
+		struct ub_range sup = { logical, 0 };
+		if (logical < FIRST_MB)
+			sup.len = (logical + length < FIRST_MB ? logical + length : FIRST_MB) - logical;
+		ret = ub_alloc_insert_bg(a, type, logical, length, 0, &sup, sup.len ? 1 : 0, &bg);
 	}
-	ret = ub_alloc_insert_bg(a, type, logical, length, fs, sup, nsup, &bg);
 	if (ret)
 		return ret;
 	bg->is_new = true;

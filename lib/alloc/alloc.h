@@ -126,10 +126,12 @@ int ub_alloc_pin(struct ub_alloc *a, uint64_t start, uint64_t len);
 /* Every pinned range -> avail; ends the transaction for the allocator (closes open RAID5/6 stripes). */
 void ub_alloc_unpin(struct ub_alloc *a);
 /*
- * Abort of the running transaction: forget the deltas, pins and open stripes
- * and reload the in-memory state from the committed view is the caller's
- * business (reopen); this only drops pins and open stripes without freeing
- * (the space stays unusable until reopen, which is safe).
+ * Abort of the running transaction: pins and open stripes are dropped
+ * without freeing anything (pinned space stays unusable, which is safe).
+ * Accounting already done for the aborted transaction is NOT undone: the
+ * in-memory used/free no longer match the disk, so after an abort the
+ * allocator may serve no further commit; the filesystem goes read-only
+ * and a reopen reloads the truth from the last commit.
  */
 void ub_alloc_abort(struct ub_alloc *a);
 
@@ -150,6 +152,9 @@ struct ub_bg_delta {
 	 */
 	const struct ub_range_set *became_free, *became_used;
 	/*
+	 * For a new group (is_new), both are relative to the group as created
+	 * (all free): write its FREE_SPACE_INFO and `free` instead.
+	 *
 	 * The complete committed free space of the group after this commit:
 	 * what its free space tree items must describe (iterate with
 	 * ub_rs_next; ->count is the FREE_SPACE_INFO extent_count for extents).

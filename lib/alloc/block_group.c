@@ -80,7 +80,7 @@ static int load_groups(struct ub_alloc *a, struct ub_tree_ctx *tc, const struct 
 		if (ret == 1)
 			break;
 		if (ret < 0) {
-			ub_err(&a->log, "cannot read the block group items of the extent tree at %" PRIu64 ": %s", pos,
+			ub_err(&a->log, "cannot read the extent tree (block group items from logical %" PRIu64 "): %s", pos,
 			       strerror(-ret));
 			return ret;
 		}
@@ -121,15 +121,12 @@ static int load_groups(struct ub_alloc *a, struct ub_tree_ctx *tc, const struct 
 			       start, flags, bg_type_name(flags), ub_profile_name(flags), c->type);
 			return -EUCLEAN;
 		}
-		struct ub_range sup[64];
-		int nsup = 0;
-		ret = ub_alloc_super_stripes(c, sup, 64, &nsup);
-		if (ret) {
-			ub_err(&a->log, "block group %" PRIu64 ": cannot map its superblock mirrors", start);
+		struct ub_bg *bg;
+		ret = ub_alloc_insert_chunk_bg(a, c, flags, &bg);
+		if (ret == -EINVAL) {
+			ub_err(&a->log, "block group %" PRIu64 ": cannot map its superblock mirrors through its chunk", start);
 			return -EUCLEAN;
 		}
-		struct ub_bg *bg;
-		ret = ub_alloc_insert_bg(a, flags, start, length, ub_alloc_chunk_full_stripe(c), sup, nsup, &bg);
 		if (ret == -EEXIST) {
 			ub_err(&a->log, "block group %" PRIu64 " length %" PRIu64 " overlaps another block group", start,
 			       length);
@@ -389,6 +386,10 @@ int ub_alloc_load(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub
 		ub_err(&vol->log, "the allocator does not support the block-group-tree feature "
 				  "(block group items outside the extent tree)");
 		return -EOPNOTSUPP;
+	}
+	if (!extent_root || !extent_root->bytenr) {
+		ub_err(&vol->log, "the allocator needs the extent tree, and this filesystem has no extent tree root");
+		return -EUCLEAN;
 	}
 	ret = ub_alloc_create(vol, &vol->log, &a);
 	if (ret)

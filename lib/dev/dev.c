@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <linux/fs.h>
@@ -168,11 +169,20 @@ int ub_dev_open(const char *path, bool writable, struct ub_dev **out)
 	uint64_t size;
 	int fd, ret;
 
-	fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+	/*
+	 * O_EXCL without O_CREAT: on Linux an exclusive open of a block device
+	 * (EBUSY while mounted); ignored for regular files, which get a flock
+	 * below instead.
+	 */
+	fd = open(path, (writable ? O_RDWR | O_EXCL : O_RDONLY) | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) < 0) {
 		ret = -errno;
+		goto out_close;
+	}
+	if (writable && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		goto out_close;
 	}
 	if (S_ISBLK(st.st_mode)) {

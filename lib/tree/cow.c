@@ -388,6 +388,81 @@ static int split_node(struct wctx *w, struct ub_path *p, int level)
 }
 
 /*
+ * Inserting into a nearly full node: before splitting it, move pointers into a
+ * sibling with room (the kernel's push_nodes_for_insert), so that keys coming
+ * in order leave full nodes behind. 0: the node has room now, 1: it has not.
+ */
+static int push_nodes_for_insert(struct wctx *w, struct ub_path *p, int level)
+{
+	struct ub_eb *mid = p->nodes[level], *parent = p->nodes[level + 1], *s;
+	uint32_t max = node_max(w->tc), n = nritems(mid), pslot = (uint32_t)p->slots[level + 1];
+	uint32_t slot = (uint32_t)p->slots[level], sn, k;
+	struct ub_key key;
+	int ret;
+
+	if (pslot > 0) {
+		ret = read_sibling(w, p, level, pslot - 1, &s);
+		if (ret)
+			return ret;
+		sn = nritems(s);
+		/* fill the left one up, keeping a few here */
+		k = sn + 1 < max && n > 8 ? max - sn : 0;
+		if (k > n - 8)
+			k = n - 8;
+		if (k) {
+			node_move(s, sn, mid, 0, k);
+			first_key(mid, &key);
+			set_key(parent, pslot, &key);
+			if (slot < k) {
+				p->nodes[level] = s;
+				p->slots[level] = (int)(sn + slot);
+				p->slots[level + 1] = (int)pslot - 1;
+				ub_eb_put(w->tc, mid);
+			} else {
+				p->slots[level] = (int)(slot - k);
+				ub_eb_put(w->tc, s);
+			}
+			if (nritems(p->nodes[level]) < max - 3)
+				return 0;
+			mid = p->nodes[level];
+			n = nritems(mid);
+			slot = (uint32_t)p->slots[level];
+			pslot = (uint32_t)p->slots[level + 1];
+		} else {
+			ub_eb_put(w->tc, s);
+		}
+	}
+	if (pslot + 1 < nritems(parent)) {
+		ret = read_sibling(w, p, level, pslot + 1, &s);
+		if (ret)
+			return ret;
+		sn = nritems(s);
+		/* at most half of ours goes right */
+		k = sn + 1 < max ? max - sn : 0;
+		if (k > n / 2)
+			k = n / 2;
+		if (k && n >= 4) {
+			node_move(s, 0, mid, n - k, k);
+			first_key(s, &key);
+			set_key(parent, pslot + 1, &key);
+			if (slot >= n - k) {
+				p->nodes[level] = s;
+				p->slots[level] = (int)(slot - (n - k));
+				p->slots[level + 1] = (int)pslot + 1;
+				ub_eb_put(w->tc, mid);
+			} else {
+				ub_eb_put(w->tc, s);
+			}
+			if (nritems(p->nodes[level]) < max - 3)
+				return 0;
+		} else {
+			ub_eb_put(w->tc, s);
+		}
+	}
+	return 1;
+}
+
+/*
  * Deleting: keep the node at `level` from getting small. A root with one child
  * gives way to the child; a node under a quarter full merges with a sibling or
  * takes pointers from one. 1: the tree changed (search again), 0: nothing done.
@@ -698,42 +773,52 @@ static int split_leaf(struct wctx *w, struct ub_path *p, const struct ub_key *ke
 	return split_at(w, p, 0, true, key);
 }
 
-/* Deleting made the leaf small: hand all its items to a sibling if one takes them, and drop it. */
+/*
+ * Deleting made the leaf small (the kernel's third): its items go into the
+ * siblings as far as they take them, the left one from our start, the right
+ * one from our end; a leaf left empty goes. The path is not to be used after.
+ */
 static int merge_leaf(struct wctx *w, struct ub_path *p)
 {
 	struct ub_tree_ctx *tc = w->tc;
 	struct ub_eb *l = p->nodes[0], *parent = p->nodes[1], *s = NULL;
-	uint32_t n = nritems(l), pslot = (uint32_t)p->slots[1], used = leaf_used(l, 0, n);
-	struct ub_key k;
+	uint32_t n = nritems(l), pslot = (uint32_t)p->slots[1], k, sfree;
+	struct ub_key key;
 	int ret;
 
 	if (pslot > 0) {
 		ret = read_sibling(w, p, 0, pslot - 1, &s);
 		if (ret)
 			return ret;
-		if (leaf_free(tc, s) >= used) {
-			leaf_move(tc, s, nritems(s), l, 0, n);
-			ub_eb_put(tc, s);
-			goto drop;
-		}
+		sfree = leaf_free(tc, s);
+		for (k = n; k > 0 && leaf_used(l, 0, k) > sfree; k--)
+			;
+		if (k)
+			leaf_move(tc, s, nritems(s), l, 0, k);
 		ub_eb_put(tc, s);
-		s = NULL;
+		n = nritems(l);
+		if (n && k) {
+			first_key(l, &key);
+			set_key(parent, pslot, &key);
+		}
 	}
-	if (pslot + 1 < nritems(parent)) {
+	if (n && pslot + 1 < nritems(parent)) {
 		ret = read_sibling(w, p, 0, pslot + 1, &s);
 		if (ret)
 			return ret;
-		if (leaf_free(tc, s) >= used) {
-			leaf_move(tc, s, 0, l, 0, n);
-			first_key(s, &k);
-			set_key(parent, pslot + 1, &k);
-			ub_eb_put(tc, s);
-			goto drop;
+		sfree = leaf_free(tc, s);
+		for (k = n; k > 0 && leaf_used(l, n - k, k) > sfree; k--)
+			;
+		if (k) {
+			leaf_move(tc, s, 0, l, n - k, k);
+			first_key(s, &key);
+			set_key(parent, pslot + 1, &key);
 		}
 		ub_eb_put(tc, s);
+		n = nritems(l);
 	}
-	return 0;
-drop:
+	if (n)
+		return 0;
 	ret = drop_block(w, l, parent);
 	if (!ret)
 		ret = del_ptr(w, p, 1, pslot);
@@ -817,7 +902,13 @@ again:
 				slot--;
 			p->slots[level] = slot;
 			if (ins_len > 0 && nritems(eb) >= node_max(tc) - 3) {
-				ret = split_node(&w, p, level);
+				ret = 1;
+				if (level + 1 < UB_MAX_LEVEL && p->nodes[level + 1])
+					ret = push_nodes_for_insert(&w, p, level);
+				if (ret < 0)
+					goto fail;
+				if (ret > 0)
+					ret = split_node(&w, p, level);
 				if (ret)
 					goto fail;
 			} else if (ins_len < 0 && restarts < 64 &&

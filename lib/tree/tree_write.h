@@ -125,7 +125,4 @@ int ub_path_read_child(struct ub_path *p, int level, int slot, struct ub_eb **ou
 /* what a root pointer promises about its block */
 struct ub_expect ub_root_expect(const struct ub_root *root);
 
-/* lib/volume (wt-volwrite); declared here until volume.h has it */
-int ub_volume_write(struct ub_volume *vol, uint64_t logical, uint64_t len, const void *buf);
-
 #endif

@@ -439,6 +439,39 @@ static void test_raid5_tail(void **state)
 	ub_alloc_free(a);
 }
 
+/*
+ * A RAID0 chunk over 40 devices whose 64 MiB mirror falls in every stripe,
+ * stripe j at row j: 40 excluded units, unit j * 40 + j of the chunk (RAID0
+ * puts unit u on stripe u % n at row u / n), and loading such a wide chunk
+ * must not run out of room for them.
+ */
+static void test_wide_chunk_super(void **state)
+{
+	const int n = 40;
+	struct ub_chunk *c = calloc(1, sizeof(*c) + (size_t)n * sizeof(struct ub_stripe));
+	assert_non_null(c);
+	c->logical = 10 * GiB;
+	c->length = (uint64_t)n * 64 * MiB;
+	c->type = T_DATA | BTRFS_BLOCK_GROUP_RAID0;
+	c->stripe_len = 64 * KiB;
+	c->num_stripes = (uint16_t)n;
+	c->sub_stripes = 1;
+	for (int j = 0; j < n; j++)
+		c->stripes[j].physical = 64 * MiB - (uint64_t)j * 64 * KiB;
+	struct ub_alloc *a = new_alloc();
+	struct ub_bg *bg;
+	assert_int_equal(ub_alloc_insert_chunk_bg(a, c, c->type, &bg), 0);
+	assert_int_equal(bg->super, (uint64_t)n * 64 * KiB);
+	for (int j = 0; j < n; j++) {
+		uint64_t lg = c->logical + ((uint64_t)j * n + j) * 64 * KiB;
+		assert_true(ub_rs_contains(&bg->super_set, lg, 64 * KiB));
+		assert_false(ub_rs_overlaps(&bg->avail, lg, 64 * KiB));
+	}
+	assert_int_equal(ub_alloc_verify(a), 0);
+	ub_alloc_free(a);
+	free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -452,6 +485,7 @@ int main(void)
 		cmocka_unit_test(test_raid5_data_seed2),
 		cmocka_unit_test(test_raid6_data),
 		cmocka_unit_test(test_raid6_metadata),
+		cmocka_unit_test(test_wide_chunk_super),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -302,6 +302,320 @@ static void test_create_failure_releases(void **state)
 	assert_int_equal(c.releases, 1);
 }
 
+/* ---- exclusive writable opens ---- */
+
+static void test_file_writable_is_exclusive(void **state)
+{
+	uint8_t data[SIZE];
+	struct tmpfile t;
+	struct ub_dev *a, *b, *ro;
+
+	(void)state;
+	fill(data, sizeof(data), 6);
+	make_file(&t, data, sizeof(data));
+	assert_int_equal(ub_dev_open(t.path, true, &a), 0);
+	assert_int_equal(ub_dev_open(t.path, true, &b), -EBUSY);
+	/* readers are not kept out */
+	assert_int_equal(ub_dev_open(t.path, false, &ro), 0);
+	ub_dev_close(ro);
+	ub_dev_close(a);
+	assert_int_equal(ub_dev_open(t.path, true, &b), 0);
+	ub_dev_close(b);
+	unlink(t.path);
+}
+
+/* A loop device over a temporary file: O_EXCL keeps a second writer out. Skipped without root/losetup. */
+static void test_blockdev_writable_is_exclusive(void **state)
+{
+	uint8_t data[SIZE];
+	struct tmpfile t;
+	struct ub_dev *a, *b;
+	char cmd[200], loopdev[64] = "";
+	FILE *p;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	fill(data, sizeof(data), 7);
+	make_file(&t, data, sizeof(data));
+	snprintf(cmd, sizeof(cmd), "losetup -f --show %s 2>/dev/null", t.path);
+	p = popen(cmd, "r");
+	if (!p || !fgets(loopdev, sizeof(loopdev), p) || strncmp(loopdev, "/dev/loop", 9)) {
+		if (p)
+			pclose(p);
+		unlink(t.path);
+		skip();
+	}
+	pclose(p);
+	loopdev[strcspn(loopdev, "\n")] = 0;
+	int r1 = ub_dev_open(loopdev, true, &a);
+	int r2 = r1 ? 0 : ub_dev_open(loopdev, true, &b);
+	if (r1 == 0 && r2 == 0)
+		ub_dev_close(b);
+	if (r1 == 0)
+		ub_dev_close(a);
+	snprintf(cmd, sizeof(cmd), "losetup -d %s", loopdev);
+	assert_int_equal(system(cmd), 0);
+	unlink(t.path);
+	assert_int_equal(r1, 0);
+	assert_int_equal(r2, -EBUSY);
+}
+
+/* ---- recorder ---- */
+
+#define RSIZE 4096
+
+/* The test's own model of a crash: base images with the given writes applied in the given order. */
+struct wr {
+	int dev;
+	uint64_t off, len;
+	uint8_t byte;
+};
+
+static void model_apply(uint8_t img[][RSIZE], const struct wr *w)
+{
+	memset(img[w->dev] + w->off, w->byte, w->len);
+}
+
+static void test_recorder(void **state)
+{
+	/* d0: A B | flush d0 | C ; d1: D | E flush d1 ; d0: F (overlaps C) */
+	static const struct wr script[] = {
+		{ 0, 0, 100, 'A' }, { 0, 50, 100, 'B' }, { 1, 10, 10, 'D' }, { -1, 0, 0, 0 } /* flush d0 */,
+		{ 0, 200, 30, 'C' }, { 1, 15, 30, 'E' }, { -2, 0, 0, 0 } /* flush d1 */, { 0, 210, 40, 'F' },
+	};
+	const uint64_t nscript = sizeof(script) / sizeof(script[0]);
+	uint8_t base[2][RSIZE], live[2][RSIZE], img[2][RSIZE], want[2][RSIZE];
+	struct ub_rec_log *log;
+	struct ub_dev *devs[2], *tg[2];
+
+	(void)state;
+	fill(base[0], RSIZE, 11);
+	fill(base[1], RSIZE, 12);
+	memcpy(live, base, sizeof(base));
+	assert_int_equal(ub_rec_log_new(&log), 0);
+	for (int d = 0; d < 2; d++) {
+		struct ub_dev *m;
+		assert_int_equal(ub_dev_open_mem("m", live[d], RSIZE, true, &m), 0);
+		assert_int_equal(ub_dev_open_recorder(m, log, d, &devs[d]), 0);
+		assert_string_equal(devs[d]->ops->kind, "recorder");
+		assert_true(devs[d]->size == RSIZE && devs[d]->writable);
+	}
+	for (uint64_t i = 0; i < nscript; i++) {
+		uint8_t buf[200];
+		if (script[i].dev < 0) {
+			assert_int_equal(ub_dev_flush(devs[-script[i].dev - 1]), 0);
+			continue;
+		}
+		memset(buf, script[i].byte, script[i].len);
+		assert_int_equal(ub_dev_write(devs[script[i].dev], buf, script[i].len, script[i].off), 0);
+	}
+	/* refused by the bounds check: never reaches the log */
+	assert_int_equal(ub_dev_write(devs[0], live, 10, RSIZE - 5), -ENOSPC);
+	assert_true(ub_rec_log_count(log) == nscript);
+	for (uint64_t i = 0; i < nscript; i++) {
+		struct ub_rec_entry e;
+		assert_int_equal(ub_rec_log_entry(log, i, &e), 0);
+		if (script[i].dev < 0) {
+			assert_int_equal(e.kind, UB_REC_FLUSH);
+			assert_int_equal(e.dev, -script[i].dev - 1);
+		} else {
+			assert_int_equal(e.kind, UB_REC_WRITE);
+			assert_int_equal(e.dev, script[i].dev);
+			assert_true(e.off == script[i].off && e.len == script[i].len && e.data[0] == script[i].byte);
+		}
+	}
+	{
+		struct ub_rec_entry e;
+		assert_int_equal(ub_rec_log_entry(log, nscript, &e), -ERANGE);
+	}
+	/* reads pass through */
+	{
+		uint8_t out[8];
+		assert_int_equal(ub_dev_read(devs[0], out, 8, 60), 0);
+		assert_int_equal(out[0], 'B');
+	}
+	for (int d = 0; d < 2; d++)
+		assert_int_equal(ub_dev_open_mem("t", img[d], RSIZE, true, &tg[d]), 0);
+
+	/* every cut: the prefix applied in order equals the model's prefix */
+	for (uint64_t k = 0; k <= nscript; k++) {
+		memcpy(img, base, sizeof(base));
+		memcpy(want, base, sizeof(base));
+		for (uint64_t i = 0; i < k; i++)
+			if (script[i].dev >= 0)
+				model_apply(want, &script[i]);
+		assert_int_equal(ub_rec_log_apply(log, k, tg, 2), 0);
+		assert_memory_equal(img, want, sizeof(img));
+	}
+	assert_memory_equal(img, live, sizeof(img));
+	assert_int_equal(ub_rec_log_apply(log, nscript + 1, tg, 2), -ERANGE);
+
+	/* pending writes: after a device's last flush before the cut */
+	{
+		static const struct { uint64_t k; size_t n; uint64_t idx[4]; } pend[] = {
+			{ 0, 0, { 0 } }, { 3, 3, { 0, 1, 2 } }, { 4, 1, { 2 } }, { 6, 3, { 2, 4, 5 } },
+			{ 7, 1, { 4 } }, { 8, 2, { 4, 7 } },
+		};
+		for (size_t t = 0; t < sizeof(pend) / sizeof(pend[0]); t++) {
+			uint64_t *idx;
+			size_t n;
+			assert_int_equal(ub_rec_log_pending(log, pend[t].k, &idx, &n), 0);
+			assert_int_equal(n, pend[t].n);
+			for (size_t j = 0; j < n; j++)
+				assert_true(idx[j] == pend[t].idx[j]);
+			free(idx);
+		}
+	}
+
+	/* cut at 8 with only F landed, then F before C (reordered: C wins the overlap) */
+	{
+		uint64_t only_f[] = { 7 }, f_then_c[] = { 7, 4 }, bad[] = { 0 }, twice[] = { 7, 7 };
+		const uint64_t durable[] = { 0, 1, 2, 5 };
+
+		memcpy(want, base, sizeof(base));
+		for (size_t j = 0; j < 4; j++)
+			model_apply(want, &script[durable[j]]);
+		model_apply(want, &script[7]);
+		memcpy(img, base, sizeof(base));
+		assert_int_equal(ub_rec_log_apply_subset(log, 8, only_f, 1, tg, 2), 0);
+		assert_memory_equal(img, want, sizeof(img));
+		model_apply(want, &script[4]);
+		memcpy(img, base, sizeof(base));
+		assert_int_equal(ub_rec_log_apply_subset(log, 8, f_then_c, 2, tg, 2), 0);
+		assert_memory_equal(img, want, sizeof(img));
+		assert_true(img[0][215] == 'C' && live[0][215] == 'F');
+		/* a durable write, or one listed twice, is not a variant */
+		memcpy(img, base, sizeof(base));
+		assert_int_equal(ub_rec_log_apply_subset(log, 8, bad, 1, tg, 2), -EINVAL);
+		assert_int_equal(ub_rec_log_apply_subset(log, 8, twice, 2, tg, 2), -EINVAL);
+		assert_memory_equal(img, base, sizeof(img));
+		/* only device 1's target: device 0's writes are skipped */
+		struct ub_dev *only1[2] = { NULL, tg[1] };
+		assert_int_equal(ub_rec_log_apply(log, 8, only1, 2), 0);
+		assert_memory_equal(img[0], base[0], RSIZE);
+		assert_memory_equal(img[1], live[1], RSIZE);
+	}
+
+	/* variants: seed 0 keeps none of the pending writes; a seed always gives the same image */
+	{
+		uint8_t first[2][RSIZE];
+		bool differs = false;
+
+		memcpy(want, base, sizeof(base));
+		model_apply(want, &script[0]);
+		model_apply(want, &script[1]);
+		model_apply(want, &script[2]);
+		model_apply(want, &script[5]);
+		memcpy(img, base, sizeof(base));
+		assert_int_equal(ub_rec_log_apply_variant(log, 8, 0, tg, 2), 0);
+		assert_memory_equal(img, want, sizeof(img));
+		for (uint64_t seed = 1; seed < 40; seed++) {
+			memcpy(img, base, sizeof(base));
+			assert_int_equal(ub_rec_log_apply_variant(log, 8, seed, tg, 2), 0);
+			memcpy(first, img, sizeof(img));
+			memcpy(img, base, sizeof(base));
+			assert_int_equal(ub_rec_log_apply_variant(log, 8, seed, tg, 2), 0);
+			assert_memory_equal(img, first, sizeof(img));
+			/* the durable part is always there */
+			assert_memory_equal(img[1], want[1], RSIZE);
+			assert_memory_equal(img[0], want[0], 200);
+			differs |= memcmp(img, want, sizeof(img)) != 0;
+		}
+		assert_true(differs);
+	}
+	ub_rec_log_clear(log);
+	assert_true(ub_rec_log_count(log) == 0);
+	/* the log outlives the caller's reference while its devices use it */
+	ub_rec_log_put(log);
+	assert_int_equal(ub_dev_write(devs[1], "x", 1, 0), 0);
+	assert_int_equal(ub_dev_flush(devs[1]), 0);
+	for (int d = 0; d < 2; d++) {
+		ub_dev_close(devs[d]);
+		ub_dev_close(tg[d]);
+	}
+}
+
+static void test_recorder_invalid(void **state)
+{
+	uint8_t buf[16];
+	struct ub_rec_log *log;
+	struct ub_dev *m, *r;
+
+	(void)state;
+	assert_int_equal(ub_rec_log_new(&log), 0);
+	assert_int_equal(ub_dev_open_mem("m", buf, sizeof(buf), true, &m), 0);
+	/* the inner device is taken over even on failure (ASan sees a leak otherwise) */
+	assert_int_equal(ub_dev_open_recorder(m, log, -1, &r), -EINVAL);
+	assert_int_equal(ub_dev_open_mem("m", buf, sizeof(buf), false, &m), 0);
+	assert_int_equal(ub_dev_open_recorder(m, log, 0, &r), 0);
+	assert_false(r->writable);
+	assert_int_equal(ub_dev_write(r, buf, 1, 0), -EROFS);
+	assert_true(ub_rec_log_count(log) == 0);
+	ub_dev_close(r);
+	ub_rec_log_put(log);
+}
+
+/* ---- faulty ---- */
+
+static void test_faulty(void **state)
+{
+	uint8_t img[2][64], out[8], data[8];
+	struct ub_fault_plan *plan;
+	struct ub_dev *devs[2];
+
+	(void)state;
+	memset(img, 0, sizeof(img));
+	memset(data, 0xCC, sizeof(data));
+	assert_int_equal(ub_fault_plan_new(&plan), 0);
+	for (int d = 0; d < 2; d++) {
+		struct ub_dev *m;
+		assert_int_equal(ub_dev_open_mem("m", img[d], 64, true, &m), 0);
+		assert_int_equal(ub_dev_open_faulty(m, plan, &devs[d]), 0);
+		assert_string_equal(devs[d]->ops->kind, "faulty");
+	}
+	/* unarmed: everything passes, everything is counted */
+	assert_int_equal(ub_dev_write(devs[0], data, 8, 0), 0);
+	assert_int_equal(ub_dev_read(devs[1], out, 8, 0), 0);
+	assert_int_equal(ub_dev_flush(devs[1]), 0);
+	assert_true(ub_fault_plan_count(plan, UB_FAULT_ANY) == 3);
+	assert_true(ub_fault_plan_count(plan, UB_FAULT_WRITE) == 1);
+
+	/* the 3rd write, counted over both devices, fails and changes nothing */
+	ub_fault_plan_arm(plan, UB_FAULT_WRITE, 3, false);
+	assert_true(ub_fault_plan_count(plan, UB_FAULT_ANY) == 0);
+	assert_int_equal(ub_dev_write(devs[0], data, 8, 8), 0);
+	assert_int_equal(ub_dev_read(devs[0], out, 8, 8), 0); /* reads are not in the mask */
+	assert_int_equal(ub_dev_write(devs[1], data, 8, 8), 0);
+	assert_int_equal(ub_dev_write(devs[0], data, 8, 16), -EIO);
+	assert_int_equal(img[0][16], 0);
+	assert_int_equal(ub_dev_write(devs[1], data, 8, 16), 0);
+	assert_int_equal(img[1][16], 0xCC);
+	assert_true(ub_fault_plan_injected(plan) == 1);
+	assert_true(ub_fault_plan_count(plan, UB_FAULT_WRITE) == 4);
+	assert_true(ub_fault_plan_count(plan, UB_FAULT_READ) == 1);
+
+	/* all I/O from the 2nd on */
+	ub_fault_plan_arm(plan, UB_FAULT_ANY, 2, true);
+	assert_int_equal(ub_dev_read(devs[1], out, 8, 0), 0);
+	assert_int_equal(ub_dev_flush(devs[0]), -EIO);
+	assert_int_equal(ub_dev_read(devs[1], out, 8, 0), -EIO);
+	assert_int_equal(ub_dev_write(devs[1], data, 8, 24), -EIO);
+	assert_int_equal(img[1][24], 0);
+	assert_true(ub_fault_plan_injected(plan) == 3);
+	/* the bounds check comes first: an out-of-range request is neither counted nor failed */
+	assert_int_equal(ub_dev_read(devs[1], out, 8, 60), -EIO);
+	assert_true(ub_fault_plan_count(plan, UB_FAULT_ANY) == 4);
+
+	/* disarmed */
+	ub_fault_plan_arm(plan, UB_FAULT_ANY, 0, true);
+	assert_int_equal(ub_dev_write(devs[1], data, 8, 24), 0);
+	assert_int_equal(img[1][24], 0xCC);
+	ub_fault_plan_put(plan);
+	ub_dev_close(devs[0]);
+	ub_dev_close(devs[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -314,6 +628,11 @@ int main(void)
 		cmocka_unit_test(test_file_open_errors),
 		cmocka_unit_test(test_backend_sees_only_valid_requests),
 		cmocka_unit_test(test_create_failure_releases),
+		cmocka_unit_test(test_file_writable_is_exclusive),
+		cmocka_unit_test(test_blockdev_writable_is_exclusive),
+		cmocka_unit_test(test_recorder),
+		cmocka_unit_test(test_recorder_invalid),
+		cmocka_unit_test(test_faulty),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

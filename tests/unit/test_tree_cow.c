@@ -67,6 +67,7 @@ static const struct ub_log g_log = { sink_fn, NULL, UB_LOG_WARN, &g_errors };
 /* ---- a filesystem to write into ---- */
 
 struct env {
+	char img[128];
 	struct ub_fs *fs;
 	struct ub_tree_ctx tc;
 	uint32_t nodesize;
@@ -83,6 +84,7 @@ static void env_open(struct env *e, uint32_t nodesize, const char *csum)
 			    img, nodesize, csum, img),
 			 0);
 	memset(e, 0, sizeof(*e));
+	snprintf(e->img, sizeof(e->img), "%s", img);
 	assert_int_equal(ub_fs_open(paths, 1, &opts, &g_log, &e->fs), 0);
 	e->nodesize = nodesize;
 	assert_int_equal(e->fs->vol->nodesize, nodesize);
@@ -114,6 +116,7 @@ struct talloc {
 	uint64_t *free_now, *free_later;
 	size_t nnow, nlater, cap;
 	bool reuse;
+	unsigned fail_at; /* 0: never; else the allocation with this number fails */
 	unsigned nalloc, ncow, nfree, ncopy;
 	uint64_t last_copy_src, last_copy_dst;
 };
@@ -139,6 +142,8 @@ static int ta_alloc(void *arg, uint64_t root_id, int level, uint64_t *bytenr)
 	(void)root_id;
 	(void)level;
 	a->nalloc++;
+	if (a->fail_at && a->nalloc >= a->fail_at)
+		return -ENOSPC;
 	if (a->reuse && a->nnow) {
 		*bytenr = a->free_now[--a->nnow];
 		return 0;
@@ -756,6 +761,8 @@ static void saved_free(struct saved *s)
 
 /* ---- the tests ---- */
 
+static void model_progs_check(struct env *e, const struct ub_root *root, const struct model *m);
+
 static void run_random(uint32_t nodesize, const char *csum, uint64_t seed, unsigned ops, unsigned batch, uint32_t span,
 		       int want_level)
 {
@@ -764,6 +771,7 @@ static void run_random(uint32_t nodesize, const char *csum, uint64_t seed, unsig
 	struct ub_root root;
 	struct model m = { 0 };
 	unsigned errs = g_errors, done = 0, batches = 0;
+	bool progs_done = false;
 	int max_level = 0;
 
 	rng_state = seed;
@@ -799,6 +807,11 @@ static void run_random(uint32_t nodesize, const char *csum, uint64_t seed, unsig
 		commit(&e, &a);
 		if (++batches % 4 == 0)
 			check_on_disk(&e, &root, &m);
+		if (!progs_done && done >= ops * 4 / 10) {
+			/* the tree at its biggest, through btrfs-progs */
+			model_progs_check(&e, &root, &m);
+			progs_done = true;
+		}
 	}
 	check_on_disk(&e, &root, &m);
 	/* everything goes: the tree shrinks back to one empty leaf */
@@ -854,6 +867,20 @@ static void test_random_16k(void **state)
 	(void)state;
 	NEED_MKFS();
 	run_random(16384, "xxhash", 0xfeedbeefULL, long_tests() ? 60000 : 6000, 300, 800, 1);
+}
+
+static void test_random_8k(void **state)
+{
+	(void)state;
+	NEED_MKFS();
+	run_random(8192, "sha256", 0x8888ULL, long_tests() ? 30000 : 3000, 300, 500, 1);
+}
+
+static void test_random_32k(void **state)
+{
+	(void)state;
+	NEED_MKFS();
+	run_random(32768, "blake2", 0x3232ULL, long_tests() ? 30000 : 3000, 300, 1000, 1);
 }
 
 static void test_random_64k(void **state)
@@ -995,6 +1022,71 @@ static void test_drop_dirty(void **state)
 	check_on_disk(&e, &committed, &mc);
 	model_free(&m);
 	model_free(&mc);
+	talloc_free(&a);
+	env_close(&e);
+}
+
+/*
+ * The allocator runs dry in the middle of changes: the error comes back from
+ * whatever call needed a block, and aborting (drop_dirty) leaves the committed
+ * tree whole, in memory and on disk.
+ */
+static void test_alloc_failure(void **state)
+{
+	struct env e;
+	struct talloc a;
+	struct ub_root root, committed;
+	struct model m = { 0 }, mc;
+	unsigned errs;
+
+	(void)state;
+	NEED_MKFS();
+	rng_state = 11;
+	env_open(&e, 4096, "crc32c");
+	talloc_init(&a, &e, false);
+	assert_int_equal(ub_tree_create_root(&e.tc, &a.ta, TREE_ID, &root), 0);
+	for (int i = 0; i < 3000; i++)
+		op_insert(&e, &a, &root, &m, 400);
+	commit(&e, &a);
+	for (unsigned round = 1; round <= 40; round++) {
+		int ret = 0;
+
+		committed = root;
+		model_copy(&mc, &m);
+		a.fail_at = a.nalloc + round;
+		errs = g_errors;
+		/* big items so splits (and so allocations) come quickly */
+		for (int i = 0; i < 2000 && !ret; i++) {
+			struct ub_key k = rand_key(400);
+			uint8_t buf[1500];
+			bool found;
+			uint32_t size = 200 + rnd_below(1200);
+			fill_random(buf, size);
+			model_find(&m, &k, &found);
+			if (i % 3 == 2 && m.n) {
+				struct ub_path p;
+				ub_path_init(&p);
+				ret = ub_tree_search_slot(&e.tc, &a.ta, &root, &m.v[rnd_below((uint32_t)m.n)].key, &p, -1, true);
+				if (ret == 0)
+					ret = ub_tree_del_items(&e.tc, &a.ta, &root, &p, p.slots[0], 1);
+				ub_path_release(&p);
+			} else {
+				ret = ub_tree_insert_item(&e.tc, &a.ta, &root, &k, buf, size);
+				if (ret == -EEXIST && found)
+					ret = 0;
+			}
+		}
+		assert_int_equal(ret, -ENOSPC);
+		(void)errs;
+		ub_tree_drop_dirty(&e.tc);
+		root = committed;
+		model_free(&m);
+		m = mc;
+		a.fail_at = 0;
+		check_all(&e.tc, &root, &m);
+	}
+	check_on_disk(&e, &root, &m);
+	model_free(&m);
 	talloc_free(&a);
 	env_close(&e);
 }
@@ -1144,6 +1236,103 @@ static void dense_commit_check(struct env *e, struct talloc *a, const struct ub_
 	ub_tree_ctx_destroy(&fresh);
 }
 
+/*
+ * btrfs-progs as the independent reader: dump-tree follows the written tree
+ * from its root (checksums, headers, child generations checked on the way) and
+ * prints every item; keys and sizes must be the expected ones, in order.
+ */
+static void progs_check(struct env *e, const struct ub_root *root, const struct ub_key *keys, const uint32_t *sizes,
+			size_t n)
+{
+	char cmd[512], line[512];
+	FILE *f;
+	size_t items = 0;
+	bool bad = false;
+
+	if (sh("command -v btrfs >/dev/null 2>&1")) {
+		print_message("btrfs-progs not installed: the dump-tree check is skipped\n");
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "btrfs inspect-internal dump-tree --noscan -b %" PRIu64 " --follow %s 2>&1",
+		 root->bytenr, e->img);
+	f = popen(cmd, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long oid, off;
+		unsigned type, ioff, isize;
+		char tname[64];
+		const char *kp = strstr(line, " key (");
+
+		if (strstr(line, "verify failed") || strstr(line, "ERROR") || strstr(line, "corrupt")) {
+			fprintf(stderr, "dump-tree: %s", line);
+			bad = true;
+		}
+		/* leaf items: "\titem N key (OID TYPE OFF) itemoff X itemsize Y" */
+		if (!kp || !strstr(line, "itemsize"))
+			continue;
+		if (sscanf(kp, " key (%llu %63s %llu) itemoff %u itemsize %u", &oid, tname, &off, &ioff, &isize) != 5) {
+			fprintf(stderr, "dump-tree: unparsed: %s", line);
+			bad = true;
+			continue;
+		}
+		/* progs names type 248 */
+		if (!strcmp(tname, "TEMPORARY_ITEM"))
+			type = TEST_TYPE;
+		else if (sscanf(tname, "%u", &type) != 1)
+			type = 0;
+		if (items < n) {
+			struct ub_key k = { oid, (uint8_t)type, off };
+			if (ub_key_cmp(&k, &keys[items]) || isize != sizes[items]) {
+				if (!bad)
+					fprintf(stderr, "dump-tree: item %zu is (%llu %u %llu) size %u, expected (%" PRIu64
+						" %u %" PRIu64 ") size %u\n", items, oid, type, off, isize, keys[items].objectid,
+						keys[items].type, keys[items].offset, sizes[items]);
+				bad = true;
+			}
+		}
+		items++;
+	}
+	assert_int_equal(pclose(f), 0);
+	assert_false(bad);
+	assert_int_equal(items, n);
+	print_message("btrfs dump-tree read %zu items back\n", items);
+}
+
+static void model_progs_check(struct env *e, const struct ub_root *root, const struct model *m)
+{
+	struct ub_key *keys = malloc((m->n + 1) * sizeof(*keys));
+	uint32_t *sizes = malloc((m->n + 1) * sizeof(*sizes));
+
+	assert_non_null(keys);
+	assert_non_null(sizes);
+	for (size_t i = 0; i < m->n; i++) {
+		keys[i] = m->v[i].key;
+		sizes[i] = m->v[i].size;
+	}
+	progs_check(e, root, keys, sizes, m->n);
+	free(keys);
+	free(sizes);
+}
+
+static void dense_progs_check(struct env *e, const struct ub_root *root, const struct dense *m)
+{
+	struct ub_key *keys = malloc((m->count + 1) * sizeof(*keys));
+	uint32_t *sizes = malloc((m->count + 1) * sizeof(*sizes));
+	size_t n = 0;
+
+	assert_non_null(keys);
+	assert_non_null(sizes);
+	for (uint32_t i = 0; i < m->n; i++) {
+		if (!m->present[i])
+			continue;
+		keys[n] = dense_key(i);
+		sizes[n++] = dense_size(i);
+	}
+	progs_check(e, root, keys, sizes, n);
+	free(keys);
+	free(sizes);
+}
+
 static void test_nodes_4k(void **state)
 {
 	struct env e;
@@ -1188,6 +1377,7 @@ static void test_nodes_4k(void **state)
 	print_message("%u items: level %d, %zu nodes, %zu leaves\n", m.count, root.level, sh1.nodes, sh1.leaves);
 	assert_true(root.level >= 2);
 	dense_commit_check(&e, &a, &root, &m);
+	dense_progs_check(&e, &root, &m);
 	/* a contiguous third goes: whole leaves and nodes empty out */
 	for (uint32_t i = n / 3; i < 2 * n / 3; i++)
 		dense_delete(&e, &a, &root, &m, i);
@@ -1300,11 +1490,14 @@ int main(void)
 		cmocka_unit_test(test_iter_range),
 		cmocka_unit_test(test_item_limits),
 		cmocka_unit_test(test_drop_dirty),
+		cmocka_unit_test(test_alloc_failure),
 		cmocka_unit_test(test_copy_root),
 		cmocka_unit_test(test_search_readonly),
 		cmocka_unit_test(test_nodes_4k),
 		cmocka_unit_test(test_random_4k),
 		cmocka_unit_test(test_random_16k),
+		cmocka_unit_test(test_random_8k),
+		cmocka_unit_test(test_random_32k),
 		cmocka_unit_test(test_random_64k),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -839,6 +839,127 @@ static void test_supers_flush_first(void **state)
 	rig_free(&r);
 }
 
+/*
+ * The faulty backend, failing I/O number N for every N of a short run (a
+ * RAID5 read-modify-write, a write over several stripes, a flush, the
+ * superblocks): a failed write or flush is returned once and then every
+ * later call fails with -EROFS; a failed read only degrades the
+ * read-modify-write (rebuilt from parity), so the run completes and the data
+ * is right.
+ */
+static int faulty_run(struct rig *r, struct ub_fault_plan *plan, uint64_t nth, int *first_err, int *later_err,
+		      uint8_t *model)
+{
+	struct ub_dev *devs[MAXDEV];
+	struct ub_volume *vol;
+	static uint8_t data[4 * SL];
+	int rets[4], step = 0;
+
+	for (int d = 0; d < r->cfg.ndevs; d++) {
+		struct ub_dev *m;
+		memset(r->buf[d], 0, 4 * MiB);
+		memset(r->buf[d] + 64 * MiB, 0, DEVSZ - 64 * MiB);
+		memset(r->buf[d] + 65536, 0, 4096);
+		assert_int_equal(ub_dev_open_mem("m", r->buf[d], DEVSZ, true, &m), 0);
+		assert_int_equal(ub_dev_open_faulty(m, plan, &devs[d]), 0);
+	}
+	assert_int_equal(ub_volume_create(devs, r->cfg.ndevs, r->sb, &quiet_log, &vol), 0);
+	ub_fault_plan_arm(plan, UB_FAULT_ANY, nth, false);
+	memset(model, 0, r->length);
+	memset(data, 0x31, sizeof(data));
+	rets[step++] = ub_volume_write(vol, CHUNK_LOGICAL + 4096, 8192, data);
+	memcpy(model + 4096, data, 8192);
+	memset(data, 0x32, sizeof(data));
+	rets[step++] = ub_volume_write(vol, CHUNK_LOGICAL + SL - 4096, 3 * SL, data);
+	memcpy(model + SL - 4096, data, 3 * SL);
+	rets[step++] = ub_volume_flush(vol);
+	rets[step++] = ub_volume_write_supers(vol, r->sb);
+	*first_err = 0;
+	*later_err = 0;
+	for (int i = 0; i < step; i++) {
+		if (*first_err) {
+			if (rets[i] != -EROFS)
+				*later_err = rets[i] ? rets[i] : 1;
+		} else {
+			*first_err = rets[i];
+		}
+	}
+	if (*first_err)
+		assert_int_equal(ub_volume_write_error(vol), *first_err);
+	else
+		assert_int_equal(ub_volume_write_error(vol), 0);
+	/* whatever happened, the sticky state holds for the next caller too */
+	if (*first_err)
+		assert_int_equal(ub_volume_write(vol, CHUNK_LOGICAL, 4096, data), -EROFS);
+	ub_fault_plan_arm(plan, UB_FAULT_ANY, 0, false);
+	if (!*first_err) {
+		uint8_t *out = malloc(r->length);
+		assert_non_null(out);
+		assert_int_equal(ub_volume_read(vol, CHUNK_LOGICAL, r->length, 1, out), 0);
+		assert_memory_equal(out, model, r->length);
+		free(out);
+	}
+	ub_volume_close(vol);
+	return step;
+}
+
+static void test_sticky_faulty(void **state)
+{
+	struct cfg c = { .bits = P_R5, .ndevs = 3, .nstripes = 3, .nparity = 1, .ncopies = 1, .tolerated = 1 };
+	struct ub_fault_plan *plan;
+	struct rig r;
+	uint64_t total, nreads, reads_failed = 0, errors = 0;
+	int first, later;
+
+	(void)state;
+	rng_state = 83;
+	rig_init(&r, &c, 0);
+	assert_int_equal(ub_fault_plan_new(&plan), 0);
+	faulty_run(&r, plan, 0, &first, &later, r.model);
+	assert_int_equal(first, 0);
+	ub_fault_plan_arm(plan, UB_FAULT_ANY, 0, false);
+	/* count the run's I/O once, unfailed */
+	{
+		struct ub_dev *devs[MAXDEV];
+		struct ub_volume *vol;
+		static uint8_t data[4 * SL];
+		for (int d = 0; d < c.ndevs; d++) {
+			struct ub_dev *m;
+			assert_int_equal(ub_dev_open_mem("m", r.buf[d], DEVSZ, true, &m), 0);
+			assert_int_equal(ub_dev_open_faulty(m, plan, &devs[d]), 0);
+		}
+		assert_int_equal(ub_volume_create(devs, c.ndevs, r.sb, &quiet_log, &vol), 0);
+		ub_fault_plan_arm(plan, UB_FAULT_ANY, 0, false);
+		assert_int_equal(ub_volume_write(vol, CHUNK_LOGICAL + 4096, 8192, data), 0);
+		assert_int_equal(ub_volume_write(vol, CHUNK_LOGICAL + SL - 4096, 3 * SL, data), 0);
+		assert_int_equal(ub_volume_flush(vol), 0);
+		assert_int_equal(ub_volume_write_supers(vol, r.sb), 0);
+		total = ub_fault_plan_count(plan, UB_FAULT_ANY);
+		nreads = ub_fault_plan_count(plan, UB_FAULT_READ);
+		assert_true(nreads > 0);
+		assert_true(ub_fault_plan_count(plan, UB_FAULT_FLUSH) == 3 * 3);
+		ub_volume_close(vol);
+	}
+	for (uint64_t n = 1; n <= total; n++) {
+		faulty_run(&r, plan, n, &first, &later, r.model);
+		assert_true(ub_fault_plan_injected(plan) <= 1);
+		assert_int_equal(later, 0);
+		if (first) {
+			assert_int_equal(first, -EIO);
+			errors++;
+		} else {
+			reads_failed++;
+		}
+	}
+	/* every write and flush of the run, failed in turn, was an error; only failed reads were survived */
+	assert_true(reads_failed == nreads);
+	assert_true(errors == total - nreads);
+	faulty_run(&r, plan, total + 1, &first, &later, r.model);
+	assert_int_equal(first, 0);
+	ub_fault_plan_put(plan);
+	rig_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -857,6 +978,7 @@ int main(void)
 		cmocka_unit_test(test_read_only_volume),
 		cmocka_unit_test(test_sticky_error),
 		cmocka_unit_test(test_supers_flush_first),
+		cmocka_unit_test(test_sticky_faulty),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
