@@ -333,6 +333,50 @@ def test_snapshots_share_data_extents(driver, casedir, ubtrfs_bin):
     del text
 
 
+def super_generation(img):
+    with open(img, "rb") as f:
+        f.seek(64 << 10)
+        sb = f.read(4096)
+    return struct.unpack_from("<Q", sb, 0x48)[0]
+
+
+@pytest.mark.parametrize("case", [("dup", "single", 1, 4096), ("raid1", "raid1", 2, 16384)],
+                         ids=["dup-4k", "raid1-16k"])
+def test_crash_points(driver, casedir, ubtrfs_bin, case):
+    """Writes and flushes recorded (lib/dev's recorder); images cut at points spread over the run, with
+    the pending writes of each cut kept, dropped and reordered by a seed. Each must pass btrfs check
+    and hold exactly one commit's names: the generation its superblock names."""
+    meta, data, ndev, nodesize = case
+    imgs = make_images(casedir, ndev)
+    mkfs(imgs, meta, data, nodesize)
+    gen0 = super_generation(imgs[0])
+    n, every = (1200, 150) if nodesize == 4096 else (2400, 300)
+    cuts = 120 if LONG else 14
+    crash = casedir / "crash"
+    crash.mkdir()
+    cp = T.run([driver, "--crash-dir", crash, "--crash-cuts", cuts, "create", "f", n, every, *imgs],
+               check=False, timeout=900)
+    assert cp.returncode == 0, cp.stderr.decode()[-3000:]
+    assert len(re.findall(r"^cut \d+ ", cp.stdout.decode(), re.M)) == cuts
+    ncommits = n // every
+    state = {gen0 + j: {"f%06d" % i for i in range(j * every)} for j in range(ncommits + 1)}
+    seen = set()
+    for c in range(cuts):
+        cut = [crash / ("cut%d_dev%d.img" % (c, d)) for d in range(ndev)]
+        gens = {super_generation(x) for x in cut}
+        assert gens <= set(state), gens
+        progs_check(cut)
+        names = ubtrfs_names(cut)
+        assert any(names == state[g] for g in gens), (c, gens, len(names))
+        seen |= gens
+        if c in (cuts // 3, cuts - 1):
+            assert kernel_names(cut, casedir / "mnt") == names
+        for x in cut:
+            x.unlink()
+    # the cuts saw the start, the end and commits in between
+    assert {gen0, gen0 + ncommits} <= seen and len(seen) >= 3, seen
+
+
 def test_everything_deleted_shrinks_back(driver, casedir, ubtrfs_bin):
     """All files created, then all deleted: the tree shrinks back to one leaf; check and kernel agree."""
     imgs = make_images(casedir, 1)

@@ -30,10 +30,20 @@
  * write landed on a block the previous superblock reaches (every tree walked
  * from it, every copy) outside the superblock mirrors.
  *
+ * --crash-dir DIR --crash-cuts K: the devices are recorded (lib/dev's
+ * recorder) from the start; afterwards DIR/base_devD.img hold the images as
+ * they were, and for K cut points spread over the recorded writes and
+ * flushes DIR/cutC_devD.img hold what a crash after that many entries could
+ * have left (every write before the device's last flush, and a seeded
+ * choice of the pending ones, kept or dropped, reordered). One line per cut:
+ * "cut C entries N of M".
+ *
  * Exit: 0 done, 1 a check failed or an operation failed, 2 the engine refused
  * to open the filesystem (the message says why).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,6 +236,75 @@ static int check_writes(void)
 	}
 	g_rec.n = 0;
 	return 0;
+}
+
+
+/* ---- crash images ---- */
+
+/* Copy a (sparse) image file, holes kept. */
+static int copy_sparse(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY), out = -1, ret = 0;
+	off_t size, pos = 0;
+	static char buf[1 << 16];
+
+	if (in < 0)
+		return -errno;
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	size = lseek(in, 0, SEEK_END);
+	if (out < 0 || size < 0 || ftruncate(out, size) < 0)
+		ret = -errno;
+	while (!ret && pos < size) {
+		off_t data = lseek(in, pos, SEEK_DATA), hole;
+		if (data < 0)
+			break; /* no more data */
+		hole = lseek(in, data, SEEK_HOLE);
+		if (hole < 0) {
+			ret = -errno;
+			break;
+		}
+		for (pos = data; pos < hole && !ret;) {
+			size_t n = (size_t)(hole - pos < (off_t)sizeof(buf) ? hole - pos : (off_t)sizeof(buf));
+			ssize_t r = pread(in, buf, n, pos);
+			if (r <= 0 || pwrite(out, buf, (size_t)r, pos) != r)
+				ret = r < 0 ? -errno : -EIO;
+			pos += r > 0 ? r : 0;
+		}
+	}
+	close(in);
+	if (out >= 0)
+		close(out);
+	return ret;
+}
+
+static int make_cuts(struct ub_rec_log *log, const char *dir, char **paths, int ndevs, long cuts)
+{
+	uint64_t total = ub_rec_log_count(log);
+	char name[4096];
+	int ret = 0;
+
+	for (long c = 0; c < cuts && !ret; c++) {
+		/* spread over the log, always including the very end */
+		uint64_t k = cuts > 1 ? total * (uint64_t)c / (uint64_t)(cuts - 1) : total;
+		struct ub_dev *targets[16] = { 0 };
+
+		for (int d = 0; d < ndevs && !ret; d++) {
+			char base[4096];
+			snprintf(base, sizeof(base), "%s/base_dev%d.img", dir, d);
+			snprintf(name, sizeof(name), "%s/cut%ld_dev%d.img", dir, c, d);
+			ret = copy_sparse(base, name);
+			if (!ret)
+				ret = ub_dev_open(name, true, &targets[d]);
+		}
+		if (!ret)
+			ret = ub_rec_log_apply_variant(log, k, (uint64_t)c * 7919 + 1, targets, ndevs);
+		for (int d = 0; d < ndevs; d++)
+			ub_dev_close(targets[d]);
+		if (!ret)
+			printf("cut %ld entries %llu of %llu\n", c, (unsigned long long)k, (unsigned long long)total);
+	}
+	(void)paths;
+	return ret;
 }
 
 /* ---- items ---- */
@@ -699,7 +778,8 @@ static void usage(void)
 			"       engine_driver [--check-writes] subvols-create PREFIX FIRST LAST FILES DEV...\n"
 			"options: --subvol ID (create, delete: the subvolume, default 5)\n"
 			"         --abort-every K (create, delete: abort every K-th transaction)\n"
-			"         --missing-ok (delete: skip names that are not there)\n");
+			"         --missing-ok (delete: skip names that are not there)\n"
+			"         --crash-dir DIR --crash-cuts K (record, then write K crash images into DIR)\n");
 	exit(1);
 }
 
@@ -710,11 +790,18 @@ int main(int argc, char **argv)
 	const char *op, *prefix = NULL;
 	long from = 0, to = 0, step = 1, every = 1;
 	uint64_t subvol = BTRFS_FS_TREE_OBJECTID;
+	const char *crash_dir = NULL;
+	long crash_cuts = 0;
+	struct ub_rec_log *rlog = NULL;
 	int i = 1, ndevs, ret, nargs;
 
 	for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
 		if (strcmp(argv[i], "--check-writes") == 0)
 			g_check = true;
+		else if (strcmp(argv[i], "--crash-dir") == 0 && i + 1 < argc)
+			crash_dir = argv[++i];
+		else if (strcmp(argv[i], "--crash-cuts") == 0 && i + 1 < argc)
+			crash_cuts = atol(argv[++i]);
 		else if (strcmp(argv[i], "--missing-ok") == 0)
 			g_missing_ok = true;
 		else if (strcmp(argv[i], "--abort-every") == 0 && i + 1 < argc)
@@ -752,13 +839,28 @@ int main(int argc, char **argv)
 	if (every < 1 || step < 1 || strlen(prefix ? prefix : "") > 200)
 		usage();
 	ndevs = argc - i;
-	if (ndevs > 16)
+	if (ndevs > 16 || (crash_dir && crash_cuts < 1))
 		usage();
+	if (crash_dir) {
+		for (int d = 0; d < ndevs; d++) {
+			char base[4096];
+			snprintf(base, sizeof(base), "%s/base_dev%d.img", crash_dir, d);
+			ret = copy_sparse(argv[i + d], base);
+			if (ret) {
+				fprintf(stderr, "engine_driver: %s: %s\n", base, strerror(-ret));
+				return 1;
+			}
+		}
+		if (ub_rec_log_new(&rlog))
+			return 1;
+	}
 	for (int d = 0; d < ndevs; d++) {
 		struct ub_dev *inner;
 		struct rec_dev *r;
 
 		ret = ub_dev_open(argv[i + d], true, &inner);
+		if (!ret && rlog)
+			ret = ub_dev_open_recorder(inner, rlog, d, &inner);
 		if (ret) {
 			fprintf(stderr, "engine_driver: %s: %s\n", argv[i + d], strerror(-ret));
 			return 1;
@@ -829,6 +931,12 @@ done:
 	printf("generation %llu commits %llu writes_checked %llu violations %llu aborts %llu\n",
 	       (unsigned long long)c.e->generation, g_commits, g_writes_checked, g_violations, g_aborts);
 	ub_engine_close(c.e);
+	if (rlog && !ret) {
+		ret = make_cuts(rlog, crash_dir, argv + i, ndevs, crash_cuts);
+		if (ret)
+			fprintf(stderr, "engine_driver: crash images: %s\n", strerror(-ret));
+	}
+	ub_rec_log_put(rlog);
 	free(g_rec.w);
 	free(g_reach.p);
 	if (ret) {
