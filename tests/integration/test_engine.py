@@ -163,7 +163,6 @@ def ubtrfs_names(imgs):
 # name, metadata profile, data profile, devices, nodesize, files, commit every
 CASES = [
     ("dup-4k", "dup", "single", 1, 4096, 5000, 700),
-    ("single-16k", "single", "single", 1, 16384, 3000, 1000),
     ("raid1-16k", "raid1", "raid1", 2, 16384, 3000, 600),
     ("raid10-4k", "raid10", "raid10", 4, 4096, 3000, 800),
     ("raid5-16k", "raid5", "raid5", 3, 16384, 2000, 500),
@@ -171,6 +170,7 @@ CASES = [
 ]
 if LONG:
     CASES += [
+        ("single-16k-long", "single", "single", 1, 16384, 3000, 1000),
         ("raid1c3-4k-long", "raid1c3", "raid1c3", 3, 4096, 30000, 3000),
         ("dup-64k-long", "dup", "single", 1, 65536, 20000, 2000),
         ("dup-4k-long", "dup", "single", 1, 4096, 40000, 997),
@@ -350,8 +350,8 @@ def test_crash_points(driver, casedir, ubtrfs_bin, case):
     imgs = make_images(casedir, ndev)
     mkfs(imgs, meta, data, nodesize)
     gen0 = super_generation(imgs[0])
-    n, every = (1200, 150) if nodesize == 4096 else (2400, 300)
-    cuts = 120 if LONG else 14
+    n, every = (1200, 150) if nodesize == 4096 else (1600, 200)
+    cuts = 120 if LONG else (12 if ndev == 1 else 8)
     crash = casedir / "crash"
     crash.mkdir()
     cp = T.run([driver, "--crash-dir", crash, "--crash-cuts", cuts, "create", "f", n, every, *imgs],
