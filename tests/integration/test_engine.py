@@ -377,6 +377,38 @@ def test_crash_points(driver, casedir, ubtrfs_bin, case):
     assert {gen0, gen0 + ncommits} <= seen and len(seen) >= 3, seen
 
 
+def test_io_errors(driver, casedir, ubtrfs_bin):
+    """One write or flush fails (lib/dev's faulty device), at points spread over a run of three commits
+    (every one of them with UBTRFS_LONG_TESTS=1): the commit fails with the error, the engine stops, and
+    the image passes btrfs check holding exactly one commit's names."""
+    base = make_images(casedir, 1)[0]
+    mkfs([base], "dup", "single", 4096)
+    gen0 = super_generation(base)
+    n, every = 300, 100
+    state = {gen0 + j: {"f%06d" % i for i in range(j * every)} for j in range(n // every + 1)}
+    work = casedir / "work.img"
+    T.run(["cp", "--sparse=always", base, work])
+    cp = T.run([driver, "--fault", 0, "create", "f", n, every, work])
+    reads, writes, flushes, _ = (int(x) for x in re.search(r"^io (\d+) (\d+) (\d+) injected (\d+)",
+                                                            cp.stdout.decode(), re.M).groups())
+    total = writes + flushes
+    points = range(1, total + 1) if LONG else sorted({1, 2, total // 2, total - 1, total} |
+                                                     set(range(3, total, max(1, total // 5))))
+    seen = set()
+    for nth in points:
+        T.run(["cp", "--sparse=always", base, work])
+        cp = T.run([driver, "--fault", nth, "create", "f", n, every, work], check=False)
+        err = cp.stderr.decode("utf-8", "replace")
+        assert cp.returncode == 1, (nth, err[-2000:])
+        assert "Input/output error" in err and "injected 1" in cp.stdout.decode(), (nth, err[-2000:])
+        gen = super_generation(work)
+        assert gen in state, (nth, gen)
+        progs_check([work])
+        assert ubtrfs_names([work]) == state[gen], (nth, gen)
+        seen.add(gen)
+    assert len(seen) >= 2, seen
+
+
 def test_everything_deleted_shrinks_back(driver, casedir, ubtrfs_bin):
     """All files created, then all deleted: the tree shrinks back to one leaf; check and kernel agree."""
     imgs = make_images(casedir, 1)
