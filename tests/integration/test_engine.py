@@ -18,8 +18,14 @@ the previous one committed). Afterwards:
     commit wrote over a block the previous superblock reaches (every tree
     walked from it, every copy), outside the superblock mirrors.
 
-Budget: a few seconds per profile under ASan; UBTRFS_LONG_TESTS=1 runs more
-files and commits.
+Also: snapshots (ub_tree_copy_root) sharing tree blocks and data extents
+while both sides change (full back references, inline then keyed refs),
+files with data deleted (data refs to zero, checksums out), aborted
+transactions, crash cuts of recorded runs, one I/O error at points over a
+run, a free space tree in bitmaps, and the read-write refusals.
+
+Budget: about a minute under ASan; UBTRFS_LONG_TESTS=1 runs more files,
+profiles, crash cuts and every I/O error point.
 """
 
 import contextlib
