@@ -67,6 +67,15 @@ build-fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS)
 
 fuzz: $(FUZZ_BINS)
 
+# ---- write engine test driver (wt-txn): tests/integration/test_engine.py builds and runs it ----
+ENGINE_DRIVER := $(BUILD)/tests/tools/engine_driver
+$(BUILD)/tests/tools/engine_driver: tests/tools/engine_driver.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+tools: $(ENGINE_DRIVER)
+.PHONY: tools
+# ---- end of the engine driver block ----
+
 clean:
 	rm -rf build build-san build-fuzz
 

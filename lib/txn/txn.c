@@ -1,0 +1,480 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Transactions: start, the tree layer's allocation callbacks, commit, abort.
+ *
+ * The rules that keep every commit crash-safe:
+ *  1. Nothing reachable from the last committed superblock is ever
+ *     overwritten. A tree block of an older generation is copied to a newly
+ *     reserved address before it changes (the tree layer asks cow_block), and
+ *     the allocator hands out only space that no committed tree uses.
+ *  2. Space freed in transaction N (an old copy, a block merged away, an
+ *     extent whose last reference went) is pinned: unusable until N's
+ *     superblocks are durable on every device, since until then the last
+ *     committed trees may still point there. ub_alloc_unpin() runs only after
+ *     ub_volume_write_supers() returned success.
+ *  3. Superblocks are written only after every block they reach is written
+ *     and flushed (ub_volume_write_supers flushes before and after).
+ *  4. A failure anywhere in the commit breaks the engine (read-only from then
+ *     on): the disk holds the previous commit, whole, since no superblock
+ *     pointing at the half-written one was written.
+ *
+ * Commit order (DESIGN.md "The write path"):
+ *  1. Until nothing changes any more: apply the queued reference changes to
+ *     the extent tree (which copies extent tree blocks and so queues more
+ *     references: run until the queue is empty); write the block group items'
+ *     used bytes and the free space tree for every block group whose space
+ *     changed (more copies, more references); write the ROOT_ITEM of every
+ *     tree whose root moved into the root tree (more copies...). Each block
+ *     is copied once per transaction, so this settles in a few rounds.
+ *  2. Write every dirty tree block (ub_tree_write_dirty: checksummed, to
+ *     every copy).
+ *  3. The superblock: generation + 1, root tree and chunk tree roots and
+ *     levels, bytes_used, the next backup root slot (commit_super.c); written
+ *     to every device and mirror, with flushes before and after.
+ *  4. Unpin what this transaction freed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "txn.h"
+
+#define RI(field, p) UB_GET(btrfs_root_item, field, p)
+#define FE(field, p) UB_GET(btrfs_file_extent_item, field, p)
+
+/* The root object the tree layer is changing (it only ever works on ours). */
+static struct ub_eroot *txn_root(struct ub_txn *t, uint64_t root_id)
+{
+	for (struct ub_eroot *er = t->e->roots; er; er = er->next)
+		if (er->root.objectid == root_id)
+			return er;
+	return NULL;
+}
+
+static int fail(struct ub_txn *t, int ret)
+{
+	if (ret && !t->error)
+		t->error = ret;
+	return ret;
+}
+
+static int alloc_block(void *arg, uint64_t root_id, int level, uint64_t *bytenr)
+{
+	struct ub_txn *t = arg;
+	struct ub_engine *e = t->e;
+	uint64_t type = root_id == BTRFS_CHUNK_TREE_OBJECTID ? BTRFS_BLOCK_GROUP_SYSTEM : BTRFS_BLOCK_GROUP_METADATA;
+	uint64_t start;
+	char n[64];
+	int ret;
+
+	ret = ub_alloc_reserve(e->alloc, type, e->vol->nodesize, 0, &start);
+	if (ret) {
+		if (ret == -ENOSPC)
+			ub_err(&e->log, "transaction %llu: no %s space left for a tree block of tree %s",
+			       (unsigned long long)t->transid, root_id == BTRFS_CHUNK_TREE_OBJECTID ? "system" : "metadata",
+			       ub_tree_name(root_id, n, sizeof(n)));
+		return fail(t, ret);
+	}
+	ret = ub_dref_add_tree(t->refs, start, e->vol->nodesize, level, root_id, 0, 1, UB_DREF_NEW_EXTENT);
+	if (ret) {
+		ub_alloc_unreserve(e->alloc, start, e->vol->nodesize);
+		return fail(t, ret);
+	}
+	t->blocks_allocated++;
+	*bytenr = start;
+	return 0;
+}
+
+/*
+ * Add (delta +1) or drop (-1) the references block `eb` holds on its children:
+ * by tree `root_id`, or (full) by `eb` itself as their parent. A leaf's
+ * children are the data extents its file extent items point at.
+ */
+static int change_child_refs(struct ub_txn *t, const struct ub_eb *eb, uint64_t root_id, bool full, int delta)
+{
+	uint32_t n = ub_eb_nritems(eb);
+	int level = ub_eb_level(eb);
+	uint64_t parent = full ? eb->start : 0, root = full ? 0 : root_id;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < n && !ret; i++) {
+		struct ub_key k;
+		const uint8_t *d;
+		uint32_t size;
+
+		if (level) {
+			ret = ub_dref_add_tree(t->refs, ub_eb_node_blockptr(eb, (int)i), t->e->vol->nodesize, level - 1,
+					       root, parent, delta, 0);
+			continue;
+		}
+		ub_eb_item_key(eb, (int)i, &k);
+		if (k.type != BTRFS_EXTENT_DATA_KEY)
+			continue;
+		d = ub_eb_item_data(eb, (int)i, &size);
+		if (size < sizeof(struct btrfs_file_extent_item) || FE(type, d) == BTRFS_FILE_EXTENT_INLINE ||
+		    !FE(disk_bytenr, d))
+			continue;
+		ret = ub_dref_add_data(t->refs, FE(disk_bytenr, d), FE(disk_num_bytes, d), root, k.objectid,
+				       k.offset - FE(offset, d), parent, delta, 0);
+	}
+	return ret;
+}
+
+/*
+ * The extent item's reference count and flags of tree block `eb` as they
+ * stand now: what the extent tree says plus what this transaction queued.
+ */
+static int block_ref_info(struct ub_txn *t, const struct ub_eb *eb, uint64_t *refs, uint64_t *flags)
+{
+	struct ub_engine *e = t->e;
+	struct ub_key key = { eb->start, BTRFS_METADATA_ITEM_KEY, ub_eb_level(eb) };
+	const struct ub_dref_head *h;
+	const uint8_t *d;
+	uint32_t size;
+	struct ub_path p;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_lookup(&e->tc, &e->extent_tree->root, &key, &p, &d, &size);
+	if (ret == 0 && size >= sizeof(struct btrfs_extent_item)) {
+		*refs = UB_GET(btrfs_extent_item, refs, d);
+		*flags = UB_GET(btrfs_extent_item, flags, d);
+	} else if (ret == 0 || ret == -ENOENT) {
+		ub_err(&e->log, "extent tree: tree block at logical %llu (level %u, owner %llu) has %s", 
+		       (unsigned long long)eb->start, ub_eb_level(eb), (unsigned long long)ub_eb_owner(eb),
+		       ret ? "no METADATA_ITEM" : "a METADATA_ITEM too short for its counts");
+		ret = -EUCLEAN;
+	}
+	ub_path_release(&p);
+	if (ret)
+		return ret;
+	h = ub_dref_find(t->refs, eb->start);
+	if (h) {
+		if ((int64_t)*refs + h->total_delta < 0)
+			return -EUCLEAN;
+		*refs = (uint64_t)((int64_t)*refs + h->total_delta);
+		*flags |= h->set_flags;
+	}
+	if (*refs == 0) {
+		ub_err(&e->log, "extent tree: tree block at logical %llu is still in a tree but has no references",
+		       (unsigned long long)eb->start);
+		return -EUCLEAN;
+	}
+	return 0;
+}
+
+/*
+ * `old` is replaced by `copy` in tree root_id: the kernel's update_ref_for_cow.
+ * A block that snapshots may share (a subvolume tree's block not newer than
+ * its last snapshot) keeps its other owners: if this tree owns it and it has
+ * no full back references yet, its children get references from the old
+ * block itself (full back refs) and keep this tree's, which now stand for the
+ * copy; else the copy adds this tree's references to the children. A block
+ * only this tree holds but with full back references hands them over to the
+ * copy. Then this tree's reference to `old` goes.
+ */
+static int cow_block(void *arg, uint64_t root_id, const struct ub_eb *old, const struct ub_eb *copy, uint64_t parent)
+{
+	struct ub_txn *t = arg;
+	struct ub_eroot *er = txn_root(t, root_id);
+	uint64_t refs = 1, flags = 0;
+	unsigned last = 0;
+	int level = ub_eb_level(old);
+	int ret;
+
+	if (!er)
+		return fail(t, -EINVAL);
+	if (er->shareable && old->start != er->item_bytenr && ub_eb_generation(old) <= er->last_snapshot) {
+		ret = block_ref_info(t, old, &refs, &flags);
+		if (ret)
+			return fail(t, ret);
+	}
+	if (refs > 1) {
+		if (ub_eb_owner(old) == root_id && !(flags & BTRFS_BLOCK_FLAG_FULL_BACKREF)) {
+			ret = change_child_refs(t, old, root_id, true, 1);
+			if (!ret)
+				ret = ub_dref_set_flags(t->refs, old->start, t->e->vol->nodesize, level,
+							BTRFS_BLOCK_FLAG_FULL_BACKREF);
+		} else {
+			ret = change_child_refs(t, copy, root_id, false, 1);
+		}
+	} else {
+		ret = 0;
+		if (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF) {
+			ret = change_child_refs(t, copy, root_id, false, 1);
+			if (!ret)
+				ret = change_child_refs(t, old, root_id, true, -1);
+		}
+		last = UB_DREF_LAST_REF;
+	}
+	if (!ret)
+		ret = ub_dref_add_tree(t->refs, old->start, t->e->vol->nodesize, level, root_id, 0, -1, last);
+	if (ret)
+		return fail(t, ret);
+	(void)parent;
+	t->blocks_cowed++;
+	return 0;
+}
+
+static int free_block(void *arg, uint64_t root_id, const struct ub_eb *eb, uint64_t parent)
+{
+	struct ub_txn *t = arg;
+	int ret;
+
+	(void)parent;
+	ret = ub_dref_add_tree(t->refs, eb->start, t->e->vol->nodesize, ub_eb_level(eb), root_id, 0, -1,
+			       UB_DREF_LAST_REF);
+	if (ret)
+		return fail(t, ret);
+	t->blocks_freed++;
+	return 0;
+}
+
+/* Snapshot: the copy of src's root, owned by new_root_id, references every child too. */
+static int copy_root(void *arg, uint64_t new_root_id, const struct ub_eb *src, const struct ub_eb *copy)
+{
+	struct ub_txn *t = arg;
+	struct ub_eroot *er = txn_root(t, ub_eb_owner(src));
+	char n[64];
+	int ret;
+
+	/*
+	 * Blocks of the running transaction are changed in place, so a source
+	 * changed in this transaction would go on changing under the snapshot
+	 * (the kernel forces copies then; the tree layer does not): snapshot
+	 * only what the last commit holds. A source root of an older generation
+	 * has only older blocks below it (copies are made top-down).
+	 */
+	if (ub_eb_generation(src) == t->transid) {
+		ub_err(&t->e->log, "transaction %llu: snapshot of tree %s, which this transaction already changed: "
+		       "commit first", (unsigned long long)t->transid, ub_tree_name(ub_eb_owner(src), n, sizeof(n)));
+		return fail(t, -EINVAL);
+	}
+	/* from now on the source's blocks may be shared: the first change to each must check */
+	if (er)
+		er->last_snapshot = t->transid;
+	ret = change_child_refs(t, copy, new_root_id, false, 1);
+	return ret ? fail(t, ret) : 0;
+}
+
+int ub_txn_start(struct ub_engine *e, struct ub_txn **out)
+{
+	struct ub_txn *t;
+	int ret;
+
+	if (e->broken)
+		return -EROFS;
+	if (e->running)
+		return -EBUSY;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	ret = ub_dref_queue_new(&t->refs);
+	if (ret) {
+		free(t);
+		return ret;
+	}
+	t->e = e;
+	t->transid = e->generation + 1;
+	t->ta = (struct ub_tree_alloc){
+		.arg = t,
+		.transid = t->transid,
+		.alloc_block = alloc_block,
+		.cow_block = cow_block,
+		.free_block = free_block,
+		.copy_root = copy_root,
+	};
+	e->running = t;
+	*out = t;
+	return 0;
+}
+
+static void txn_free(struct ub_txn *t)
+{
+	t->e->running = NULL;
+	ub_dref_queue_free(t->refs);
+	free(t);
+}
+
+/* Every root object back to what the last commit says. */
+static void roots_back(struct ub_engine *e)
+{
+	/* trees born in the aborted transaction go (their root objects with them) */
+	for (struct ub_eroot **pp = &e->roots; *pp;) {
+		struct ub_eroot *er = *pp;
+		if (er->has_item && !er->committed.bytenr) {
+			*pp = er->next;
+			free(er);
+		} else {
+			pp = &er->next;
+		}
+	}
+	for (struct ub_eroot *er = e->roots; er; er = er->next) {
+		er->root = er->committed;
+		er->item_bytenr = er->committed.bytenr;
+		er->item_generation = er->committed.generation;
+		er->item_level = er->committed.level;
+		er->last_snapshot = er->item_last_snapshot;
+	}
+}
+
+void ub_txn_abort(struct ub_txn *t)
+{
+	struct ub_engine *e = t->e;
+
+	ub_tree_drop_dirty(&e->tc);
+	ub_alloc_abort(e->alloc);
+	roots_back(e);
+	txn_free(t);
+}
+
+/* ROOT_ITEMs of every tree whose root moved (or whose last snapshot changed): *changed counts them. */
+static int write_root_items(struct ub_txn *t, int *changed)
+{
+	struct ub_engine *e = t->e;
+	struct ub_tree_alloc *ta = &t->ta;
+	int ret = 0;
+
+	*changed = 0;
+	for (struct ub_eroot *er = e->roots; er && !ret; er = er->next) {
+		struct ub_key key = { er->root.objectid, BTRFS_ROOT_ITEM_KEY, er->item_offset };
+		struct ub_path p;
+		uint8_t *d;
+		uint32_t size;
+		char n[64];
+
+		if (!er->has_item)
+			continue;
+		if (er->root.bytenr == er->item_bytenr && er->root.generation == er->item_generation &&
+		    er->root.level == er->item_level && er->last_snapshot == er->item_last_snapshot)
+			continue;
+		ub_path_init(&p);
+		ret = ub_tree_search_slot(&e->tc, ta, &e->root_tree->root, &key, &p, 0, true);
+		if (ret > 0) {
+			ub_err(&e->log, "root tree: the ROOT_ITEM of tree %s (offset %llu) vanished",
+			       ub_tree_name(er->root.objectid, n, sizeof(n)), (unsigned long long)er->item_offset);
+			ret = -EUCLEAN;
+		}
+		if (ret == 0) {
+			d = ub_path_data_mut(&p, &size);
+			if (size < offsetof(struct btrfs_root_item, generation_v2)) {
+				ret = -EUCLEAN;
+			} else {
+				UB_SET(btrfs_root_item, bytenr, d, er->root.bytenr);
+				UB_SET(btrfs_root_item, generation, d, er->root.generation);
+				UB_SET(btrfs_root_item, level, d, er->root.level);
+				UB_SET(btrfs_root_item, last_snapshot, d,
+				       er->last_snapshot > RI(last_snapshot, d) ? er->last_snapshot : RI(last_snapshot, d));
+				/* generation_v2 == generation tells readers the v2 fields are current */
+				if (size >= offsetof(struct btrfs_root_item, generation_v2) + 8)
+					UB_SET(btrfs_root_item, generation_v2, d, er->root.generation);
+				ub_path_mark_dirty(&p);
+				er->item_bytenr = er->root.bytenr;
+				er->item_generation = er->root.generation;
+				er->item_level = er->root.level;
+				er->item_last_snapshot = er->last_snapshot;
+				(*changed)++;
+			}
+		}
+		ub_path_release(&p);
+	}
+	return ret;
+}
+
+static void root_of(struct ub_engine *e, uint64_t id, struct ub_root *out)
+{
+	struct ub_eroot *er;
+
+	memset(out, 0, sizeof(*out));
+	for (er = e->roots; er; er = er->next) {
+		if (er->root.objectid == id) {
+			*out = er->root;
+			return;
+		}
+	}
+	if (ub_engine_root(e, id, &er) == 0)
+		*out = er->root;
+}
+
+static int txn_commit(struct ub_txn *t)
+{
+	struct ub_engine *e = t->e;
+	uint8_t sb[UB_SUPER_INFO_SIZE];
+	struct ub_commit_roots c = { 0 };
+	int ret = t->error, rounds = 0;
+
+	if (ret)
+		return ret;
+	for (;;) {
+		int roots_changed;
+		uint64_t before = t->blocks_allocated;
+
+		ret = ub_txn_run_refs(t);
+		if (!ret)
+			ret = ub_txn_write_space(t);
+		if (!ret)
+			ret = write_root_items(t, &roots_changed);
+		if (!ret)
+			ret = t->error;
+		if (ret)
+			return ret;
+		/* settled: nothing new was copied, no root moved, nothing left queued */
+		if (!roots_changed && before == t->blocks_allocated && ub_dref_count(t->refs) == 0)
+			break;
+		if (++rounds > 64) {
+			ub_err(&e->log, "transaction %llu: the commit does not settle after %d rounds",
+			       (unsigned long long)t->transid, rounds);
+			return -ELOOP;
+		}
+	}
+	ret = ub_tree_write_dirty(&e->tc);
+	if (ret)
+		return ret;
+	c.generation = t->transid;
+	c.root = e->root_tree->root;
+	c.chunk = e->chunk_tree->root;
+	c.extent = e->extent_tree->root;
+	root_of(e, BTRFS_FS_TREE_OBJECTID, &c.fs);
+	root_of(e, BTRFS_DEV_TREE_OBJECTID, &c.dev);
+	root_of(e, BTRFS_CSUM_TREE_OBJECTID, &c.csum);
+	/* two ledgers of the same bytes: ours from the extent items, the allocator's per block group */
+	if (e->bytes_used != ub_alloc_bytes_used(e->alloc)) {
+		ub_err(&e->log, "transaction %llu: bytes used %llu by the extent items but %llu by the block groups",
+		       (unsigned long long)t->transid, (unsigned long long)e->bytes_used,
+		       (unsigned long long)ub_alloc_bytes_used(e->alloc));
+		return -EUCLEAN;
+	}
+	c.bytes_used = e->bytes_used;
+	memcpy(sb, e->vol->super, sizeof(sb));
+	ub_super_set_commit(sb, &c);
+	ret = ub_volume_write_supers(e->vol, sb);
+	if (ret)
+		return ret;
+	e->generation = t->transid;
+	for (struct ub_eroot *er = e->roots; er; er = er->next) {
+		er->committed = er->root;
+		er->item_bytenr = er->root.bytenr;
+		er->item_generation = er->root.generation;
+		er->item_level = er->root.level;
+		er->item_last_snapshot = er->last_snapshot;
+	}
+	ub_alloc_unpin(e->alloc);
+	return 0;
+}
+
+int ub_txn_commit(struct ub_txn *t)
+{
+	struct ub_engine *e = t->e;
+	int ret = txn_commit(t);
+
+	if (ret && e->generation != t->transid) {
+		ub_err(&e->log, "transaction %llu failed (%s): the filesystem stays at generation %llu and is "
+		       "read-only from now on", (unsigned long long)t->transid, strerror(-ret),
+		       (unsigned long long)e->generation);
+		e->broken = ret;
+		ub_tree_drop_dirty(&e->tc);
+		ub_alloc_abort(e->alloc);
+		roots_back(e);
+	}
+	txn_free(t);
+	return ret;
+}

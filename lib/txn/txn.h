@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The writable filesystem handle and its transactions (library-internal).
+ *
+ * Ownership: a struct ub_engine owns the volume (opened writable), the tree
+ * context, the allocator and one struct ub_eroot per tree it has touched or
+ * loaded; those root objects live as long as the engine and never move, so
+ * paths and callers hold pointers to their `root` member (the tree layer's
+ * copy-on-write updates it in place).
+ *
+ * Threads: one transaction at a time per engine (ub_txn_start fails with
+ * -EBUSY while one runs); every call on an engine and its transaction is made
+ * by one thread at a time (the caller serialises). Readers that must see the
+ * last committed state open the filesystem read-only through lib/fs.
+ *
+ * After a failed commit or a write error the engine is broken (-EROFS for
+ * every further transaction): what is on disk is the last commit.
+ */
+#ifndef UBTRFS_TXN_TXN_H
+#define UBTRFS_TXN_TXN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "ubtrfs/tree.h"
+#include "ubtrfs/volume.h"
+#include "tree/tree_write.h"
+#include "alloc/alloc.h"
+#include "alloc/delayed_ref.h"
+#include "txn/commit.h"
+
+/* One tree the engine knows: its live root and what its ROOT_ITEM said at the last commit. */
+struct ub_eroot {
+	struct ub_root root;     /* live: moved by copy-on-write */
+	uint64_t item_offset;    /* key offset of its ROOT_ITEM (0, or the snapshot's transid) */
+	uint64_t last_snapshot;  /* from the ROOT_ITEM: blocks not newer than this may be shared */
+	bool shareable;          /* a subvolume tree (snapshots may share its blocks) */
+	bool has_item;           /* has a ROOT_ITEM in the root tree (not the root and chunk trees) */
+	/* what is in the ROOT_ITEM (or the superblock) now, to tell whether it must be rewritten */
+	uint64_t item_bytenr, item_generation, item_last_snapshot;
+	uint8_t item_level;
+	struct ub_root committed; /* as the last commit left it (abort goes back there) */
+	struct ub_eroot *next;
+};
+
+struct ub_engine {
+	struct ub_log log;
+	struct ub_volume *vol;
+	struct ub_tree_ctx tc;
+	struct ub_alloc *alloc;
+	uint64_t incompat, compat_ro;
+	uint64_t generation;     /* of the last committed superblock */
+	uint64_t bytes_used;     /* the superblock's, kept as extents are accounted */
+	struct ub_eroot *roots;  /* every tree loaded, root and chunk trees first */
+	struct ub_eroot *root_tree, *chunk_tree, *extent_tree, *fst_tree;
+	struct ub_txn *running;
+	int broken;              /* 0, or the error that made the engine read-only */
+	bool tc_ready;
+};
+
+struct ub_txn {
+	struct ub_engine *e;
+	uint64_t transid;
+	struct ub_tree_alloc ta;
+	struct ub_dref_queue *refs;
+	int error;               /* the first callback failure; the commit refuses then */
+	uint64_t blocks_cowed, blocks_allocated, blocks_freed; /* statistics */
+};
+
+/*
+ * Open a filesystem for writing. Refuses (-EOPNOTSUPP, naming the feature)
+ * what the engine does not keep up to date: quotas, the block group tree, the
+ * raid-stripe tree, extent-tree-v2, mixed block groups, metadata without
+ * skinny extents, any unknown incompat or compat_ro bit; and (-EOPNOTSUPP) a
+ * pending fsync log, which is not yet replayed into the trees.
+ */
+int ub_engine_open(const char *const *paths, int npaths, const struct ub_log *log, struct ub_engine **out);
+/* The same over devices already open (taken over, closed with the engine or on failure). */
+int ub_engine_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_log *log, struct ub_engine **out);
+/* Aborts a running transaction (nothing of it reaches the disk) and closes everything. */
+void ub_engine_close(struct ub_engine *e);
+
+/* The root object of tree `objectid` (loaded from its ROOT_ITEM on first use): 0, -ENOENT, <0. */
+int ub_engine_root(struct ub_engine *e, uint64_t objectid, struct ub_eroot **out);
+
+/*
+ * A tree created in the running transaction whose ROOT_ITEM (key offset
+ * item_offset) the caller has just inserted with r's values: from now on the
+ * commit keeps that item up to date. -EEXIST if the engine knows the tree.
+ */
+int ub_engine_add_root(struct ub_engine *e, const struct ub_root *r, uint64_t item_offset, uint64_t last_snapshot,
+		       struct ub_eroot **out);
+
+int ub_txn_start(struct ub_engine *e, struct ub_txn **out);
+/* Commit and end the transaction (freed whatever the result). */
+int ub_txn_commit(struct ub_txn *t);
+/* Forget every change of the transaction: the disk keeps the last commit. */
+void ub_txn_abort(struct ub_txn *t);
+
+/* What the tree layer's write calls take for this transaction. */
+static inline struct ub_tree_alloc *ub_txn_ta(struct ub_txn *t) { return &t->ta; }
+
+/* ---- commit pieces (extent_tree.c, space.c, commit_super.c) ---- */
+
+/* Apply every queued reference change to the extent tree, until the queue is empty. */
+int ub_txn_run_refs(struct ub_txn *t);
+/* BLOCK_GROUP_ITEMs and the free space tree for every changed block group. */
+int ub_txn_write_space(struct ub_txn *t);
+
+#endif
