@@ -237,6 +237,7 @@ static void check_content(struct minode *m)
 static void op_create(uint32_t type)
 {
 	uint64_t dir = pick_dir(), ino = 0, rdev = 0;
+	uint32_t mode;
 	char name[64];
 	int ret, want;
 
@@ -257,14 +258,12 @@ static void op_create(uint32_t type)
 		}
 		return;
 	}
-	ret = ub_fsw_create(g_t, SUBVOL, dir, name, strlen(name), type | (uint32_t)(0600 + rn(0177)), (uint32_t)rn(3000),
-			    (uint32_t)rn(3000), rdev, &ino);
+	mode = type | (uint32_t)(0600 + rn(0177));
+	ret = ub_fsw_create(g_t, SUBVOL, dir, name, strlen(name), mode, (uint32_t)rn(3000), (uint32_t)rn(3000), rdev, &ino);
 	expect(ret, want, "create");
 	if (!ret) {
-		struct minode *m = add_inode(ino, 0);
-		uint8_t ii[160];
-		(void)ii;
-		m->mode = type;
+		struct minode *m = add_inode(ino, mode);
+
 		m->rdev = rdev;
 		add_dent(dir, name, ino);
 	}
