@@ -134,14 +134,27 @@ def kernel_matches(imgs, mnt, model):
 
 def ubtrfs_matches(imgs, model):
     cp = T.ubtrfs("ls", "--json", "-R", *[str(i) for i in imgs])
-    if cp.returncode != 0 and b"-R" in cp.stderr:
-        pytest.skip("ubtrfs ls has no -R")
     assert cp.returncode == 0, T.describe(cp)
     objs, dups = T.index_entries(T.parse_ls_json(cp.stdout))
     assert not dups, dups
-    got = {p: o["type"] for p, o in objs.items()}
-    want = {p: e["type"] for p, e in model.items()}
-    assert got == want
+    problems = ["missing %r" % p for p in sorted(set(model) - set(objs))[:20]]
+    problems += ["unexpected %r" % p for p in sorted(set(objs) - set(model))[:20]]
+    for p in sorted(set(model) & set(objs)):
+        exp, g = model[p], objs[p]
+        keys = ["type", "ino", "xattrs"] + (["nlink"] if exp["type"] != "dir" else [])
+        keys += {"file": ["size"], "symlink": ["target"], "chr": ["rdev_major", "rdev_minor"],
+                 "blk": ["rdev_major", "rdev_minor"]}.get(exp["type"], [])
+        for k in keys:
+            if exp[k] != g.get(k):
+                problems.append("%r: %s expected %r, ubtrfs says %r" % (p, k, exp[k], g.get(k)))
+        if exp["mode"] != g["mode"] & 0o7777:
+            problems.append("%r: mode expected %o, ubtrfs says %o" % (p, exp["mode"], g["mode"]))
+    assert not problems, "\n".join(problems[:60])
+    # contents of a few files through ubtrfs cat
+    files = sorted(p for p, e in model.items() if e["type"] == "file")
+    for p in files[:: max(1, len(files) // 5)]:
+        rc, size, digest, err = T.cat_hash([str(i) for i in imgs], p)
+        assert rc == 0 and (size, digest) == (model[p]["size"], model[p]["sha256"]), (p, rc, err)
 
 
 # name, metadata profile, data profile, devices, nodesize, seed, ops, commit every
@@ -175,6 +188,7 @@ def test_random_sequence(driver, casedir, ubtrfs_bin, case):
         assert len(model) > 5, "the sequence built almost nothing: %r" % model
         progs_check(imgs)
         kernel_matches(imgs, casedir / "mnt", model)
+        ubtrfs_matches(imgs, model)
     finally:
         if ndev > 1:
             T.run(["btrfs", "device", "scan", "--forget"], check=False)
