@@ -887,12 +887,13 @@ int ub_fsw_rename(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char
 		if (ret)
 			return ret < 0 ? ret : -EINVAL;
 	}
+	/* nor may the target be an ancestor of the source (the VFS answers ENOTEMPTY, EINVAL for an exchange) */
+	if (dexists && ddir && olddir != newdir) {
+		ret = is_ancestor(&w, dloc.objectid, olddir);
+		if (ret)
+			return ret < 0 ? ret : (flags & UB_FSW_RENAME_EXCHANGE) ? -EINVAL : -ENOTEMPTY;
+	}
 	if (flags & UB_FSW_RENAME_EXCHANGE) {
-		if (ddir && olddir != newdir) {
-			ret = is_ancestor(&w, dloc.objectid, olddir);
-			if (ret)
-				return ret < 0 ? ret : -EINVAL;
-		}
 		ret = del_name(&w, olddir, oldname, oldlen, sloc.objectid);
 		if (!ret)
 			ret = del_name(&w, newdir, newname, newlen, dloc.objectid);

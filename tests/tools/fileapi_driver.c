@@ -422,8 +422,8 @@ static void op_rename(void)
 		want = 0;
 	else if (sdir && ancestor(s->ino, ndir))
 		want = -EINVAL;
-	else if ((flags & UB_FSW_RENAME_EXCHANGE) && tdir && ancestor(t->ino, s->dir))
-		want = -EINVAL;
+	else if (tdir && ancestor(t->ino, s->dir))
+		want = flags & UB_FSW_RENAME_EXCHANGE ? -EINVAL : -ENOTEMPTY;
 	else if (!(flags & UB_FSW_RENAME_EXCHANGE) && t && sdir && !tdir)
 		want = -ENOTDIR;
 	else if (!(flags & UB_FSW_RENAME_EXCHANGE) && t && !sdir && tdir)
@@ -594,9 +594,224 @@ static void dump_dir(FILE *f, uint64_t dir, const char *path, int depth)
 	}
 }
 
+
+/* ---- script mode: one operation per line, paths from the top directory ---- */
+
+static int resolve(const char *path, uint64_t *dir, char *last, uint64_t *ino)
+{
+	char buf[4096], *save = NULL, *tok, *next;
+	uint64_t cur = TOP;
+	int ret = 0;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	tok = strtok_r(buf, "/", &save);
+	if (!tok)
+		return -EINVAL;
+	for (;;) {
+		next = strtok_r(NULL, "/", &save);
+		if (!next) {
+			*dir = cur;
+			snprintf(last, 256, "%s", tok);
+			if (ino) {
+				ret = ub_fsw_lookup(g_t, SUBVOL, cur, tok, strlen(tok), ino, NULL);
+			}
+			return ret;
+		}
+		ret = ub_fsw_lookup(g_t, SUBVOL, cur, tok, strlen(tok), &cur, NULL);
+		if (ret)
+			return ret;
+		tok = next;
+	}
+}
+
+static int unhex(const char *h, uint8_t *out, size_t cap, size_t *n)
+{
+	size_t l = strlen(h);
+
+	if (l % 2 || l / 2 > cap)
+		return -EINVAL;
+	for (size_t i = 0; i < l / 2; i++) {
+		unsigned v;
+		if (sscanf(h + 2 * i, "%2x", &v) != 1)
+			return -EINVAL;
+		out[i] = (uint8_t)v;
+	}
+	*n = l / 2;
+	return 0;
+}
+
+/* names in scripts are hex when they start with "x:" (crafted hash collisions) */
+static size_t name_arg(const char *in, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	if (strncmp(in, "hex:", 4) == 0 && unhex(in + 4, (uint8_t *)out, cap - 1, &n) == 0) {
+		out[n] = 0;
+		return n;
+	}
+	snprintf(out, cap, "%s", in);
+	return strlen(out);
+}
+
+static int script_line(char *line)
+{
+	char *argv[8], *save = NULL, last[256], last2[256];
+	uint64_t dir, dir2, ino;
+	int argc = 0, ret;
+
+	for (char *tok = strtok_r(line, " \t\n", &save); tok && argc < 8; tok = strtok_r(NULL, " \t\n", &save))
+		argv[argc++] = tok;
+	if (argc == 0 || argv[0][0] == '#')
+		return 0;
+#define NEED(n) do { if (argc < (n)) return -EINVAL; } while (0)
+	if (strcmp(argv[0], "commit") == 0) {
+		g_dirty = true;
+		commit();
+		return 0;
+	}
+	NEED(2);
+	if (strcmp(argv[0], "mkdir") == 0 || strcmp(argv[0], "create") == 0) {
+		NEED(3);
+		ret = resolve(argv[1], &dir, last, NULL);
+		uint32_t mode = (uint32_t)strtoul(argv[2], NULL, 8);
+		return ret ? ret : argv[0][0] == 'm' ? ub_fsw_mkdir(g_t, SUBVOL, dir, last, strlen(last), mode, 0, 0, &ino)
+			: ub_fsw_create(g_t, SUBVOL, dir, last, strlen(last), S_IFREG | mode, 0, 0, 0, &ino);
+	}
+	if (strcmp(argv[0], "mknod") == 0) {
+		NEED(5);
+		uint32_t type = argv[2][0] == 'c' ? S_IFCHR : argv[2][0] == 'b' ? S_IFBLK : argv[2][0] == 'p' ? S_IFIFO : S_IFSOCK;
+		ret = resolve(argv[1], &dir, last, NULL);
+		return ret ? ret : ub_fsw_create(g_t, SUBVOL, dir, last, strlen(last), type | 0644, 0, 0,
+						 UB_FSW_MKDEV(atoi(argv[3]), atoi(argv[4])), &ino);
+	}
+	if (strcmp(argv[0], "symlink") == 0) {
+		NEED(3);
+		ret = resolve(argv[1], &dir, last, NULL);
+		return ret ? ret : ub_fsw_symlink(g_t, SUBVOL, dir, last, strlen(last), argv[2], strlen(argv[2]), 0, 0, &ino);
+	}
+	if (strcmp(argv[0], "link") == 0) {
+		NEED(3);
+		ret = resolve(argv[1], &dir, last, &ino);
+		if (!ret)
+			ret = resolve(argv[2], &dir2, last2, NULL);
+		return ret ? ret : ub_fsw_link(g_t, SUBVOL, ino, dir2, last2, strlen(last2));
+	}
+	if (strcmp(argv[0], "unlink") == 0 || strcmp(argv[0], "rmdir") == 0) {
+		char nm[300];
+		size_t nl;
+		char *slash = strrchr(argv[1], '/');
+		ret = resolve(argv[1], &dir, last, NULL);
+		nl = name_arg(slash ? slash + 1 : argv[1], nm, sizeof(nm));
+		if (ret)
+			return ret;
+		return argv[0][0] == 'u' ? ub_fsw_unlink(g_t, SUBVOL, dir, nm, nl) : ub_fsw_rmdir(g_t, SUBVOL, dir, nm, nl);
+	}
+	if (strcmp(argv[0], "rename") == 0) {
+		unsigned flags = 0;
+		NEED(3);
+		if (argc > 3)
+			flags = strcmp(argv[3], "exchange") == 0 ? UB_FSW_RENAME_EXCHANGE : UB_FSW_RENAME_NOREPLACE;
+		ret = resolve(argv[1], &dir, last, NULL);
+		if (!ret)
+			ret = resolve(argv[2], &dir2, last2, NULL);
+		return ret ? ret : ub_fsw_rename(g_t, SUBVOL, dir, last, strlen(last), dir2, last2, strlen(last2), flags);
+	}
+	if (strcmp(argv[0], "write") == 0) {
+		/* write PATH OFF LEN SEED: bytes of a xorshift stream the test reproduces */
+		uint64_t off, len, st;
+		uint8_t *buf;
+		NEED(5);
+		ret = resolve(argv[1], &dir, last, &ino);
+		if (ret)
+			return ret;
+		off = strtoull(argv[2], NULL, 0);
+		len = strtoull(argv[3], NULL, 0);
+		st = strtoull(argv[4], NULL, 0) | 1;
+		buf = malloc(len ? len : 1);
+		for (uint64_t i = 0; i < len; i++) {
+			st ^= st << 13;
+			st ^= st >> 7;
+			st ^= st << 17;
+			buf[i] = (uint8_t)(st >> 24);
+		}
+		ret = ub_fsw_write(g_t, SUBVOL, ino, off, buf, len);
+		free(buf);
+		return ret;
+	}
+	if (strcmp(argv[0], "truncate") == 0) {
+		NEED(3);
+		ret = resolve(argv[1], &dir, last, &ino);
+		return ret ? ret : ub_fsw_truncate(g_t, SUBVOL, ino, strtoull(argv[2], NULL, 0));
+	}
+	if (strcmp(argv[0], "chmod") == 0) {
+		struct ub_fsw_attr a = { .valid = UB_FSW_ATTR_MODE };
+		NEED(3);
+		a.mode = (uint32_t)strtoul(argv[2], NULL, 8);
+		ret = resolve(argv[1], &dir, last, &ino);
+		return ret ? ret : ub_fsw_setattr(g_t, SUBVOL, ino, &a);
+	}
+	if (strcmp(argv[0], "setxattr") == 0 || strcmp(argv[0], "removexattr") == 0) {
+		char nm[300];
+		uint8_t val[4096];
+		size_t nl, vl = 0;
+		NEED(3);
+		ret = resolve(argv[1], &dir, last, &ino);
+		if (ret)
+			return ret;
+		nl = name_arg(argv[2], nm, sizeof(nm));
+		if (argv[0][0] == 'r')
+			return ub_fsw_removexattr(g_t, SUBVOL, ino, nm, nl);
+		NEED(4);
+		if (unhex(argv[3], val, sizeof(val), &vl))
+			return -EINVAL;
+		return ub_fsw_setxattr(g_t, SUBVOL, ino, nm, nl, val, vl, 0);
+	}
+	if (strcmp(argv[0], "createhex") == 0) {
+		char nm[300];
+		size_t nl;
+		char *slash = strrchr(argv[1], '/');
+		ret = resolve(argv[1], &dir, last, NULL);
+		nl = name_arg(slash ? slash + 1 : argv[1], nm, sizeof(nm));
+		return ret ? ret : ub_fsw_create(g_t, SUBVOL, dir, nm, nl, S_IFREG | 0644, 0, 0, 0, &ino);
+	}
+	return -EINVAL;
+#undef NEED
+}
+
+/* each line: [!ERRNO] OP ARGS...; "!17 mkdir /a 755" expects -EEXIST */
+static int run_script(const char *path)
+{
+	char line[8192];
+	long n = 0;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		FAIL("%s: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f)) {
+		char *l = line;
+		int want = 0, ret;
+
+		n++;
+		if (l[0] == '!') {
+			want = -atoi(l + 1);
+			l = strchr(l, ' ');
+			if (!l)
+				FAIL("script line %ld: no operation", n);
+		}
+		ret = script_line(l);
+		if (ret != want)
+			FAIL("script line %ld (%s): got %d (%s), expected %d", n, line, ret, strerror(-ret), want);
+		if (!ret)
+			g_dirty = true;
+	}
+	fclose(f);
+	return 0;
+}
+
 static void usage(void)
 {
-	fprintf(stderr, "usage: fileapi_driver SEED NOPS COMMIT_EVERY MODEL.json DEV...\n");
+	fprintf(stderr, "usage: fileapi_driver SEED NOPS COMMIT_EVERY MODEL.json DEV...\n"
+			"       fileapi_driver --script FILE DEV...\n");
 	exit(2);
 }
 
@@ -606,6 +821,27 @@ int main(int argc, char **argv)
 	FILE *f;
 	int ret;
 
+	if (argc >= 4 && strcmp(argv[1], "--script") == 0) {
+		ret = ub_engine_open((const char *const *)argv + 3, argc - 3, NULL, &g_e);
+		if (ret) {
+			fprintf(stderr, "fileapi_driver: open: %s\n", strerror(-ret));
+			return 1;
+		}
+		ret = ub_txn_start(g_e, &g_t);
+		if (ret)
+			FAIL("txn start: %s", strerror(-ret));
+		run_script(argv[2]);
+		if (g_dirty) {
+			ret = ub_txn_commit(g_t);
+			if (ret)
+				FAIL("last commit: %s", strerror(-ret));
+		} else {
+			ub_txn_abort(g_t);
+		}
+		ub_engine_close(g_e);
+		printf("script done\n");
+		return 0;
+	}
 	if (argc < 6)
 		usage();
 	g_rng = strtoull(argv[1], NULL, 0) * 0x9e3779b97f4a7c15ULL + 0x1234567;
