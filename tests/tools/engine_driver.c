@@ -38,6 +38,10 @@
  * choice of the pending ones, kept or dropped, reordered). One line per cut:
  * "cut C entries N of M".
  *
+ * --fault N --fault-kinds rwf: after the open, the Nth I/O of the listed
+ * kinds (read, write, flush; counted across every device) fails with -EIO,
+ * once (lib/dev's faulty device). N = 0 only counts: "io R W F" is printed.
+ *
  * Exit: 0 done, 1 a check failed or an operation failed, 2 the engine refused
  * to open the filesystem (the message says why).
  */
@@ -779,7 +783,8 @@ static void usage(void)
 			"options: --subvol ID (create, delete: the subvolume, default 5)\n"
 			"         --abort-every K (create, delete: abort every K-th transaction)\n"
 			"         --missing-ok (delete: skip names that are not there)\n"
-			"         --crash-dir DIR --crash-cuts K (record, then write K crash images into DIR)\n");
+			"         --crash-dir DIR --crash-cuts K (record, then write K crash images into DIR)\n"
+			"         --fault N [--fault-kinds rwf] (the Nth I/O after the open fails; 0: count)\n");
 	exit(1);
 }
 
@@ -793,12 +798,21 @@ int main(int argc, char **argv)
 	const char *crash_dir = NULL;
 	long crash_cuts = 0;
 	struct ub_rec_log *rlog = NULL;
+	struct ub_fault_plan *plan = NULL;
+	long fault_nth = -1;
+	unsigned fault_mask = UB_FAULT_WRITE | UB_FAULT_FLUSH;
 	int i = 1, ndevs, ret, nargs;
 
 	for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
 		if (strcmp(argv[i], "--check-writes") == 0)
 			g_check = true;
-		else if (strcmp(argv[i], "--crash-dir") == 0 && i + 1 < argc)
+		else if (strcmp(argv[i], "--fault") == 0 && i + 1 < argc)
+			fault_nth = atol(argv[++i]);
+		else if (strcmp(argv[i], "--fault-kinds") == 0 && i + 1 < argc) {
+			const char *k = argv[++i];
+			fault_mask = (strchr(k, 'r') ? UB_FAULT_READ : 0) | (strchr(k, 'w') ? UB_FAULT_WRITE : 0) |
+				     (strchr(k, 'f') ? UB_FAULT_FLUSH : 0);
+		} else if (strcmp(argv[i], "--crash-dir") == 0 && i + 1 < argc)
 			crash_dir = argv[++i];
 		else if (strcmp(argv[i], "--crash-cuts") == 0 && i + 1 < argc)
 			crash_cuts = atol(argv[++i]);
@@ -854,6 +868,8 @@ int main(int argc, char **argv)
 		if (ub_rec_log_new(&rlog))
 			return 1;
 	}
+	if (fault_nth >= 0 && ub_fault_plan_new(&plan))
+		return 1;
 	for (int d = 0; d < ndevs; d++) {
 		struct ub_dev *inner;
 		struct rec_dev *r;
@@ -861,6 +877,8 @@ int main(int argc, char **argv)
 		ret = ub_dev_open(argv[i + d], true, &inner);
 		if (!ret && rlog)
 			ret = ub_dev_open_recorder(inner, rlog, d, &inner);
+		if (!ret && plan)
+			ret = ub_dev_open_faulty(inner, plan, &inner);
 		if (ret) {
 			fprintf(stderr, "engine_driver: %s: %s\n", argv[i + d], strerror(-ret));
 			return 1;
@@ -882,6 +900,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "engine_driver: cannot open for writing: %s\n", strerror(-ret));
 		return 2;
 	}
+	if (plan)
+		ub_fault_plan_arm(plan, fault_mask, (uint64_t)fault_nth, false);
 	if (strcmp(op, "open") == 0)
 		goto done;
 	ret = ub_engine_root(c.e, strcmp(op, "snapshot") == 0 ? BTRFS_FS_TREE_OBJECTID : subvol, &c.fs);
@@ -930,7 +950,13 @@ out:
 done:
 	printf("generation %llu commits %llu writes_checked %llu violations %llu aborts %llu\n",
 	       (unsigned long long)c.e->generation, g_commits, g_writes_checked, g_violations, g_aborts);
+	if (plan)
+		printf("io %llu %llu %llu injected %llu\n", (unsigned long long)ub_fault_plan_count(plan, UB_FAULT_READ),
+		       (unsigned long long)ub_fault_plan_count(plan, UB_FAULT_WRITE),
+		       (unsigned long long)ub_fault_plan_count(plan, UB_FAULT_FLUSH),
+		       (unsigned long long)ub_fault_plan_injected(plan));
 	ub_engine_close(c.e);
+	ub_fault_plan_put(plan);
 	if (rlog && !ret) {
 		ret = make_cuts(rlog, crash_dir, argv + i, ndevs, crash_cuts);
 		if (ret)
