@@ -105,4 +105,30 @@ int ub_fsw_read(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, v
 int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *ino,
 		  uint8_t *type);
 
+/*
+ * Subvolumes. The new tree's id is the root tree's highest objectid + 1 (as
+ * the kernel's free objectid there); its ROOT_ITEM, ROOT_REF / ROOT_BACKREF,
+ * the name in `dir` of `subvol` (location: the tree's ROOT_ITEM key) and, when
+ * the filesystem has a UUID tree, its UUID entry are added as the kernel does.
+ * A snapshot shares the source's tree (ub_tree_copy_root) as it stands in the
+ * running transaction; readonly sets BTRFS_ROOT_SUBVOL_RDONLY.
+ */
+int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+			 uint64_t *new_id);
+int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+		    bool readonly, uint64_t *new_id);
+/*
+ * Delete the subvolume named `name` in dir of subvol, as the kernel's
+ * btrfs_delete_subvolume: the name, ROOT_REF / ROOT_BACKREF and UUID entries
+ * go, the ROOT_ITEM's refs become 0 and an ORPHAN item (ORPHAN_OBJECTID,
+ * ORPHAN_ITEM, id) marks the tree dead. Its blocks are freed by whoever drops
+ * dead roots: the kernel's cleaner on its next read-write mount (the engine
+ * has no cleaner yet). -ENOTEMPTY if it holds other subvolumes, -ENOTDIR if
+ * the name is not a subvolume.
+ */
+int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len);
+/* like ub_fsw_lookup, crossing into a subvolume: *sub_out is the tree the name's inode lives in */
+int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,
+		     uint64_t *ino, uint8_t *type);
+
 #endif

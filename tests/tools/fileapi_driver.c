@@ -597,10 +597,14 @@ static void dump_dir(FILE *f, uint64_t dir, const char *path, int depth)
 
 /* ---- script mode: one operation per line, paths from the top directory ---- */
 
+static uint64_t g_sv; /* script mode: the subvolume the last resolve() ended in (its parent directory's) */
+
+/* path -> parent directory (in subvolume g_sv) and last name; with ino, the name's inode too (g_isv) */
+static uint64_t g_isv;
 static int resolve(const char *path, uint64_t *dir, char *last, uint64_t *ino)
 {
 	char buf[4096], *save = NULL, *tok, *next;
-	uint64_t cur = TOP;
+	uint64_t cur = TOP, sv = SUBVOL;
 	int ret = 0;
 
 	snprintf(buf, sizeof(buf), "%s", path);
@@ -611,13 +615,13 @@ static int resolve(const char *path, uint64_t *dir, char *last, uint64_t *ino)
 		next = strtok_r(NULL, "/", &save);
 		if (!next) {
 			*dir = cur;
+			g_sv = sv;
 			snprintf(last, 256, "%s", tok);
-			if (ino) {
-				ret = ub_fsw_lookup(g_t, SUBVOL, cur, tok, strlen(tok), ino, NULL);
-			}
+			if (ino)
+				ret = ub_fsw_lookup_at(g_t, sv, cur, tok, strlen(tok), &g_isv, ino, NULL);
 			return ret;
 		}
-		ret = ub_fsw_lookup(g_t, SUBVOL, cur, tok, strlen(tok), &cur, NULL);
+		ret = ub_fsw_lookup_at(g_t, sv, cur, tok, strlen(tok), &sv, &cur, NULL);
 		if (ret)
 			return ret;
 		tok = next;
@@ -674,27 +678,31 @@ static int script_line(char *line)
 		NEED(3);
 		ret = resolve(argv[1], &dir, last, NULL);
 		uint32_t mode = (uint32_t)strtoul(argv[2], NULL, 8);
-		return ret ? ret : argv[0][0] == 'm' ? ub_fsw_mkdir(g_t, SUBVOL, dir, last, strlen(last), mode, 0, 0, &ino)
-			: ub_fsw_create(g_t, SUBVOL, dir, last, strlen(last), S_IFREG | mode, 0, 0, 0, &ino);
+		return ret ? ret : argv[0][0] == 'm' ? ub_fsw_mkdir(g_t, g_sv, dir, last, strlen(last), mode, 0, 0, &ino)
+			: ub_fsw_create(g_t, g_sv, dir, last, strlen(last), S_IFREG | mode, 0, 0, 0, &ino);
 	}
 	if (strcmp(argv[0], "mknod") == 0) {
 		NEED(5);
 		uint32_t type = argv[2][0] == 'c' ? S_IFCHR : argv[2][0] == 'b' ? S_IFBLK : argv[2][0] == 'p' ? S_IFIFO : S_IFSOCK;
 		ret = resolve(argv[1], &dir, last, NULL);
-		return ret ? ret : ub_fsw_create(g_t, SUBVOL, dir, last, strlen(last), type | 0644, 0, 0,
+		return ret ? ret : ub_fsw_create(g_t, g_sv, dir, last, strlen(last), type | 0644, 0, 0,
 						 UB_FSW_MKDEV(atoi(argv[3]), atoi(argv[4])), &ino);
 	}
 	if (strcmp(argv[0], "symlink") == 0) {
 		NEED(3);
 		ret = resolve(argv[1], &dir, last, NULL);
-		return ret ? ret : ub_fsw_symlink(g_t, SUBVOL, dir, last, strlen(last), argv[2], strlen(argv[2]), 0, 0, &ino);
+		return ret ? ret : ub_fsw_symlink(g_t, g_sv, dir, last, strlen(last), argv[2], strlen(argv[2]), 0, 0, &ino);
 	}
 	if (strcmp(argv[0], "link") == 0) {
 		NEED(3);
+		uint64_t isv;
 		ret = resolve(argv[1], &dir, last, &ino);
+		isv = g_isv;
 		if (!ret)
 			ret = resolve(argv[2], &dir2, last2, NULL);
-		return ret ? ret : ub_fsw_link(g_t, SUBVOL, ino, dir2, last2, strlen(last2));
+		if (!ret && isv != g_sv)
+			return -EXDEV;
+		return ret ? ret : ub_fsw_link(g_t, g_sv, ino, dir2, last2, strlen(last2));
 	}
 	if (strcmp(argv[0], "unlink") == 0 || strcmp(argv[0], "rmdir") == 0) {
 		char nm[300];
@@ -704,17 +712,21 @@ static int script_line(char *line)
 		nl = name_arg(slash ? slash + 1 : argv[1], nm, sizeof(nm));
 		if (ret)
 			return ret;
-		return argv[0][0] == 'u' ? ub_fsw_unlink(g_t, SUBVOL, dir, nm, nl) : ub_fsw_rmdir(g_t, SUBVOL, dir, nm, nl);
+		return argv[0][0] == 'u' ? ub_fsw_unlink(g_t, g_sv, dir, nm, nl) : ub_fsw_rmdir(g_t, g_sv, dir, nm, nl);
 	}
 	if (strcmp(argv[0], "rename") == 0) {
 		unsigned flags = 0;
 		NEED(3);
 		if (argc > 3)
 			flags = strcmp(argv[3], "exchange") == 0 ? UB_FSW_RENAME_EXCHANGE : UB_FSW_RENAME_NOREPLACE;
+		uint64_t sv1;
 		ret = resolve(argv[1], &dir, last, NULL);
+		sv1 = g_sv;
 		if (!ret)
 			ret = resolve(argv[2], &dir2, last2, NULL);
-		return ret ? ret : ub_fsw_rename(g_t, SUBVOL, dir, last, strlen(last), dir2, last2, strlen(last2), flags);
+		if (!ret && sv1 != g_sv)
+			return -EXDEV;
+		return ret ? ret : ub_fsw_rename(g_t, g_sv, dir, last, strlen(last), dir2, last2, strlen(last2), flags);
 	}
 	if (strcmp(argv[0], "write") == 0) {
 		/* write PATH OFF LEN SEED: bytes of a xorshift stream the test reproduces */
@@ -734,21 +746,21 @@ static int script_line(char *line)
 			st ^= st << 17;
 			buf[i] = (uint8_t)(st >> 24);
 		}
-		ret = ub_fsw_write(g_t, SUBVOL, ino, off, buf, len);
+		ret = ub_fsw_write(g_t, g_isv, ino, off, buf, len);
 		free(buf);
 		return ret;
 	}
 	if (strcmp(argv[0], "truncate") == 0) {
 		NEED(3);
 		ret = resolve(argv[1], &dir, last, &ino);
-		return ret ? ret : ub_fsw_truncate(g_t, SUBVOL, ino, strtoull(argv[2], NULL, 0));
+		return ret ? ret : ub_fsw_truncate(g_t, g_isv, ino, strtoull(argv[2], NULL, 0));
 	}
 	if (strcmp(argv[0], "chmod") == 0) {
 		struct ub_fsw_attr a = { .valid = UB_FSW_ATTR_MODE };
 		NEED(3);
 		a.mode = (uint32_t)strtoul(argv[2], NULL, 8);
 		ret = resolve(argv[1], &dir, last, &ino);
-		return ret ? ret : ub_fsw_setattr(g_t, SUBVOL, ino, &a);
+		return ret ? ret : ub_fsw_setattr(g_t, g_isv, ino, &a);
 	}
 	if (strcmp(argv[0], "setxattr") == 0 || strcmp(argv[0], "removexattr") == 0) {
 		char nm[300];
@@ -760,11 +772,31 @@ static int script_line(char *line)
 			return ret;
 		nl = name_arg(argv[2], nm, sizeof(nm));
 		if (argv[0][0] == 'r')
-			return ub_fsw_removexattr(g_t, SUBVOL, ino, nm, nl);
+			return ub_fsw_removexattr(g_t, g_isv, ino, nm, nl);
 		NEED(4);
 		if (unhex(argv[3], val, sizeof(val), &vl))
 			return -EINVAL;
-		return ub_fsw_setxattr(g_t, SUBVOL, ino, nm, nl, val, vl, 0);
+		return ub_fsw_setxattr(g_t, g_isv, ino, nm, nl, val, vl, 0);
+	}
+	if (strcmp(argv[0], "subvol") == 0) {
+		ret = resolve(argv[1], &dir, last, NULL);
+		return ret ? ret : ub_fsw_subvol_create(g_t, g_sv, dir, last, strlen(last), &ino);
+	}
+	if (strcmp(argv[0], "snapshot") == 0) {
+		/* snapshot SRC DST [ro]: SRC names a subvolume */
+		uint64_t src;
+		NEED(3);
+		ret = resolve(argv[1], &dir, last, &ino);
+		src = g_isv;
+		if (!ret && ino != TOP)
+			return -ENOTDIR;
+		if (!ret)
+			ret = resolve(argv[2], &dir2, last2, NULL);
+		return ret ? ret : ub_fsw_snapshot(g_t, src, g_sv, dir2, last2, strlen(last2), argc > 3, &ino);
+	}
+	if (strcmp(argv[0], "subvoldel") == 0) {
+		ret = resolve(argv[1], &dir, last, NULL);
+		return ret ? ret : ub_fsw_subvol_delete(g_t, g_sv, dir, last, strlen(last));
 	}
 	if (strcmp(argv[0], "createhex") == 0) {
 		char nm[300];
@@ -772,7 +804,7 @@ static int script_line(char *line)
 		char *slash = strrchr(argv[1], '/');
 		ret = resolve(argv[1], &dir, last, NULL);
 		nl = name_arg(slash ? slash + 1 : argv[1], nm, sizeof(nm));
-		return ret ? ret : ub_fsw_create(g_t, SUBVOL, dir, nm, nl, S_IFREG | 0644, 0, 0, 0, &ino);
+		return ret ? ret : ub_fsw_create(g_t, g_sv, dir, nm, nl, S_IFREG | 0644, 0, 0, 0, &ino);
 	}
 	return -EINVAL;
 #undef NEED
