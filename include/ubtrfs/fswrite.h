@@ -96,6 +96,21 @@ int ub_fsw_getxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
  * more is freed with its checksums). Partial sectors are read-modify-written.
  */
 int ub_fsw_write(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len);
+/*
+ * The same with compression: `compress` UB_COMPRESS_ZLIB / LZO / ZSTD (0:
+ * none), level 0 for the default. Each compressed extent holds at most
+ * 128 KiB of file data; data that does not shrink by a sector is written
+ * plain, as the kernel does. ub_fsw_write compresses when the inode has the
+ * "btrfs.compression" property (xattr: "zlib", "lzo", "zstd", "zstd:LEVEL").
+ * Small files stay inline uncompressed.
+ */
+int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len,
+		    int compress, int level);
+/* fallocate(2) mode 0 / KEEP_SIZE: PREALLOC extents in the holes of the sector-aligned range */
+#define UB_FSW_FALLOC_KEEP_SIZE 1
+int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, int mode);
+/* fallocate(PUNCH_HOLE | KEEP_SIZE): whole sectors lose their extents, partial ones are zeroed */
+int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len);
 /* truncate(2) both ways (no-holes: growing adds no hole items) */
 int ub_fsw_truncate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t size);
 /* read through the running transaction (what the next commit will hold); past EOF: *got short */

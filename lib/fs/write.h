@@ -23,6 +23,7 @@ struct fsw {
 	struct ub_eroot *fs;
 	uint64_t subvol;
 	struct ub_timespec now;
+	int compress, level; /* for new data extents (UB_COMPRESS_*; 0 none) */
 };
 
 int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol);
@@ -58,6 +59,8 @@ int fsw_del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uin
 
 /* data (write_data.c): drop every file extent item and reference of ino at or past `from` */
 int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, uint64_t end);
+/* write_compress.c: -E2BIG when it does not save a sector */
+int fsw_compress(int type, int level, const uint8_t *in, size_t len, uint32_t sectorsize, uint8_t *out, size_t *olen);
 int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size);
 
 #endif

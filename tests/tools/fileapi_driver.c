@@ -292,9 +292,13 @@ static void op_write(void)
 	if (!len)
 		return;
 	buf = malloc(len);
+	int kind = (int)rn(2); /* 1: compressible text */
 	for (size_t i = 0; i < len; i++)
-		buf[i] = (uint8_t)(rn(4) ? rnd() : 0x41 + i % 26);
-	ret = ub_fsw_write(g_t, SUBVOL, m->ino, off, buf, len);
+		buf[i] = (uint8_t)(kind ? 0x41 + (i / 7) % 26 : rnd());
+	if (rn(3) == 0)
+		ret = ub_fsw_write_ex(g_t, SUBVOL, m->ino, off, buf, len, 1 + (int)rn(3), 0);
+	else
+		ret = ub_fsw_write(g_t, SUBVOL, m->ino, off, buf, len);
 	expect(ret, 0, "write");
 	if (off + len > m->size) {
 		m->data = realloc(m->data, off + len);
@@ -324,6 +328,38 @@ static void op_truncate(void)
 		memset(m->data + m->size, 0, size - m->size);
 	}
 	m->size = size;
+	check_content(m);
+}
+
+static void op_falloc(void)
+{
+	struct dent *d = pick_dent(1);
+	struct minode *m;
+	uint64_t off, len;
+	bool keep = rn(2), punch = rn(2);
+	int ret;
+
+	if (!d)
+		return;
+	m = inode_of(d->ino);
+	off = rn(m->size + 20000);
+	len = 1 + rn(60000);
+	if (off + len > MAX_FILE)
+		return;
+	if (punch) {
+		ret = ub_fsw_punch_hole(g_t, SUBVOL, m->ino, off, len);
+		expect(ret, 0, "punch hole");
+		if (off < m->size)
+			memset(m->data + off, 0, (off + len < m->size ? off + len : m->size) - off);
+	} else {
+		ret = ub_fsw_fallocate(g_t, SUBVOL, m->ino, off, len, keep ? UB_FSW_FALLOC_KEEP_SIZE : 0);
+		expect(ret, 0, "fallocate");
+		if (!keep && off + len > m->size) {
+			m->data = realloc(m->data, off + len);
+			memset(m->data + m->size, 0, off + len - m->size);
+			m->size = off + len;
+		}
+	}
 	check_content(m);
 }
 
@@ -517,7 +553,8 @@ static void one_op(void)
 	else if (r < 21) op_create(rn(4) == 0 ? S_IFCHR : rn(3) == 0 ? S_IFBLK : rn(2) ? S_IFIFO : S_IFSOCK);
 	else if (r < 25) op_create(S_IFLNK);
 	else if (r < 47) op_write();
-	else if (r < 54) op_truncate();
+	else if (r < 51) op_truncate();
+	else if (r < 54) op_falloc();
 	else if (r < 60) op_link();
 	else if (r < 70) op_unlink();
 	else if (r < 82) op_rename();
