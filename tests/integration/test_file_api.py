@@ -303,6 +303,18 @@ def kernel_apply(top, script):
                 with open(P(a[1]), "r+b") as f:
                     f.seek(int(a[2], 0))
                     f.write(stream(int(a[4], 0), int(a[3], 0)))
+            elif op == "writec":
+                seed, n = int(a[4], 0), int(a[3], 0)
+                with open(P(a[1]), "r+b") as f:
+                    f.seek(int(a[2], 0))
+                    f.write(bytes(0x61 + (i // 11 + seed) % 26 for i in range(n)))
+            elif op in ("fallocate", "punch"):
+                fd = os.open(P(a[1]), os.O_RDWR)
+                try:
+                    mode = 3 if op == "punch" else (1 if len(a) > 4 else 0)
+                    T.fallocate(fd, mode, int(a[2], 0), int(a[3], 0))
+                finally:
+                    os.close(fd)
             elif op == "truncate":
                 os.truncate(P(a[1]), int(a[2], 0))
             elif op in ("subvol", "snapshot", "subvoldel"):
@@ -449,6 +461,24 @@ def collision_script():
 
 
 RECIPES["extrefs_many_links_one_dir"] = extref_script()
+RECIPES["compressed_and_shared_extents"] = [
+    "create /z 644", "writec /z 0 400000 1 zlib", "create /l 644", "writec /l 0 300000 2 lzo",
+    "create /s 644", "writec /s 4096 200000 3 zstd", "commit",
+    # overwrite the middle of compressed extents: the old ones are split (offset into the extent)
+    "write /z 70000 5000 4", "writec /l 130000 10 5 zstd", "truncate /s 100000", "punch /z 200000 70000",
+    "commit", "subvol /v", "create /v/f 644", "writec /v/f 0 262144 6 zstd", "write /v/f 300000 7000 7",
+    "snapshot /v /vs", "commit",
+    # both sides of a snapshot overwrite the middle of shared (compressed) extents
+    "write /v/f 100000 3 8", "writec /vs/f 50000 60000 9 lzo", "punch /vs/f 1 300000", "commit",
+    "truncate /v/f 12345", "write /vs/f 0 10 10",
+]
+RECIPES["fallocate_and_punch"] = [
+    "create /a 644", "fallocate /a 0 100000", "write /a 5000 3000 1", "fallocate /a 200000 50000 keep",
+    "create /b 644", "write /b 0 1000 2", "fallocate /b 0 10000", "punch /b 10 20",
+    "create /c 644", "write /c 0 300000 3", "commit", "punch /c 4095 8194", "punch /c 100000 50000",
+    "punch /c 299000 5000", "fallocate /c 120000 10000", "truncate /c 130000", "commit", "write /a 99990 20 4",
+    "punch /a 0 1000000",
+]
 RECIPES["subvolumes_snapshots_delete"] = [
     "subvol /sv", "create /sv/f 644", "write /sv/f 0 50000 30", "mkdir /sv/d 755", "create /sv/d/g 600",
     "write /sv/d/g 0 1000 31", "setxattr /sv/f user.a 6869", "snapshot /sv /snap1", "write /sv/f 10000 5000 32",
@@ -467,6 +497,15 @@ def test_recipe(driver, casedir, ubtrfs_bin, name):
     if name == "extrefs_many_links_one_dir":
         dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "fs", str(ours[0])]).stdout.decode()
         assert "INODE_EXTREF" in dump, "the ref item never overflowed into extrefs"
+    if name == "compressed_and_shared_extents":
+        dump = T.run(["btrfs", "inspect-internal", "dump-tree", str(ours[0])]).stdout.decode()
+        for algo in (1, 2, 3):
+            assert "compression %d" % algo in dump, "no extent compressed with type %d" % algo
+        assert re.search(r"extent data offset [1-9]\d* nr \d+ ram \d+\n\s+extent compression [123]", dump), \
+            "no item refers to the middle of a compressed extent"
+    if name == "fallocate_and_punch":
+        dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "fs", str(ours[0])]).stdout.decode()
+        assert "prealloc data disk byte" in dump
     if name == "subvolumes_snapshots_delete":
         # deleted subvolumes are dead roots (ORPHAN items): the kernel's cleaner drops them on its next
         # read-write mount, and what it leaves still passes btrfs check

@@ -787,6 +787,36 @@ static int script_line(char *line)
 		free(buf);
 		return ret;
 	}
+	if (strcmp(argv[0], "writec") == 0) {
+		/* writec PATH OFF LEN SEED ALGO(zlib|lzo|zstd): as write, compressed; the stream is compressible */
+		uint64_t off, len, st;
+		uint8_t *buf;
+		int algo;
+		NEED(6);
+		ret = resolve(argv[1], &dir, last, &ino);
+		if (ret)
+			return ret;
+		off = strtoull(argv[2], NULL, 0);
+		len = strtoull(argv[3], NULL, 0);
+		st = strtoull(argv[4], NULL, 0);
+		algo = argv[5][1] == 'l' ? UB_COMPRESS_ZLIB : argv[5][1] == 'z' ? UB_COMPRESS_LZO : UB_COMPRESS_ZSTD;
+		buf = malloc(len ? len : 1);
+		for (uint64_t i = 0; i < len; i++)
+			buf[i] = (uint8_t)('a' + (i / 11 + st) % 26);
+		ret = ub_fsw_write_ex(g_t, g_isv, ino, off, buf, len, algo, 0);
+		free(buf);
+		return ret;
+	}
+	if (strcmp(argv[0], "fallocate") == 0 || strcmp(argv[0], "punch") == 0) {
+		NEED(4);
+		ret = resolve(argv[1], &dir, last, &ino);
+		if (ret)
+			return ret;
+		if (argv[0][0] == 'p')
+			return ub_fsw_punch_hole(g_t, g_isv, ino, strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+		return ub_fsw_fallocate(g_t, g_isv, ino, strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
+					argc > 4 ? UB_FSW_FALLOC_KEEP_SIZE : 0);
+	}
 	if (strcmp(argv[0], "truncate") == 0) {
 		NEED(3);
 		ret = resolve(argv[1], &dir, last, &ino);
