@@ -26,7 +26,9 @@ struct fsw {
 	int compress, level; /* for new data extents (UB_COMPRESS_*; 0 none) */
 };
 
+/* fsw_init: for a change (-EROFS in a read-only subvolume); fsw_init_ro: for a look */
 int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol);
+int fsw_init_ro(struct fsw *w, struct ub_txn *t, uint64_t subvol);
 
 /* inode item copies: get (-ENOENT), put (the item exists) */
 int fsw_inode_get(struct fsw *w, uint64_t ino, uint8_t ii[UB_II_SIZE]);

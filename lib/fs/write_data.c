@@ -869,7 +869,7 @@ int ub_fsw_read(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, v
 	struct fsw w;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = fsw_inode_get(&w, ino, ii);
 	if (ret)

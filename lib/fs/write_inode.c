@@ -36,7 +36,7 @@
 #define EXTREF_HDR ((uint32_t)sizeof(struct btrfs_inode_extref))
 #define LINK_MAX_BTRFS 65535U
 
-int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol)
+int fsw_init_ro(struct fsw *w, struct ub_txn *t, uint64_t subvol)
 {
 	struct timespec ts;
 
@@ -55,6 +55,27 @@ int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol)
 	w->now.sec = ts.tv_sec;
 	w->now.nsec = (uint32_t)ts.tv_nsec;
 	return ub_engine_root(t->e, subvol, &w->fs);
+}
+
+/* for changes: a read-only subvolume (ROOT_ITEM flag SUBVOL_RDONLY) refuses them, as the kernel (-EROFS) */
+int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol)
+{
+	struct ub_key key;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	int ret = fsw_init_ro(w, t, subvol);
+
+	if (ret)
+		return ret;
+	key = (struct ub_key){ subvol, BTRFS_ROOT_ITEM_KEY, w->fs->item_offset };
+	ub_path_init(&p);
+	ret = ub_tree_lookup(w->tc, &w->e->root_tree->root, &key, &p, &d, &size);
+	if (ret == 0 && size >= offsetof(struct btrfs_root_item, flags) + 8 &&
+	    (UB_GET(btrfs_root_item, flags, d) & BTRFS_ROOT_SUBVOL_RDONLY))
+		ret = -EROFS;
+	ub_path_release(&p);
+	return ret == -ENOENT ? 0 : ret;
 }
 
 void fsw_set_time(uint8_t *ii, size_t off, const struct ub_timespec *ts)
@@ -990,7 +1011,7 @@ int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
 	struct fsw w;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = fsw_check_name(name, len);
 	if (!ret)

@@ -420,7 +420,7 @@ int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char
 	struct fsw w;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = fsw_check_name(name, len);
 	if (!ret)
