@@ -127,6 +127,10 @@ int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
  * the filesystem has a UUID tree, its UUID entry are added as the kernel does.
  * A snapshot shares the source's tree (ub_tree_copy_root) as it stands in the
  * running transaction; readonly sets BTRFS_ROOT_SUBVOL_RDONLY.
+ * The source must be unchanged in the running transaction (-EAGAIN: commit
+ * first), and the source and the snapshot take no change until the commit
+ * (-EAGAIN): their shared blocks would otherwise change under both (the tree
+ * layer has no FORCE_COW; the kernel snapshots inside its commit).
  */
 int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
 			 uint64_t *new_id);

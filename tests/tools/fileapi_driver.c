@@ -65,6 +65,7 @@ static struct ub_engine *g_e;
 static struct ub_txn *g_t;
 static long g_ops_done, g_commits;
 static bool g_dirty; /* the running transaction changed something */
+static bool g_snapshots; /* --snapshots: the random sequence snapshots the FS tree and deletes snapshots */
 
 static uint64_t rnd(void)
 {
@@ -544,6 +545,8 @@ static void op_chmod(void)
 	m->mode = (m->mode & S_IFMT) | a.mode;
 }
 
+static void op_snapshot(void);
+
 static void one_op(void)
 {
 	unsigned r = (unsigned)rn(100);
@@ -559,7 +562,8 @@ static void one_op(void)
 	else if (r < 70) op_unlink();
 	else if (r < 82) op_rename();
 	else if (r < 95) op_xattr();
-	else op_chmod();
+	else if (r < 98 || !g_snapshots) op_chmod();
+	else op_snapshot();
 }
 
 /* ---- the model as JSON ---- */
@@ -586,6 +590,14 @@ static void json_str(FILE *f, const char *s)
 }
 
 static bool first_entry;
+
+/* snapshots of the FS tree in the top directory: their frozen model, as JSON entries */
+struct snap {
+	char name[32];
+	char *json; /* ",\n  \"/snapN/...\": {...}" entries, or "" */
+};
+static struct snap g_snaps[64];
+static int g_nsnaps, g_snapseq;
 
 static void dump_dir(FILE *f, uint64_t dir, const char *path, int depth)
 {
@@ -891,6 +903,8 @@ static int run_script(const char *path)
 		int want = 0, ret;
 
 		n++;
+		if (l[0] == '@')
+			l++; /* a line for the file API only (the kernel's reference run skips it) */
 		if (l[0] == '!') {
 			want = -atoi(l + 1);
 			l = strchr(l, ' ');
@@ -905,6 +919,60 @@ static int run_script(const char *path)
 	}
 	fclose(f);
 	return 0;
+}
+
+static void op_snapshot(void)
+{
+	char *buf = NULL;
+	size_t blen = 0;
+	uint64_t id;
+	FILE *f;
+	int ret;
+
+	if (g_nsnaps > 0 && rn(2)) {
+		/* the newest goes (older ones are placeholders inside it) */
+		struct snap *sn = &g_snaps[--g_nsnaps];
+		ret = ub_fsw_subvol_delete(g_t, SUBVOL, TOP, sn->name, strlen(sn->name));
+		expect(ret, 0, "subvolume delete");
+		free(sn->json);
+		return;
+	}
+	if (g_nsnaps == 64)
+		return;
+	struct snap *sn = &g_snaps[g_nsnaps];
+	snprintf(sn->name, sizeof(sn->name), "snap%d", ++g_snapseq);
+	/* a snapshot's source must be unchanged in the transaction, and both stay so until the commit */
+	if (g_dirty) {
+		ret = ub_fsw_snapshot(g_t, SUBVOL, SUBVOL, TOP, sn->name, strlen(sn->name), false, &id);
+		expect(ret, -EAGAIN, "snapshot of a tree changed in the transaction");
+		commit();
+	}
+	ret = ub_fsw_snapshot(g_t, SUBVOL, SUBVOL, TOP, sn->name, strlen(sn->name), false, &id);
+	expect(ret, 0, "snapshot");
+	{
+		char nm[] = "after-snapshot";
+		ret = ub_fsw_create(g_t, SUBVOL, TOP, nm, strlen(nm), S_IFREG | 0644, 0, 0, 0, &id);
+		expect(ret, -EAGAIN, "change after a snapshot in the same transaction");
+	}
+	commit();
+	f = open_memstream(&buf, &blen);
+	if (!f)
+		FAIL("oom");
+	/* its top directory, the model as it is now, and the older snapshots as empty placeholders */
+	fprintf(f, ",\n  \"/%s\": {\"ino\": 256, \"mode\": %u, \"type\": \"dir\", \"xattrs\": {}}", sn->name, 0755);
+	for (int k = 0; k < g_nsnaps; k++)
+		fprintf(f, ",\n  \"/%s/%s\": {\"ino\": 2, \"mode\": %u, \"type\": \"dir\", \"xattrs\": {}}", sn->name,
+			g_snaps[k].name, 0755);
+	{
+		char prefix[64];
+		snprintf(prefix, sizeof(prefix), "/%s", sn->name);
+		first_entry = false;
+		dump_dir(f, TOP, prefix, 0);
+	}
+	if (fclose(f))
+		FAIL("oom");
+	sn->json = buf;
+	g_nsnaps++;
 }
 
 static void usage(void)
@@ -940,6 +1008,11 @@ int main(int argc, char **argv)
 		ub_engine_close(g_e);
 		printf("script done\n");
 		return 0;
+	}
+	if (argc > 1 && strcmp(argv[1], "--snapshots") == 0) {
+		g_snapshots = true;
+		argv++;
+		argc--;
 	}
 	if (argc < 6)
 		usage();
@@ -984,6 +1057,11 @@ int main(int argc, char **argv)
 	fprintf(f, "{");
 	first_entry = true;
 	dump_dir(f, TOP, "", 0);
+	for (int k = 0; k < g_nsnaps; k++) {
+		fputs(first_entry ? g_snaps[k].json + 1 : g_snaps[k].json, f);
+		first_entry = false;
+		free(g_snaps[k].json);
+	}
 	fprintf(f, "\n}\n");
 	if (fclose(f))
 		FAIL("%s: write failed", argv[4]);
