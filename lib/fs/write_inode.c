@@ -695,10 +695,12 @@ int ub_fsw_symlink(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *
 	max = w.e->vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - UB_FILE_EXTENT_INLINE_DATA_START;
 	if (max > w.e->vol->sectorsize - 1)
 		max = w.e->vol->sectorsize - 1;
-	if (!target || tlen == 0 || memchr(target, 0, tlen))
+	if (!target || tlen == 0)
 		return -EINVAL;
 	if (tlen > max)
 		return -ENAMETOOLONG;
+	if (memchr(target, 0, tlen))
+		return -EINVAL;
 	ret = new_inode(&w, dir, name, len, S_IFLNK | 0777, uid, gid, 0, &ino);
 	if (ret)
 		return ret;
