@@ -377,11 +377,9 @@ int ub_txn_run_refs(struct ub_txn *t)
 	while ((ret = ub_dref_pop_head(t->refs, &h)) == 0) {
 		ret = run_head(t, h);
 		if (ret) {
-			char n[64];
 			ub_err(&t->e->log, "transaction %llu: cannot apply the reference changes of the %s extent at "
 			       "logical %llu: %s", (unsigned long long)t->transid, h->is_data ? "data" : "tree block",
 			       (unsigned long long)h->bytenr, strerror(-ret));
-			(void)n;
 			ub_dref_head_free(h);
 			return ret;
 		}
