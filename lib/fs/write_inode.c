@@ -316,11 +316,27 @@ static uint8_t ftype(uint32_t mode)
 	return BTRFS_FT_UNKNOWN;
 }
 
+/*
+ * Inode numbers as the kernel hands them out during one mount: the highest
+ * objectid of the tree + 1 when the tree is first used, then one up each
+ * time, never reusing a number freed meanwhile (so a number names one inode
+ * for the life of the engine, which NFS-style handles and the FUSE mount rely
+ * on). Remembered per engine and tree in a small table; a forgotten entry
+ * only means a fresh start from the tree's highest objectid.
+ */
+#define INO_CACHE 64
+static struct {
+	const struct ub_engine *e;
+	uint64_t subvol, next;
+} g_ino[INO_CACHE];
+static unsigned g_ino_victim;
+
 static int next_ino(struct fsw *w, uint64_t *ino)
 {
 	struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, 255, UINT64_MAX };
 	struct ub_path p;
-	int ret;
+	uint64_t n;
+	int ret, slot = -1;
 
 	ub_path_init(&p);
 	ret = ub_tree_search_le(w->tc, &w->fs->root, &key, &p);
@@ -329,8 +345,23 @@ static int next_ino(struct fsw *w, uint64_t *ino)
 	ub_path_release(&p);
 	if (ret < 0)
 		return ret;
-	*ino = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID + 1;
-	return *ino > BTRFS_LAST_FREE_OBJECTID ? -EOVERFLOW : 0;
+	n = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID + 1;
+	for (int i = 0; i < INO_CACHE; i++)
+		if (g_ino[i].e == w->e && g_ino[i].subvol == w->subvol)
+			slot = i;
+	if (slot < 0) {
+		slot = (int)(g_ino_victim++ % INO_CACHE);
+		g_ino[slot].e = w->e;
+		g_ino[slot].subvol = w->subvol;
+		g_ino[slot].next = 0;
+	}
+	if (g_ino[slot].next > n)
+		n = g_ino[slot].next;
+	if (n > BTRFS_LAST_FREE_OBJECTID)
+		return -EOVERFLOW;
+	g_ino[slot].next = n + 1;
+	*ino = n;
+	return 0;
 }
 
 int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index)

@@ -346,7 +346,7 @@ def view(imgs, mnt):
     out = {}
     groups = {}
     for p, e in entries.items():
-        v = {k: e[k] for k in ("type", "size", "xattrs") if k in e}
+        v = {k: e[k] for k in ("type", "size", "xattrs", "ino") if k in e}
         v["mode"] = e["mode"] & 0o7777
         if e["type"] != "dir":
             v["nlink"] = e["nlink"]
@@ -358,8 +358,7 @@ def view(imgs, mnt):
             v["rdev"] = (e["rdev_major"], e["rdev_minor"])
         groups.setdefault((e["subvol"], e["ino"]), []).append(p)
         out[p] = v
-    # hard links: which paths share an inode (the numbers themselves may differ: the kernel never reuses
-    # a number within a mount, the engine takes the highest + 1 each time)
+    # hard links: which paths share an inode
     for paths in groups.values():
         for p in paths:
             out[p]["same_inode_as"] = sorted(paths)
