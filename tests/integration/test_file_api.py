@@ -111,6 +111,8 @@ def kernel_matches(imgs, mnt, model):
     for p in sorted(set(model) & set(got)):
         exp, g = model[p], got[p]
         checks = [("type", g["type"]), ("mode", g["mode"] & 0o7777), ("ino", g["ino"]), ("xattrs", g["xattrs"])]
+        if "uid" in exp:
+            checks += [("uid", g["uid"]), ("gid", g["gid"])]
         if exp["type"] != "dir":
             checks.append(("nlink", g["nlink"]))
         if exp["type"] == "file":
