@@ -919,6 +919,9 @@ int ub_fsw_rename(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char
 	if (ret && ret != -ENOENT)
 		return ret;
 	dexists = ret == 0;
+	if (sloc.type == BTRFS_ROOT_ITEM_KEY && !dexists && !(flags & UB_FSW_RENAME_EXCHANGE))
+		return fsw_subvol_move(&w, olddir, oldname, oldlen, newdir, newname, newlen, sloc.objectid);
+	/* replacing or exchanging with a subvolume: not yet */
 	if (sloc.type != BTRFS_INODE_ITEM_KEY || (dexists && dloc.type != BTRFS_INODE_ITEM_KEY))
 		return -EXDEV;
 	if ((flags & UB_FSW_RENAME_EXCHANGE) && !dexists)

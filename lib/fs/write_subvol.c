@@ -355,6 +355,37 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 	return ret;
 }
 
+int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
+		    const char *newname, size_t newlen, uint64_t id)
+{
+	struct ub_key key = { w->subvol, BTRFS_ROOT_REF_KEY, id };
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	uint64_t index = 0;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_lookup(w->tc, &w->e->root_tree->root, &key, &p, &d, &size);
+	if (ret == 0 && size >= RREF_SIZE)
+		index = UB_GET(btrfs_root_ref, sequence, d);
+	else if (ret == 0)
+		ret = -EUCLEAN;
+	ub_path_release(&p);
+	if (ret)
+		return ret == -ENOENT ? -EUCLEAN : ret;
+	ret = fsw_del_entry(w, olddir, oldname, oldlen, index);
+	if (!ret)
+		ret = fsw_del_key(w, &w->e->root_tree->root, &key);
+	if (!ret) {
+		key = (struct ub_key){ id, BTRFS_ROOT_BACKREF_KEY, w->subvol };
+		ret = fsw_del_key(w, &w->e->root_tree->root, &key);
+	}
+	if (!ret)
+		ret = link_subvol(w, newdir, newname, newlen, id);
+	return ret == -ENOENT ? -EUCLEAN : ret;
+}
+
 static int has_key(struct fsw *w, const struct ub_key *from, const struct ub_key *to)
 {
 	struct ub_path p;

@@ -492,7 +492,8 @@ RECIPES["subvolumes_snapshots_delete"] = [
     "snapshot /snap1 /sv/nested", "commit", "subvol /sv2", "create /sv2/x 644",
     "write /sv2/x 0 9000 34", "commit", "subvoldel /sv2", "snapshot /sv /snap3", "commit", "write /snap3/f 0 100 35",
     "commit", "subvoldel /snap3", "mkdir /dd 755", "subvol /dd/inner", "create /dd/inner/y 644",
-    "rename /sv/f /sv/f2", "link /sv/f2 /sv/d/f3",
+    "rename /sv/f /sv/f2", "link /sv/f2 /sv/d/f3", "commit", "rename /dd/inner /inner2", "rename /snap1 /dd/s1",
+    "rename /inner2 /dd/inner3",
 ]
 RECIPES["hash_collisions_xattr_and_names"] = collision_script()
 
