@@ -23,6 +23,7 @@
  * unlinked-but-open inodes (the FUSE mount) will need to add.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -330,6 +331,7 @@ static struct {
 	uint64_t subvol, next;
 } g_ino[INO_CACHE];
 static unsigned g_ino_victim;
+static pthread_mutex_t g_ino_lock = PTHREAD_MUTEX_INITIALIZER; /* engines of other threads share the table */
 
 static int next_ino(struct fsw *w, uint64_t *ino)
 {
@@ -346,6 +348,7 @@ static int next_ino(struct fsw *w, uint64_t *ino)
 	if (ret < 0)
 		return ret;
 	n = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID + 1;
+	pthread_mutex_lock(&g_ino_lock);
 	for (int i = 0; i < INO_CACHE; i++)
 		if (g_ino[i].e == w->e && g_ino[i].subvol == w->subvol)
 			slot = i;
@@ -357,9 +360,11 @@ static int next_ino(struct fsw *w, uint64_t *ino)
 	}
 	if (g_ino[slot].next > n)
 		n = g_ino[slot].next;
+	if (n <= BTRFS_LAST_FREE_OBJECTID)
+		g_ino[slot].next = n + 1;
+	pthread_mutex_unlock(&g_ino_lock);
 	if (n > BTRFS_LAST_FREE_OBJECTID)
 		return -EOVERFLOW;
-	g_ino[slot].next = n + 1;
 	*ino = n;
 	return 0;
 }
