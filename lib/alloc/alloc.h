@@ -49,7 +49,11 @@
  * its whole stripe is free again. So a stripe written by a transaction never
  * holds data a committed tree can reach, and the volume layer's
  * read-modify-write of a partial stripe only reads bytes that are free or
- * belong to the same transaction.
+ * belong to the same transaction. This holds only if every reservation is
+ * written, and accounted or given back, before the transaction that made it
+ * commits (no reservation may outlive its transaction, as delayed
+ * allocation across commits would). ub_alloc_reserve_at() does not apply the
+ * rule (it takes exactly what it is told) but opens the stripes it touches.
  *
  * When to add a chunk (the caller's job, after ub_alloc_need_chunk() says so
  * or reserve fails with -ENOSPC): for METADATA and SYSTEM the rule follows the

@@ -277,7 +277,33 @@ struct r56 {
 	uint8_t sect[NSECT];
 	struct rext ext[4096];
 	int next;
+	bool was_alloc[NSECT]; /* allocated on disk at the last commit */
 };
+
+struct delta_check {
+	const struct r56 *m;
+	int calls;
+};
+
+/* The delta handed to the commit is exactly the model's change since the last commit. */
+static int check_delta(void *arg, const struct ub_bg_delta *d)
+{
+	struct delta_check *dc = arg;
+	const struct r56 *m = dc->m;
+	uint64_t used = 0;
+	dc->calls++;
+	assert_int_equal(d->start, m->g);
+	for (int i = 0; i < NSECT; i++) {
+		uint64_t at = m->g + (uint64_t)i * SECT;
+		bool now = m->sect[i] == S_CUR || m->sect[i] == S_OLD;
+		used += now ? SECT : 0;
+		assert_int_equal(ub_rs_contains(d->became_used, at, SECT), now && !m->was_alloc[i]);
+		assert_int_equal(ub_rs_contains(d->became_free, at, SECT), !now && m->was_alloc[i]);
+		assert_int_equal(ub_rs_contains(d->free, at, SECT), !now);
+	}
+	assert_int_equal(d->used, used);
+	return 0;
+}
 
 static bool stripe_clean(const struct r56 *m, uint64_t stripe_idx)
 {
@@ -295,6 +321,8 @@ static bool placement_ok(const struct r56 *m, uint64_t s, uint64_t len)
 	for (uint64_t i = u; i < u + n; i++)
 		if (m->sect[i] != S_FREE)
 			return false;
+	if (!m->fs)
+		return true;
 	for (uint64_t st = (s - m->g) / m->fs; st <= (s + len - 1 - m->g) / m->fs; st++)
 		if (!stripe_clean(m, st))
 			return false;
@@ -341,6 +369,16 @@ static void r56_commit(struct r56 *m)
 			set_range(m, m->ext[i].start, m->ext[i].len, S_OLD);
 		}
 	}
+	struct delta_check dc = { m, 0 };
+	assert_int_equal(ub_alloc_for_each_dirty_bg(m->a, check_delta, &dc), 0);
+	assert_true(dc.calls <= 1);
+	for (int i = 0; i < NSECT; i++) {
+		bool now = m->sect[i] == S_CUR || m->sect[i] == S_OLD;
+		/* a group that did not change is not visited */
+		if (dc.calls == 0)
+			assert_int_equal(now, m->was_alloc[i]);
+		m->was_alloc[i] = now;
+	}
 	for (int i = 0; i < NSECT; i++)
 		if (m->sect[i] == S_PIN)
 			m->sect[i] = S_FREE;
@@ -356,10 +394,12 @@ static void run_raid56(uint64_t seed, bool meta, uint64_t nparity)
 	m->a = new_alloc();
 	m->g = 1 * GiB;
 	m->meta = meta;
-	m->fs = (nparity == 1 ? 2 : 3) * 64 * KiB; /* 3-device RAID5 or 5-device RAID6 */
-	uint64_t prof = nparity == 1 ? BTRFS_BLOCK_GROUP_RAID5 : BTRFS_BLOCK_GROUP_RAID6;
+	/* 3-device RAID5, 5-device RAID6, or (nparity 0) DUP: no stripe rule */
+	m->fs = nparity == 0 ? 0 : (nparity == 1 ? 2 : 3) * 64 * KiB;
+	uint64_t prof = nparity == 0 ? BTRFS_BLOCK_GROUP_DUP
+				     : nparity == 1 ? BTRFS_BLOCK_GROUP_RAID5 : BTRFS_BLOCK_GROUP_RAID6;
 	/* a superblock full stripe in the middle */
-	struct ub_range sup = { m->g + 5 * m->fs, m->fs };
+	struct ub_range sup = m->fs ? (struct ub_range){ m->g + 5 * m->fs, m->fs } : (struct ub_range){ m->g + 960 * KiB, 64 * KiB };
 	assert_int_equal(ub_alloc_insert_bg(m->a, (meta ? T_META : T_DATA) | prof, m->g, NSECT * SECT, m->fs, &sup, 1,
 					    NULL),
 			 0);
@@ -384,7 +424,8 @@ static void run_raid56(uint64_t seed, bool meta, uint64_t nparity)
 			}
 		} else if (op < 18 && m->next) { /* a committed extent is freed */
 			int i = (int)rnd_below((uint64_t)m->next);
-			if (m->ext[i].state == S_OLD) {
+			/* plain groups: also an extent accounted in this very transaction (nets out of the delta) */
+			if (m->ext[i].state == S_OLD || (m->ext[i].state == S_CUR && !m->fs)) {
 				assert_int_equal(ub_alloc_account(m->a, m->ext[i].start, m->ext[i].len, false), 0);
 				assert_int_equal(ub_alloc_pin(m->a, m->ext[i].start, m->ext[i].len), 0);
 				set_range(m, m->ext[i].start, m->ext[i].len, S_PIN);
@@ -406,6 +447,9 @@ static void test_raid5_data_seed1(void **state) { run_raid56(7, false, 1); }
 static void test_raid5_data_seed2(void **state) { run_raid56(0x1234567ULL, false, 1); }
 static void test_raid6_data(void **state) { run_raid56(99, false, 2); }
 static void test_raid6_metadata(void **state) { run_raid56(5, true, 2); }
+/* the same model without the stripe rule: placement, pins and deltas of a plain group */
+static void test_plain_data(void **state) { run_raid56(11, false, 0); }
+static void test_plain_metadata(void **state) { run_raid56(12, true, 0); }
 
 /* The rule by hand: the tail of a stripe opened by this transaction, not by the previous one. */
 static void test_raid5_tail(void **state)
@@ -485,6 +529,8 @@ int main(void)
 		cmocka_unit_test(test_raid5_data_seed2),
 		cmocka_unit_test(test_raid6_data),
 		cmocka_unit_test(test_raid6_metadata),
+		cmocka_unit_test(test_plain_data),
+		cmocka_unit_test(test_plain_metadata),
 		cmocka_unit_test(test_wide_chunk_super),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
