@@ -546,6 +546,14 @@ static uint64_t avail_of(const struct ub_alloc *a, uint64_t kind)
 	return si.avail;
 }
 
+static uint64_t pinned_of(const struct ub_alloc *a, uint64_t kind)
+{
+	struct ub_space_info si;
+
+	ub_alloc_space_info(a, kind, &si);
+	return si.pinned;
+}
+
 static int add_kind(struct ub_chunk_ctx *cc, uint64_t kind)
 {
 	int ret = ub_chunk_alloc(cc, kind | ub_chunk_profile_for(cc->alloc, cc->vol, kind), NULL);
@@ -585,9 +593,13 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op)
 	(void)tried_sys;
 	(void)tried_meta;
 	if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) < sys_need / 2)
-		return -ENOSPC;
-	if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) < meta_need)
-		return -ENOSPC;
+		return pinned_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) ? -EAGAIN : -ENOSPC;
+	if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) < meta_need) {
+		/* space freed by this transaction comes back once it commits (the kernel commits to get it) */
+		struct ub_space_info si;
+		ub_alloc_space_info(cc->alloc, BTRFS_BLOCK_GROUP_METADATA, &si);
+		return si.pinned && si.avail + si.pinned >= meta_need ? -EAGAIN : -ENOSPC;
+	}
 	return 0;
 }
 

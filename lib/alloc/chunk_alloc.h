@@ -47,7 +47,8 @@
  * or adds; ub_chunk_op_blocks() for one item change in one tree). A deletion
  * (UB_CHUNK_OP_FREE) needs only half the reserve: it is what gives space
  * back, and the kernel lets unlink dip into its global reserve for the same
- * reason. The SYSTEM type is held to nodesize * 2 * (chunk tree level + 2)
+ * reason. When the space is short only because this transaction freed it
+ * (pinned until the commit), the answer is -EAGAIN: commit and retry. The SYSTEM type is held to nodesize * 2 * (chunk tree level + 2)
  * + the cost of one chunk insertion. Otherwise -ENOSPC for the operation; the
  * transaction is untouched by the refusal and can commit or abort.
  *
@@ -113,7 +114,13 @@ uint64_t ub_chunk_commit_reserve(const struct ub_chunk_ctx *cc);
 /*
  * Before an operation needing about `op_bytes` of new metadata: add metadata
  * or system chunks as the rule above says; 0 if the operation may go on,
- * -ENOSPC if it must not (the trees are unchanged but for any chunk added).
+ * -EAGAIN if it may once the running transaction has committed (space it
+ * freed is pinned until then and would be enough: commit, start a new
+ * transaction, ask again), -ENOSPC if it must not. Blocks a transaction
+ * frees are only known (pinned) at its commit, so a caller whose transaction
+ * holds changes commits and asks once more on -ENOSPC too (the kernel's
+ * flush-by-commit); -ENOSPC from a fresh transaction is final. The trees are
+ * unchanged by a refusal but for any chunk added.
  */
 int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op);
 

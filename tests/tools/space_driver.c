@@ -78,6 +78,13 @@ static int commit(struct sctx *c, bool abort)
 
 	if (!c->t)
 		return 0;
+	/*
+	 * A transaction that changed nothing is not committed (as the kernel
+	 * skips it): the engine's commit of an empty transaction would write a
+	 * superblock of a new generation over a root tree of the old one.
+	 */
+	if (!c->t->blocks_allocated && !c->t->blocks_cowed && !ub_dref_count(c->t->refs))
+		abort = true;
 	if (abort)
 		ub_txn_abort(c->t);
 	else
@@ -151,6 +158,8 @@ static int data_cycle(struct sctx *c, uint64_t len)
 		return -ENOMEM;
 	while (got < len) {
 		ret = ub_chunk_prepare(&c->cc, op_bytes(c), UB_CHUNK_OP_ADD);
+		if (ret == -EAGAIN)
+			ret = -ENOSPC; /* nothing is freed here */
 		if (!ret)
 			ret = ub_chunk_reserve_data(&c->cc, piece, 0, &starts[n]);
 		if (ret == -ENOSPC) {
@@ -217,12 +226,20 @@ int main(int argc, char **argv)
 	} else {
 		usage();
 	}
-	if (every < 1 || vlen < 0 || vlen > 4096 || strlen(prefix) > 200)
+	if (every < 1 || vlen < 0 || vlen > 65536 || strlen(prefix) > 200)
 		usage();
 	ret = ub_engine_open((const char *const *)argv + i, argc - i, NULL, &c.e);
 	if (ret) {
 		fprintf(stderr, "space_driver: cannot open for writing: %s\n", strerror(-ret));
 		return 2;
+	}
+	/* one xattr item must fit a leaf with its header (the kernel's BTRFS_MAX_XATTR_SIZE) */
+	if ((uint64_t)vlen + strlen(prefix) + 12 + sizeof(struct btrfs_dir_item) + UB_ITEM_SIZE + UB_HEADER_SIZE >
+	    c.e->vol->nodesize) {
+		fprintf(stderr, "space_driver: a value of %ld bytes does not fit a %u-byte leaf\n", vlen,
+			c.e->vol->nodesize);
+		ub_engine_close(c.e);
+		return 1;
 	}
 	ret = ub_engine_root(c.e, BTRFS_FS_TREE_OBJECTID, &c.fs);
 	if (!ret)
@@ -243,6 +260,17 @@ int main(int argc, char **argv)
 			if (ret)
 				break;
 			ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
+			if ((ret == -EAGAIN || ret == -ENOSPC) && ops) {
+				/* what this transaction freed comes back once it commits: commit, ask again */
+				ops = 0;
+				ret = commit(&c, false);
+				if (!ret)
+					ret = start(&c);
+				if (!ret)
+					ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
+			}
+			if (ret == -EAGAIN)
+				ret = -ENOSPC;
 			if (!ret)
 				ret = add ? add_xattr(&c, name, (size_t)vlen) : del_xattr(&c, name);
 			if (ret == -ENOSPC) {
@@ -267,8 +295,10 @@ int main(int argc, char **argv)
 				c.added++;
 			else
 				c.deleted++;
-			if (++ops % every == 0)
+			if (++ops == every) {
+				ops = 0;
 				ret = commit(&c, false);
+			}
 		}
 	}
 	if (!ret)
