@@ -15,6 +15,11 @@
  *       then gives them back, and commits: data chunk creation only
  *   opts: --abort-on-enospc   after an -ENOSPC, abort the running transaction
  *                             instead of committing it
+ *         --no-retry          an -ENOSPC refusal is final (by default a
+ *                             transaction holding changes commits and the
+ *                             operation asks once more, as chunk_alloc.h says)
+ * An -ENOSPC from inside an operation (the allocator failed under it) always
+ * aborts the transaction: it is half done.
  *
  * The value of user.NAME is NAME repeated to VALSIZE bytes. A name whose hash
  * collides with an earlier one is skipped ("skip NAME"). Last line:
@@ -191,7 +196,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	struct sctx c = { 0 };
-	bool abort_on_enospc = false;
+	bool abort_on_enospc = false, no_retry = false;
 	const char *op, *prefix = "";
 	long from = 0, to = 0, every = 1, vlen = 0;
 	uint64_t dlen = 0;
@@ -200,6 +205,8 @@ int main(int argc, char **argv)
 	while (i < argc && strncmp(argv[i], "--", 2) == 0) {
 		if (strcmp(argv[i], "--abort-on-enospc") == 0)
 			abort_on_enospc = true;
+		else if (strcmp(argv[i], "--no-retry") == 0)
+			no_retry = true;
 		else
 			usage();
 		i++;
@@ -260,7 +267,7 @@ int main(int argc, char **argv)
 			if (ret)
 				break;
 			ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
-			if ((ret == -EAGAIN || ret == -ENOSPC) && ops) {
+			if ((ret == -EAGAIN || ret == -ENOSPC) && ops && !no_retry) {
 				/* what this transaction freed comes back once it commits: commit, ask again */
 				ops = 0;
 				ret = commit(&c, false);
@@ -274,9 +281,11 @@ int main(int argc, char **argv)
 			if (!ret)
 				ret = add ? add_xattr(&c, name, (size_t)vlen) : del_xattr(&c, name);
 			if (ret == -ENOSPC) {
+				/* refused before the change: the transaction is whole; failed inside it: abort */
+				bool inside = c.t->error != 0;
 				c.enospc++;
-				printf("enospc at %ld\n", n);
-				ret = commit(&c, abort_on_enospc);
+				printf("enospc at %ld%s\n", n, inside ? " (inside the operation)" : "");
+				ret = commit(&c, abort_on_enospc || inside);
 				if (ret)
 					fprintf(stderr, "space_driver: %s after ENOSPC: %s\n",
 						abort_on_enospc ? "abort" : "commit", strerror(-ret));
