@@ -76,6 +76,14 @@ tools: $(ENGINE_DRIVER)
 .PHONY: tools
 # ---- end of the engine driver block ----
 
+# ---- file API driver (wt-fileapi): tests/integration/test_file_api.py builds and runs it ----
+FILEAPI_DRIVER := $(BUILD)/tests/tools/fileapi_driver
+$(BUILD)/tests/tools/fileapi_driver: tests/tools/fileapi_driver.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+tools: $(FILEAPI_DRIVER)
+# ---- end of the file API driver block ----
+
 # ---- space driver (wt-chunks): tests/integration/test_enospc.py builds and runs it ----
 SPACE_DRIVER := $(BUILD)/tests/tools/space_driver
 $(BUILD)/tests/tools/space_driver: tests/tools/space_driver.c $(BUILD)/libubtrfs.a

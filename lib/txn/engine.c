@@ -142,6 +142,58 @@ static int load_chunk_tree(struct ub_engine *e)
 	return ret < 0 ? ret : 0;
 }
 
+/*
+ * States the engine would leave half-done work behind in: relocation trees
+ * of an interrupted balance (they share blocks the engine's reference
+ * bookkeeping does not follow), a device replace that has started (its
+ * target would miss what the engine writes). 0, or -EOPNOTSUPP named.
+ */
+static int check_pending_work(struct ub_engine *e)
+{
+	struct ub_key key = { BTRFS_TREE_RELOC_OBJECTID, BTRFS_ROOT_ITEM_KEY, UINT64_MAX };
+	struct ub_eroot *dev;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_le(&e->tc, &e->root_tree->root, &key, &p);
+	if (ret == 0) {
+		ub_path_key(&p, &key);
+		ret = key.objectid == BTRFS_TREE_RELOC_OBJECTID && key.type == BTRFS_ROOT_ITEM_KEY ? 2 : 0;
+	} else if (ret == 1) {
+		ret = 0;
+	}
+	ub_path_release(&p);
+	if (ret == 2) {
+		ub_err(&e->log, "cannot open for writing: a balance was interrupted (relocation tree of subvolume %llu "
+		       "present); let the kernel finish or cancel it first", (unsigned long long)key.offset);
+		return -EOPNOTSUPP;
+	}
+	if (ret)
+		return ret;
+	ret = ub_engine_root(e, BTRFS_DEV_TREE_OBJECTID, &dev);
+	if (ret)
+		return ret == -ENOENT ? 0 : ret;
+	key = (struct ub_key){ 0, BTRFS_DEV_REPLACE_KEY, 0 };
+	ub_path_init(&p);
+	ret = ub_tree_lookup(&e->tc, &dev->root, &key, &p, &d, &size);
+	if (ret == 0 && size >= sizeof(struct btrfs_dev_replace_item)) {
+		uint64_t st = UB_GET(btrfs_dev_replace_item, replace_state, d);
+		if (st == BTRFS_IOCTL_DEV_REPLACE_STATE_STARTED || st == BTRFS_IOCTL_DEV_REPLACE_STATE_SUSPENDED) {
+			ub_err(&e->log, "cannot open for writing: a device replace of devid %llu is %s; let the kernel "
+			       "finish or cancel it first", (unsigned long long)UB_GET(btrfs_dev_replace_item, src_devid, d),
+			       st == BTRFS_IOCTL_DEV_REPLACE_STATE_STARTED ? "running" : "suspended");
+			ret = -EOPNOTSUPP;
+		}
+	} else if (ret == -ENOENT) {
+		ret = 0;
+	}
+	ub_path_release(&p);
+	return ret;
+}
+
 static int engine_open(const char *const *paths, struct ub_dev *const *devs, int n, const struct ub_log *log,
 		       struct ub_engine **out)
 {
@@ -212,6 +264,9 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 	}
 	if (ret != -ENOENT)
 		goto fail;
+	ret = check_pending_work(e);
+	if (ret)
+		goto fail;
 	ret = ub_engine_root(e, BTRFS_EXTENT_TREE_OBJECTID, &e->extent_tree);
 	if (ret) {
 		ub_err(&e->log, "cannot open for writing: no usable extent tree: %s", strerror(-ret));
@@ -231,6 +286,13 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 		ub_err(&e->log, "cannot open for writing: cannot load the block groups and free space: %s",
 		       strerror(-ret));
 		goto fail;
+	}
+	/* what the superblock says and what the block groups add up to must agree (btrfs check's rule) */
+	if (e->bytes_used != ub_alloc_bytes_used(e->alloc)) {
+		ub_warn(&e->log, "superblock bytes_used %llu differs from the block groups' used bytes %llu: the next "
+			"commit writes the latter", (unsigned long long)e->bytes_used,
+			(unsigned long long)ub_alloc_bytes_used(e->alloc));
+		e->bytes_used = ub_alloc_bytes_used(e->alloc);
 	}
 	*out = e;
 	return 0;

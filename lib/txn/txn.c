@@ -423,6 +423,13 @@ static int txn_commit(struct ub_txn *t)
 	root_of(e, BTRFS_FS_TREE_OBJECTID, &c.fs);
 	root_of(e, BTRFS_DEV_TREE_OBJECTID, &c.dev);
 	root_of(e, BTRFS_CSUM_TREE_OBJECTID, &c.csum);
+	/* two ledgers of the same bytes: ours from the extent items, the allocator's per block group */
+	if (e->bytes_used != ub_alloc_bytes_used(e->alloc)) {
+		ub_err(&e->log, "transaction %llu: bytes used %llu by the extent items but %llu by the block groups",
+		       (unsigned long long)t->transid, (unsigned long long)e->bytes_used,
+		       (unsigned long long)ub_alloc_bytes_used(e->alloc));
+		return -EUCLEAN;
+	}
 	c.bytes_used = e->bytes_used;
 	memcpy(sb, e->vol->super, sizeof(sb));
 	ub_super_set_commit(sb, &c);
@@ -438,9 +445,7 @@ static int txn_commit(struct ub_txn *t)
 		er->item_last_snapshot = er->last_snapshot;
 	}
 	ub_alloc_unpin(e->alloc);
-	if (e->after_commit)
-		ret = e->after_commit(e->after_commit_arg, e);
-	return ret;
+	return 0;
 }
 
 int ub_txn_commit(struct ub_txn *t)

@@ -55,9 +55,6 @@ struct ub_engine {
 	struct ub_txn *running;
 	int broken;              /* 0, or the error that made the engine read-only */
 	bool tc_ready;
-	/* tests: called after each superblock write (e.g. to record what the previous commit reaches) */
-	int (*after_commit)(void *arg, struct ub_engine *e);
-	void *after_commit_arg;
 };
 
 struct ub_txn {

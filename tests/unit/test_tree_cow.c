@@ -64,6 +64,12 @@ static void sink_fn(void *arg, enum ub_log_level lvl, const char *msg)
 
 static const struct ub_log g_log = { sink_fn, NULL, UB_LOG_WARN, &g_errors };
 
+static bool long_tests(void)
+{
+	const char *v = getenv("UBTRFS_LONG_TESTS");
+	return v && *v && strcmp(v, "0");
+}
+
 /* ---- a filesystem to write into ---- */
 
 struct env {
@@ -80,8 +86,9 @@ static void env_open(struct env *e, uint32_t nodesize, const char *csum)
 	struct ub_fs_opts opts = { .writable = true, .super_mirror = -1, .no_log = true };
 
 	snprintf(img, sizeof(img), "%s/n%u-%s.img", g_dir, nodesize, csum);
-	assert_int_equal(sh("rm -f %s && truncate -s 256M %s && mkfs.btrfs -q -f -n %u --csum %s %s >/dev/null", img,
-			    img, nodesize, csum, img),
+	/* the long runs grow big trees: a bigger metadata chunk (sparse file) */
+	assert_int_equal(sh("rm -f %s && truncate -s %s %s && mkfs.btrfs -q -f -n %u --csum %s %s >/dev/null", img,
+			    long_tests() ? "1G" : "256M", img, nodesize, csum, img),
 			 0);
 	memset(e, 0, sizeof(*e));
 	snprintf(e->img, sizeof(e->img), "%s", img);
@@ -135,6 +142,24 @@ static void push_addr(struct talloc *a, uint64_t **arr, size_t *n, uint64_t v)
 	(*arr)[(*n)++] = v;
 }
 
+/* a real allocator never hands out what a superblock copy sits on (the volume refuses the write) */
+static bool over_super(const struct ub_volume *vol, uint64_t logical, uint32_t len)
+{
+	int copies = ub_volume_num_copies(vol, logical);
+
+	for (int m = 1; m <= copies; m++) {
+		uint64_t devid, physical;
+		const char *path;
+		assert_int_equal(ub_volume_map(vol, logical, m, &devid, &physical, &path), 0);
+		for (int i = 0; i < UB_SUPER_MIRROR_MAX; i++) {
+			uint64_t so = ub_super_offset(i);
+			if (physical < so + UB_SUPER_INFO_SIZE && so < physical + len)
+				return true;
+		}
+	}
+	return false;
+}
+
 static int ta_alloc(void *arg, uint64_t root_id, int level, uint64_t *bytenr)
 {
 	struct talloc *a = arg;
@@ -148,11 +173,14 @@ static int ta_alloc(void *arg, uint64_t root_id, int level, uint64_t *bytenr)
 		*bytenr = a->free_now[--a->nnow];
 		return 0;
 	}
-	if (a->next + a->e->nodesize > a->end)
-		return -ENOSPC;
-	*bytenr = a->next;
-	a->next += a->e->nodesize;
-	return 0;
+	for (;;) {
+		if (a->next + a->e->nodesize > a->end)
+			return -ENOSPC;
+		*bytenr = a->next;
+		a->next += a->e->nodesize;
+		if (!over_super(a->e->fs->vol, *bytenr, a->e->nodesize))
+			return 0;
+	}
 }
 
 /* a block of this transaction never reached the disk: its address is free at once */
@@ -511,7 +539,9 @@ static void op_insert(struct env *e, struct talloc *a, struct ub_root *root, str
 	if (found) {
 		assert_int_equal(ret, -EEXIST);
 	} else {
-		assert_int_equal(ret, 0);
+		if (ret)
+			fail_msg("insert of (%" PRIu64 " %u %" PRIu64 ") size %u: %s", k.objectid, k.type, k.offset, size,
+				 strerror(-ret));
 		model_insert(m, &k, buf, size);
 	}
 	free(buf);
@@ -841,11 +871,6 @@ static void run_random(uint32_t nodesize, const char *csum, uint64_t seed, unsig
 	env_close(&e);
 }
 
-static bool long_tests(void)
-{
-	const char *v = getenv("UBTRFS_LONG_TESTS");
-	return v && *v && strcmp(v, "0");
-}
 
 #define NEED_MKFS()                                                          \
 	do {                                                                 \
@@ -1086,6 +1111,70 @@ static void test_alloc_failure(void **state)
 		check_all(&e.tc, &root, &m);
 	}
 	check_on_disk(&e, &root, &m);
+	model_free(&m);
+	talloc_free(&a);
+	env_close(&e);
+}
+
+/*
+ * What the cache promises about transaction blocks: a wrong pointer to one is
+ * refused (there is no disk copy to fall back on); a committed leaf reached by
+ * a plain search is not writable; a new block's header is the fs's.
+ */
+static void test_dirty_rules(void **state)
+{
+	struct env e;
+	struct talloc a;
+	struct ub_root root;
+	struct model m = { 0 };
+	struct ub_eb *eb;
+	struct ub_expect ex;
+	struct ub_path p;
+	uint32_t size;
+	unsigned errs;
+	uint64_t flags;
+
+	(void)state;
+	NEED_MKFS();
+	rng_state = 5;
+	env_open(&e, 16384, "crc32c");
+	talloc_init(&a, &e, true);
+	assert_int_equal(ub_tree_create_root(&e.tc, &a.ta, TREE_ID, &root), 0);
+	for (int i = 0; i < 50; i++)
+		op_insert(&e, &a, &root, &m, 100);
+	ex = ub_root_expect(&root);
+	assert_int_equal(ub_tree_read_block(&e.tc, root.bytenr, &ex, &eb), 0);
+	assert_true(eb->dirty);
+	assert_int_equal(ub_eb_generation(eb), a.ta.transid);
+	assert_int_equal(ub_eb_owner(eb), TREE_ID);
+	assert_int_equal(UB_GET(ub_disk_header, bytenr, eb->data), root.bytenr);
+	assert_memory_equal(UB_PTR(ub_disk_header, fsid, eb->data), e.fs->vol->metadata_uuid, UB_FSID_SIZE);
+	assert_memory_equal(UB_PTR(ub_disk_header, chunk_tree_uuid, eb->data), e.tc.chunk_tree_uuid, UB_UUID_SIZE);
+	flags = UB_GET(ub_disk_header, flags, eb->data);
+	assert_int_equal(flags & BTRFS_HEADER_FLAG_WRITTEN, 0);
+	assert_int_equal(flags >> UB_BACKREF_REV_SHIFT, UB_MIXED_BACKREF_REV);
+	ub_eb_put(&e.tc, eb);
+	errs = g_errors;
+	ex.generation = root.generation - 1;
+	assert_int_equal(ub_tree_read_block(&e.tc, root.bytenr, &ex, &eb), -EUCLEAN);
+	assert_int_equal(g_errors, errs + 1);
+	commit(&e, &a);
+	ex = ub_root_expect(&root);
+	assert_int_equal(ub_tree_read_block(&e.tc, root.bytenr, &ex, &eb), 0);
+	assert_false(eb->dirty);
+	flags = UB_GET(ub_disk_header, flags, eb->data);
+	assert_int_equal(flags & BTRFS_HEADER_FLAG_WRITTEN, BTRFS_HEADER_FLAG_WRITTEN);
+	ub_eb_put(&e.tc, eb);
+	/* committed: readable, not writable, until a cow search copies it */
+	ub_path_init(&p);
+	assert_int_equal(ub_tree_search(&e.tc, &root, &m.v[0].key, &p), 0);
+	assert_null(ub_path_data_mut(&p, &size));
+	ub_path_release(&p);
+	assert_int_equal(ub_tree_search_slot(&e.tc, &a.ta, &root, &m.v[0].key, &p, 0, true), 0);
+	assert_non_null(ub_path_data_mut(&p, &size));
+	assert_true(p.nodes[0]->dirty);
+	ub_path_release(&p);
+	assert_int_equal(root.generation, a.ta.transid);
 	model_free(&m);
 	talloc_free(&a);
 	env_close(&e);
@@ -1491,6 +1580,7 @@ int main(void)
 		cmocka_unit_test(test_item_limits),
 		cmocka_unit_test(test_drop_dirty),
 		cmocka_unit_test(test_alloc_failure),
+		cmocka_unit_test(test_dirty_rules),
 		cmocka_unit_test(test_copy_root),
 		cmocka_unit_test(test_search_readonly),
 		cmocka_unit_test(test_nodes_4k),

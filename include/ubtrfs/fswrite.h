@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The file API of the write engine: every call changes one subvolume's tree
+ * (and the csum / root / uuid trees it needs) inside the caller's running
+ * transaction, leaving the items exactly as the kernel lays them out: inode
+ * items (nlink, size, nbytes, transid, sequence, times), dir items + dir
+ * index (dir size = 2 * sum of name lengths), inode refs (extrefs when a ref
+ * item would not fit a leaf), file extents, data back references (through
+ * the transaction's delayed-ref queue) and data checksums.
+ *
+ * Inodes are named by (subvolume id, inode number), never by path: the
+ * read-write FUSE mount and mkfs --rootdir call exactly this.
+ *
+ * Return 0 or -errno (the POSIX meaning: -ENOENT, -EEXIST, -ENOTDIR,
+ * -EISDIR, -ENOTEMPTY, -EINVAL, -ENAMETOOLONG, -EMLINK, -ENODATA, -ERANGE,
+ * -ENOSPC). After a failure other than one of those argument checks (which
+ * change nothing) the transaction may hold part of the change: abort it.
+ *
+ * Threads: the transaction's rules (one caller at a time per engine).
+ */
+#ifndef UBTRFS_FSWRITE_H
+#define UBTRFS_FSWRITE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct ub_txn;
+
+/* rdev as the kernel stores it in the inode item (its internal dev_t): major << 20 | minor */
+#define UB_FSW_MKDEV(major, minor) (((uint64_t)(major) << 20) | ((uint64_t)(minor) & 0xfffff))
+
+#define UB_FSW_MAX_INLINE_DEFAULT 2048
+
+/*
+ * Create an inode named `name` in directory `dir`: regular file, directory,
+ * char / block device (rdev, see UB_FSW_MKDEV), fifo or socket, from the type
+ * bits of `mode`. Symlinks go through ub_fsw_symlink. *ino: the new inode
+ * number (highest inode number of the subvolume + 1, as the kernel).
+ */
+int ub_fsw_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint32_t mode,
+		  uint32_t uid, uint32_t gid, uint64_t rdev, uint64_t *ino);
+int ub_fsw_mkdir(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint32_t mode,
+		 uint32_t uid, uint32_t gid, uint64_t *ino);
+/* a symlink whose target is kept as an inline extent (the kernel's limit: it must fit one) */
+int ub_fsw_symlink(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+		   const char *target, size_t tlen, uint32_t uid, uint32_t gid, uint64_t *ino);
+/* a new name for a non-directory inode */
+int ub_fsw_link(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t dir, const char *name, size_t len);
+/* remove a non-directory name; the inode and its data go with its last name */
+int ub_fsw_unlink(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len);
+/* remove an empty directory (-ENOTEMPTY otherwise) */
+int ub_fsw_rmdir(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len);
+
+#define UB_FSW_RENAME_NOREPLACE (1U << 0) /* the values of RENAME_NOREPLACE / RENAME_EXCHANGE */
+#define UB_FSW_RENAME_EXCHANGE  (1U << 1)
+/* rename(2)/renameat2(2) within one subvolume (names of subvolumes: -EXDEV) */
+int ub_fsw_rename(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char *oldname, size_t oldlen,
+		  uint64_t newdir, const char *newname, size_t newlen, unsigned flags);
+
+/* what ub_fsw_setattr changes: the bits of `valid` */
+#define UB_FSW_ATTR_MODE  (1U << 0) /* permission bits only (07777); the type stays */
+#define UB_FSW_ATTR_UID   (1U << 1)
+#define UB_FSW_ATTR_GID   (1U << 2)
+#define UB_FSW_ATTR_SIZE  (1U << 3) /* truncate (regular files) */
+#define UB_FSW_ATTR_ATIME (1U << 4)
+#define UB_FSW_ATTR_MTIME (1U << 5)
+#define UB_FSW_ATTR_CTIME (1U << 6) /* explicit ctime; without it ctime becomes now */
+struct ub_fsw_attr {
+	unsigned valid;
+	uint32_t mode, uid, gid;
+	uint64_t size;
+	int64_t atime_sec, mtime_sec, ctime_sec;
+	uint32_t atime_nsec, mtime_nsec, ctime_nsec;
+};
+int ub_fsw_setattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const struct ub_fsw_attr *a);
+
+#define UB_FSW_XATTR_CREATE  1 /* the values of XATTR_CREATE / XATTR_REPLACE */
+#define UB_FSW_XATTR_REPLACE 2
+int ub_fsw_setxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char *name, size_t nlen,
+		    const void *value, size_t vlen, int flags);
+int ub_fsw_removexattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char *name, size_t nlen);
+/* listxattr(2): NUL-terminated names into buf (size 0: only *needed); -ERANGE if buf is too small */
+int ub_fsw_listxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, char *buf, size_t size, size_t *needed);
+/* getxattr(2) through the running transaction: *vlen the value's size; -ERANGE if size is too small */
+int ub_fsw_getxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char *name, size_t nlen, void *buf,
+		    size_t size, size_t *vlen);
+
+/*
+ * Data. write: COW, as the kernel's writeback would leave it: a file that
+ * stays within max_inline bytes (UB_FSW_MAX_INLINE_DEFAULT, and below
+ * sectorsize) from offset 0 is one inline extent; anything else regular
+ * extents in data block groups (checksummed unless the inode is NODATASUM),
+ * replacing the old ranges (split / trimmed; a data extent no item uses any
+ * more is freed with its checksums). Partial sectors are read-modify-written.
+ */
+int ub_fsw_write(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len);
+/* truncate(2) both ways (no-holes: growing adds no hole items) */
+int ub_fsw_truncate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t size);
+/* read through the running transaction (what the next commit will hold); past EOF: *got short */
+int ub_fsw_read(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, void *buf, size_t len, size_t *got);
+
+/* inode lookup through the running transaction: name in dir -> ino (0, -ENOENT) */
+int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *ino,
+		  uint8_t *type);
+
+/*
+ * Subvolumes. The new tree's id is the root tree's highest objectid + 1 (as
+ * the kernel's free objectid there); its ROOT_ITEM, ROOT_REF / ROOT_BACKREF,
+ * the name in `dir` of `subvol` (location: the tree's ROOT_ITEM key) and, when
+ * the filesystem has a UUID tree, its UUID entry are added as the kernel does.
+ * A snapshot shares the source's tree (ub_tree_copy_root) as it stands in the
+ * running transaction; readonly sets BTRFS_ROOT_SUBVOL_RDONLY.
+ */
+int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+			 uint64_t *new_id);
+int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+		    bool readonly, uint64_t *new_id);
+/*
+ * Delete the subvolume named `name` in dir of subvol, as the kernel's
+ * btrfs_delete_subvolume: the name, ROOT_REF / ROOT_BACKREF and UUID entries
+ * go, the ROOT_ITEM's refs become 0 and an ORPHAN item (ORPHAN_OBJECTID,
+ * ORPHAN_ITEM, id) marks the tree dead. Its blocks are freed by whoever drops
+ * dead roots: the kernel's cleaner on its next read-write mount (the engine
+ * has no cleaner yet). -ENOTEMPTY if it holds other subvolumes, -ENOTDIR if
+ * the name is not a subvolume.
+ */
+int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len);
+/* like ub_fsw_lookup, crossing into a subvolume: *sub_out is the tree the name's inode lives in */
+int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,
+		     uint64_t *ino, uint8_t *type);
+
+#endif

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/* Between the files of the file API's write side (lib/fs/write_*.c). */
+#ifndef UBTRFS_FS_WRITE_H
+#define UBTRFS_FS_WRITE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "ubtrfs/format.h"
+#include "ubtrfs/fs.h"
+#include "ubtrfs/fswrite.h"
+#include "txn/txn.h"
+
+#define UB_II_SIZE ((uint32_t)sizeof(struct btrfs_inode_item))
+#define UB_DI_SIZE ((uint32_t)sizeof(struct btrfs_dir_item))
+#define UB_FE_SIZE ((uint32_t)sizeof(struct btrfs_file_extent_item))
+
+/* One call's view: the transaction and the subvolume tree it changes. */
+struct fsw {
+	struct ub_txn *t;
+	struct ub_engine *e;
+	struct ub_tree_ctx *tc;
+	struct ub_tree_alloc *ta;
+	struct ub_eroot *fs;
+	uint64_t subvol;
+	struct ub_timespec now;
+};
+
+int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol);
+
+/* inode item copies: get (-ENOENT), put (the item exists) */
+int fsw_inode_get(struct fsw *w, uint64_t ino, uint8_t ii[UB_II_SIZE]);
+int fsw_inode_put(struct fsw *w, uint64_t ino, const uint8_t ii[UB_II_SIZE]);
+/* transid and sequence bumped, the given times set to now */
+void fsw_inode_touch(struct fsw *w, uint8_t *ii, bool mtime, bool ctime);
+void fsw_set_time(uint8_t *ii, size_t off, const struct ub_timespec *ts);
+
+/* delete the item with exactly this key in `root` (-ENOENT) */
+int fsw_del_key(struct fsw *w, struct ub_root *root, const struct ub_key *key);
+/* every item of objectid `ino` with type in [tmin, tmax] */
+int fsw_del_all(struct fsw *w, uint64_t ino, uint8_t tmin, uint8_t tmax);
+/* the item is a sequence of dir_item records (DIR_ITEM, XATTR_ITEM): find `name`: 0 and its position */
+int fsw_dir_item_find(const uint8_t *d, uint32_t size, const char *name, size_t len, uint32_t *pos, uint32_t *esize);
+/* insert one record into the item at key (the item is created, or the record appended on a hash collision) */
+int fsw_dir_item_add(struct fsw *w, const struct ub_key *key, const uint8_t *rec, uint32_t rsize);
+/* remove `name`'s record from the item at key (the item goes with its last record) */
+int fsw_dir_item_del(struct fsw *w, const struct ub_key *key, const char *name, size_t len);
+
+/* names (write_inode.c) */
+int fsw_check_name(const char *name, size_t len);
+int fsw_get_dir(struct fsw *w, uint64_t dir, uint8_t ii[UB_II_SIZE]);
+int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index);
+/* name in dir: 0 and the dir item's location key (INODE_ITEM, or ROOT_ITEM for a subvolume) and type */
+int fsw_lookup(struct fsw *w, uint64_t dir, const char *name, size_t len, struct ub_key *loc, uint8_t *type);
+/* DIR_ITEM + DIR_INDEX of a name, the directory's size and times */
+int fsw_add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, const struct ub_key *loc, uint8_t type,
+		  uint64_t index);
+int fsw_del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uint64_t index);
+
+/* data (write_data.c): drop every file extent item and reference of ino at or past `from` */
+int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, uint64_t end);
+int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size);
+
+#endif

@@ -1,0 +1,809 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * File data through the write engine, laid out as the kernel's writeback
+ * would leave it (no-holes filesystems only: a hole is the absence of items).
+ *
+ *  - A file whose whole content stays within max_inline bytes (2048, below a
+ *    sector, and what fits a leaf) from offset 0 is one uncompressed inline
+ *    extent; nbytes = its ram_bytes.
+ *  - Otherwise regular extents: data reserved in DATA block groups (the
+ *    allocator gives RAID5/6 only whole free stripes), written with
+ *    ub_volume_write, described by EXTENT_DATA items (disk_bytenr,
+ *    disk_num_bytes, offset, num_bytes, ram_bytes) and referenced through the
+ *    transaction's delayed-ref queue (EXTENT_DATA_REF root / inode / key
+ *    offset - extent offset), checksummed per sector into the csum tree
+ *    unless the inode is NODATASUM. nbytes = sum of num_bytes.
+ *  - Writes are copy-on-write: the old items over the range are trimmed or
+ *    split (a split adds one reference: two items now use the extent), and a
+ *    wholly covered item is deleted with its reference. When an extent's
+ *    references (its committed count plus this transaction's queued changes)
+ *    reach zero, its checksums leave the csum tree: the commit frees the
+ *    extent itself.
+ *  - Bytes of the last sector past EOF are always zero on disk (truncate down
+ *    rewrites that sector), so growing a file never shows old data.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fs/write.h"
+#include "ubtrfs/compress.h"
+
+#define II_GET(f, p) UB_GET(btrfs_inode_item, f, p)
+#define II_SET(f, p, v) UB_SET(btrfs_inode_item, f, p, v)
+#define FE_GET(f, p) UB_GET(btrfs_file_extent_item, f, p)
+#define FE_SET(f, p, v) UB_SET(btrfs_file_extent_item, f, p, v)
+#define INLINE_HDR UB_FILE_EXTENT_INLINE_DATA_START
+/* the biggest extent one write makes (the kernel goes to 128 MiB; smaller keeps a reservation easy to place) */
+#define MAX_EXTENT (1024 * 1024ULL)
+
+static uint64_t ss_of(const struct fsw *w) { return w->e->vol->sectorsize; }
+static uint64_t round_down_ss(const struct fsw *w, uint64_t v) { return v - v % ss_of(w); }
+static uint64_t round_up_ss(const struct fsw *w, uint64_t v) { return round_down_ss(w, v + ss_of(w) - 1); }
+
+static uint32_t max_inline(const struct fsw *w)
+{
+	uint32_t m = w->e->vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - INLINE_HDR;
+
+	if (m > UB_FSW_MAX_INLINE_DEFAULT)
+		m = UB_FSW_MAX_INLINE_DEFAULT;
+	if (m > w->e->vol->sectorsize - 1)
+		m = w->e->vol->sectorsize - 1;
+	return m;
+}
+
+/* the file extent item whose range holds `pos`, or the first one after it: 0 (key, copy of the item), 1 none */
+static int extent_at(struct fsw *w, uint64_t ino, uint64_t pos, struct ub_key *key, uint8_t *fe, uint32_t *fsize)
+{
+	struct ub_key k = { ino, BTRFS_EXTENT_DATA_KEY, pos };
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_le(w->tc, &w->fs->root, &k, &p);
+	if (ret == 0) {
+		ub_path_key(&p, &k);
+		if (k.objectid != ino || k.type != BTRFS_EXTENT_DATA_KEY)
+			ret = 1;
+	}
+	for (int pass = 0; ret >= 0 && pass < 2; pass++) {
+		if (ret == 0) {
+			uint64_t end;
+
+			d = ub_path_data(&p, &size);
+			if (size < INLINE_HDR) {
+				ret = -EUCLEAN;
+				break;
+			}
+			if (FE_GET(type, d) == BTRFS_FILE_EXTENT_INLINE)
+				end = k.offset + FE_GET(ram_bytes, d);
+			else if (size >= UB_FE_SIZE)
+				end = k.offset + FE_GET(num_bytes, d);
+			else {
+				ret = -EUCLEAN;
+				break;
+			}
+			if (end > pos || k.offset >= pos) {
+				*key = k;
+				*fsize = size < UB_FE_SIZE + 4096 ? size : UB_FE_SIZE + 4096;
+				memcpy(fe, d, *fsize);
+				ub_path_release(&p);
+				return 0;
+			}
+		}
+		/* the item before pos ends before it: the next one */
+		if (pass == 0) {
+			ub_path_release(&p);
+			ub_path_init(&p);
+			k = (struct ub_key){ ino, BTRFS_EXTENT_DATA_KEY, pos };
+			ret = ub_tree_search(w->tc, &w->fs->root, &k, &p);
+			if (ret == 2) {
+				ret = 1;
+				break;
+			}
+			if (ret >= 0) {
+				ub_path_key(&p, &k);
+				ret = k.objectid == ino && k.type == BTRFS_EXTENT_DATA_KEY ? 0 : 1;
+				if (ret)
+					break;
+			}
+		}
+	}
+	ub_path_release(&p);
+	if (ret == 0)
+		ret = 1;
+	if (ret < 0)
+		ub_err(&w->e->log, "tree %llu inode %llu: bad file extent item near offset %llu",
+		       (unsigned long long)w->subvol, (unsigned long long)ino, (unsigned long long)pos);
+	return ret;
+}
+
+/* copy [off, off+len) of the file as the transaction sees it (zeros in holes and past isize) */
+static int read_range(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t off, uint8_t *buf, uint64_t len)
+{
+	uint64_t isize = II_GET(size, ii), pos = off, end = off + len;
+	uint8_t *fe = malloc(UB_FE_SIZE + 4096);
+	int ret = 0;
+
+	if (!fe)
+		return -ENOMEM;
+	memset(buf, 0, len);
+	if (end > isize)
+		end = isize > off ? isize : off;
+	while (pos < end) {
+		struct ub_key k;
+		uint32_t fsize;
+		uint64_t estart, eend;
+
+		ret = extent_at(w, ino, pos, &k, fe, &fsize);
+		if (ret) {
+			ret = ret > 0 ? 0 : ret;
+			break;
+		}
+		estart = k.offset;
+		if (estart >= end)
+			break;
+		if (FE_GET(type, fe) == BTRFS_FILE_EXTENT_INLINE) {
+			uint64_t ram = FE_GET(ram_bytes, fe);
+			uint8_t *tmp;
+
+			eend = estart + ram;
+			if (estart != 0 || ram > 65536) {
+				ret = -EUCLEAN;
+				break;
+			}
+			tmp = calloc(1, ram ? ram : 1);
+			if (!tmp) {
+				ret = -ENOMEM;
+				break;
+			}
+			if (FE_GET(compression, fe) == UB_COMPRESS_NONE) {
+				memcpy(tmp, fe + INLINE_HDR, fsize - INLINE_HDR < ram ? fsize - INLINE_HDR : ram);
+			} else {
+				size_t produced;
+				char why[128];
+				ret = ub_decompress((int)FE_GET(compression, fe), fe + INLINE_HDR, fsize - INLINE_HDR, tmp, ram,
+						    w->e->vol->sectorsize, &produced, why, sizeof(why));
+			}
+			if (!ret) {
+				uint64_t from = pos > estart ? pos : estart, to = eend < end ? eend : end;
+				if (to > from)
+					memcpy(buf + (from - off), tmp + from, to - from);
+			}
+			free(tmp);
+			if (ret)
+				break;
+			pos = eend > pos ? eend : pos + 1;
+			if (eend <= pos && estart >= end)
+				break;
+			continue;
+		}
+		eend = estart + FE_GET(num_bytes, fe);
+		{
+			uint64_t from = pos > estart ? pos : estart, to = eend < end ? eend : end;
+			uint64_t dbytenr = FE_GET(disk_bytenr, fe), eoff = FE_GET(offset, fe);
+
+			if (to > from && dbytenr != 0 && FE_GET(type, fe) == BTRFS_FILE_EXTENT_REG) {
+				if (FE_GET(compression, fe) == UB_COMPRESS_NONE) {
+					ret = ub_volume_read(w->e->vol, dbytenr + eoff + (from - estart), to - from, 0,
+							     buf + (from - off));
+				} else {
+					uint64_t dlen = FE_GET(disk_num_bytes, fe), ram = FE_GET(ram_bytes, fe);
+					uint8_t *cin = dlen <= (128u << 10) ? malloc(dlen) : NULL;
+					uint8_t *cout = ram <= (128u << 10) ? malloc(ram) : NULL;
+					size_t produced;
+					char why[128];
+
+					ret = cin && cout ? ub_volume_read(w->e->vol, dbytenr, dlen, 0, cin) : -EUCLEAN;
+					if (!ret)
+						ret = ub_decompress((int)FE_GET(compression, fe), cin, dlen, cout, ram,
+								    w->e->vol->sectorsize, &produced, why, sizeof(why));
+					if (!ret && eoff + (to - estart) <= ram)
+						memcpy(buf + (from - off), cout + eoff + (from - estart), to - from);
+					else if (!ret)
+						ret = -EUCLEAN;
+					free(cin);
+					free(cout);
+				}
+				if (ret)
+					break;
+			}
+			pos = eend > pos ? eend : pos + 1;
+		}
+	}
+	free(fe);
+	return ret;
+}
+
+/* ---- checksums ---- */
+
+static int csum_root(struct fsw *w, struct ub_eroot **out)
+{
+	return ub_engine_root(w->e, BTRFS_CSUM_TREE_OBJECTID, out);
+}
+
+static uint32_t csum_item_max(const struct fsw *w)
+{
+	/* the kernel's MAX_CSUM_ITEMS: two item headers' room kept in the leaf */
+	return (w->e->vol->nodesize - UB_HEADER_SIZE - 2 * UB_ITEM_SIZE) / w->e->vol->csum_size - 1;
+}
+
+static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint64_t len)
+{
+	uint32_t cs = w->e->vol->csum_size, max = csum_item_max(w);
+	uint64_t ss = ss_of(w), n = len / ss, done = 0;
+	struct ub_eroot *cr;
+	uint8_t *sums;
+	int ret;
+
+	ret = csum_root(w, &cr);
+	if (ret)
+		return ret;
+	sums = malloc(n * cs);
+	if (!sums)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < n && !ret; i++) {
+		uint8_t c[UB_CSUM_SIZE_MAX];
+		ret = ub_csum(w->e->vol->csum_type, data + i * ss, ss, c);
+		memcpy(sums + i * cs, c, cs);
+	}
+	/* extend the item that ends where this extent starts, as the kernel does */
+	if (!ret) {
+		struct ub_key k = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, bytenr - 1 };
+		struct ub_path p;
+		uint32_t size;
+
+		ub_path_init(&p);
+		ret = ub_tree_search_le(w->tc, &cr->root, &k, &p);
+		if (ret == 0) {
+			ub_path_key(&p, &k);
+			ub_path_data(&p, &size);
+		}
+		ub_path_release(&p);
+		if (ret == 0 && k.objectid == BTRFS_EXTENT_CSUM_OBJECTID && k.type == BTRFS_EXTENT_CSUM_KEY &&
+		    size % cs == 0 && k.offset + (uint64_t)(size / cs) * ss == bytenr && size / cs < max) {
+			uint64_t take = max - size / cs;
+			if (take > n)
+				take = n;
+			ub_path_init(&p);
+			ret = ub_tree_search_slot(w->tc, w->ta, &cr->root, &k, &p, (int)(take * cs), true);
+			if (ret == 0)
+				ret = ub_tree_extend_item(w->tc, w->ta, &cr->root, &p, (uint32_t)(take * cs));
+			if (ret == 0) {
+				uint8_t *d = ub_path_data_mut(&p, &size);
+				if (!d) {
+					ret = -EUCLEAN;
+				} else {
+					memcpy(d + size - take * cs, sums, take * cs);
+					ub_path_mark_dirty(&p);
+					done = take;
+				}
+			}
+			ub_path_release(&p);
+			if (ret == -ENOSPC || ret == -EOVERFLOW) {
+				ret = 0; /* no room to grow it: a new item */
+				done = 0;
+			}
+			if (ret > 0)
+				ret = -EUCLEAN;
+		} else if (ret >= 0) {
+			ret = 0;
+		}
+	}
+	while (!ret && done < n) {
+		uint64_t take = n - done < max ? n - done : max;
+		struct ub_key k = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, bytenr + done * ss };
+
+		ret = ub_tree_insert_item(w->tc, w->ta, &cr->root, &k, sums + done * cs, (uint32_t)(take * cs));
+		done += take;
+	}
+	free(sums);
+	return ret;
+}
+
+/* remove every checksum of [start, start+len) (items trimmed or split at the edges) */
+static int csum_delete(struct fsw *w, uint64_t start, uint64_t len)
+{
+	uint32_t cs = w->e->vol->csum_size;
+	uint64_t ss = ss_of(w), end = start + len;
+	struct ub_eroot *cr;
+	int ret;
+
+	ret = csum_root(w, &cr);
+	if (ret)
+		return ret == -ENOENT ? 0 : ret;
+	for (;;) {
+		struct ub_key k = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, end - 1 };
+		struct ub_path p;
+		const uint8_t *d;
+		uint8_t *tail = NULL;
+		uint32_t size;
+		uint64_t cstart, cend, keep_head, tail_n = 0;
+
+		ub_path_init(&p);
+		ret = ub_tree_search_le(w->tc, &cr->root, &k, &p);
+		if (ret == 0) {
+			ub_path_key(&p, &k);
+			d = ub_path_data(&p, &size);
+		}
+		if (ret || k.objectid != BTRFS_EXTENT_CSUM_OBJECTID || k.type != BTRFS_EXTENT_CSUM_KEY) {
+			ub_path_release(&p);
+			return ret < 0 ? ret : 0;
+		}
+		if (size % cs) {
+			ub_path_release(&p);
+			ub_err(&w->e->log, "csum tree: EXTENT_CSUM %llu of %u bytes, not a multiple of %u",
+			       (unsigned long long)k.offset, size, cs);
+			return -EUCLEAN;
+		}
+		cstart = k.offset;
+		cend = cstart + (uint64_t)(size / cs) * ss;
+		if (cend <= start) {
+			ub_path_release(&p);
+			return 0;
+		}
+		keep_head = cstart < start ? (start - cstart) / ss : 0;
+		if (cend > end) {
+			tail_n = (cend - end) / ss;
+			tail = malloc(tail_n * cs);
+			if (!tail) {
+				ub_path_release(&p);
+				return -ENOMEM;
+			}
+			memcpy(tail, d + size - tail_n * cs, tail_n * cs);
+		}
+		ub_path_release(&p);
+		ub_path_init(&p);
+		ret = ub_tree_search_slot(w->tc, w->ta, &cr->root, &k, &p, -1, true);
+		if (ret == 0) {
+			if (keep_head) {
+				ub_tree_truncate_item(w->tc, &p, (uint32_t)(keep_head * cs), true);
+				ub_path_mark_dirty(&p);
+			} else {
+				ret = ub_tree_del_items(w->tc, w->ta, &cr->root, &p, p.slots[0], 1);
+			}
+		}
+		ub_path_release(&p);
+		if (ret == 0 && tail_n) {
+			k.offset = end;
+			ret = ub_tree_insert_item(w->tc, w->ta, &cr->root, &k, tail, (uint32_t)(tail_n * cs));
+		}
+		free(tail);
+		if (ret)
+			return ret > 0 ? -EUCLEAN : ret;
+	}
+}
+
+/* after dropping a reference: if nothing references the extent any more, its checksums go */
+static int maybe_free_csums(struct fsw *w, uint64_t bytenr, uint64_t num_bytes)
+{
+	const struct ub_dref_head *h = ub_dref_find(w->t->refs, bytenr);
+	int64_t refs = 0;
+	int ret;
+
+	if (!h || !h->new_extent) {
+		struct ub_key k = { bytenr, BTRFS_EXTENT_ITEM_KEY, num_bytes };
+		struct ub_path p;
+		const uint8_t *d;
+		uint32_t size;
+
+		ub_path_init(&p);
+		ret = ub_tree_lookup(w->tc, &w->e->extent_tree->root, &k, &p, &d, &size);
+		if (ret == 0 && size >= sizeof(struct btrfs_extent_item))
+			refs = (int64_t)UB_GET(btrfs_extent_item, refs, d);
+		else if (ret == 0)
+			ret = -EUCLEAN;
+		ub_path_release(&p);
+		if (ret) {
+			ub_err(&w->e->log, "data extent %llu (%llu bytes): no extent item (%d)", (unsigned long long)bytenr,
+			       (unsigned long long)num_bytes, ret);
+			return ret == -ENOENT ? -EUCLEAN : ret;
+		}
+	}
+	if (h)
+		refs += h->total_delta;
+	if (refs < 0)
+		return -EUCLEAN;
+	return refs == 0 ? csum_delete(w, bytenr, num_bytes) : 0;
+}
+
+/* ---- file extent items ---- */
+
+static int fe_replace(struct fsw *w, const struct ub_key *k, const uint8_t *fe, uint32_t size)
+{
+	struct ub_path p;
+	uint32_t cur;
+	uint8_t *d;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(w->tc, w->ta, &w->fs->root, k, &p, 0, true);
+	if (ret == 0) {
+		d = ub_path_data_mut(&p, &cur);
+		if (!d || cur < size) {
+			ret = -EUCLEAN;
+		} else {
+			memcpy(d, fe, size);
+			if (cur > size)
+				ub_tree_truncate_item(w->tc, &p, size, true);
+			ub_path_mark_dirty(&p);
+		}
+	}
+	ub_path_release(&p);
+	return ret > 0 ? -EUCLEAN : ret;
+}
+
+int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, uint64_t end)
+{
+	uint8_t *fe = malloc(UB_FE_SIZE + 4096);
+	int ret = 0;
+
+	if (!fe)
+		return -ENOMEM;
+	while (start < end) {
+		struct ub_key k;
+		uint32_t fsize;
+		uint64_t es, ee, bytenr, dlen, eoff, nbytes = II_GET(nbytes, ii);
+
+		ret = extent_at(w, ino, start, &k, fe, &fsize);
+		if (ret) {
+			ret = ret > 0 ? 0 : ret;
+			break;
+		}
+		es = k.offset;
+		if (es >= end)
+			break;
+		if (FE_GET(type, fe) == BTRFS_FILE_EXTENT_INLINE) {
+			uint64_t ram = FE_GET(ram_bytes, fe);
+
+			if (start == 0 || FE_GET(compression, fe) != UB_COMPRESS_NONE) {
+				ret = fsw_del_key(w, &w->fs->root, &k);
+				II_SET(nbytes, ii, nbytes >= ram ? nbytes - ram : 0);
+			} else {
+				/* keep the head, as the kernel truncates an uncompressed inline extent */
+				FE_SET(ram_bytes, fe, start);
+				ret = fe_replace(w, &k, fe, INLINE_HDR + (uint32_t)start);
+				II_SET(nbytes, ii, nbytes >= ram - start ? nbytes - (ram - start) : 0);
+			}
+			if (ret)
+				break;
+			continue;
+		}
+		if (fsize < UB_FE_SIZE) {
+			ret = -EUCLEAN;
+			break;
+		}
+		ee = es + FE_GET(num_bytes, fe);
+		bytenr = FE_GET(disk_bytenr, fe);
+		dlen = FE_GET(disk_num_bytes, fe);
+		eoff = FE_GET(offset, fe);
+		if (es < start && ee > end) {
+			/* split: [es, start) stays, [end, ee) becomes a second item of the same extent */
+			uint8_t nfe[UB_FE_SIZE];
+			struct ub_key nk = { ino, BTRFS_EXTENT_DATA_KEY, end };
+
+			memcpy(nfe, fe, UB_FE_SIZE);
+			FE_SET(num_bytes, fe, start - es);
+			ret = fe_replace(w, &k, fe, UB_FE_SIZE);
+			FE_SET(offset, nfe, eoff + (end - es));
+			FE_SET(num_bytes, nfe, ee - end);
+			if (!ret)
+				ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &nk, nfe, UB_FE_SIZE);
+			if (!ret && bytenr)
+				ret = ub_dref_add_data(w->t->refs, bytenr, dlen, w->subvol, ino, es - eoff, 0, 1, 0);
+			if (bytenr)
+				II_SET(nbytes, ii, nbytes - (end - start));
+			if (ret)
+				break;
+			break;
+		} else if (es < start) {
+			FE_SET(num_bytes, fe, start - es);
+			ret = fe_replace(w, &k, fe, UB_FE_SIZE);
+			if (bytenr)
+				II_SET(nbytes, ii, nbytes - (ee - start));
+		} else if (ee > end) {
+			/* the head goes: the item moves to `end` (same reference: key offset - offset is unchanged) */
+			struct ub_key nk = { ino, BTRFS_EXTENT_DATA_KEY, end };
+
+			FE_SET(offset, fe, eoff + (end - es));
+			FE_SET(num_bytes, fe, ee - end);
+			ret = fsw_del_key(w, &w->fs->root, &k);
+			if (!ret)
+				ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &nk, fe, UB_FE_SIZE);
+			if (bytenr)
+				II_SET(nbytes, ii, nbytes - (end - es));
+		} else {
+			ret = fsw_del_key(w, &w->fs->root, &k);
+			if (!ret && bytenr) {
+				ret = ub_dref_add_data(w->t->refs, bytenr, dlen, w->subvol, ino, es - eoff, 0, -1, 0);
+				if (!ret)
+					ret = maybe_free_csums(w, bytenr, dlen);
+			}
+			if (bytenr)
+				II_SET(nbytes, ii, nbytes - (ee - es));
+		}
+		if (ret)
+			break;
+	}
+	free(fe);
+	return ret;
+}
+
+/* new regular extents holding buf at [off, off+len) (both sector aligned; the range holds no item) */
+static int write_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
+{
+	bool sum = !(II_GET(flags, ii) & UB_INODE_NODATASUM);
+	uint64_t done = 0, ss = ss_of(w);
+	int ret = 0;
+
+	while (done < len) {
+		uint64_t n = len - done < MAX_EXTENT ? len - done : MAX_EXTENT, start = 0;
+		uint8_t fe[UB_FE_SIZE];
+		struct ub_key k = { ino, BTRFS_EXTENT_DATA_KEY, off + done };
+
+		for (;;) {
+			ret = ub_alloc_reserve(w->e->alloc, BTRFS_BLOCK_GROUP_DATA, n, 0, &start);
+			if (ret != -ENOSPC || n <= ss)
+				break;
+			n = round_up_ss(w, n / 2);
+		}
+		if (ret)
+			return ret;
+		ret = ub_volume_write(w->e->vol, start, n, buf + done);
+		if (ret) {
+			ub_alloc_unreserve(w->e->alloc, start, n);
+			return ret;
+		}
+		memset(fe, 0, sizeof(fe));
+		FE_SET(generation, fe, w->t->transid);
+		FE_SET(ram_bytes, fe, n);
+		FE_SET(compression, fe, UB_COMPRESS_NONE);
+		FE_SET(type, fe, BTRFS_FILE_EXTENT_REG);
+		FE_SET(disk_bytenr, fe, start);
+		FE_SET(disk_num_bytes, fe, n);
+		FE_SET(offset, fe, 0);
+		FE_SET(num_bytes, fe, n);
+		ret = ub_dref_add_data(w->t->refs, start, n, w->subvol, ino, off + done, 0, 1, UB_DREF_NEW_EXTENT);
+		if (ret) {
+			ub_alloc_unreserve(w->e->alloc, start, n);
+			return ret;
+		}
+		/* from here the queue owns the reservation (unreserved at commit if every ref cancels) */
+		ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &k, fe, UB_FE_SIZE);
+		if (!ret && sum)
+			ret = csum_insert(w, start, buf + done, n);
+		if (ret)
+			return ret;
+		II_SET(nbytes, ii, II_GET(nbytes, ii) + n);
+		done += n;
+	}
+	return 0;
+}
+
+static int write_inline(struct fsw *w, uint64_t ino, uint8_t *ii, const uint8_t *buf, uint64_t len)
+{
+	uint8_t fe[INLINE_HDR + 4096];
+	struct ub_key k = { ino, BTRFS_EXTENT_DATA_KEY, 0 };
+	int ret;
+
+	memset(fe, 0, INLINE_HDR);
+	FE_SET(generation, fe, w->t->transid);
+	FE_SET(ram_bytes, fe, len);
+	FE_SET(compression, fe, UB_COMPRESS_NONE);
+	FE_SET(type, fe, BTRFS_FILE_EXTENT_INLINE);
+	memcpy(fe + INLINE_HDR, buf, len);
+	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &k, fe, INLINE_HDR + (uint32_t)len);
+	if (!ret)
+		II_SET(nbytes, ii, II_GET(nbytes, ii) + len);
+	return ret;
+}
+
+static int has_inline(struct fsw *w, uint64_t ino, bool *yes)
+{
+	struct ub_key k = { ino, BTRFS_EXTENT_DATA_KEY, 0 };
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_lookup(w->tc, &w->fs->root, &k, &p, &d, &size);
+	*yes = ret == 0 && size >= INLINE_HDR && FE_GET(type, d) == BTRFS_FILE_EXTENT_INLINE;
+	ub_path_release(&p);
+	return ret == -ENOENT ? 0 : ret;
+}
+
+/* the file's data as one new content [0, size) when it is to be inline */
+static int rewrite_inline(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size, uint64_t off, const uint8_t *buf,
+			  uint64_t len)
+{
+	uint8_t data[4096];
+	int ret;
+
+	ret = read_range(w, ino, ii, 0, data, size);
+	if (ret)
+		return ret;
+	if (len)
+		memcpy(data + off, buf, len);
+	ret = fsw_drop_extents(w, ino, ii, 0, UINT64_MAX);
+	if (!ret && size)
+		ret = write_inline(w, ino, ii, data, size);
+	return ret;
+}
+
+/* an inline file becomes a regular one: its data goes to sector 0 as an extent */
+static int uninline(struct fsw *w, uint64_t ino, uint8_t *ii)
+{
+	uint64_t ss = ss_of(w);
+	uint8_t *data = calloc(1, ss);
+	int ret;
+
+	if (!data)
+		return -ENOMEM;
+	ret = read_range(w, ino, ii, 0, data, ss);
+	if (!ret)
+		ret = fsw_drop_extents(w, ino, ii, 0, UINT64_MAX);
+	if (!ret)
+		ret = write_extents(w, ino, ii, 0, data, ss);
+	free(data);
+	return ret;
+}
+
+static int regular(struct fsw *w, uint64_t ino, uint8_t *ii)
+{
+	uint32_t fmt = (uint32_t)II_GET(mode, ii) & S_IFMT;
+
+	if (fmt == S_IFDIR)
+		return -EISDIR;
+	if (fmt != S_IFREG)
+		return -EINVAL;
+	if (!(w->e->incompat & BTRFS_FEATURE_INCOMPAT_NO_HOLES))
+		return -EOPNOTSUPP; /* hole items are not written */
+	return 0;
+}
+
+/* the write itself; ii updated (size, nbytes), not stored */
+static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
+{
+	uint64_t isize = II_GET(size, ii), nsize = off + len > isize ? off + len : isize, a0, a1;
+	uint8_t *win;
+	bool inl;
+	int ret;
+
+	ret = has_inline(w, ino, &inl);
+	if (ret)
+		return ret;
+	if (nsize <= max_inline(w) && (inl || isize == 0)) {
+		ret = rewrite_inline(w, ino, ii, nsize, off, buf, len);
+		if (!ret)
+			II_SET(size, ii, nsize);
+		return ret;
+	}
+	if (inl) {
+		ret = uninline(w, ino, ii);
+		if (ret)
+			return ret;
+	}
+	a0 = round_down_ss(w, off);
+	a1 = round_up_ss(w, off + len);
+	win = malloc(a1 - a0);
+	if (!win)
+		return -ENOMEM;
+	ret = 0;
+	/* the partial sectors at both ends keep what the file holds there */
+	if (off > a0)
+		ret = read_range(w, ino, ii, a0, win, ss_of(w));
+	if (!ret && off + len < a1)
+		ret = read_range(w, ino, ii, a1 - ss_of(w), win + (a1 - a0) - ss_of(w), ss_of(w));
+	if (!ret) {
+		memcpy(win + (off - a0), buf, len);
+		ret = fsw_drop_extents(w, ino, ii, a0, a1);
+	}
+	if (!ret)
+		ret = write_extents(w, ino, ii, a0, win, a1 - a0);
+	free(win);
+	if (!ret)
+		II_SET(size, ii, nsize);
+	return ret;
+}
+
+int ub_fsw_write(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len)
+{
+	uint8_t ii[UB_II_SIZE];
+	struct fsw w;
+	int ret;
+
+	ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = fsw_inode_get(&w, ino, ii);
+	if (!ret)
+		ret = regular(&w, ino, ii);
+	if (ret)
+		return ret;
+	if (len == 0)
+		return 0;
+	if (!buf || off + len < off || off + len > (1ULL << 62))
+		return -EFBIG;
+	ret = do_write(&w, ino, ii, off, buf, len);
+	if (ret)
+		return ret;
+	fsw_inode_touch(&w, ii, true, true);
+	return fsw_inode_put(&w, ino, ii);
+}
+
+int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
+{
+	uint64_t isize = II_GET(size, ii), ss = ss_of(w);
+	bool inl;
+	int ret;
+
+	ret = regular(w, ino, ii);
+	if (!ret)
+		ret = has_inline(w, ino, &inl);
+	if (ret || size == isize)
+		return ret;
+	if (size > (1ULL << 62))
+		return -EFBIG;
+	if (inl) {
+		if (size <= max_inline(w))
+			ret = rewrite_inline(w, ino, ii, size, 0, NULL, 0);
+		else
+			ret = uninline(w, ino, ii);
+	} else if (size < isize) {
+		ret = fsw_drop_extents(w, ino, ii, round_up_ss(w, size), UINT64_MAX);
+		if (!ret && size % ss) {
+			/* the last sector's bytes past the new EOF become zeros on disk */
+			uint64_t a0 = round_down_ss(w, size);
+			uint8_t *sec = calloc(1, ss);
+			struct ub_key k;
+			uint8_t *fe = malloc(UB_FE_SIZE + 4096);
+			uint32_t fsize;
+
+			if (!sec || !fe)
+				ret = -ENOMEM;
+			if (!ret)
+				ret = extent_at(w, ino, a0, &k, fe, &fsize);
+			if (ret == 0 && k.offset < a0 + ss) {
+				ret = read_range(w, ino, ii, a0, sec, size - a0);
+				if (!ret)
+					ret = fsw_drop_extents(w, ino, ii, a0, a0 + ss);
+				if (!ret)
+					ret = write_extents(w, ino, ii, a0, sec, ss);
+			} else if (ret > 0) {
+				ret = 0;
+			}
+			free(sec);
+			free(fe);
+		}
+	}
+	if (!ret)
+		II_SET(size, ii, size);
+	return ret;
+}
+
+int ub_fsw_truncate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t size)
+{
+	struct ub_fsw_attr a = { .valid = UB_FSW_ATTR_SIZE, .size = size };
+
+	return ub_fsw_setattr(t, subvol, ino, &a);
+}
+
+int ub_fsw_read(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, void *buf, size_t len, size_t *got)
+{
+	uint8_t ii[UB_II_SIZE];
+	uint64_t isize;
+	struct fsw w;
+	int ret;
+
+	ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = fsw_inode_get(&w, ino, ii);
+	if (ret)
+		return ret;
+	isize = II_GET(size, ii);
+	*got = off >= isize ? 0 : (isize - off < len ? (size_t)(isize - off) : len);
+	return *got ? read_range(&w, ino, ii, off, buf, *got) : 0;
+}
