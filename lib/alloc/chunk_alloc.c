@@ -612,3 +612,14 @@ int ub_chunk_reserve_data(struct ub_chunk_ctx *cc, uint64_t len, uint64_t hint, 
 		return ret > 0 ? -ENOSPC : ret;
 	return ub_alloc_reserve(cc->alloc, BTRFS_BLOCK_GROUP_DATA, len, hint, start);
 }
+
+int ub_chunk_ensure_data(struct ub_chunk_ctx *cc, uint64_t len)
+{
+	/* a handful of chunks at most: each one is up to 10% of the devices */
+	for (int i = 0; i < 64 && ub_alloc_usable(cc->alloc, BTRFS_BLOCK_GROUP_DATA) < len; i++) {
+		int ret = add_kind(cc, BTRFS_BLOCK_GROUP_DATA);
+		if (ret)
+			return ret > 0 ? -ENOSPC : ret;
+	}
+	return ub_alloc_usable(cc->alloc, BTRFS_BLOCK_GROUP_DATA) < len ? -ENOSPC : 0;
+}
