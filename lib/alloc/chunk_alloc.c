@@ -8,6 +8,7 @@
 #include "alloc/chunk_alloc.h"
 
 #define KIND_BITS (BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA | BTRFS_BLOCK_GROUP_SYSTEM)
+#define MiB (1024ULL * 1024)
 #define SYS_ARRAY_OFF offsetof(struct ub_disk_super, sys_chunk_array)
 
 /*
@@ -525,7 +526,8 @@ uint64_t ub_chunk_op_blocks(int level)
 
 uint64_t ub_chunk_commit_reserve(const struct ub_chunk_ctx *cc)
 {
-	uint64_t levels = 0;
+	uint64_t levels = 0, whole, ns = cc->vol->nodesize;
+	struct ub_space_info si;
 
 	if (cc->meta_roots) {
 		for (int i = 0; i < cc->nmeta_roots; i++)
@@ -535,7 +537,17 @@ uint64_t ub_chunk_commit_reserve(const struct ub_chunk_ctx *cc)
 		if (cc->fst_root)
 			levels += (uint64_t)cc->fst_root->level + 1;
 	}
-	return (uint64_t)cc->vol->nodesize * (2 * levels + 16);
+	ub_alloc_space_info(cc->alloc, BTRFS_BLOCK_GROUP_METADATA, &si);
+	/*
+	 * Applying the references copies extent and free space tree leaves:
+	 * one of each per block this transaction added at most (si.reserved),
+	 * and for what it freed (not known before the commit) at most every
+	 * leaf of the extent tree: ~64 bytes per metadata extent item.
+	 */
+	whole = si.used / ns * 64;
+	if (whole > 512 * MiB)
+		whole = 512 * MiB; /* the kernel's global reserve cap */
+	return ns * (2 * levels + 16) + 2 * si.reserved + whole;
 }
 
 static uint64_t avail_of(const struct ub_alloc *a, uint64_t kind)

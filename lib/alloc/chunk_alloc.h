@@ -43,6 +43,10 @@
  * the metadata that reserve() could hand out now, after adding a chunk if
  * that was possible, is at least
  *     reserve = nodesize * (2 * sum over the metadata trees of (level + 1) + 16)
+ *             + 2 * the metadata reserved by this transaction so far (each new
+ *               block's extent item and free space change may copy a leaf each)
+ *             + 64 bytes per metadata block in use, at most 512 MiB (every
+ *               extent tree leaf, which deleting many blocks may copy)
  * plus what the operation itself asks (its own estimate of blocks it copies
  * or adds; ub_chunk_op_blocks() for one item change in one tree). A deletion
  * (UB_CHUNK_OP_FREE) needs only half the reserve: it is what gives space

@@ -328,8 +328,11 @@ int main(int argc, char **argv)
 				/* what this transaction freed comes back once it commits: commit, ask again */
 				ops = 0;
 				ret = commit(&c, false);
-				if (!ret)
-					ret = start(&c);
+				if (ret) {
+					fprintf(stderr, "space_driver: commit before retrying %s: %s\n", name, strerror(-ret));
+					break;
+				}
+				ret = start(&c);
 				if (!ret)
 					ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
 			}
@@ -340,7 +343,7 @@ int main(int argc, char **argv)
 					  : ub_fsw_unlink(c.t, BTRFS_FS_TREE_OBJECTID, TOP_DIR, name, strlen(name));
 			else if (!ret)
 				ret = add ? add_xattr(&c, name, (size_t)vlen) : del_xattr(&c, name);
-			if (ret == -ENOSPC) {
+			if (ret == -ENOSPC && c.t) {
 				/* refused before the change: the transaction is whole; failed inside it: abort */
 				bool inside = c.t->error != 0;
 				c.enospc++;
