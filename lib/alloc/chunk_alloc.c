@@ -419,7 +419,7 @@ static int new_group_items(struct ub_chunk_ctx *cc, uint64_t type, uint64_t logi
 	return 0;
 }
 
-int ub_chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical_out)
+static int chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical_out, bool *changed)
 {
 	struct ub_volume *vol = cc->vol;
 	struct ub_dev_space *devs = NULL;
@@ -464,6 +464,7 @@ int ub_chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical_out
 	ret = undo_begin(cc->alloc);
 	if (ret)
 		goto out;
+	*changed = true;
 	if (type & BTRFS_BLOCK_GROUP_SYSTEM) {
 		/* first, since it is the one step that can refuse for lack of room */
 		ret = sys_array_append(cc, logical, item, isz);
@@ -508,6 +509,20 @@ int ub_chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical_out
 out:
 	free(item);
 	free(uuids);
+	return ret;
+}
+
+int ub_chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical)
+{
+	bool changed = false;
+	int ret = chunk_alloc(cc, type, logical, &changed);
+
+	/* -ENOSPC means "no room on the devices, nothing changed"; running out while inserting the items is not that */
+	if (ret == -ENOSPC && changed) {
+		ub_err(&cc->vol->log, "adding a chunk of type 0x%" PRIx64 ": no tree block left for its items; "
+		       "the transaction must be aborted", type);
+		return -EIO;
+	}
 	return ret;
 }
 
@@ -563,6 +578,7 @@ static uint64_t pinned_of(const struct ub_alloc *a, uint64_t kind)
 	return si.pinned;
 }
 
+/* 0 added, 1 no room on the devices (nothing changed), <0 error (the transaction must be aborted) */
 static int add_kind(struct ub_chunk_ctx *cc, uint64_t kind)
 {
 	int ret = ub_chunk_alloc(cc, kind | ub_chunk_profile_for(cc->alloc, cc->vol, kind), NULL);

@@ -104,7 +104,9 @@ void ub_dev_extent_encode(uint64_t chunk_offset, uint64_t length, const uint8_t 
 /*
  * A chunk of `type` (kind | profile) added in the running transaction as
  * above; *logical (may be NULL) gets its address. -ENOSPC if no device has
- * room for it (nothing changed then).
+ * room for it (nothing changed then). Any other error leaves the transaction
+ * half changed: the caller aborts it (-EIO when the tree blocks for the new
+ * items ran out, which ub_chunk_prepare's system reserve prevents).
  */
 int ub_chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical);
 
