@@ -591,7 +591,6 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op)
 	uint64_t ns = cc->vol->nodesize;
 	uint64_t sys_need = ns * (2 * ((uint64_t)cc->chunk_root->level + 2) + ub_chunk_op_blocks(cc->chunk_root->level));
 	uint64_t meta_need = ub_chunk_commit_reserve(cc);
-	bool tried_sys = false, tried_meta = false;
 	int ret;
 
 	if (op == UB_CHUNK_OP_FREE)
@@ -600,14 +599,12 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op)
 	/* system first: adding a metadata chunk changes the chunk tree */
 	if (ub_alloc_need_chunk(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) ||
 	    avail_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) < sys_need) {
-		tried_sys = true;
 		ret = add_kind(cc, BTRFS_BLOCK_GROUP_SYSTEM);
 		if (ret < 0)
 			return ret;
 	}
 	if (ub_alloc_need_chunk(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) ||
 	    avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) < meta_need) {
-		tried_meta = true;
 		/* the new chunk's own items must fit what is left: only with room for them */
 		if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) >= sys_need) {
 			ret = add_kind(cc, BTRFS_BLOCK_GROUP_METADATA);
@@ -615,8 +612,6 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op)
 				return ret;
 		}
 	}
-	(void)tried_sys;
-	(void)tried_meta;
 	if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) < sys_need / 2)
 		return pinned_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) ? -EAGAIN : -ENOSPC;
 	if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) < meta_need) {
