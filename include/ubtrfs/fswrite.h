@@ -55,7 +55,8 @@ int ub_fsw_rmdir(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *na
 
 #define UB_FSW_RENAME_NOREPLACE (1U << 0) /* the values of RENAME_NOREPLACE / RENAME_EXCHANGE */
 #define UB_FSW_RENAME_EXCHANGE  (1U << 1)
-/* rename(2)/renameat2(2) within one subvolume (names of subvolumes: -EXDEV) */
+/* rename(2)/renameat2(2) within one subvolume; a subvolume's name moves to a free name (its ROOT_REF
+ * follows); replacing or exchanging with a subvolume: -EXDEV for now */
 int ub_fsw_rename(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char *oldname, size_t oldlen,
 		  uint64_t newdir, const char *newname, size_t newlen, unsigned flags);
 
@@ -96,6 +97,21 @@ int ub_fsw_getxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
  * more is freed with its checksums). Partial sectors are read-modify-written.
  */
 int ub_fsw_write(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len);
+/*
+ * The same with compression: `compress` UB_COMPRESS_ZLIB / LZO / ZSTD (0:
+ * none), level 0 for the default. Each compressed extent holds at most
+ * 128 KiB of file data; data that does not shrink by a sector is written
+ * plain, as the kernel does. ub_fsw_write compresses when the inode has the
+ * "btrfs.compression" property (xattr: "zlib", "lzo", "zstd", "zstd:LEVEL").
+ * Small files stay inline uncompressed.
+ */
+int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len,
+		    int compress, int level);
+/* fallocate(2) mode 0 / KEEP_SIZE: PREALLOC extents in the holes of the sector-aligned range */
+#define UB_FSW_FALLOC_KEEP_SIZE 1
+int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, int mode);
+/* fallocate(PUNCH_HOLE | KEEP_SIZE): whole sectors lose their extents, partial ones are zeroed */
+int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len);
 /* truncate(2) both ways (no-holes: growing adds no hole items) */
 int ub_fsw_truncate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t size);
 /* read through the running transaction (what the next commit will hold); past EOF: *got short */
@@ -112,6 +128,10 @@ int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
  * the filesystem has a UUID tree, its UUID entry are added as the kernel does.
  * A snapshot shares the source's tree (ub_tree_copy_root) as it stands in the
  * running transaction; readonly sets BTRFS_ROOT_SUBVOL_RDONLY.
+ * The source must be unchanged in the running transaction (-EAGAIN: commit
+ * first), and the source and the snapshot take no change until the commit
+ * (-EAGAIN): their shared blocks would otherwise change under both (the tree
+ * layer has no FORCE_COW; the kernel snapshots inside its commit).
  */
 int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
 			 uint64_t *new_id);

@@ -23,9 +23,14 @@ struct fsw {
 	struct ub_eroot *fs;
 	uint64_t subvol;
 	struct ub_timespec now;
+	int compress, level; /* for new data extents (UB_COMPRESS_*; 0 none) */
 };
 
+/* fsw_init: for a change (-EROFS in a read-only subvolume); fsw_init_ro: for a look */
 int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol);
+int fsw_init_ro(struct fsw *w, struct ub_txn *t, uint64_t subvol);
+/* snapshotted (source or snapshot) in the running transaction: no change before the commit */
+bool fsw_frozen(const struct ub_txn *t, uint64_t id);
 
 /* inode item copies: get (-ENOENT), put (the item exists) */
 int fsw_inode_get(struct fsw *w, uint64_t ino, uint8_t ii[UB_II_SIZE]);
@@ -56,8 +61,14 @@ int fsw_add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, con
 		  uint64_t index);
 int fsw_del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uint64_t index);
 
+/* write_subvol.c: a subvolume's name moves (dir entry, ROOT_REF / ROOT_BACKREF) */
+int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
+		    const char *newname, size_t newlen, uint64_t id);
+
 /* data (write_data.c): drop every file extent item and reference of ino at or past `from` */
 int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, uint64_t end);
+/* write_compress.c: -E2BIG when it does not save a sector */
+int fsw_compress(int type, int level, const uint8_t *in, size_t len, uint32_t sectorsize, uint8_t *out, size_t *olen);
 int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size);
 
 #endif

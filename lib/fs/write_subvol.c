@@ -22,6 +22,48 @@
 #define RI_SIZE ((uint32_t)sizeof(struct btrfs_root_item))
 #define RREF_SIZE ((uint32_t)sizeof(struct btrfs_root_ref))
 
+/*
+ * The tree layer copies a block before changing it only when the block is
+ * older than the running transaction (there is no FORCE_COW yet). A snapshot
+ * shares the source's blocks, so it must not share blocks of the running
+ * transaction, which would then change under both trees: the source must be
+ * unchanged in the transaction when the snapshot is taken (else -EAGAIN:
+ * commit first), and both trees stay frozen until the commit (the kernel
+ * takes snapshots inside its commit for the same reason). Frozen trees are
+ * remembered here per engine and transaction (a few at a time).
+ */
+#define FROZEN_MAX 32
+static struct {
+	const struct ub_engine *e;
+	uint64_t transid, id;
+} g_frozen[FROZEN_MAX];
+
+static int freeze(const struct ub_txn *t, uint64_t id)
+{
+	int free_slot = -1;
+
+	for (int i = 0; i < FROZEN_MAX; i++) {
+		if (g_frozen[i].e == t->e && g_frozen[i].transid == t->transid && g_frozen[i].id == id)
+			return 0;
+		if (free_slot < 0 && (g_frozen[i].e != t->e || g_frozen[i].transid != t->transid))
+			free_slot = i;
+	}
+	if (free_slot < 0)
+		return -EAGAIN;
+	g_frozen[free_slot].e = t->e;
+	g_frozen[free_slot].transid = t->transid;
+	g_frozen[free_slot].id = id;
+	return 0;
+}
+
+bool fsw_frozen(const struct ub_txn *t, uint64_t id)
+{
+	for (int i = 0; i < FROZEN_MAX; i++)
+		if (g_frozen[i].e == t->e && g_frozen[i].transid == t->transid && g_frozen[i].id == id)
+			return true;
+	return false;
+}
+
 static int next_root_id(struct fsw *w, uint64_t *id)
 {
 	struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, 255, UINT64_MAX };
@@ -266,6 +308,8 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 		ret = check_new_name(&w, dir, name, len);
 	if (!ret)
 		ret = ub_engine_root(w.e, src, &ser);
+	if (!ret && (ser->root.generation >= t->transid || fsw_frozen(t, src)))
+		ret = -EAGAIN; /* changed in this transaction: commit, then snapshot */
 	if (!ret)
 		ret = root_item_get(&w, src, ser->item_offset, ri);
 	if (!ret)
@@ -302,9 +346,44 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 		ret = link_subvol(&w, dir, name, len, id);
 	if (!ret)
 		ret = uuid_tree_change(&w, uuid, BTRFS_UUID_KEY_SUBVOL, id, true);
+	if (!ret)
+		ret = freeze(t, src);
+	if (!ret)
+		ret = freeze(t, id);
 	if (!ret && new_id)
 		*new_id = id;
 	return ret;
+}
+
+int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
+		    const char *newname, size_t newlen, uint64_t id)
+{
+	struct ub_key key = { w->subvol, BTRFS_ROOT_REF_KEY, id };
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	uint64_t index = 0;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_lookup(w->tc, &w->e->root_tree->root, &key, &p, &d, &size);
+	if (ret == 0 && size >= RREF_SIZE)
+		index = UB_GET(btrfs_root_ref, sequence, d);
+	else if (ret == 0)
+		ret = -EUCLEAN;
+	ub_path_release(&p);
+	if (ret)
+		return ret == -ENOENT ? -EUCLEAN : ret;
+	ret = fsw_del_entry(w, olddir, oldname, oldlen, index);
+	if (!ret)
+		ret = fsw_del_key(w, &w->e->root_tree->root, &key);
+	if (!ret) {
+		key = (struct ub_key){ id, BTRFS_ROOT_BACKREF_KEY, w->subvol };
+		ret = fsw_del_key(w, &w->e->root_tree->root, &key);
+	}
+	if (!ret)
+		ret = link_subvol(w, newdir, newname, newlen, id);
+	return ret == -ENOENT ? -EUCLEAN : ret;
 }
 
 static int has_key(struct fsw *w, const struct ub_key *from, const struct ub_key *to)
@@ -420,7 +499,7 @@ int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char
 	struct fsw w;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = fsw_check_name(name, len);
 	if (!ret)

@@ -38,7 +38,7 @@ struct xat {
 
 struct minode {
 	uint64_t ino;
-	uint32_t mode;
+	uint32_t mode, uid, gid;
 	uint64_t rdev;
 	uint8_t *data;
 	size_t size;
@@ -65,6 +65,7 @@ static struct ub_engine *g_e;
 static struct ub_txn *g_t;
 static long g_ops_done, g_commits;
 static bool g_dirty; /* the running transaction changed something */
+static bool g_snapshots; /* --snapshots: the random sequence snapshots the FS tree and deletes snapshots */
 
 static uint64_t rnd(void)
 {
@@ -259,10 +260,13 @@ static void op_create(uint32_t type)
 		return;
 	}
 	mode = type | (uint32_t)(0600 + rn(0177));
-	ret = ub_fsw_create(g_t, SUBVOL, dir, name, strlen(name), mode, (uint32_t)rn(3000), (uint32_t)rn(3000), rdev, &ino);
+	uint32_t uid = (uint32_t)rn(3000), gid = (uint32_t)rn(3000);
+	ret = ub_fsw_create(g_t, SUBVOL, dir, name, strlen(name), mode, uid, gid, rdev, &ino);
 	expect(ret, want, "create");
 	if (!ret) {
 		struct minode *m = add_inode(ino, mode);
+		m->uid = uid;
+		m->gid = gid;
 
 		m->rdev = rdev;
 		add_dent(dir, name, ino);
@@ -292,9 +296,13 @@ static void op_write(void)
 	if (!len)
 		return;
 	buf = malloc(len);
+	int kind = (int)rn(2); /* 1: compressible text */
 	for (size_t i = 0; i < len; i++)
-		buf[i] = (uint8_t)(rn(4) ? rnd() : 0x41 + i % 26);
-	ret = ub_fsw_write(g_t, SUBVOL, m->ino, off, buf, len);
+		buf[i] = (uint8_t)(kind ? 0x41 + (i / 7) % 26 : rnd());
+	if (rn(3) == 0)
+		ret = ub_fsw_write_ex(g_t, SUBVOL, m->ino, off, buf, len, 1 + (int)rn(3), 0);
+	else
+		ret = ub_fsw_write(g_t, SUBVOL, m->ino, off, buf, len);
 	expect(ret, 0, "write");
 	if (off + len > m->size) {
 		m->data = realloc(m->data, off + len);
@@ -324,6 +332,38 @@ static void op_truncate(void)
 		memset(m->data + m->size, 0, size - m->size);
 	}
 	m->size = size;
+	check_content(m);
+}
+
+static void op_falloc(void)
+{
+	struct dent *d = pick_dent(1);
+	struct minode *m;
+	uint64_t off, len;
+	bool keep = rn(2), punch = rn(2);
+	int ret;
+
+	if (!d)
+		return;
+	m = inode_of(d->ino);
+	off = rn(m->size + 20000);
+	len = 1 + rn(60000);
+	if (off + len > MAX_FILE)
+		return;
+	if (punch) {
+		ret = ub_fsw_punch_hole(g_t, SUBVOL, m->ino, off, len);
+		expect(ret, 0, "punch hole");
+		if (off < m->size)
+			memset(m->data + off, 0, (off + len < m->size ? off + len : m->size) - off);
+	} else {
+		ret = ub_fsw_fallocate(g_t, SUBVOL, m->ino, off, len, keep ? UB_FSW_FALLOC_KEEP_SIZE : 0);
+		expect(ret, 0, "fallocate");
+		if (!keep && off + len > m->size) {
+			m->data = realloc(m->data, off + len);
+			memset(m->data + m->size, 0, off + len - m->size);
+			m->size = off + len;
+		}
+	}
 	check_content(m);
 }
 
@@ -506,7 +546,10 @@ static void op_chmod(void)
 	a.uid = (uint32_t)rn(5000);
 	expect(ub_fsw_setattr(g_t, SUBVOL, m->ino, &a), 0, "setattr");
 	m->mode = (m->mode & S_IFMT) | a.mode;
+	m->uid = a.uid;
 }
+
+static void op_snapshot(void);
 
 static void one_op(void)
 {
@@ -517,12 +560,14 @@ static void one_op(void)
 	else if (r < 21) op_create(rn(4) == 0 ? S_IFCHR : rn(3) == 0 ? S_IFBLK : rn(2) ? S_IFIFO : S_IFSOCK);
 	else if (r < 25) op_create(S_IFLNK);
 	else if (r < 47) op_write();
-	else if (r < 54) op_truncate();
+	else if (r < 51) op_truncate();
+	else if (r < 54) op_falloc();
 	else if (r < 60) op_link();
 	else if (r < 70) op_unlink();
 	else if (r < 82) op_rename();
 	else if (r < 95) op_xattr();
-	else op_chmod();
+	else if (r < 98 || !g_snapshots) op_chmod();
+	else op_snapshot();
 }
 
 /* ---- the model as JSON ---- */
@@ -550,6 +595,14 @@ static void json_str(FILE *f, const char *s)
 
 static bool first_entry;
 
+/* snapshots of the FS tree in the top directory: their frozen model, as JSON entries */
+struct snap {
+	char name[32];
+	char *json; /* ",\n  \"/snapN/...\": {...}" entries, or "" */
+};
+static struct snap g_snaps[64];
+static int g_nsnaps, g_snapseq;
+
 static void dump_dir(FILE *f, uint64_t dir, const char *path, int depth)
 {
 	for (size_t i = 0; i < g_nde; i++) {
@@ -564,7 +617,8 @@ static void dump_dir(FILE *f, uint64_t dir, const char *path, int depth)
 		fprintf(f, "%s\n  ", first_entry ? "" : ",");
 		first_entry = false;
 		json_str(f, p);
-		fprintf(f, ": {\"ino\": %" PRIu64 ", \"mode\": %u, \"type\": \"%s\"", m->ino, m->mode & 07777,
+		fprintf(f, ": {\"ino\": %" PRIu64 ", \"uid\": %u, \"gid\": %u, \"mode\": %u, \"type\": \"%s\"", m->ino,
+			m->uid, m->gid, m->mode & 07777,
 			S_ISREG(m->mode) ? "file" : S_ISDIR(m->mode) ? "dir" : S_ISLNK(m->mode) ? "symlink" :
 			S_ISCHR(m->mode) ? "chr" : S_ISBLK(m->mode) ? "blk" : S_ISFIFO(m->mode) ? "fifo" : "sock");
 		if (!S_ISDIR(m->mode))
@@ -750,6 +804,36 @@ static int script_line(char *line)
 		free(buf);
 		return ret;
 	}
+	if (strcmp(argv[0], "writec") == 0) {
+		/* writec PATH OFF LEN SEED ALGO(zlib|lzo|zstd): as write, compressed; the stream is compressible */
+		uint64_t off, len, st;
+		uint8_t *buf;
+		int algo;
+		NEED(6);
+		ret = resolve(argv[1], &dir, last, &ino);
+		if (ret)
+			return ret;
+		off = strtoull(argv[2], NULL, 0);
+		len = strtoull(argv[3], NULL, 0);
+		st = strtoull(argv[4], NULL, 0);
+		algo = argv[5][1] == 'l' ? UB_COMPRESS_ZLIB : argv[5][1] == 'z' ? UB_COMPRESS_LZO : UB_COMPRESS_ZSTD;
+		buf = malloc(len ? len : 1);
+		for (uint64_t i = 0; i < len; i++)
+			buf[i] = (uint8_t)('a' + (i / 11 + st) % 26);
+		ret = ub_fsw_write_ex(g_t, g_isv, ino, off, buf, len, algo, 0);
+		free(buf);
+		return ret;
+	}
+	if (strcmp(argv[0], "fallocate") == 0 || strcmp(argv[0], "punch") == 0) {
+		NEED(4);
+		ret = resolve(argv[1], &dir, last, &ino);
+		if (ret)
+			return ret;
+		if (argv[0][0] == 'p')
+			return ub_fsw_punch_hole(g_t, g_isv, ino, strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+		return ub_fsw_fallocate(g_t, g_isv, ino, strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
+					argc > 4 ? UB_FSW_FALLOC_KEEP_SIZE : 0);
+	}
 	if (strcmp(argv[0], "truncate") == 0) {
 		NEED(3);
 		ret = resolve(argv[1], &dir, last, &ino);
@@ -824,6 +908,8 @@ static int run_script(const char *path)
 		int want = 0, ret;
 
 		n++;
+		if (l[0] == '@')
+			l++; /* a line for the file API only (the kernel's reference run skips it) */
 		if (l[0] == '!') {
 			want = -atoi(l + 1);
 			l = strchr(l, ' ');
@@ -838,6 +924,60 @@ static int run_script(const char *path)
 	}
 	fclose(f);
 	return 0;
+}
+
+static void op_snapshot(void)
+{
+	char *buf = NULL;
+	size_t blen = 0;
+	uint64_t id;
+	FILE *f;
+	int ret;
+
+	if (g_nsnaps > 0 && rn(2)) {
+		/* the newest goes (older ones are placeholders inside it) */
+		struct snap *sn = &g_snaps[--g_nsnaps];
+		ret = ub_fsw_subvol_delete(g_t, SUBVOL, TOP, sn->name, strlen(sn->name));
+		expect(ret, 0, "subvolume delete");
+		free(sn->json);
+		return;
+	}
+	if (g_nsnaps == 64)
+		return;
+	struct snap *sn = &g_snaps[g_nsnaps];
+	snprintf(sn->name, sizeof(sn->name), "snap%d", ++g_snapseq);
+	/* a snapshot's source must be unchanged in the transaction, and both stay so until the commit */
+	if (g_dirty) {
+		ret = ub_fsw_snapshot(g_t, SUBVOL, SUBVOL, TOP, sn->name, strlen(sn->name), false, &id);
+		expect(ret, -EAGAIN, "snapshot of a tree changed in the transaction");
+		commit();
+	}
+	ret = ub_fsw_snapshot(g_t, SUBVOL, SUBVOL, TOP, sn->name, strlen(sn->name), false, &id);
+	expect(ret, 0, "snapshot");
+	{
+		char nm[] = "after-snapshot";
+		ret = ub_fsw_create(g_t, SUBVOL, TOP, nm, strlen(nm), S_IFREG | 0644, 0, 0, 0, &id);
+		expect(ret, -EAGAIN, "change after a snapshot in the same transaction");
+	}
+	commit();
+	f = open_memstream(&buf, &blen);
+	if (!f)
+		FAIL("oom");
+	/* its top directory, the model as it is now, and the older snapshots as empty placeholders */
+	fprintf(f, ",\n  \"/%s\": {\"ino\": 256, \"mode\": %u, \"type\": \"dir\", \"xattrs\": {}}", sn->name, 0755);
+	for (int k = 0; k < g_nsnaps; k++)
+		fprintf(f, ",\n  \"/%s/%s\": {\"ino\": 2, \"mode\": %u, \"type\": \"dir\", \"xattrs\": {}}", sn->name,
+			g_snaps[k].name, 0755);
+	{
+		char prefix[64];
+		snprintf(prefix, sizeof(prefix), "/%s", sn->name);
+		first_entry = false;
+		dump_dir(f, TOP, prefix, 0);
+	}
+	if (fclose(f))
+		FAIL("oom");
+	sn->json = buf;
+	g_nsnaps++;
 }
 
 static void usage(void)
@@ -873,6 +1013,11 @@ int main(int argc, char **argv)
 		ub_engine_close(g_e);
 		printf("script done\n");
 		return 0;
+	}
+	if (argc > 1 && strcmp(argv[1], "--snapshots") == 0) {
+		g_snapshots = true;
+		argv++;
+		argc--;
 	}
 	if (argc < 6)
 		usage();
@@ -917,6 +1062,11 @@ int main(int argc, char **argv)
 	fprintf(f, "{");
 	first_entry = true;
 	dump_dir(f, TOP, "", 0);
+	for (int k = 0; k < g_nsnaps; k++) {
+		fputs(first_entry ? g_snaps[k].json + 1 : g_snaps[k].json, f);
+		first_entry = false;
+		free(g_snaps[k].json);
+	}
 	fprintf(f, "\n}\n");
 	if (fclose(f))
 		FAIL("%s: write failed", argv[4]);
