@@ -615,9 +615,19 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op)
 	if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) < sys_need / 2)
 		return pinned_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) ? -EAGAIN : -ENOSPC;
 	if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) < meta_need) {
-		/* space freed by this transaction comes back once it commits (the kernel commits to get it) */
 		struct ub_space_info si;
+		uint64_t fresh;
+
+		/*
+		 * What a fresh transaction would need: the reserve without this
+		 * transaction's share (2 * reserved). If that fits, committing
+		 * first is the answer, not ENOSPC; so it is if what this
+		 * transaction freed (pinned at its commit) would make it fit.
+		 */
 		ub_alloc_space_info(cc->alloc, BTRFS_BLOCK_GROUP_METADATA, &si);
+		fresh = meta_need - 2 * si.reserved / (op == UB_CHUNK_OP_FREE ? 2 : 1);
+		if (si.reserved && avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) >= fresh)
+			return -EAGAIN;
 		return si.pinned && avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) + si.pinned >= meta_need ? -EAGAIN
 										       : -ENOSPC;
 	}

@@ -51,8 +51,9 @@
  * or adds; ub_chunk_op_blocks() for one item change in one tree). A deletion
  * (UB_CHUNK_OP_FREE) needs only half the reserve: it is what gives space
  * back, and the kernel lets unlink dip into its global reserve for the same
- * reason. When the space is short only because this transaction freed it
- * (pinned until the commit), the answer is -EAGAIN: commit and retry. The SYSTEM type is held to nodesize * 2 * (chunk tree level + 2)
+ * reason. When the space is short only because of this transaction's share
+ * of the reserve (a fresh transaction would be admitted), or because of what
+ * it freed (pinned until the commit), the answer is -EAGAIN: commit, retry. The SYSTEM type is held to nodesize * 2 * (chunk tree level + 2)
  * + the cost of one chunk insertion. Otherwise -ENOSPC for the operation; the
  * transaction is untouched by the refusal and can commit or abort.
  *

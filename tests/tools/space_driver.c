@@ -26,7 +26,8 @@
  *                             instead of committing it
  *         --no-retry          an -ENOSPC refusal is final (by default a
  *                             transaction holding changes commits and the
- *                             operation asks once more, as chunk_alloc.h says)
+ *                             operation asks once more, as chunk_alloc.h says;
+ *                             -EAGAIN always commits and asks again)
  * An -ENOSPC from inside an operation (the allocator failed under it) always
  * aborts the transaction: it is half done.
  *
@@ -337,7 +338,7 @@ int main(int argc, char **argv)
 	} else if (!ret) {
 		bool files = strcmp(op, "files") == 0 || strcmp(op, "unlink") == 0;
 		bool add = strcmp(op, "add") == 0 || strcmp(op, "files") == 0;
-		long ops = 0;
+		long ops = 0, committed_upto = from; /* names below it are in a committed transaction */
 
 		for (long n = from; n < to && !ret; n++) {
 			char name[256];
@@ -350,7 +351,7 @@ int main(int argc, char **argv)
 			if (ret)
 				break;
 			ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
-			if ((ret == -EAGAIN || ret == -ENOSPC) && ops && !no_retry) {
+			if ((ret == -EAGAIN || (ret == -ENOSPC && !no_retry)) && ops) {
 				/* what this transaction freed comes back once it commits: commit, ask again */
 				ops = 0;
 				ret = commit(&c, false);
@@ -358,6 +359,7 @@ int main(int argc, char **argv)
 					fprintf(stderr, "space_driver: commit before retrying %s: %s\n", name, strerror(-ret));
 					break;
 				}
+				committed_upto = n;
 				ret = start(&c);
 				if (!ret)
 					ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
@@ -373,7 +375,8 @@ int main(int argc, char **argv)
 				/* refused before the change: the transaction is whole; failed inside it: abort */
 				bool inside = c.t->error != 0;
 				c.enospc++;
-				printf("enospc at %ld%s\n", n, inside ? " (inside the operation)" : "");
+				printf("enospc at %ld committed %ld%s\n", n, committed_upto,
+				       inside ? " (inside the operation)" : "");
 				ret = commit(&c, abort_on_enospc || inside);
 				if (ret)
 					fprintf(stderr, "space_driver: %s after ENOSPC: %s\n",
@@ -396,6 +399,7 @@ int main(int argc, char **argv)
 			if (++ops == every) {
 				ops = 0;
 				ret = commit(&c, false);
+				committed_upto = n + 1;
 			}
 		}
 	}
