@@ -46,6 +46,7 @@ void ub_alloc_free(struct ub_alloc *a)
 {
 	if (!a)
 		return;
+	ub_chunk_undo_forget(a);
 	for (int i = 0; i < a->nbgs; i++)
 		bg_free(a->bgs[i]);
 	free(a->bgs);
@@ -596,6 +597,8 @@ void ub_alloc_unpin(struct ub_alloc *a)
 	for (int i = 0; i < a->nbgs; i++)
 		a->bgs[i]->pinned = 0;
 	end_transaction(a);
+	/* the superblocks holding this transaction's chunks are durable */
+	ub_chunk_undo_forget(a);
 }
 
 void ub_alloc_abort(struct ub_alloc *a)
@@ -604,6 +607,18 @@ void ub_alloc_abort(struct ub_alloc *a)
 	for (int i = 0; i < a->nbgs; i++)
 		a->bgs[i]->pinned = 0;
 	end_transaction(a);
+	ub_chunk_undo_abort(a);
+}
+
+int ub_alloc_remove_bg(struct ub_alloc *a, uint64_t start)
+{
+	int i = bg_floor(a, start);
+	if (i < 0 || a->bgs[i]->start != start)
+		return -ENOENT;
+	bg_free(a->bgs[i]);
+	memmove(&a->bgs[i], &a->bgs[i + 1], (size_t)(a->nbgs - i - 1) * sizeof(*a->bgs));
+	a->nbgs--;
+	return 0;
 }
 
 /* ---- commit ---- */
@@ -666,6 +681,30 @@ void ub_alloc_space_info(const struct ub_alloc *a, uint64_t type, struct ub_spac
 		out->avail += bg->avail.bytes;
 		out->nr_groups++;
 	}
+}
+
+uint64_t ub_alloc_usable(const struct ub_alloc *a, uint64_t type)
+{
+	uint64_t req = type & TYPE_BITS, sum = 0;
+	for (int i = 0; i < a->nbgs; i++) {
+		const struct ub_bg *bg = a->bgs[i];
+		if (!req || !bg_serves(bg, req))
+			continue;
+		if (!bg->full_stripe) {
+			sum += bg->avail.bytes;
+			continue;
+		}
+		/* RAID5/6: whole free stripes, and what is left in the ones this transaction opened */
+		for (uint64_t st = bg->start; st < bg->start + bg->length; st += bg->full_stripe) {
+			uint64_t len = bg->start + bg->length - st < bg->full_stripe ? bg->start + bg->length - st
+										       : bg->full_stripe;
+			if (ub_rs_contains(&bg->avail, st, len))
+				sum += len;
+			else if (ub_rs_contains(&bg->open, st, len))
+				sum += ub_rs_bytes_in(&bg->avail, st, len);
+		}
+	}
+	return sum;
 }
 
 uint64_t ub_alloc_bytes_used(const struct ub_alloc *a)
