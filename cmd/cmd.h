@@ -46,5 +46,6 @@ int cmd_dump_tree(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_filesystem(int argc, char **argv);
+int cmd_mkfs(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static const struct {
 	{ "ls", cmd_ls, "list a directory without mounting" },
 	{ "cat", cmd_cat, "write a file's contents to stdout without mounting" },
 	{ "filesystem", cmd_filesystem, "show: the devices of a filesystem, present and missing" },
+	{ "mkfs", cmd_mkfs, "make a new filesystem on one or more devices" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
