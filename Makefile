@@ -84,6 +84,14 @@ $(BUILD)/tests/tools/fileapi_driver: tests/tools/fileapi_driver.c $(BUILD)/libub
 tools: $(FILEAPI_DRIVER)
 # ---- end of the file API driver block ----
 
+# ---- space driver (wt-chunks): tests/integration/test_enospc.py builds and runs it ----
+SPACE_DRIVER := $(BUILD)/tests/tools/space_driver
+$(BUILD)/tests/tools/space_driver: tests/tools/space_driver.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+tools: $(SPACE_DRIVER)
+# ---- end of the space driver block ----
+
 clean:
 	rm -rf build build-san build-fuzz
 

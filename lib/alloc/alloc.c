@@ -46,6 +46,7 @@ void ub_alloc_free(struct ub_alloc *a)
 {
 	if (!a)
 		return;
+	ub_chunk_undo_forget(a);
 	for (int i = 0; i < a->nbgs; i++)
 		bg_free(a->bgs[i]);
 	free(a->bgs);
@@ -596,6 +597,8 @@ void ub_alloc_unpin(struct ub_alloc *a)
 	for (int i = 0; i < a->nbgs; i++)
 		a->bgs[i]->pinned = 0;
 	end_transaction(a);
+	/* the superblocks holding this transaction's chunks are durable */
+	ub_chunk_undo_forget(a);
 }
 
 void ub_alloc_abort(struct ub_alloc *a)
@@ -604,6 +607,18 @@ void ub_alloc_abort(struct ub_alloc *a)
 	for (int i = 0; i < a->nbgs; i++)
 		a->bgs[i]->pinned = 0;
 	end_transaction(a);
+	ub_chunk_undo_abort(a);
+}
+
+int ub_alloc_remove_bg(struct ub_alloc *a, uint64_t start)
+{
+	int i = bg_floor(a, start);
+	if (i < 0 || a->bgs[i]->start != start)
+		return -ENOENT;
+	bg_free(a->bgs[i]);
+	memmove(&a->bgs[i], &a->bgs[i + 1], (size_t)(a->nbgs - i - 1) * sizeof(*a->bgs));
+	a->nbgs--;
+	return 0;
 }
 
 /* ---- commit ---- */

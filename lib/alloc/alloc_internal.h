@@ -34,7 +34,16 @@ struct ub_alloc {
 	int nbgs, cap;
 	struct ub_range_set pinned;
 	uint64_t last[3]; /* next-fit hints: data, metadata, system */
+	/* chunk_alloc.c: what the running transaction's new chunks changed outside the trees */
+	struct ub_chunk_undo *undo;
+	uint64_t chunks_added[3]; /* data, metadata, system (statistics) */
 };
+
+/* chunk_alloc.c: abort puts back what ub_chunk_alloc changed; a commit keeps it */
+void ub_chunk_undo_abort(struct ub_alloc *a);
+void ub_chunk_undo_forget(struct ub_alloc *a);
+/* Take a block group added in the running transaction back out (abort): 0 or -ENOENT. */
+int ub_alloc_remove_bg(struct ub_alloc *a, uint64_t start);
 
 /*
  * A block group from its geometry: all of [start, start+length) free but the

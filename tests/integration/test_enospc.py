@@ -1,0 +1,309 @@
+# SPDX-License-Identifier: MIT
+"""Allocation when space runs out (lib/alloc/chunk_alloc.c), judged by btrfs-progs and the kernel.
+
+The driver (tests/tools/space_driver.c) grows the metadata of small images
+made by mkfs.btrfs with large xattrs on the top directory, through
+transactions that add metadata (and system) chunks when the allocator's rule
+says so, until the devices are full and an operation gets -ENOSPC. Then:
+  - `btrfs check --readonly` is clean: it compares every chunk with its
+    device extents and block group item, the dev items' bytes_used with the
+    device extents, the free space tree with the extent tree;
+  - independently, from btrfs-progs' dump-tree: per device the DEV_EXTENT
+    lengths add up to the DEV_ITEM's bytes_used, and to the superblock's
+    dev_item bytes_used of that device; every chunk has its block group;
+  - the kernel mounts it and reads back xattrs (values included) from across
+    the whole run;
+  - committing or aborting the transaction that hit ENOSPC leaves a clean fs;
+    deleting everything and committing gives the space back: refilling the
+    same number of xattrs succeeds without ENOSPC, round after round.
+Data chunks: the driver reserves data until ENOSPC (adding data chunks); the
+kernel then mounts read-write and writes a file into them.
+
+The file API's data write is not in this branch yet, so the fill / delete /
+refill rounds use metadata; data chunks are covered by reservations only.
+
+Budget: the CI slice runs in about a minute under ASan; UBTRFS_LONG_TESTS=1
+runs every profile, ten rounds each.
+"""
+
+import errno
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import ubtrfs_testlib as T
+
+MiB = T.MiB
+LONG = T.LONG_TESTS
+
+
+def driver_path():
+    ub = Path(os.environ.get("UBTRFS", str(T.REPO / "build" / "ubtrfs"))).resolve()
+    return ub.parent / "tests" / "tools" / "space_driver"
+
+
+@pytest.fixture(scope="module")
+def driver():
+    path = driver_path()
+    build = path.parents[2]
+    if build.parent != T.REPO:
+        pytest.skip("binary under test %s is not in a build directory of this tree" % build)
+    san = "1" if build.name == "build-san" else "0"
+    T.run(["make", "-C", T.REPO, "SAN=" + san, str(path.relative_to(T.REPO))], timeout=900)
+    return path
+
+
+@pytest.fixture
+def casedir(scratch, request):
+    d = Path(scratch) / ("enospc-" + re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name))
+    d.mkdir(parents=True, exist_ok=True)
+    yield d
+    T.run(["btrfs", "device", "scan", "--forget"], check=False)
+    if os.environ.get("UBTRFS_KEEP_IMAGES") != "1":
+        T.rmtree(d)
+
+
+def make_images(d, ndev, size):
+    imgs = []
+    for i in range(ndev):
+        p = d / ("dev%d.img" % i)
+        with open(p, "wb") as f:
+            f.truncate(size)
+        imgs.append(p)
+    return imgs
+
+
+def mkfs(tool, imgs, meta, data, nodesize, ubtrfs_bin=None):
+    if tool == "progs":
+        T.run(["mkfs.btrfs", "-f", "-q", "-K", "-m", meta, "-d", data, "-n", str(nodesize), *imgs])
+    else:
+        cp = T.run([ubtrfs_bin, "mkfs", "-f", "-m", meta, "-d", data, "-n", str(nodesize), *imgs], check=False)
+        if cp.returncode != 0:
+            pytest.skip("ubtrfs mkfs refused this case: %s" % T.describe(cp))
+
+
+def run_driver(driver, *args):
+    cp = T.run([driver, *[str(a) for a in args]], check=False, timeout=900)
+    out = cp.stdout.decode("utf-8", "replace")
+    err = cp.stderr.decode("utf-8", "replace")
+    assert cp.returncode == 0, "space_driver %s failed (%d)\nstdout: %s\nstderr: %s" % (
+        " ".join(str(a) for a in args), cp.returncode, out[-2000:], err[-4000:])
+    m = re.search(r"done added (\d+) deleted (\d+) enospc (\d+) chunks (\d+) (\d+) (\d+) generation (\d+)", out)
+    assert m, out[-2000:]
+    added, deleted, enospc, cd, cm, cs, gen = (int(x) for x in m.groups())
+    skipped = set(re.findall(r"^skip (\S+)$", out, re.M))
+    return dict(added=added, deleted=deleted, enospc=enospc, chunks=(cd, cm, cs), generation=gen,
+                skipped=skipped, out=out, err=err)
+
+
+def progs_target_cm(imgs):
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        loops = []
+        try:
+            if len(imgs) == 1:
+                yield str(imgs[0])
+                return
+            for img in imgs:
+                loops.append(T.losetup_attach(img, True))
+            T.run(["btrfs", "device", "scan", *loops], check=False)
+            yield loops[0]
+        finally:
+            for dev in loops:
+                T.losetup_detach(dev)
+    return cm()
+
+
+def progs_check(imgs):
+    with progs_target_cm(imgs) as target:
+        cp = T.run(["btrfs", "check", "--readonly", target], check=False, timeout=600)
+    text = (cp.stdout + cp.stderr).decode("utf-8", "replace")
+    errors = [ln for ln in text.splitlines()
+              if re.match(r"(ERROR|error)", ln) and not re.match(r"ERROR: cannot scan /dev/", ln)]
+    assert cp.returncode == 0 and not errors and "no error found" in text, \
+        "btrfs check found errors:\n" + text[-6000:]
+    return text
+
+
+def dump_tree(imgs, tree):
+    with progs_target_cm(imgs) as target:
+        return T.run(["btrfs", "inspect-internal", "dump-tree", "-t", tree, target]).stdout.decode()
+
+
+def space_layout(imgs):
+    """Chunks, dev extents and dev items as btrfs-progs reads them; asserts they agree."""
+    chunk = dump_tree(imgs, "chunk")
+    dev = dump_tree(imgs, "dev")
+    extent = dump_tree(imgs, "extent")
+    items = {int(m.group(1)): int(m.group(2)) for m in
+             re.finditer(r"DEV_ITEM (\d+)\).*?\n\s+devid \d+ total_bytes \d+ bytes_used (\d+)", chunk)}
+    extents = {}
+    for m in re.finditer(r"key \((\d+) DEV_EXTENT (\d+)\).*?\n.*?\n\s*chunk_objectid \d+ chunk_offset (\d+) length (\d+)", dev):
+        devid, length = int(m.group(1)), int(m.group(4))
+        extents[devid] = extents.get(devid, 0) + length
+    chunks = [(int(m.group(1)), int(m.group(2)), m.group(3)) for m in
+              re.finditer(r"CHUNK_ITEM (\d+)\) itemoff \d+ itemsize \d+\s*\n\s*length (\d+) owner \d+ "
+                          r"stripe_len \d+ type (\S+)", chunk)]
+    groups = {(int(m.group(1)), int(m.group(2))) for m in
+              re.finditer(r"key \((\d+) BLOCK_GROUP_ITEM (\d+)\)", extent)}
+    assert items and chunks, chunk[:3000]
+    for devid, used in items.items():
+        assert extents.get(devid, 0) == used, \
+            "device %d: dev extents add up to %d, its DEV_ITEM says bytes_used %d" % (devid, extents.get(devid, 0), used)
+    for logical, length, _ in chunks:
+        assert (logical, length) in groups, "chunk %d (+%d) has no BLOCK_GROUP_ITEM" % (logical, length)
+    # each device's superblock carries its own dev item
+    for img in imgs:
+        out = T.run(["btrfs", "inspect-internal", "dump-super", str(img)]).stdout.decode()
+        devid = int(re.search(r"^dev_item\.devid\s+(\d+)", out, re.M).group(1))
+        sb_used = int(re.search(r"^dev_item\.bytes_used\s+(\d+)", out, re.M).group(1))
+        assert sb_used == items[devid], "%s: superblock dev_item bytes_used %d, chunk tree %d" % (
+            img, sb_used, items[devid])
+    return chunks, items
+
+
+def xattr_value(name, size):
+    b = name.encode()
+    return (b * (size // len(b) + 1))[:size]
+
+
+def kernel_sees(imgs, mnt, present, absent, size, sample=400):
+    """The kernel reads back a spread of the expected xattrs (values too) and none of the deleted ones."""
+    present = sorted(present)
+    absent = sorted(absent)
+    step_p = max(1, len(present) // sample)
+    step_a = max(1, len(absent) // sample)
+    with T.mounted(imgs, mnt) as m:
+        for name in present[::step_p] + present[-3:]:
+            v = os.getxattr(m, name)
+            assert v == xattr_value(name, size), "kernel: xattr %s has the wrong value" % name
+        for name in absent[::step_a]:
+            with pytest.raises(OSError) as ei:
+                os.getxattr(m, name)
+            assert ei.value.errno == errno.ENODATA, name
+
+
+def names(prefix, lo, hi):
+    return {"user.%s%07d" % (prefix, n) for n in range(lo, hi)}
+
+
+# name, mkfs tool, metadata profile, devices, device size, nodesize
+CASES = [
+    ("dup", "progs", "dup", 1, 128 * MiB, 16384),
+    ("raid1-2", "progs", "raid1", 2, 128 * MiB, 16384),
+    ("raid5-3", "progs", "raid5", 3, 128 * MiB, 16384),
+]
+LONG_CASES = [
+    ("single", "progs", "single", 1, 160 * MiB, 16384),
+    ("raid10-4", "progs", "raid10", 4, 128 * MiB, 16384),
+    ("raid6-4", "progs", "raid6", 4, 128 * MiB, 16384),
+    ("dup-4k", "progs", "dup", 1, 128 * MiB, 4096),
+    ("raid1-2-ubtrfs", "ubtrfs", "raid1", 2, 160 * MiB, 16384),
+    ("dup-ubtrfs", "ubtrfs", "dup", 1, 160 * MiB, 16384),
+]
+if LONG:
+    CASES += LONG_CASES
+
+
+def value_size(nodesize):
+    # about one xattr per leaf: the metadata grows fast with few items
+    return nodesize - 400
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_metadata_fills_then_refills(driver, casedir, ubtrfs_bin, case):
+    """Grow metadata until ENOSPC (chunks added on the way), then delete and refill, round after round."""
+    name, tool, meta, ndev, size, nodesize = case
+    imgs = make_images(casedir, ndev, size)
+    mkfs(tool, imgs, meta, "single" if ndev == 1 else meta, nodesize, ubtrfs_bin)
+    chunks0, _ = space_layout(imgs)
+    vs = value_size(nodesize)
+
+    r = run_driver(driver, "add", "a", 0, 10 ** 6, 150, vs, *imgs)
+    assert r["enospc"] == 1, "the devices never filled up:\n" + r["out"][-1000:]
+    assert r["chunks"][1] >= 1, "no metadata chunk was added"
+    full = r["added"]
+    present = names("a", 0, full + len(r["skipped"])) - r["skipped"]
+    assert len(present) == full
+    progs_check(imgs)
+    chunks1, items1 = space_layout(imgs)
+    assert len(chunks1) >= len(chunks0) + r["chunks"][1]
+    # the new chunks are of the metadata profile asked at mkfs
+    for logical, _, typ in chunks1:
+        if typ.startswith("METADATA") and meta != "single":
+            assert typ.lower().endswith(meta), typ
+    kernel_sees(imgs, casedir / "mnt", present, set(), vs)
+
+    rounds = 10 if LONG else 2
+    prev = "a"
+    for k in range(rounds):
+        d = run_driver(driver, "del", prev, 0, full + len(r["skipped"]), 200, *imgs)
+        assert d["enospc"] == 0 and d["deleted"] == full, d["out"][-1000:]
+        progs_check(imgs)
+        cur = "r%d_" % k
+        r = run_driver(driver, "add", cur, 0, full, 150, vs, *imgs)
+        assert r["enospc"] == 0, "round %d: ENOSPC while refilling what was freed:\n%s" % (k, r["out"][-1000:])
+        # a refill after a delete adds no chunk: the space came back
+        assert r["chunks"] == (0, 0, 0), r["out"][-500:]
+        full = r["added"]
+        progs_check(imgs)
+        prev = cur
+    chunks2, items2 = space_layout(imgs)
+    assert items2 == items1 and len(chunks2) == len(chunks1)
+    present = names(prev, 0, full + len(r["skipped"])) - r["skipped"]
+    kernel_sees(imgs, casedir / "mnt", present, names("a", 0, 50), vs)
+
+
+@pytest.mark.parametrize("after", ["commit", "abort"])
+def test_enospc_then_commit_or_abort(driver, casedir, ubtrfs_bin, after):
+    """The transaction that got ENOSPC commits (or aborts): clean either way, and usable afterwards."""
+    imgs = make_images(casedir, 1, 128 * MiB)
+    mkfs("progs", imgs, "dup", "single", 16384)
+    vs = value_size(16384)
+    opts = ["--abort-on-enospc"] if after == "abort" else []
+    # one commit for everything: the ENOSPC hits a transaction holding many changes
+    r = run_driver(driver, *opts, "add", "a", 0, 10 ** 6, 10 ** 6, vs, *imgs)
+    assert r["enospc"] == 1
+    progs_check(imgs)
+    space_layout(imgs)
+    n = r["added"] + len(r["skipped"])
+    if after == "abort":
+        # nothing of the transaction reached the disk, and its chunks are gone with it
+        kernel_sees(imgs, casedir / "mnt", set(), names("a", 0, n), vs)
+        r2 = run_driver(driver, "add", "b", 0, 10 ** 6, 150, vs, *imgs)
+        assert r2["enospc"] == 1 and r2["added"] > 0
+        progs_check(imgs)
+        space_layout(imgs)
+        return
+    present = names("a", 0, n) - r["skipped"]
+    kernel_sees(imgs, casedir / "mnt", present, set(), vs)
+    # full: one more operation is refused, the fs stays clean
+    r2 = run_driver(driver, "add", "b", 0, 100, 10, vs, *imgs)
+    assert r2["enospc"] == 1 and r2["added"] == 0, r2["out"][-500:]
+    progs_check(imgs)
+    # half of it deleted and committed: that much fits again
+    run_driver(driver, "del", "a", 0, n // 2, 100, *imgs)
+    r3 = run_driver(driver, "add", "c", 0, len(names("a", 0, n // 2) - r["skipped"]), 100, vs, *imgs)
+    assert r3["enospc"] == 0
+    progs_check(imgs)
+    space_layout(imgs)
+
+
+def test_data_chunks(driver, casedir, ubtrfs_bin):
+    """Data reservations add data chunks up to ENOSPC; the kernel then writes a file into that space."""
+    imgs = make_images(casedir, 2, 256 * MiB)
+    mkfs("progs", imgs, "raid1", "raid1", 16384)
+    r = run_driver(driver, "data", 10 ** 12, *imgs)
+    assert r["enospc"] == 1 and r["chunks"][0] >= 1, r["out"][-800:]
+    progs_check(imgs)
+    chunks, _ = space_layout(imgs)
+    assert all(t.lower().endswith("raid1") for _, _, t in chunks if t.startswith("DATA")), chunks
+    with T.mounted(imgs, casedir / "mnt", readonly=False) as m:
+        with open(os.path.join(m, "big"), "wb") as f:
+            f.write(os.urandom(1 << 20) * 60)
+            os.fsync(f.fileno())
+    progs_check(imgs)
