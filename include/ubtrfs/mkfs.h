@@ -83,4 +83,18 @@ int ub_mkfs_check_paths(const char *const *paths, int npaths, bool force, char *
 int ub_mkfs(struct ub_dev *const *devs, int ndevs, const struct ub_mkfs_opts *opts, const struct ub_log *log,
 	    struct ub_mkfs_result *res);
 
+/* What mkfs --rootdir copied. */
+struct ub_rootdir_stats {
+	uint64_t inodes, links, xattrs, data_bytes, commits;
+};
+
+/*
+ * Fill the filesystem just made on `paths` (closed: ub_mkfs returned) from
+ * the folder `dir` through the write engine (lib/mkfs/rootdir.c says what is
+ * copied and how). Problems with the source name the path through `log`.
+ * 0 or -errno; on failure the filesystem holds the last commit of the copy.
+ */
+int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, const struct ub_log *log,
+		    struct ub_rootdir_stats *stats);
+
 #endif
