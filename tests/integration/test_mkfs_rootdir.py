@@ -60,13 +60,14 @@ def source(scratch):
     # big sparse files: data islands in holes, an unaligned tail, a file that is all hole
     big = os.path.join(src, "bigsparse")
     os.mkdir(big)
+    gap = 64 * MiB if LONG else 16 * MiB
     with open(os.path.join(big, "islands"), "wb") as f:
         for i in range(6):
-            f.seek(i * 64 * MiB + 12345)
+            f.seek(i * gap + 12345)
             f.write(os.urandom(300000))
-        f.truncate(400 * MiB + 77)
+        f.truncate(6 * gap + 77)
     with open(os.path.join(big, "allhole"), "wb") as f:
-        f.truncate(1 << 30)
+        f.truncate((1 << 30) if LONG else 256 * MiB)
     os.utime(big, ns=(1500000000 * 10**9 + 1, 1500000000 * 10**9 + 2))
     # reading the source moves its atimes once (relatime: atime older than mtime, or than a
     # day); walked and read once first, the second walk is what every later reader sees
