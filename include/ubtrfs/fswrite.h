@@ -96,6 +96,21 @@ int ub_fsw_getxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
  * more is freed with its checksums). Partial sectors are read-modify-written.
  */
 int ub_fsw_write(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len);
+/*
+ * The same with compression: `compress` UB_COMPRESS_ZLIB / LZO / ZSTD (0:
+ * none), level 0 for the default. Each compressed extent holds at most
+ * 128 KiB of file data; data that does not shrink by a sector is written
+ * plain, as the kernel does. ub_fsw_write compresses when the inode has the
+ * "btrfs.compression" property (xattr: "zlib", "lzo", "zstd", "zstd:LEVEL").
+ * Small files stay inline uncompressed.
+ */
+int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len,
+		    int compress, int level);
+/* fallocate(2) mode 0 / KEEP_SIZE: PREALLOC extents in the holes of the sector-aligned range */
+#define UB_FSW_FALLOC_KEEP_SIZE 1
+int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, int mode);
+/* fallocate(PUNCH_HOLE | KEEP_SIZE): whole sectors lose their extents, partial ones are zeroed */
+int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len);
 /* truncate(2) both ways (no-holes: growing adds no hole items) */
 int ub_fsw_truncate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t size);
 /* read through the running transaction (what the next commit will hold); past EOF: *got short */
@@ -104,5 +119,35 @@ int ub_fsw_read(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, v
 /* inode lookup through the running transaction: name in dir -> ino (0, -ENOENT) */
 int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *ino,
 		  uint8_t *type);
+
+/*
+ * Subvolumes. The new tree's id is the root tree's highest objectid + 1 (as
+ * the kernel's free objectid there); its ROOT_ITEM, ROOT_REF / ROOT_BACKREF,
+ * the name in `dir` of `subvol` (location: the tree's ROOT_ITEM key) and, when
+ * the filesystem has a UUID tree, its UUID entry are added as the kernel does.
+ * A snapshot shares the source's tree (ub_tree_copy_root) as it stands in the
+ * running transaction; readonly sets BTRFS_ROOT_SUBVOL_RDONLY.
+ * The source must be unchanged in the running transaction (-EAGAIN: commit
+ * first), and the source and the snapshot take no change until the commit
+ * (-EAGAIN): their shared blocks would otherwise change under both (the tree
+ * layer has no FORCE_COW; the kernel snapshots inside its commit).
+ */
+int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+			 uint64_t *new_id);
+int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+		    bool readonly, uint64_t *new_id);
+/*
+ * Delete the subvolume named `name` in dir of subvol, as the kernel's
+ * btrfs_delete_subvolume: the name, ROOT_REF / ROOT_BACKREF and UUID entries
+ * go, the ROOT_ITEM's refs become 0 and an ORPHAN item (ORPHAN_OBJECTID,
+ * ORPHAN_ITEM, id) marks the tree dead. Its blocks are freed by whoever drops
+ * dead roots: the kernel's cleaner on its next read-write mount (the engine
+ * has no cleaner yet). -ENOTEMPTY if it holds other subvolumes, -ENOTDIR if
+ * the name is not a subvolume.
+ */
+int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len);
+/* like ub_fsw_lookup, crossing into a subvolume: *sub_out is the tree the name's inode lives in */
+int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,
+		     uint64_t *ino, uint8_t *type);
 
 #endif

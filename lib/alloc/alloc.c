@@ -683,6 +683,30 @@ void ub_alloc_space_info(const struct ub_alloc *a, uint64_t type, struct ub_spac
 	}
 }
 
+uint64_t ub_alloc_usable(const struct ub_alloc *a, uint64_t type)
+{
+	uint64_t req = type & TYPE_BITS, sum = 0;
+	for (int i = 0; i < a->nbgs; i++) {
+		const struct ub_bg *bg = a->bgs[i];
+		if (!req || !bg_serves(bg, req))
+			continue;
+		if (!bg->full_stripe) {
+			sum += bg->avail.bytes;
+			continue;
+		}
+		/* RAID5/6: whole free stripes, and what is left in the ones this transaction opened */
+		for (uint64_t st = bg->start; st < bg->start + bg->length; st += bg->full_stripe) {
+			uint64_t len = bg->start + bg->length - st < bg->full_stripe ? bg->start + bg->length - st
+										       : bg->full_stripe;
+			if (ub_rs_contains(&bg->avail, st, len))
+				sum += len;
+			else if (ub_rs_contains(&bg->open, st, len))
+				sum += ub_rs_bytes_in(&bg->avail, st, len);
+		}
+	}
+	return sum;
+}
+
 uint64_t ub_alloc_bytes_used(const struct ub_alloc *a)
 {
 	uint64_t sum = 0;

@@ -192,6 +192,9 @@ struct ub_space_info {
 	int nr_groups;
 };
 void ub_alloc_space_info(const struct ub_alloc *a, uint64_t type, struct ub_space_info *out);
+/* What reserve could really hand out now: avail, but on RAID5/6 only whole free full stripes and the rest of
+ * the stripes this transaction opened (the rule above). */
+uint64_t ub_alloc_usable(const struct ub_alloc *a, uint64_t type);
 /* Sum of every group's used bytes: the superblock's bytes_used. */
 uint64_t ub_alloc_bytes_used(const struct ub_alloc *a);
 /* The rule above: true when a chunk of `type` should be added before the next commit. */

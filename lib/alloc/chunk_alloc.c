@@ -540,10 +540,7 @@ uint64_t ub_chunk_commit_reserve(const struct ub_chunk_ctx *cc)
 
 static uint64_t avail_of(const struct ub_alloc *a, uint64_t kind)
 {
-	struct ub_space_info si;
-
-	ub_alloc_space_info(a, kind, &si);
-	return si.avail;
+	return ub_alloc_usable(a, kind);
 }
 
 static uint64_t pinned_of(const struct ub_alloc *a, uint64_t kind)
@@ -598,7 +595,8 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op)
 		/* space freed by this transaction comes back once it commits (the kernel commits to get it) */
 		struct ub_space_info si;
 		ub_alloc_space_info(cc->alloc, BTRFS_BLOCK_GROUP_METADATA, &si);
-		return si.pinned && si.avail + si.pinned >= meta_need ? -EAGAIN : -ENOSPC;
+		return si.pinned && avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) + si.pinned >= meta_need ? -EAGAIN
+										       : -ENOSPC;
 	}
 	return 0;
 }
@@ -613,4 +611,15 @@ int ub_chunk_reserve_data(struct ub_chunk_ctx *cc, uint64_t len, uint64_t hint, 
 	if (ret)
 		return ret > 0 ? -ENOSPC : ret;
 	return ub_alloc_reserve(cc->alloc, BTRFS_BLOCK_GROUP_DATA, len, hint, start);
+}
+
+int ub_chunk_ensure_data(struct ub_chunk_ctx *cc, uint64_t len)
+{
+	/* a handful of chunks at most: each one is up to 10% of the devices */
+	for (int i = 0; i < 64 && ub_alloc_usable(cc->alloc, BTRFS_BLOCK_GROUP_DATA) < len; i++) {
+		int ret = add_kind(cc, BTRFS_BLOCK_GROUP_DATA);
+		if (ret)
+			return ret > 0 ? -ENOSPC : ret;
+	}
+	return ub_alloc_usable(cc->alloc, BTRFS_BLOCK_GROUP_DATA) < len ? -ENOSPC : 0;
 }

@@ -127,6 +127,14 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op);
 /* A data reservation that adds a data chunk when the existing ones are full (-ENOSPC when none fits). */
 int ub_chunk_reserve_data(struct ub_chunk_ctx *cc, uint64_t len, uint64_t hint, uint64_t *start);
 
+/*
+ * Before writing `len` bytes of data: add data chunks until the data groups
+ * could hand that much out (RAID5/6: in whole free stripes); -ENOSPC when no
+ * device has room for another and it is still short. (The file API's write
+ * reserves with ub_alloc_reserve itself; this is what its caller runs first.)
+ */
+int ub_chunk_ensure_data(struct ub_chunk_ctx *cc, uint64_t len);
+
 /* Statistics since the allocator was made (tests): chunks added per kind (data, metadata, system). */
 void ub_chunk_stats(const struct ub_alloc *a, uint64_t added[3]);
 

@@ -532,55 +532,93 @@ int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, u
 	return ret;
 }
 
-/* new regular extents holding buf at [off, off+len) (both sector aligned; the range holds no item) */
+/* one new extent of n bytes at file offset pos: disk holds dbuf (dlen bytes; compressed when ctype) */
+static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *dbuf, uint64_t dlen,
+		      uint64_t n, int ctype, uint8_t type)
+{
+	bool sum = type == BTRFS_FILE_EXTENT_REG && !(II_GET(flags, ii) & UB_INODE_NODATASUM);
+	uint8_t fe[UB_FE_SIZE];
+	struct ub_key k = { ino, BTRFS_EXTENT_DATA_KEY, pos };
+	uint64_t start = 0;
+	int ret;
+
+	ret = ub_alloc_reserve(w->e->alloc, BTRFS_BLOCK_GROUP_DATA, dlen, 0, &start);
+	if (ret)
+		return ret;
+	if (dbuf) {
+		ret = ub_volume_write(w->e->vol, start, dlen, dbuf);
+		if (ret) {
+			ub_alloc_unreserve(w->e->alloc, start, dlen);
+			return ret;
+		}
+	}
+	memset(fe, 0, sizeof(fe));
+	FE_SET(generation, fe, w->t->transid);
+	FE_SET(ram_bytes, fe, n);
+	FE_SET(compression, fe, ctype);
+	FE_SET(type, fe, type);
+	FE_SET(disk_bytenr, fe, start);
+	FE_SET(disk_num_bytes, fe, dlen);
+	FE_SET(offset, fe, 0);
+	FE_SET(num_bytes, fe, n);
+	ret = ub_dref_add_data(w->t->refs, start, dlen, w->subvol, ino, pos, 0, 1, UB_DREF_NEW_EXTENT);
+	if (ret) {
+		ub_alloc_unreserve(w->e->alloc, start, dlen);
+		return ret;
+	}
+	/* from here the queue owns the reservation (unreserved at commit if every ref cancels) */
+	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &k, fe, UB_FE_SIZE);
+	if (!ret && sum)
+		ret = csum_insert(w, start, dbuf, dlen);
+	if (!ret)
+		II_SET(nbytes, ii, II_GET(nbytes, ii) + n);
+	return ret;
+}
+
+/* the kernel's BTRFS_MAX_UNCOMPRESSED: file bytes per compressed extent */
+#define MAX_COMPRESSED_RAM (128 * 1024ULL)
+
+/* new extents holding buf at [off, off+len) (both sector aligned; the range holds no item) */
 static int write_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
 {
-	bool sum = !(II_GET(flags, ii) & UB_INODE_NODATASUM);
 	uint64_t done = 0, ss = ss_of(w);
+	uint8_t *cbuf = NULL;
 	int ret = 0;
 
-	while (done < len) {
-		uint64_t n = len - done < MAX_EXTENT ? len - done : MAX_EXTENT, start = 0;
-		uint8_t fe[UB_FE_SIZE];
-		struct ub_key k = { ino, BTRFS_EXTENT_DATA_KEY, off + done };
+	if (w->compress) {
+		cbuf = malloc(MAX_COMPRESSED_RAM);
+		if (!cbuf)
+			return -ENOMEM;
+	}
+	while (!ret && done < len) {
+		uint64_t n = len - done < MAX_EXTENT ? len - done : MAX_EXTENT;
+		size_t clen = 0;
 
+		if (cbuf) {
+			if (n > MAX_COMPRESSED_RAM)
+				n = MAX_COMPRESSED_RAM;
+			ret = fsw_compress(w->compress, w->level, buf + done, n, (uint32_t)ss, cbuf, &clen);
+			if (ret == 0) {
+				uint64_t dlen = round_up_ss(w, clen);
+				memset(cbuf + clen, 0, dlen - clen);
+				ret = add_extent(w, ino, ii, off + done, cbuf, dlen, n, w->compress, BTRFS_FILE_EXTENT_REG);
+				done += n;
+				continue;
+			}
+			if (ret != -E2BIG)
+				break;
+			ret = 0;
+		}
 		for (;;) {
-			ret = ub_alloc_reserve(w->e->alloc, BTRFS_BLOCK_GROUP_DATA, n, 0, &start);
+			ret = add_extent(w, ino, ii, off + done, buf + done, n, n, UB_COMPRESS_NONE, BTRFS_FILE_EXTENT_REG);
 			if (ret != -ENOSPC || n <= ss)
 				break;
 			n = round_up_ss(w, n / 2);
 		}
-		if (ret)
-			return ret;
-		ret = ub_volume_write(w->e->vol, start, n, buf + done);
-		if (ret) {
-			ub_alloc_unreserve(w->e->alloc, start, n);
-			return ret;
-		}
-		memset(fe, 0, sizeof(fe));
-		FE_SET(generation, fe, w->t->transid);
-		FE_SET(ram_bytes, fe, n);
-		FE_SET(compression, fe, UB_COMPRESS_NONE);
-		FE_SET(type, fe, BTRFS_FILE_EXTENT_REG);
-		FE_SET(disk_bytenr, fe, start);
-		FE_SET(disk_num_bytes, fe, n);
-		FE_SET(offset, fe, 0);
-		FE_SET(num_bytes, fe, n);
-		ret = ub_dref_add_data(w->t->refs, start, n, w->subvol, ino, off + done, 0, 1, UB_DREF_NEW_EXTENT);
-		if (ret) {
-			ub_alloc_unreserve(w->e->alloc, start, n);
-			return ret;
-		}
-		/* from here the queue owns the reservation (unreserved at commit if every ref cancels) */
-		ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &k, fe, UB_FE_SIZE);
-		if (!ret && sum)
-			ret = csum_insert(w, start, buf + done, n);
-		if (ret)
-			return ret;
-		II_SET(nbytes, ii, II_GET(nbytes, ii) + n);
 		done += n;
 	}
-	return 0;
+	free(cbuf);
+	return ret;
 }
 
 static int write_inline(struct fsw *w, uint64_t ino, uint8_t *ii, const uint8_t *buf, uint64_t len)
@@ -710,13 +748,46 @@ static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, cons
 	return ret;
 }
 
+/* the "btrfs.compression" property of the inode, as the kernel reads it */
+static void compress_property(struct fsw *w, uint64_t ino, int *type, int *level)
+{
+	char v[32];
+	size_t vlen = 0;
+
+	*type = 0;
+	*level = 0;
+	if (ub_fsw_getxattr(w->t, w->subvol, ino, "btrfs.compression", 17, v, sizeof(v) - 1, &vlen))
+		return;
+	v[vlen] = 0;
+	if (strncmp(v, "zlib", 4) == 0)
+		*type = UB_COMPRESS_ZLIB;
+	else if (strncmp(v, "lzo", 3) == 0)
+		*type = UB_COMPRESS_LZO;
+	else if (strncmp(v, "zstd", 4) == 0)
+		*type = UB_COMPRESS_ZSTD;
+	if (*type && (v[3] == ':' || v[4] == ':'))
+		*level = atoi(strchr(v, ':') + 1);
+}
+
 int ub_fsw_write(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len)
+{
+	return ub_fsw_write_ex(t, subvol, ino, off, buf, len, -1, 0);
+}
+
+int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len,
+		    int compress, int level)
 {
 	uint8_t ii[UB_II_SIZE];
 	struct fsw w;
 	int ret;
 
+	if (compress > UB_COMPRESS_ZSTD)
+		return -EINVAL;
 	ret = fsw_init(&w, t, subvol);
+	if (!ret && compress < 0)
+		compress_property(&w, ino, &compress, &level);
+	w.compress = compress;
+	w.level = level;
 	if (!ret)
 		ret = fsw_inode_get(&w, ino, ii);
 	if (!ret)
@@ -798,7 +869,7 @@ int ub_fsw_read(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, v
 	struct fsw w;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = fsw_inode_get(&w, ino, ii);
 	if (ret)
@@ -806,4 +877,125 @@ int ub_fsw_read(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, v
 	isize = II_GET(size, ii);
 	*got = off >= isize ? 0 : (isize - off < len ? (size_t)(isize - off) : len);
 	return *got ? read_range(&w, ino, ii, off, buf, *got) : 0;
+}
+
+int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, int mode)
+{
+	uint8_t ii[UB_II_SIZE], *fe;
+	uint64_t a0, a1, pos;
+	struct fsw w;
+	bool inl;
+	int ret;
+
+	if (mode & ~UB_FSW_FALLOC_KEEP_SIZE)
+		return -EOPNOTSUPP;
+	ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = fsw_inode_get(&w, ino, ii);
+	if (!ret)
+		ret = regular(&w, ino, ii);
+	if (ret)
+		return ret;
+	if (len == 0)
+		return -EINVAL;
+	if (off + len < off || off + len > (1ULL << 62))
+		return -EFBIG;
+	ret = has_inline(&w, ino, &inl);
+	if (!ret && inl)
+		ret = uninline(&w, ino, ii);
+	if (ret)
+		return ret;
+	fe = malloc(UB_FE_SIZE + 4096);
+	if (!fe)
+		return -ENOMEM;
+	a0 = round_down_ss(&w, off);
+	a1 = round_up_ss(&w, off + len);
+	for (pos = a0; !ret && pos < a1;) {
+		struct ub_key k;
+		uint32_t fsize;
+		uint64_t hole_end;
+
+		ret = extent_at(&w, ino, pos, &k, fe, &fsize);
+		if (ret < 0)
+			break;
+		if (ret == 0 && k.offset <= pos) {
+			pos = k.offset + FE_GET(num_bytes, fe);
+			continue;
+		}
+		hole_end = ret == 0 && k.offset < a1 ? k.offset : a1;
+		ret = 0;
+		while (!ret && pos < hole_end) {
+			uint64_t n = hole_end - pos < MAX_EXTENT ? hole_end - pos : MAX_EXTENT;
+			for (;;) {
+				ret = add_extent(&w, ino, ii, pos, NULL, n, n, UB_COMPRESS_NONE, BTRFS_FILE_EXTENT_PREALLOC);
+				if (ret != -ENOSPC || n <= ss_of(&w))
+					break;
+				n = round_up_ss(&w, n / 2);
+			}
+			pos += n;
+		}
+	}
+	free(fe);
+	if (ret)
+		return ret;
+	if (!(mode & UB_FSW_FALLOC_KEEP_SIZE) && off + len > II_GET(size, ii))
+		II_SET(size, ii, off + len);
+	II_SET(flags, ii, II_GET(flags, ii) | UB_INODE_PREALLOC);
+	fsw_inode_touch(&w, ii, false, true);
+	return fsw_inode_put(&w, ino, ii);
+}
+
+int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len)
+{
+	uint8_t ii[UB_II_SIZE], *zero = NULL;
+	uint64_t end, a0, a1, isize;
+	struct fsw w;
+	bool inl;
+	int ret;
+
+	ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = fsw_inode_get(&w, ino, ii);
+	if (!ret)
+		ret = regular(&w, ino, ii);
+	if (ret)
+		return ret;
+	if (off + len < off)
+		return -EINVAL;
+	isize = II_GET(size, ii);
+	end = off + len < isize ? off + len : isize;
+	if (off >= end)
+		return 0;
+	ret = has_inline(&w, ino, &inl);
+	if (ret)
+		return ret;
+	zero = calloc(1, ss_of(&w) > end - off ? end - off : ss_of(&w) * 2);
+	if (!zero)
+		return -ENOMEM;
+	if (inl) {
+		uint8_t *z = calloc(1, end - off);
+		ret = z ? rewrite_inline(&w, ino, ii, isize, off, z, end - off) : -ENOMEM;
+		free(z);
+	} else {
+		a0 = round_up_ss(&w, off);
+		a1 = round_down_ss(&w, end);
+		if (a0 >= a1) {
+			/* no whole sector inside: zeros over the range */
+			uint8_t *z = calloc(1, end - off);
+			ret = z ? do_write(&w, ino, ii, off, z, end - off) : -ENOMEM;
+			free(z);
+		} else {
+			ret = fsw_drop_extents(&w, ino, ii, a0, a1);
+			if (!ret && off < a0)
+				ret = do_write(&w, ino, ii, off, zero, a0 - off);
+			if (!ret && a1 < end)
+				ret = do_write(&w, ino, ii, a1, zero, end - a1);
+		}
+	}
+	free(zero);
+	if (ret)
+		return ret;
+	II_SET(size, ii, isize);
+	fsw_inode_touch(&w, ii, true, true);
+	return fsw_inode_put(&w, ino, ii);
 }

@@ -36,7 +36,7 @@
 #define EXTREF_HDR ((uint32_t)sizeof(struct btrfs_inode_extref))
 #define LINK_MAX_BTRFS 65535U
 
-int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol)
+int fsw_init_ro(struct fsw *w, struct ub_txn *t, uint64_t subvol)
 {
 	struct timespec ts;
 
@@ -55,6 +55,29 @@ int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol)
 	w->now.sec = ts.tv_sec;
 	w->now.nsec = (uint32_t)ts.tv_nsec;
 	return ub_engine_root(t->e, subvol, &w->fs);
+}
+
+/* for changes: a read-only subvolume (ROOT_ITEM flag SUBVOL_RDONLY) refuses them, as the kernel (-EROFS) */
+int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol)
+{
+	struct ub_key key;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	int ret = fsw_init_ro(w, t, subvol);
+
+	if (ret)
+		return ret;
+	if (fsw_frozen(t, subvol))
+		return -EAGAIN; /* snapshotted in this transaction: see write_subvol.c */
+	key = (struct ub_key){ subvol, BTRFS_ROOT_ITEM_KEY, w->fs->item_offset };
+	ub_path_init(&p);
+	ret = ub_tree_lookup(w->tc, &w->e->root_tree->root, &key, &p, &d, &size);
+	if (ret == 0 && size >= offsetof(struct btrfs_root_item, flags) + 8 &&
+	    (UB_GET(btrfs_root_item, flags, d) & BTRFS_ROOT_SUBVOL_RDONLY))
+		ret = -EROFS;
+	ub_path_release(&p);
+	return ret == -ENOENT ? 0 : ret;
 }
 
 void fsw_set_time(uint8_t *ii, size_t off, const struct ub_timespec *ts)
@@ -266,7 +289,7 @@ int fsw_dir_item_del(struct fsw *w, const struct ub_key *key, const char *name, 
 
 /* ---- names ---- */
 
-static int check_name(const char *name, size_t len)
+int fsw_check_name(const char *name, size_t len)
 {
 	if (!name || len == 0)
 		return -EINVAL;
@@ -310,7 +333,7 @@ static int next_ino(struct fsw *w, uint64_t *ino)
 	return *ino > BTRFS_LAST_FREE_OBJECTID ? -EOVERFLOW : 0;
 }
 
-static int next_index(struct fsw *w, uint64_t dir, uint64_t *index)
+int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index)
 {
 	struct ub_key key = { dir, BTRFS_DIR_INDEX_KEY, UINT64_MAX };
 	struct ub_path p;
@@ -328,7 +351,7 @@ static int next_index(struct fsw *w, uint64_t dir, uint64_t *index)
 }
 
 /* name in dir: 0 and its location key and type, -ENOENT */
-static int lookup(struct fsw *w, uint64_t dir, const char *name, size_t len, struct ub_key *loc, uint8_t *type)
+int fsw_lookup(struct fsw *w, uint64_t dir, const char *name, size_t len, struct ub_key *loc, uint8_t *type)
 {
 	struct ub_key key = { dir, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) };
 	struct ub_path p;
@@ -348,7 +371,7 @@ static int lookup(struct fsw *w, uint64_t dir, const char *name, size_t len, str
 	return ret;
 }
 
-static int get_dir(struct fsw *w, uint64_t dir, uint8_t ii[UB_II_SIZE])
+int fsw_get_dir(struct fsw *w, uint64_t dir, uint8_t ii[UB_II_SIZE])
 {
 	int ret = fsw_inode_get(w, dir, ii);
 
@@ -487,7 +510,7 @@ static int del_ref(struct fsw *w, uint64_t ino, uint64_t parent, const char *nam
 }
 
 /* dir entry (DIR_ITEM + DIR_INDEX) for loc; the directory's size and times follow */
-static int add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, const struct ub_key *loc,
+int fsw_add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, const struct ub_key *loc,
 		     uint8_t type, uint64_t index)
 {
 	uint8_t rec[UB_DI_SIZE + UB_NAME_LEN], dii[UB_II_SIZE];
@@ -517,7 +540,7 @@ static int add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, 
 	return fsw_inode_put(w, dir, dii);
 }
 
-static int del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uint64_t index)
+int fsw_del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uint64_t index)
 {
 	struct ub_key key = { dir, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) };
 	uint8_t dii[UB_II_SIZE];
@@ -547,11 +570,11 @@ static int add_name(struct fsw *w, uint64_t dir, const char *name, size_t len, u
 	uint64_t index;
 	int ret;
 
-	ret = next_index(w, dir, &index);
+	ret = fsw_next_index(w, dir, &index);
 	if (!ret)
 		ret = add_ref(w, ino, dir, name, len, index);
 	if (!ret)
-		ret = add_entry(w, dir, name, len, &loc, ftype(mode), index);
+		ret = fsw_add_entry(w, dir, name, len, &loc, ftype(mode), index);
 	return ret;
 }
 
@@ -562,7 +585,7 @@ static int del_name(struct fsw *w, uint64_t dir, const char *name, size_t len, u
 
 	if (ret)
 		return ret == -ENOENT ? -EUCLEAN : ret;
-	return del_entry(w, dir, name, len, index);
+	return fsw_del_entry(w, dir, name, len, index);
 }
 
 /* every item of an inode that lost its last name, with its data */
@@ -586,12 +609,12 @@ static int new_inode(struct fsw *w, uint64_t dir, const char *name, size_t len, 
 	uint64_t ino;
 	int ret;
 
-	ret = check_name(name, len);
+	ret = fsw_check_name(name, len);
 	if (!ret)
-		ret = get_dir(w, dir, dii);
+		ret = fsw_get_dir(w, dir, dii);
 	if (ret)
 		return ret;
-	ret = lookup(w, dir, name, len, &loc, &type);
+	ret = fsw_lookup(w, dir, name, len, &loc, &type);
 	if (ret == 0)
 		return -EEXIST;
 	if (ret != -ENOENT)
@@ -709,9 +732,9 @@ int ub_fsw_link(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t dir, c
 
 	ret = fsw_init(&w, t, subvol);
 	if (!ret)
-		ret = check_name(name, len);
+		ret = fsw_check_name(name, len);
 	if (!ret)
-		ret = get_dir(&w, dir, dii);
+		ret = fsw_get_dir(&w, dir, dii);
 	if (!ret)
 		ret = fsw_inode_get(&w, ino, ii);
 	if (ret)
@@ -720,7 +743,7 @@ int ub_fsw_link(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t dir, c
 		return -EPERM;
 	if (II_GET(nlink, ii) >= LINK_MAX_BTRFS)
 		return -EMLINK;
-	ret = lookup(&w, dir, name, len, &loc, &type);
+	ret = fsw_lookup(&w, dir, name, len, &loc, &type);
 	if (ret == 0)
 		return -EEXIST;
 	if (ret != -ENOENT)
@@ -774,11 +797,11 @@ static int remove_name(struct fsw *w, uint64_t dir, const char *name, size_t len
 		return -EINVAL;
 	if (len == 2 && name && name[0] == '.' && name[1] == '.')
 		return -ENOTEMPTY;
-	ret = check_name(name, len);
+	ret = fsw_check_name(name, len);
 	if (!ret)
-		ret = get_dir(w, dir, dii);
+		ret = fsw_get_dir(w, dir, dii);
 	if (!ret)
-		ret = lookup(w, dir, name, len, &loc, &type);
+		ret = fsw_lookup(w, dir, name, len, &loc, &type);
 	if (ret)
 		return ret;
 	if (loc.type != BTRFS_INODE_ITEM_KEY)
@@ -848,18 +871,18 @@ int ub_fsw_rename(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char
 		return -EINVAL;
 	ret = fsw_init(&w, t, subvol);
 	if (!ret)
-		ret = check_name(oldname, oldlen);
+		ret = fsw_check_name(oldname, oldlen);
 	if (!ret)
-		ret = check_name(newname, newlen);
+		ret = fsw_check_name(newname, newlen);
 	if (!ret)
-		ret = get_dir(&w, olddir, tmp);
+		ret = fsw_get_dir(&w, olddir, tmp);
 	if (!ret)
-		ret = get_dir(&w, newdir, tmp);
+		ret = fsw_get_dir(&w, newdir, tmp);
 	if (!ret)
-		ret = lookup(&w, olddir, oldname, oldlen, &sloc, &stype);
+		ret = fsw_lookup(&w, olddir, oldname, oldlen, &sloc, &stype);
 	if (ret)
 		return ret;
-	ret = lookup(&w, newdir, newname, newlen, &dloc, &dtype);
+	ret = fsw_lookup(&w, newdir, newname, newlen, &dloc, &dtype);
 	if (ret && ret != -ENOENT)
 		return ret;
 	dexists = ret == 0;
@@ -990,13 +1013,13 @@ int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
 	struct fsw w;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
-		ret = check_name(name, len);
+		ret = fsw_check_name(name, len);
 	if (!ret)
-		ret = get_dir(&w, dir, dii);
+		ret = fsw_get_dir(&w, dir, dii);
 	if (!ret)
-		ret = lookup(&w, dir, name, len, &loc, &ty);
+		ret = fsw_lookup(&w, dir, name, len, &loc, &ty);
 	if (ret)
 		return ret;
 	if (ino)

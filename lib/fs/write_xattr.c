@@ -138,7 +138,7 @@ int ub_fsw_getxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
 
 	ret = check(name, nlen);
 	if (!ret)
-		ret = fsw_init(&w, t, subvol);
+		ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = find(&w, ino, name, nlen, &rec, &rsize);
 	if (ret)
@@ -164,7 +164,7 @@ int ub_fsw_listxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, char *buf,
 	struct fsw w;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = fsw_inode_get(&w, ino, ii);
 	if (ret)

@@ -106,7 +106,9 @@ void ub_tree_iter_end(struct ub_tree_iter *it);
 
 /* commit step: write every dirty block (header: bytenr, generation, fsid (metadata_uuid),
  * chunk_tree_uuid, owner, level, flags; checksum with the fs's algorithm) via ub_volume_write;
- * blocks stay cached, clean */
+ * blocks stay cached, clean. Unused bytes are zeroed first; a block the tree checker
+ * (lib/tree/tree_check.c) would refuse on read is not written: -EUCLEAN, naming it and why
+ * (item contents included, e.g. a bad INODE_ITEM, and empty leaves of trees never empty). */
 int ub_tree_write_dirty(struct ub_tree_ctx *tc);
 /* abort: forget every dirty block (their addresses are the allocator's to give back) */
 void ub_tree_drop_dirty(struct ub_tree_ctx *tc);

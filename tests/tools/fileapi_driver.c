@@ -65,6 +65,7 @@ static struct ub_engine *g_e;
 static struct ub_txn *g_t;
 static long g_ops_done, g_commits;
 static bool g_dirty; /* the running transaction changed something */
+static bool g_snapshots; /* --snapshots: the random sequence snapshots the FS tree and deletes snapshots */
 
 static uint64_t rnd(void)
 {
@@ -292,9 +293,13 @@ static void op_write(void)
 	if (!len)
 		return;
 	buf = malloc(len);
+	int kind = (int)rn(2); /* 1: compressible text */
 	for (size_t i = 0; i < len; i++)
-		buf[i] = (uint8_t)(rn(4) ? rnd() : 0x41 + i % 26);
-	ret = ub_fsw_write(g_t, SUBVOL, m->ino, off, buf, len);
+		buf[i] = (uint8_t)(kind ? 0x41 + (i / 7) % 26 : rnd());
+	if (rn(3) == 0)
+		ret = ub_fsw_write_ex(g_t, SUBVOL, m->ino, off, buf, len, 1 + (int)rn(3), 0);
+	else
+		ret = ub_fsw_write(g_t, SUBVOL, m->ino, off, buf, len);
 	expect(ret, 0, "write");
 	if (off + len > m->size) {
 		m->data = realloc(m->data, off + len);
@@ -324,6 +329,38 @@ static void op_truncate(void)
 		memset(m->data + m->size, 0, size - m->size);
 	}
 	m->size = size;
+	check_content(m);
+}
+
+static void op_falloc(void)
+{
+	struct dent *d = pick_dent(1);
+	struct minode *m;
+	uint64_t off, len;
+	bool keep = rn(2), punch = rn(2);
+	int ret;
+
+	if (!d)
+		return;
+	m = inode_of(d->ino);
+	off = rn(m->size + 20000);
+	len = 1 + rn(60000);
+	if (off + len > MAX_FILE)
+		return;
+	if (punch) {
+		ret = ub_fsw_punch_hole(g_t, SUBVOL, m->ino, off, len);
+		expect(ret, 0, "punch hole");
+		if (off < m->size)
+			memset(m->data + off, 0, (off + len < m->size ? off + len : m->size) - off);
+	} else {
+		ret = ub_fsw_fallocate(g_t, SUBVOL, m->ino, off, len, keep ? UB_FSW_FALLOC_KEEP_SIZE : 0);
+		expect(ret, 0, "fallocate");
+		if (!keep && off + len > m->size) {
+			m->data = realloc(m->data, off + len);
+			memset(m->data + m->size, 0, off + len - m->size);
+			m->size = off + len;
+		}
+	}
 	check_content(m);
 }
 
@@ -508,6 +545,8 @@ static void op_chmod(void)
 	m->mode = (m->mode & S_IFMT) | a.mode;
 }
 
+static void op_snapshot(void);
+
 static void one_op(void)
 {
 	unsigned r = (unsigned)rn(100);
@@ -517,12 +556,14 @@ static void one_op(void)
 	else if (r < 21) op_create(rn(4) == 0 ? S_IFCHR : rn(3) == 0 ? S_IFBLK : rn(2) ? S_IFIFO : S_IFSOCK);
 	else if (r < 25) op_create(S_IFLNK);
 	else if (r < 47) op_write();
-	else if (r < 54) op_truncate();
+	else if (r < 51) op_truncate();
+	else if (r < 54) op_falloc();
 	else if (r < 60) op_link();
 	else if (r < 70) op_unlink();
 	else if (r < 82) op_rename();
 	else if (r < 95) op_xattr();
-	else op_chmod();
+	else if (r < 98 || !g_snapshots) op_chmod();
+	else op_snapshot();
 }
 
 /* ---- the model as JSON ---- */
@@ -549,6 +590,14 @@ static void json_str(FILE *f, const char *s)
 }
 
 static bool first_entry;
+
+/* snapshots of the FS tree in the top directory: their frozen model, as JSON entries */
+struct snap {
+	char name[32];
+	char *json; /* ",\n  \"/snapN/...\": {...}" entries, or "" */
+};
+static struct snap g_snaps[64];
+static int g_nsnaps, g_snapseq;
 
 static void dump_dir(FILE *f, uint64_t dir, const char *path, int depth)
 {
@@ -597,10 +646,14 @@ static void dump_dir(FILE *f, uint64_t dir, const char *path, int depth)
 
 /* ---- script mode: one operation per line, paths from the top directory ---- */
 
+static uint64_t g_sv; /* script mode: the subvolume the last resolve() ended in (its parent directory's) */
+
+/* path -> parent directory (in subvolume g_sv) and last name; with ino, the name's inode too (g_isv) */
+static uint64_t g_isv;
 static int resolve(const char *path, uint64_t *dir, char *last, uint64_t *ino)
 {
 	char buf[4096], *save = NULL, *tok, *next;
-	uint64_t cur = TOP;
+	uint64_t cur = TOP, sv = SUBVOL;
 	int ret = 0;
 
 	snprintf(buf, sizeof(buf), "%s", path);
@@ -611,13 +664,13 @@ static int resolve(const char *path, uint64_t *dir, char *last, uint64_t *ino)
 		next = strtok_r(NULL, "/", &save);
 		if (!next) {
 			*dir = cur;
+			g_sv = sv;
 			snprintf(last, 256, "%s", tok);
-			if (ino) {
-				ret = ub_fsw_lookup(g_t, SUBVOL, cur, tok, strlen(tok), ino, NULL);
-			}
+			if (ino)
+				ret = ub_fsw_lookup_at(g_t, sv, cur, tok, strlen(tok), &g_isv, ino, NULL);
 			return ret;
 		}
-		ret = ub_fsw_lookup(g_t, SUBVOL, cur, tok, strlen(tok), &cur, NULL);
+		ret = ub_fsw_lookup_at(g_t, sv, cur, tok, strlen(tok), &sv, &cur, NULL);
 		if (ret)
 			return ret;
 		tok = next;
@@ -674,27 +727,31 @@ static int script_line(char *line)
 		NEED(3);
 		ret = resolve(argv[1], &dir, last, NULL);
 		uint32_t mode = (uint32_t)strtoul(argv[2], NULL, 8);
-		return ret ? ret : argv[0][0] == 'm' ? ub_fsw_mkdir(g_t, SUBVOL, dir, last, strlen(last), mode, 0, 0, &ino)
-			: ub_fsw_create(g_t, SUBVOL, dir, last, strlen(last), S_IFREG | mode, 0, 0, 0, &ino);
+		return ret ? ret : argv[0][0] == 'm' ? ub_fsw_mkdir(g_t, g_sv, dir, last, strlen(last), mode, 0, 0, &ino)
+			: ub_fsw_create(g_t, g_sv, dir, last, strlen(last), S_IFREG | mode, 0, 0, 0, &ino);
 	}
 	if (strcmp(argv[0], "mknod") == 0) {
 		NEED(5);
 		uint32_t type = argv[2][0] == 'c' ? S_IFCHR : argv[2][0] == 'b' ? S_IFBLK : argv[2][0] == 'p' ? S_IFIFO : S_IFSOCK;
 		ret = resolve(argv[1], &dir, last, NULL);
-		return ret ? ret : ub_fsw_create(g_t, SUBVOL, dir, last, strlen(last), type | 0644, 0, 0,
+		return ret ? ret : ub_fsw_create(g_t, g_sv, dir, last, strlen(last), type | 0644, 0, 0,
 						 UB_FSW_MKDEV(atoi(argv[3]), atoi(argv[4])), &ino);
 	}
 	if (strcmp(argv[0], "symlink") == 0) {
 		NEED(3);
 		ret = resolve(argv[1], &dir, last, NULL);
-		return ret ? ret : ub_fsw_symlink(g_t, SUBVOL, dir, last, strlen(last), argv[2], strlen(argv[2]), 0, 0, &ino);
+		return ret ? ret : ub_fsw_symlink(g_t, g_sv, dir, last, strlen(last), argv[2], strlen(argv[2]), 0, 0, &ino);
 	}
 	if (strcmp(argv[0], "link") == 0) {
 		NEED(3);
+		uint64_t isv;
 		ret = resolve(argv[1], &dir, last, &ino);
+		isv = g_isv;
 		if (!ret)
 			ret = resolve(argv[2], &dir2, last2, NULL);
-		return ret ? ret : ub_fsw_link(g_t, SUBVOL, ino, dir2, last2, strlen(last2));
+		if (!ret && isv != g_sv)
+			return -EXDEV;
+		return ret ? ret : ub_fsw_link(g_t, g_sv, ino, dir2, last2, strlen(last2));
 	}
 	if (strcmp(argv[0], "unlink") == 0 || strcmp(argv[0], "rmdir") == 0) {
 		char nm[300];
@@ -704,17 +761,21 @@ static int script_line(char *line)
 		nl = name_arg(slash ? slash + 1 : argv[1], nm, sizeof(nm));
 		if (ret)
 			return ret;
-		return argv[0][0] == 'u' ? ub_fsw_unlink(g_t, SUBVOL, dir, nm, nl) : ub_fsw_rmdir(g_t, SUBVOL, dir, nm, nl);
+		return argv[0][0] == 'u' ? ub_fsw_unlink(g_t, g_sv, dir, nm, nl) : ub_fsw_rmdir(g_t, g_sv, dir, nm, nl);
 	}
 	if (strcmp(argv[0], "rename") == 0) {
 		unsigned flags = 0;
 		NEED(3);
 		if (argc > 3)
 			flags = strcmp(argv[3], "exchange") == 0 ? UB_FSW_RENAME_EXCHANGE : UB_FSW_RENAME_NOREPLACE;
+		uint64_t sv1;
 		ret = resolve(argv[1], &dir, last, NULL);
+		sv1 = g_sv;
 		if (!ret)
 			ret = resolve(argv[2], &dir2, last2, NULL);
-		return ret ? ret : ub_fsw_rename(g_t, SUBVOL, dir, last, strlen(last), dir2, last2, strlen(last2), flags);
+		if (!ret && sv1 != g_sv)
+			return -EXDEV;
+		return ret ? ret : ub_fsw_rename(g_t, g_sv, dir, last, strlen(last), dir2, last2, strlen(last2), flags);
 	}
 	if (strcmp(argv[0], "write") == 0) {
 		/* write PATH OFF LEN SEED: bytes of a xorshift stream the test reproduces */
@@ -734,21 +795,51 @@ static int script_line(char *line)
 			st ^= st << 17;
 			buf[i] = (uint8_t)(st >> 24);
 		}
-		ret = ub_fsw_write(g_t, SUBVOL, ino, off, buf, len);
+		ret = ub_fsw_write(g_t, g_isv, ino, off, buf, len);
 		free(buf);
 		return ret;
+	}
+	if (strcmp(argv[0], "writec") == 0) {
+		/* writec PATH OFF LEN SEED ALGO(zlib|lzo|zstd): as write, compressed; the stream is compressible */
+		uint64_t off, len, st;
+		uint8_t *buf;
+		int algo;
+		NEED(6);
+		ret = resolve(argv[1], &dir, last, &ino);
+		if (ret)
+			return ret;
+		off = strtoull(argv[2], NULL, 0);
+		len = strtoull(argv[3], NULL, 0);
+		st = strtoull(argv[4], NULL, 0);
+		algo = argv[5][1] == 'l' ? UB_COMPRESS_ZLIB : argv[5][1] == 'z' ? UB_COMPRESS_LZO : UB_COMPRESS_ZSTD;
+		buf = malloc(len ? len : 1);
+		for (uint64_t i = 0; i < len; i++)
+			buf[i] = (uint8_t)('a' + (i / 11 + st) % 26);
+		ret = ub_fsw_write_ex(g_t, g_isv, ino, off, buf, len, algo, 0);
+		free(buf);
+		return ret;
+	}
+	if (strcmp(argv[0], "fallocate") == 0 || strcmp(argv[0], "punch") == 0) {
+		NEED(4);
+		ret = resolve(argv[1], &dir, last, &ino);
+		if (ret)
+			return ret;
+		if (argv[0][0] == 'p')
+			return ub_fsw_punch_hole(g_t, g_isv, ino, strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+		return ub_fsw_fallocate(g_t, g_isv, ino, strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
+					argc > 4 ? UB_FSW_FALLOC_KEEP_SIZE : 0);
 	}
 	if (strcmp(argv[0], "truncate") == 0) {
 		NEED(3);
 		ret = resolve(argv[1], &dir, last, &ino);
-		return ret ? ret : ub_fsw_truncate(g_t, SUBVOL, ino, strtoull(argv[2], NULL, 0));
+		return ret ? ret : ub_fsw_truncate(g_t, g_isv, ino, strtoull(argv[2], NULL, 0));
 	}
 	if (strcmp(argv[0], "chmod") == 0) {
 		struct ub_fsw_attr a = { .valid = UB_FSW_ATTR_MODE };
 		NEED(3);
 		a.mode = (uint32_t)strtoul(argv[2], NULL, 8);
 		ret = resolve(argv[1], &dir, last, &ino);
-		return ret ? ret : ub_fsw_setattr(g_t, SUBVOL, ino, &a);
+		return ret ? ret : ub_fsw_setattr(g_t, g_isv, ino, &a);
 	}
 	if (strcmp(argv[0], "setxattr") == 0 || strcmp(argv[0], "removexattr") == 0) {
 		char nm[300];
@@ -760,11 +851,31 @@ static int script_line(char *line)
 			return ret;
 		nl = name_arg(argv[2], nm, sizeof(nm));
 		if (argv[0][0] == 'r')
-			return ub_fsw_removexattr(g_t, SUBVOL, ino, nm, nl);
+			return ub_fsw_removexattr(g_t, g_isv, ino, nm, nl);
 		NEED(4);
 		if (unhex(argv[3], val, sizeof(val), &vl))
 			return -EINVAL;
-		return ub_fsw_setxattr(g_t, SUBVOL, ino, nm, nl, val, vl, 0);
+		return ub_fsw_setxattr(g_t, g_isv, ino, nm, nl, val, vl, 0);
+	}
+	if (strcmp(argv[0], "subvol") == 0) {
+		ret = resolve(argv[1], &dir, last, NULL);
+		return ret ? ret : ub_fsw_subvol_create(g_t, g_sv, dir, last, strlen(last), &ino);
+	}
+	if (strcmp(argv[0], "snapshot") == 0) {
+		/* snapshot SRC DST [ro]: SRC names a subvolume */
+		uint64_t src;
+		NEED(3);
+		ret = resolve(argv[1], &dir, last, &ino);
+		src = g_isv;
+		if (!ret && ino != TOP)
+			return -ENOTDIR;
+		if (!ret)
+			ret = resolve(argv[2], &dir2, last2, NULL);
+		return ret ? ret : ub_fsw_snapshot(g_t, src, g_sv, dir2, last2, strlen(last2), argc > 3, &ino);
+	}
+	if (strcmp(argv[0], "subvoldel") == 0) {
+		ret = resolve(argv[1], &dir, last, NULL);
+		return ret ? ret : ub_fsw_subvol_delete(g_t, g_sv, dir, last, strlen(last));
 	}
 	if (strcmp(argv[0], "createhex") == 0) {
 		char nm[300];
@@ -772,7 +883,7 @@ static int script_line(char *line)
 		char *slash = strrchr(argv[1], '/');
 		ret = resolve(argv[1], &dir, last, NULL);
 		nl = name_arg(slash ? slash + 1 : argv[1], nm, sizeof(nm));
-		return ret ? ret : ub_fsw_create(g_t, SUBVOL, dir, nm, nl, S_IFREG | 0644, 0, 0, 0, &ino);
+		return ret ? ret : ub_fsw_create(g_t, g_sv, dir, nm, nl, S_IFREG | 0644, 0, 0, 0, &ino);
 	}
 	return -EINVAL;
 #undef NEED
@@ -792,6 +903,8 @@ static int run_script(const char *path)
 		int want = 0, ret;
 
 		n++;
+		if (l[0] == '@')
+			l++; /* a line for the file API only (the kernel's reference run skips it) */
 		if (l[0] == '!') {
 			want = -atoi(l + 1);
 			l = strchr(l, ' ');
@@ -806,6 +919,60 @@ static int run_script(const char *path)
 	}
 	fclose(f);
 	return 0;
+}
+
+static void op_snapshot(void)
+{
+	char *buf = NULL;
+	size_t blen = 0;
+	uint64_t id;
+	FILE *f;
+	int ret;
+
+	if (g_nsnaps > 0 && rn(2)) {
+		/* the newest goes (older ones are placeholders inside it) */
+		struct snap *sn = &g_snaps[--g_nsnaps];
+		ret = ub_fsw_subvol_delete(g_t, SUBVOL, TOP, sn->name, strlen(sn->name));
+		expect(ret, 0, "subvolume delete");
+		free(sn->json);
+		return;
+	}
+	if (g_nsnaps == 64)
+		return;
+	struct snap *sn = &g_snaps[g_nsnaps];
+	snprintf(sn->name, sizeof(sn->name), "snap%d", ++g_snapseq);
+	/* a snapshot's source must be unchanged in the transaction, and both stay so until the commit */
+	if (g_dirty) {
+		ret = ub_fsw_snapshot(g_t, SUBVOL, SUBVOL, TOP, sn->name, strlen(sn->name), false, &id);
+		expect(ret, -EAGAIN, "snapshot of a tree changed in the transaction");
+		commit();
+	}
+	ret = ub_fsw_snapshot(g_t, SUBVOL, SUBVOL, TOP, sn->name, strlen(sn->name), false, &id);
+	expect(ret, 0, "snapshot");
+	{
+		char nm[] = "after-snapshot";
+		ret = ub_fsw_create(g_t, SUBVOL, TOP, nm, strlen(nm), S_IFREG | 0644, 0, 0, 0, &id);
+		expect(ret, -EAGAIN, "change after a snapshot in the same transaction");
+	}
+	commit();
+	f = open_memstream(&buf, &blen);
+	if (!f)
+		FAIL("oom");
+	/* its top directory, the model as it is now, and the older snapshots as empty placeholders */
+	fprintf(f, ",\n  \"/%s\": {\"ino\": 256, \"mode\": %u, \"type\": \"dir\", \"xattrs\": {}}", sn->name, 0755);
+	for (int k = 0; k < g_nsnaps; k++)
+		fprintf(f, ",\n  \"/%s/%s\": {\"ino\": 2, \"mode\": %u, \"type\": \"dir\", \"xattrs\": {}}", sn->name,
+			g_snaps[k].name, 0755);
+	{
+		char prefix[64];
+		snprintf(prefix, sizeof(prefix), "/%s", sn->name);
+		first_entry = false;
+		dump_dir(f, TOP, prefix, 0);
+	}
+	if (fclose(f))
+		FAIL("oom");
+	sn->json = buf;
+	g_nsnaps++;
 }
 
 static void usage(void)
@@ -841,6 +1008,11 @@ int main(int argc, char **argv)
 		ub_engine_close(g_e);
 		printf("script done\n");
 		return 0;
+	}
+	if (argc > 1 && strcmp(argv[1], "--snapshots") == 0) {
+		g_snapshots = true;
+		argv++;
+		argc--;
 	}
 	if (argc < 6)
 		usage();
@@ -885,6 +1057,11 @@ int main(int argc, char **argv)
 	fprintf(f, "{");
 	first_entry = true;
 	dump_dir(f, TOP, "", 0);
+	for (int k = 0; k < g_nsnaps; k++) {
+		fputs(first_entry ? g_snaps[k].json + 1 : g_snaps[k].json, f);
+		first_entry = false;
+		free(g_snaps[k].json);
+	}
 	fprintf(f, "\n}\n");
 	if (fclose(f))
 		FAIL("%s: write failed", argv[4]);

@@ -10,11 +10,22 @@
  *       committing every EVERY; stops at the first -ENOSPC ("enospc at N")
  *   space_driver [opts] del PREFIX FROM TO EVERY DEV...
  *       removes them (a name not there is skipped)
+ *   space_driver [opts] files PREFIX FROM TO EVERY SIZE DEV...
+ *       regular files PREFIXnnnnnnn of SIZE bytes in the top directory
+ *       through the file API (data chunks added first as needed), committing
+ *       every EVERY; stops at the first -ENOSPC
+ *   space_driver [opts] unlink PREFIX FROM TO EVERY DEV...
+ *       removes them (a name not there is skipped)
  *   space_driver [opts] data LEN DEV...
  *       reserves LEN bytes of data in 1 MiB pieces (adding data chunks),
  *       then gives them back, and commits: data chunk creation only
  *   opts: --abort-on-enospc   after an -ENOSPC, abort the running transaction
  *                             instead of committing it
+ *         --no-retry          an -ENOSPC refusal is final (by default a
+ *                             transaction holding changes commits and the
+ *                             operation asks once more, as chunk_alloc.h says)
+ * An -ENOSPC from inside an operation (the allocator failed under it) always
+ * aborts the transaction: it is half done.
  *
  * The value of user.NAME is NAME repeated to VALSIZE bytes. A name whose hash
  * collides with an earlier one is skipped ("skip NAME"). Last line:
@@ -27,6 +38,7 @@
 #include <string.h>
 #include "txn/txn.h"
 #include "alloc/chunk_alloc.h"
+#include "ubtrfs/fswrite.h"
 
 #define TOP_DIR BTRFS_FIRST_FREE_OBJECTID
 
@@ -147,6 +159,34 @@ static int del_xattr(struct sctx *c, const char *name)
 	return ret > 0 ? -ENOENT : ret;
 }
 
+/* SIZE bytes derived from the name, 8 bytes at a time (the test recomputes them) */
+static void file_bytes(const char *name, uint8_t *buf, size_t size)
+{
+	uint64_t x = ub_name_hash(name, strlen(name)) | 1;
+
+	for (size_t i = 0; i < size; i += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		for (size_t j = 0; j < 8 && i + j < size; j++)
+			buf[i + j] = (uint8_t)(x >> (8 * j));
+	}
+}
+
+static int add_file(struct sctx *c, const char *name, uint8_t *buf, size_t size)
+{
+	uint64_t ino;
+	int ret = ub_chunk_ensure_data(&c->cc, size);
+
+	if (!ret)
+		ret = ub_fsw_create(c->t, BTRFS_FS_TREE_OBJECTID, TOP_DIR, name, strlen(name), 0100644, 0, 0, 0, &ino);
+	if (!ret) {
+		file_bytes(name, buf, size);
+		ret = ub_fsw_write(c->t, BTRFS_FS_TREE_OBJECTID, ino, 0, buf, size);
+	}
+	return ret;
+}
+
 static int data_cycle(struct sctx *c, uint64_t len)
 {
 	uint64_t piece = 1024 * 1024, got = 0;
@@ -191,15 +231,18 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	struct sctx c = { 0 };
-	bool abort_on_enospc = false;
+	bool abort_on_enospc = false, no_retry = false;
 	const char *op, *prefix = "";
-	long from = 0, to = 0, every = 1, vlen = 0;
+	long from = 0, to = 0, every = 1, vlen = 0, fsize = 0;
+	uint8_t *fbuf = NULL;
 	uint64_t dlen = 0;
 	int i = 1, ret;
 
 	while (i < argc && strncmp(argv[i], "--", 2) == 0) {
 		if (strcmp(argv[i], "--abort-on-enospc") == 0)
 			abort_on_enospc = true;
+		else if (strcmp(argv[i], "--no-retry") == 0)
+			no_retry = true;
 		else
 			usage();
 		i++;
@@ -220,14 +263,30 @@ int main(int argc, char **argv)
 		to = atol(argv[i + 2]);
 		every = atol(argv[i + 3]);
 		i += 4;
+	} else if (strcmp(op, "files") == 0 && argc - i >= 6) {
+		prefix = argv[i];
+		from = atol(argv[i + 1]);
+		to = atol(argv[i + 2]);
+		every = atol(argv[i + 3]);
+		fsize = atol(argv[i + 4]);
+		i += 5;
+	} else if (strcmp(op, "unlink") == 0 && argc - i >= 5) {
+		prefix = argv[i];
+		from = atol(argv[i + 1]);
+		to = atol(argv[i + 2]);
+		every = atol(argv[i + 3]);
+		i += 4;
 	} else if (strcmp(op, "data") == 0 && argc - i >= 2) {
 		dlen = strtoull(argv[i], NULL, 0);
 		i += 1;
 	} else {
 		usage();
 	}
-	if (every < 1 || vlen < 0 || vlen > 65536 || strlen(prefix) > 200)
+	if (every < 1 || vlen < 0 || vlen > 65536 || fsize < 0 || fsize > (1L << 30) || strlen(prefix) > 200)
 		usage();
+	fbuf = malloc((size_t)fsize + 1);
+	if (!fbuf)
+		return 1;
 	ret = ub_engine_open((const char *const *)argv + i, argc - i, NULL, &c.e);
 	if (ret) {
 		fprintf(stderr, "space_driver: cannot open for writing: %s\n", strerror(-ret));
@@ -239,6 +298,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "space_driver: a value of %ld bytes does not fit a %u-byte leaf\n", vlen,
 			c.e->vol->nodesize);
 		ub_engine_close(c.e);
+		free(fbuf);
 		return 1;
 	}
 	ret = ub_engine_root(c.e, BTRFS_FS_TREE_OBJECTID, &c.fs);
@@ -249,18 +309,22 @@ int main(int argc, char **argv)
 	if (!ret && strcmp(op, "data") == 0) {
 		ret = data_cycle(&c, dlen);
 	} else if (!ret) {
-		bool add = strcmp(op, "add") == 0;
+		bool files = strcmp(op, "files") == 0 || strcmp(op, "unlink") == 0;
+		bool add = strcmp(op, "add") == 0 || strcmp(op, "files") == 0;
 		long ops = 0;
 
 		for (long n = from; n < to && !ret; n++) {
 			char name[256];
 
-			snprintf(name, sizeof(name), "user.%s%07ld", prefix, n);
+			if (files)
+				snprintf(name, sizeof(name), "%s%07ld", prefix, n);
+			else
+				snprintf(name, sizeof(name), "user.%s%07ld", prefix, n);
 			ret = start(&c);
 			if (ret)
 				break;
 			ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
-			if ((ret == -EAGAIN || ret == -ENOSPC) && ops) {
+			if ((ret == -EAGAIN || ret == -ENOSPC) && ops && !no_retry) {
 				/* what this transaction freed comes back once it commits: commit, ask again */
 				ops = 0;
 				ret = commit(&c, false);
@@ -271,12 +335,17 @@ int main(int argc, char **argv)
 			}
 			if (ret == -EAGAIN)
 				ret = -ENOSPC;
-			if (!ret)
+			if (!ret && files)
+				ret = add ? add_file(&c, name, fbuf, (size_t)fsize)
+					  : ub_fsw_unlink(c.t, BTRFS_FS_TREE_OBJECTID, TOP_DIR, name, strlen(name));
+			else if (!ret)
 				ret = add ? add_xattr(&c, name, (size_t)vlen) : del_xattr(&c, name);
 			if (ret == -ENOSPC) {
+				/* refused before the change: the transaction is whole; failed inside it: abort */
+				bool inside = c.t->error != 0;
 				c.enospc++;
-				printf("enospc at %ld\n", n);
-				ret = commit(&c, abort_on_enospc);
+				printf("enospc at %ld%s\n", n, inside ? " (inside the operation)" : "");
+				ret = commit(&c, abort_on_enospc || inside);
 				if (ret)
 					fprintf(stderr, "space_driver: %s after ENOSPC: %s\n",
 						abort_on_enospc ? "abort" : "commit", strerror(-ret));
@@ -313,6 +382,7 @@ int main(int argc, char **argv)
 		       (unsigned long long)ch[2], (unsigned long long)c.e->generation);
 	}
 	ub_engine_close(c.e);
+	free(fbuf);
 	if (ret) {
 		fprintf(stderr, "space_driver: %s\n", strerror(-ret));
 		return 1;

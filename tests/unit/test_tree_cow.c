@@ -1116,6 +1116,70 @@ static void test_alloc_failure(void **state)
 	env_close(&e);
 }
 
+/*
+ * What the cache promises about transaction blocks: a wrong pointer to one is
+ * refused (there is no disk copy to fall back on); a committed leaf reached by
+ * a plain search is not writable; a new block's header is the fs's.
+ */
+static void test_dirty_rules(void **state)
+{
+	struct env e;
+	struct talloc a;
+	struct ub_root root;
+	struct model m = { 0 };
+	struct ub_eb *eb;
+	struct ub_expect ex;
+	struct ub_path p;
+	uint32_t size;
+	unsigned errs;
+	uint64_t flags;
+
+	(void)state;
+	NEED_MKFS();
+	rng_state = 5;
+	env_open(&e, 16384, "crc32c");
+	talloc_init(&a, &e, true);
+	assert_int_equal(ub_tree_create_root(&e.tc, &a.ta, TREE_ID, &root), 0);
+	for (int i = 0; i < 50; i++)
+		op_insert(&e, &a, &root, &m, 100);
+	ex = ub_root_expect(&root);
+	assert_int_equal(ub_tree_read_block(&e.tc, root.bytenr, &ex, &eb), 0);
+	assert_true(eb->dirty);
+	assert_int_equal(ub_eb_generation(eb), a.ta.transid);
+	assert_int_equal(ub_eb_owner(eb), TREE_ID);
+	assert_int_equal(UB_GET(ub_disk_header, bytenr, eb->data), root.bytenr);
+	assert_memory_equal(UB_PTR(ub_disk_header, fsid, eb->data), e.fs->vol->metadata_uuid, UB_FSID_SIZE);
+	assert_memory_equal(UB_PTR(ub_disk_header, chunk_tree_uuid, eb->data), e.tc.chunk_tree_uuid, UB_UUID_SIZE);
+	flags = UB_GET(ub_disk_header, flags, eb->data);
+	assert_int_equal(flags & BTRFS_HEADER_FLAG_WRITTEN, 0);
+	assert_int_equal(flags >> UB_BACKREF_REV_SHIFT, UB_MIXED_BACKREF_REV);
+	ub_eb_put(&e.tc, eb);
+	errs = g_errors;
+	ex.generation = root.generation - 1;
+	assert_int_equal(ub_tree_read_block(&e.tc, root.bytenr, &ex, &eb), -EUCLEAN);
+	assert_int_equal(g_errors, errs + 1);
+	commit(&e, &a);
+	ex = ub_root_expect(&root);
+	assert_int_equal(ub_tree_read_block(&e.tc, root.bytenr, &ex, &eb), 0);
+	assert_false(eb->dirty);
+	flags = UB_GET(ub_disk_header, flags, eb->data);
+	assert_int_equal(flags & BTRFS_HEADER_FLAG_WRITTEN, BTRFS_HEADER_FLAG_WRITTEN);
+	ub_eb_put(&e.tc, eb);
+	/* committed: readable, not writable, until a cow search copies it */
+	ub_path_init(&p);
+	assert_int_equal(ub_tree_search(&e.tc, &root, &m.v[0].key, &p), 0);
+	assert_null(ub_path_data_mut(&p, &size));
+	ub_path_release(&p);
+	assert_int_equal(ub_tree_search_slot(&e.tc, &a.ta, &root, &m.v[0].key, &p, 0, true), 0);
+	assert_non_null(ub_path_data_mut(&p, &size));
+	assert_true(p.nodes[0]->dirty);
+	ub_path_release(&p);
+	assert_int_equal(root.generation, a.ta.transid);
+	model_free(&m);
+	talloc_free(&a);
+	env_close(&e);
+}
+
 /* The iterator stops at its bounds, from anywhere. */
 static void test_iter_range(void **state)
 {
@@ -1516,6 +1580,7 @@ int main(void)
 		cmocka_unit_test(test_item_limits),
 		cmocka_unit_test(test_drop_dirty),
 		cmocka_unit_test(test_alloc_failure),
+		cmocka_unit_test(test_dirty_rules),
 		cmocka_unit_test(test_copy_root),
 		cmocka_unit_test(test_search_readonly),
 		cmocka_unit_test(test_nodes_4k),
