@@ -32,7 +32,8 @@ static const char help[] =
 	"  -r, --rootdir DIR        copy the contents of DIR into the new filesystem (files with\n"
 	"                           their holes, hard links, symlinks, special files, xattrs,\n"
 	"                           owner, mode and times)\n"
-	"      --compress ALGO[:LEVEL]  not available yet (refused)\n"
+	"      --compress ALGO[:LEVEL]  with --rootdir: compress the data copied: zlib (1-9),\n"
+	"                           lzo, zstd (1-15); data that does not shrink stays plain\n"
 	"  -q, --quiet              print nothing on success\n"
 	"  -h, --help               this text\n"
 	"\nRefused (nothing is written): a profile needing more devices than given\n"
@@ -125,6 +126,7 @@ int cmd_mkfs(int argc, char **argv)
 	struct ub_dev **devs = NULL;
 	bool force = false, quiet = false;
 	const char *rootdir = NULL;
+	int clevel = 0;
 	struct ub_rootdir_stats rst;
 	char why[512], buf[64], ubuf[UB_UUID_STR_LEN];
 	uint32_t sectorsize = 4096;
@@ -173,15 +175,16 @@ int cmd_mkfs(int argc, char **argv)
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		case 'r': rootdir = optarg; break;
 		case 0x202:
-			/* the file API writes no compressed extents yet */
-			fprintf(stderr, "ubtrfs mkfs: --compress is not available yet: the write engine does not "
-				"compress data\n");
-			return EXIT_FATAL;
+			if (ub_mkfs_parse_compress(optarg, &o.compress, &clevel))
+				return usage_error("mkfs", "--compress '%s': zlib[:1-9], lzo or zstd[:1-15]", optarg);
+			break;
 		default: return usage_error("mkfs", "invalid option");
 		}
 	}
 	if (optind >= argc)
 		return usage_error("mkfs", "no device given");
+	if (o.compress && !rootdir)
+		return usage_error("mkfs", "--compress needs --rootdir");
 	if (rootdir) {
 		struct stat rs;
 
@@ -235,7 +238,8 @@ int cmd_mkfs(int argc, char **argv)
 	if (ret)
 		return EXIT_FATAL;
 	if (rootdir) {
-		ret = ub_mkfs_rootdir((const char *const *)argv + optind, ndevs, rootdir, &log, &rst);
+		ret = ub_mkfs_rootdir((const char *const *)argv + optind, ndevs, rootdir, o.compress, clevel, &log,
+				      &rst);
 		if (ret) {
 			fprintf(stderr, "ubtrfs mkfs: error: --rootdir %s: the copy is incomplete\n", rootdir);
 			register_devices(argv + optind, ndevs, true);

@@ -36,6 +36,7 @@ struct ub_mkfs_opts {
 	bool fsid_given;
 	uint8_t fsid[UB_FSID_SIZE];
 	int64_t now;           /* seconds for the root directories' times; 0: the clock */
+	int compress;          /* UB_COMPRESS_*: the data --rootdir will write (sets LZO / ZSTD incompat) */
 };
 
 void ub_mkfs_opts_init(struct ub_mkfs_opts *o);
@@ -94,7 +95,10 @@ struct ub_rootdir_stats {
  * copied and how). Problems with the source name the path through `log`.
  * 0 or -errno; on failure the filesystem holds the last commit of the copy.
  */
-int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, const struct ub_log *log,
-		    struct ub_rootdir_stats *stats);
+int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int compress, int level,
+		    const struct ub_log *log, struct ub_rootdir_stats *stats);
+
+/* "zlib", "lzo", "zstd", optionally ":LEVEL" (zlib 1-9, zstd 1-15, lzo none): UB_COMPRESS_*, level (0: default) */
+int ub_mkfs_parse_compress(const char *s, int *compress, int *level);
 
 #endif

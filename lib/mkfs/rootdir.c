@@ -61,6 +61,7 @@ struct rd {
 	struct link_ent *links;
 	size_t nlinks, links_cap; /* cap a power of two */
 	struct ub_rootdir_stats *stats;
+	int compress, level;
 	char path[8192];          /* the entry being copied, for messages */
 };
 
@@ -369,11 +370,13 @@ static int copy_data(struct rd *r, int dfd, const char *name, uint64_t ino, cons
 				size = dstart;
 				break;
 			}
-			ret = prepare(r, 4 + (unsigned)((uint64_t)got / (1 << 20)));
+			/* a compressed extent holds at most 128 KiB: an item and a csum change each */
+			ret = prepare(r, 4 + 2 * (unsigned)((uint64_t)got / (128 << 10)));
 			if (!ret)
 				ret = prepare_data(r, ((uint64_t)got + 2 * ss - 1) / ss * ss);
 			if (!ret)
-				ret = ub_fsw_write(r->t, FS_TREE, ino, dstart, r->buf, (size_t)got);
+				ret = ub_fsw_write_ex(r->t, FS_TREE, ino, dstart, r->buf, (size_t)got, r->compress,
+						      r->level);
 			if (ret) {
 				report(r, "writing data", ret);
 				goto out;
@@ -557,8 +560,8 @@ static int copy_dir(struct rd *r, int dfd, uint64_t dino, size_t plen)
 	return ret;
 }
 
-int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, const struct ub_log *log,
-		    struct ub_rootdir_stats *stats)
+int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int compress, int level,
+		    const struct ub_log *log, struct ub_rootdir_stats *stats)
 {
 	struct rd r;
 	struct stat st;
@@ -567,6 +570,8 @@ int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, const
 	memset(&r, 0, sizeof(r));
 	r.log = log;
 	r.stats = stats;
+	r.compress = compress;
+	r.level = level;
 	if (stats)
 		memset(stats, 0, sizeof(*stats));
 	snprintf(r.path, sizeof(r.path), "%s", dir);

@@ -12,6 +12,8 @@ several profiles and node sizes. For each:
     filesystem's own; a directory's size and link count are btrfs's);
   - holes stay holes (the allocated bytes of the big sparse files);
   - `ubtrfs ls --json -R` agrees with the kernel and `ubtrfs cat` with the source.
+With --compress, compressed extents of that algorithm are present (text
+compresses) and the superblock has the algorithm's incompat bit.
 Errors in the source (an unreadable file) exit 1 naming the path.
 
 UBTRFS_LONG_TESTS=1: tens of thousands of small files and a bigger tree.
@@ -31,8 +33,8 @@ MiB = 1 << 20
 # name, mkfs options, devices
 CASES = [
     ("dup", [], 1),
-    ("raid1", ["-d", "raid1", "-m", "raid1"], 2),
-    ("raid5", ["-d", "raid5", "-m", "raid1"], 3),
+    ("raid1-zstd", ["-d", "raid1", "-m", "raid1", "--compress", "zstd:5"], 2),
+    ("raid5-lzo", ["-d", "raid5", "-m", "raid1", "--compress", "lzo"], 3),
     ("raid6-4k", ["-d", "raid6", "-m", "raid1c3", "-n", "4096"], 4),
 ]
 if LONG:
@@ -40,6 +42,7 @@ if LONG:
         ("single-4k", ["-d", "single", "-m", "single", "-n", "4096"], 1),
         ("raid10", ["-d", "raid10", "-m", "raid10"], 4),
         ("dup-64k-sha256", ["-n", "65536", "--csum", "sha256"], 1),
+        ("single-zlib", ["-d", "single", "-m", "dup", "--compress", "zlib:9"], 1),
     ]
 
 
@@ -145,6 +148,15 @@ def test_rootdir_copy(scratch, source, name, opts, ndev):
         cp = T.ubtrfs("mkfs", "-f", "-q", "--rootdir", src, *opts, *imgs, timeout=900)
         assert cp.returncode == 0, T.describe(cp)
         check_clean(imgs, name)
+        if "--compress" in opts:
+            alg = opts[opts.index("--compress") + 1].split(":")[0]
+            code = {"zlib": 1, "lzo": 2, "zstd": 3}[alg]
+            dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", imgs[0]]).stdout.decode("utf-8", "replace")
+            n = len(re.findall(r"extent compression %d " % code, dump))
+            assert n > 0, "no %s extent written" % alg
+            sup = T.run(["btrfs", "inspect-internal", "dump-super", imgs[0]]).stdout.decode("utf-8", "replace")
+            if alg != "zlib":
+                assert "COMPRESS_" + alg.upper() in sup, sup
 
         with T.mounted(imgs, os.path.join(work, "mnt")) as mnt:
             got = T.walk_tree(mnt)
@@ -201,8 +213,11 @@ def test_rootdir_errors(scratch):
         # not a directory: refused before anything is written
         cp = T.ubtrfs("mkfs", "-f", "-q", "--rootdir", os.path.join(src, "d", "secret"), img)
         assert cp.returncode == 2 and b"not a directory" in cp.stderr, T.describe(cp)
-        cp = T.ubtrfs("mkfs", "-f", "-q", "--compress", "zstd", "--rootdir", src, img)
-        assert cp.returncode == 2 and b"--compress" in cp.stderr, T.describe(cp)
+        cp = T.ubtrfs("mkfs", "-f", "-q", "--compress", "zstd", img)
+        assert cp.returncode == 2 and b"--compress needs --rootdir" in cp.stderr, T.describe(cp)
+        for bad in ("zstd:16", "lzo:1", "zlib:0", "brotli", "zstd:"):
+            cp = T.ubtrfs("mkfs", "-f", "-q", "--compress", bad, "--rootdir", src, img)
+            assert cp.returncode == 2 and b"--compress" in cp.stderr, (bad, T.describe(cp))
         # an unreadable file: root without the DAC capabilities (setpriv) cannot open a
         # mode 000 file of another user; the copy stops with exit 1 naming the path
         secret = os.path.join(src, "d", "secret")
