@@ -55,7 +55,8 @@ int ub_fsw_rmdir(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *na
 
 #define UB_FSW_RENAME_NOREPLACE (1U << 0) /* the values of RENAME_NOREPLACE / RENAME_EXCHANGE */
 #define UB_FSW_RENAME_EXCHANGE  (1U << 1)
-/* rename(2)/renameat2(2) within one subvolume (names of subvolumes: -EXDEV) */
+/* rename(2)/renameat2(2) within one subvolume; a subvolume's name moves to a free name (its ROOT_REF
+ * follows); replacing or exchanging with a subvolume: -EXDEV for now */
 int ub_fsw_rename(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char *oldname, size_t oldlen,
 		  uint64_t newdir, const char *newname, size_t newlen, unsigned flags);
 

@@ -8,6 +8,7 @@
 #include "alloc/chunk_alloc.h"
 
 #define KIND_BITS (BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA | BTRFS_BLOCK_GROUP_SYSTEM)
+#define MiB (1024ULL * 1024)
 #define SYS_ARRAY_OFF offsetof(struct ub_disk_super, sys_chunk_array)
 
 /*
@@ -418,7 +419,7 @@ static int new_group_items(struct ub_chunk_ctx *cc, uint64_t type, uint64_t logi
 	return 0;
 }
 
-int ub_chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical_out)
+static int chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical_out, bool *changed)
 {
 	struct ub_volume *vol = cc->vol;
 	struct ub_dev_space *devs = NULL;
@@ -463,6 +464,7 @@ int ub_chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical_out
 	ret = undo_begin(cc->alloc);
 	if (ret)
 		goto out;
+	*changed = true;
 	if (type & BTRFS_BLOCK_GROUP_SYSTEM) {
 		/* first, since it is the one step that can refuse for lack of room */
 		ret = sys_array_append(cc, logical, item, isz);
@@ -510,6 +512,20 @@ out:
 	return ret;
 }
 
+int ub_chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical)
+{
+	bool changed = false;
+	int ret = chunk_alloc(cc, type, logical, &changed);
+
+	/* -ENOSPC means "no room on the devices, nothing changed"; running out while inserting the items is not that */
+	if (ret == -ENOSPC && changed) {
+		ub_err(&cc->vol->log, "adding a chunk of type 0x%" PRIx64 ": no tree block left for its items; "
+		       "the transaction must be aborted", type);
+		return -EIO;
+	}
+	return ret;
+}
+
 void ub_chunk_stats(const struct ub_alloc *a, uint64_t added[3])
 {
 	memcpy(added, a->chunks_added, sizeof(a->chunks_added));
@@ -525,7 +541,8 @@ uint64_t ub_chunk_op_blocks(int level)
 
 uint64_t ub_chunk_commit_reserve(const struct ub_chunk_ctx *cc)
 {
-	uint64_t levels = 0;
+	uint64_t levels = 0, whole, ns = cc->vol->nodesize;
+	struct ub_space_info si;
 
 	if (cc->meta_roots) {
 		for (int i = 0; i < cc->nmeta_roots; i++)
@@ -535,7 +552,17 @@ uint64_t ub_chunk_commit_reserve(const struct ub_chunk_ctx *cc)
 		if (cc->fst_root)
 			levels += (uint64_t)cc->fst_root->level + 1;
 	}
-	return (uint64_t)cc->vol->nodesize * (2 * levels + 16);
+	ub_alloc_space_info(cc->alloc, BTRFS_BLOCK_GROUP_METADATA, &si);
+	/*
+	 * Applying the references copies extent and free space tree leaves:
+	 * one of each per block this transaction added at most (si.reserved),
+	 * and for what it freed (not known before the commit) at most every
+	 * leaf of the extent tree: ~64 bytes per metadata extent item.
+	 */
+	whole = si.used / ns * 64;
+	if (whole > 512 * MiB)
+		whole = 512 * MiB; /* the kernel's global reserve cap */
+	return ns * (2 * levels + 16) + 2 * si.reserved + whole;
 }
 
 static uint64_t avail_of(const struct ub_alloc *a, uint64_t kind)
@@ -551,6 +578,7 @@ static uint64_t pinned_of(const struct ub_alloc *a, uint64_t kind)
 	return si.pinned;
 }
 
+/* 0 added, 1 no room on the devices (nothing changed), <0 error (the transaction must be aborted) */
 static int add_kind(struct ub_chunk_ctx *cc, uint64_t kind)
 {
 	int ret = ub_chunk_alloc(cc, kind | ub_chunk_profile_for(cc->alloc, cc->vol, kind), NULL);
@@ -563,7 +591,6 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op)
 	uint64_t ns = cc->vol->nodesize;
 	uint64_t sys_need = ns * (2 * ((uint64_t)cc->chunk_root->level + 2) + ub_chunk_op_blocks(cc->chunk_root->level));
 	uint64_t meta_need = ub_chunk_commit_reserve(cc);
-	bool tried_sys = false, tried_meta = false;
 	int ret;
 
 	if (op == UB_CHUNK_OP_FREE)
@@ -572,14 +599,12 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op)
 	/* system first: adding a metadata chunk changes the chunk tree */
 	if (ub_alloc_need_chunk(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) ||
 	    avail_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) < sys_need) {
-		tried_sys = true;
 		ret = add_kind(cc, BTRFS_BLOCK_GROUP_SYSTEM);
 		if (ret < 0)
 			return ret;
 	}
 	if (ub_alloc_need_chunk(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) ||
 	    avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) < meta_need) {
-		tried_meta = true;
 		/* the new chunk's own items must fit what is left: only with room for them */
 		if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) >= sys_need) {
 			ret = add_kind(cc, BTRFS_BLOCK_GROUP_METADATA);
@@ -587,8 +612,6 @@ int ub_chunk_prepare(struct ub_chunk_ctx *cc, uint64_t op_bytes, int op)
 				return ret;
 		}
 	}
-	(void)tried_sys;
-	(void)tried_meta;
 	if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) < sys_need / 2)
 		return pinned_of(cc->alloc, BTRFS_BLOCK_GROUP_SYSTEM) ? -EAGAIN : -ENOSPC;
 	if (avail_of(cc->alloc, BTRFS_BLOCK_GROUP_METADATA) < meta_need) {

@@ -43,6 +43,10 @@
  * the metadata that reserve() could hand out now, after adding a chunk if
  * that was possible, is at least
  *     reserve = nodesize * (2 * sum over the metadata trees of (level + 1) + 16)
+ *             + 2 * the metadata reserved by this transaction so far (each new
+ *               block's extent item and free space change may copy a leaf each)
+ *             + 64 bytes per metadata block in use, at most 512 MiB (every
+ *               extent tree leaf, which deleting many blocks may copy)
  * plus what the operation itself asks (its own estimate of blocks it copies
  * or adds; ub_chunk_op_blocks() for one item change in one tree). A deletion
  * (UB_CHUNK_OP_FREE) needs only half the reserve: it is what gives space
@@ -100,7 +104,9 @@ void ub_dev_extent_encode(uint64_t chunk_offset, uint64_t length, const uint8_t 
 /*
  * A chunk of `type` (kind | profile) added in the running transaction as
  * above; *logical (may be NULL) gets its address. -ENOSPC if no device has
- * room for it (nothing changed then).
+ * room for it (nothing changed then). Any other error leaves the transaction
+ * half changed: the caller aborts it (-EIO when the tree blocks for the new
+ * items ran out, which ub_chunk_prepare's system reserve prevents).
  */
 int ub_chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical);
 

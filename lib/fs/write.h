@@ -61,6 +61,10 @@ int fsw_add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, con
 		  uint64_t index);
 int fsw_del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uint64_t index);
 
+/* write_subvol.c: a subvolume's name moves (dir entry, ROOT_REF / ROOT_BACKREF) */
+int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
+		    const char *newname, size_t newlen, uint64_t id);
+
 /* data (write_data.c): drop every file extent item and reference of ino at or past `from` */
 int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, uint64_t end);
 /* write_compress.c: -E2BIG when it does not save a sector */

@@ -23,6 +23,7 @@
  * unlinked-but-open inodes (the FUSE mount) will need to add.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -316,11 +317,28 @@ static uint8_t ftype(uint32_t mode)
 	return BTRFS_FT_UNKNOWN;
 }
 
+/*
+ * Inode numbers as the kernel hands them out during one mount: the highest
+ * objectid of the tree + 1 when the tree is first used, then one up each
+ * time, never reusing a number freed meanwhile (so a number names one inode
+ * for the life of the engine, which NFS-style handles and the FUSE mount rely
+ * on). Remembered per engine and tree in a small table; a forgotten entry
+ * only means a fresh start from the tree's highest objectid.
+ */
+#define INO_CACHE 64
+static struct {
+	const struct ub_engine *e;
+	uint64_t subvol, next;
+} g_ino[INO_CACHE];
+static unsigned g_ino_victim;
+static pthread_mutex_t g_ino_lock = PTHREAD_MUTEX_INITIALIZER; /* engines of other threads share the table */
+
 static int next_ino(struct fsw *w, uint64_t *ino)
 {
 	struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, 255, UINT64_MAX };
 	struct ub_path p;
-	int ret;
+	uint64_t n;
+	int ret, slot = -1;
 
 	ub_path_init(&p);
 	ret = ub_tree_search_le(w->tc, &w->fs->root, &key, &p);
@@ -329,8 +347,26 @@ static int next_ino(struct fsw *w, uint64_t *ino)
 	ub_path_release(&p);
 	if (ret < 0)
 		return ret;
-	*ino = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID + 1;
-	return *ino > BTRFS_LAST_FREE_OBJECTID ? -EOVERFLOW : 0;
+	n = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID + 1;
+	pthread_mutex_lock(&g_ino_lock);
+	for (int i = 0; i < INO_CACHE; i++)
+		if (g_ino[i].e == w->e && g_ino[i].subvol == w->subvol)
+			slot = i;
+	if (slot < 0) {
+		slot = (int)(g_ino_victim++ % INO_CACHE);
+		g_ino[slot].e = w->e;
+		g_ino[slot].subvol = w->subvol;
+		g_ino[slot].next = 0;
+	}
+	if (g_ino[slot].next > n)
+		n = g_ino[slot].next;
+	if (n <= BTRFS_LAST_FREE_OBJECTID)
+		g_ino[slot].next = n + 1;
+	pthread_mutex_unlock(&g_ino_lock);
+	if (n > BTRFS_LAST_FREE_OBJECTID)
+		return -EOVERFLOW;
+	*ino = n;
+	return 0;
 }
 
 int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index)
@@ -695,10 +731,12 @@ int ub_fsw_symlink(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *
 	max = w.e->vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - UB_FILE_EXTENT_INLINE_DATA_START;
 	if (max > w.e->vol->sectorsize - 1)
 		max = w.e->vol->sectorsize - 1;
-	if (!target || tlen == 0 || memchr(target, 0, tlen))
+	if (!target || tlen == 0)
 		return -EINVAL;
 	if (tlen > max)
 		return -ENAMETOOLONG;
+	if (memchr(target, 0, tlen))
+		return -EINVAL;
 	ret = new_inode(&w, dir, name, len, S_IFLNK | 0777, uid, gid, 0, &ino);
 	if (ret)
 		return ret;
@@ -886,6 +924,9 @@ int ub_fsw_rename(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char
 	if (ret && ret != -ENOENT)
 		return ret;
 	dexists = ret == 0;
+	if (sloc.type == BTRFS_ROOT_ITEM_KEY && !dexists && !(flags & UB_FSW_RENAME_EXCHANGE))
+		return fsw_subvol_move(&w, olddir, oldname, oldlen, newdir, newname, newlen, sloc.objectid);
+	/* replacing or exchanging with a subvolume: not yet */
 	if (sloc.type != BTRFS_INODE_ITEM_KEY || (dexists && dloc.type != BTRFS_INODE_ITEM_KEY))
 		return -EXDEV;
 	if ((flags & UB_FSW_RENAME_EXCHANGE) && !dexists)

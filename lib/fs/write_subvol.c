@@ -10,6 +10,7 @@
  *   uuid tree:  (uuid low, UUID_KEY_SUBVOL, uuid high) -> id, when the tree exists
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <uuid/uuid.h>
@@ -38,30 +39,41 @@ static struct {
 	uint64_t transid, id;
 } g_frozen[FROZEN_MAX];
 
+static pthread_mutex_t g_frozen_lock = PTHREAD_MUTEX_INITIALIZER; /* engines of other threads share it */
+
 static int freeze(const struct ub_txn *t, uint64_t id)
 {
-	int free_slot = -1;
+	int free_slot = -1, ret = 0;
 
+	pthread_mutex_lock(&g_frozen_lock);
 	for (int i = 0; i < FROZEN_MAX; i++) {
-		if (g_frozen[i].e == t->e && g_frozen[i].transid == t->transid && g_frozen[i].id == id)
+		if (g_frozen[i].e == t->e && g_frozen[i].transid == t->transid && g_frozen[i].id == id) {
+			pthread_mutex_unlock(&g_frozen_lock);
 			return 0;
+		}
 		if (free_slot < 0 && (g_frozen[i].e != t->e || g_frozen[i].transid != t->transid))
 			free_slot = i;
 	}
-	if (free_slot < 0)
-		return -EAGAIN;
-	g_frozen[free_slot].e = t->e;
-	g_frozen[free_slot].transid = t->transid;
-	g_frozen[free_slot].id = id;
-	return 0;
+	if (free_slot < 0) {
+		ret = -EAGAIN;
+	} else {
+		g_frozen[free_slot].e = t->e;
+		g_frozen[free_slot].transid = t->transid;
+		g_frozen[free_slot].id = id;
+	}
+	pthread_mutex_unlock(&g_frozen_lock);
+	return ret;
 }
 
 bool fsw_frozen(const struct ub_txn *t, uint64_t id)
 {
-	for (int i = 0; i < FROZEN_MAX; i++)
-		if (g_frozen[i].e == t->e && g_frozen[i].transid == t->transid && g_frozen[i].id == id)
-			return true;
-	return false;
+	bool found = false;
+
+	pthread_mutex_lock(&g_frozen_lock);
+	for (int i = 0; i < FROZEN_MAX && !found; i++)
+		found = g_frozen[i].e == t->e && g_frozen[i].transid == t->transid && g_frozen[i].id == id;
+	pthread_mutex_unlock(&g_frozen_lock);
+	return found;
 }
 
 static int next_root_id(struct fsw *w, uint64_t *id)
@@ -353,6 +365,37 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 	if (!ret && new_id)
 		*new_id = id;
 	return ret;
+}
+
+int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
+		    const char *newname, size_t newlen, uint64_t id)
+{
+	struct ub_key key = { w->subvol, BTRFS_ROOT_REF_KEY, id };
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	uint64_t index = 0;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_lookup(w->tc, &w->e->root_tree->root, &key, &p, &d, &size);
+	if (ret == 0 && size >= RREF_SIZE)
+		index = UB_GET(btrfs_root_ref, sequence, d);
+	else if (ret == 0)
+		ret = -EUCLEAN;
+	ub_path_release(&p);
+	if (ret)
+		return ret == -ENOENT ? -EUCLEAN : ret;
+	ret = fsw_del_entry(w, olddir, oldname, oldlen, index);
+	if (!ret)
+		ret = fsw_del_key(w, &w->e->root_tree->root, &key);
+	if (!ret) {
+		key = (struct ub_key){ id, BTRFS_ROOT_BACKREF_KEY, w->subvol };
+		ret = fsw_del_key(w, &w->e->root_tree->root, &key);
+	}
+	if (!ret)
+		ret = link_subvol(w, newdir, newname, newlen, id);
+	return ret == -ENOENT ? -EUCLEAN : ret;
 }
 
 static int has_key(struct fsw *w, const struct ub_key *from, const struct ub_key *to)

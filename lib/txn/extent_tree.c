@@ -321,6 +321,77 @@ static int insert_extent(struct ub_txn *t, const struct ub_dref_head *h)
 	return 0;
 }
 
+
+/*
+ * A data extent's last reference went: its checksums leave the csum tree.
+ * Items (EXTENT_CSUM, EXTENT_CSUM, start) hold one checksum per sector from
+ * start on; those overlapping [b, e) are deleted, cut at the end, or (when
+ * they reach past e) replaced by an item starting at e holding the rest.
+ */
+static int del_csums(struct ub_txn *t, uint64_t b, uint64_t len)
+{
+	struct ub_engine *e = t->e;
+	struct ub_eroot *er;
+	uint64_t end = b + len, ss = e->vol->sectorsize, cs = e->vol->csum_size;
+	int ret = ub_engine_root(e, BTRFS_CSUM_TREE_OBJECTID, &er);
+
+	if (ret)
+		return ret == -ENOENT ? 0 : ret;
+	for (;;) {
+		struct ub_key key = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, end - 1 }, k;
+		struct ub_path p;
+		uint8_t *d, *tail = NULL;
+		uint32_t size, tail_len = 0;
+		uint64_t s, iend;
+
+		/* the last item at or before end - 1 (maybe in an earlier leaf), then a writable path to it */
+		ub_path_init(&p);
+		ret = ub_tree_search_le(&e->tc, &er->root, &key, &p);
+		if (ret == 0)
+			ub_path_key(&p, &k);
+		ub_path_release(&p);
+		if (ret)
+			return ret > 0 ? 0 : ret;
+		if (k.objectid != BTRFS_EXTENT_CSUM_OBJECTID || k.type != BTRFS_EXTENT_CSUM_KEY)
+			return 0;
+		ret = ub_tree_search_slot(&e->tc, &t->ta, &er->root, &k, &p, -1, true);
+		d = ret == 0 ? ub_path_data_mut(&p, &size) : NULL;
+		if (!d) {
+			ub_path_release(&p);
+			return ret < 0 ? ret : -EUCLEAN;
+		}
+		s = k.offset;
+		iend = s + size / cs * ss;
+		if (iend <= b) {
+			ub_path_release(&p);
+			return 0;
+		}
+		if (iend > end) {
+			tail_len = (uint32_t)((iend - end) / ss * cs);
+			tail = malloc(tail_len);
+			if (!tail) {
+				ub_path_release(&p);
+				return -ENOMEM;
+			}
+			memcpy(tail, d + (end - s) / ss * cs, tail_len);
+		}
+		if (s >= b) {
+			ret = ub_tree_del_items(&e->tc, &t->ta, &er->root, &p, p.slots[0], 1);
+		} else {
+			ub_tree_truncate_item(&e->tc, &p, (uint32_t)((b - s) / ss * cs), true);
+			ub_path_mark_dirty(&p);
+		}
+		ub_path_release(&p);
+		if (!ret && tail) {
+			key.offset = end;
+			ret = ub_tree_insert_item(&e->tc, &t->ta, &er->root, &key, tail, tail_len);
+		}
+		free(tail);
+		if (ret || s <= b)
+			return ret;
+	}
+}
+
 static int run_head(struct ub_txn *t, const struct ub_dref_head *h)
 {
 	struct ub_engine *e = t->e;
@@ -360,7 +431,9 @@ static int run_head(struct ub_txn *t, const struct ub_dref_head *h)
 	ret = finish_extent(t, h, &freed);
 	if (ret || !freed)
 		return ret;
-	ret = ub_alloc_account(e->alloc, h->bytenr, h->num_bytes, false);
+	ret = h->is_data ? del_csums(t, h->bytenr, h->num_bytes) : 0;
+	if (!ret)
+		ret = ub_alloc_account(e->alloc, h->bytenr, h->num_bytes, false);
 	if (!ret)
 		ret = ub_alloc_pin(e->alloc, h->bytenr, h->num_bytes);
 	if (ret)
@@ -377,11 +450,9 @@ int ub_txn_run_refs(struct ub_txn *t)
 	while ((ret = ub_dref_pop_head(t->refs, &h)) == 0) {
 		ret = run_head(t, h);
 		if (ret) {
-			char n[64];
 			ub_err(&t->e->log, "transaction %llu: cannot apply the reference changes of the %s extent at "
 			       "logical %llu: %s", (unsigned long long)t->transid, h->is_data ? "data" : "tree block",
 			       (unsigned long long)h->bytenr, strerror(-ret));
-			(void)n;
 			ub_dref_head_free(h);
 			return ret;
 		}

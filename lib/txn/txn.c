@@ -234,8 +234,21 @@ static int copy_root(void *arg, uint64_t new_root_id, const struct ub_eb *src, c
 {
 	struct ub_txn *t = arg;
 	struct ub_eroot *er = txn_root(t, ub_eb_owner(src));
+	char n[64];
 	int ret;
 
+	/*
+	 * Blocks of the running transaction are changed in place, so a source
+	 * changed in this transaction would go on changing under the snapshot
+	 * (the kernel forces copies then; the tree layer does not): snapshot
+	 * only what the last commit holds. A source root of an older generation
+	 * has only older blocks below it (copies are made top-down).
+	 */
+	if (ub_eb_generation(src) == t->transid) {
+		ub_err(&t->e->log, "transaction %llu: snapshot of tree %s, which this transaction already changed: "
+		       "commit first", (unsigned long long)t->transid, ub_tree_name(ub_eb_owner(src), n, sizeof(n)));
+		return fail(t, -EINVAL);
+	}
 	/* from now on the source's blocks may be shared: the first change to each must check */
 	if (er)
 		er->last_snapshot = t->transid;

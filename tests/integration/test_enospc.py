@@ -423,3 +423,33 @@ def test_data_chunks(driver, casedir, ubtrfs_bin):
             f.write(os.urandom(1 << 20) * 60)
             os.fsync(f.fileno())
     progs_check(imgs)
+
+
+@pytest.mark.parametrize("case", [("dup", 1), ("raid1", 2)] + ([("raid10", 4), ("raid6", 4)] if LONG else []),
+                         ids=lambda c: c[0])
+def test_system_chunks(driver, casedir, ubtrfs_bin, case):
+    """New SYSTEM chunks go into the superblock's sys_chunk_array too: check and the kernel bootstrap from it."""
+    meta, ndev = case
+    imgs = make_images(casedir, ndev, 256 * MiB)
+    mkfs("progs", imgs, meta, "single" if ndev == 1 else meta, 16384)
+    chunks0, _ = space_layout(imgs)
+    r = run_driver(driver, "chunk", "system", 2, *imgs)
+    assert r["chunks"] == (0, 0, 2), r["out"]
+    run_driver(driver, "chunk", "metadata", 1, *imgs)
+    progs_check(imgs)
+    chunks1, _ = space_layout(imgs)
+    sys_chunks = [c for c in chunks1 if c[2].startswith("SYSTEM")]
+    assert len(sys_chunks) == len([c for c in chunks0 if c[2].startswith("SYSTEM")]) + 2
+    out = T.run(["btrfs", "inspect-internal", "dump-super", "-f", str(imgs[0])]).stdout.decode()
+    array = {int(x) for x in re.findall(r"item \d+ key \(FIRST_CHUNK_TREE CHUNK_ITEM (\d+)\)", out)}
+    assert {c[0] for c in sys_chunks} <= array, (sys_chunks, array)
+    # the engine opens it again (bootstrapping from the new array) and keeps working; so does the kernel
+    r = run_driver(driver, "add", "s", 0, 300, 100, 2000, *imgs)
+    assert r["enospc"] == 0
+    with T.mounted(imgs, casedir / "mnt", readonly=False) as m:
+        assert os.getxattr(m, "user.s0000123") == xattr_value("user.s0000123", 2000)
+        with open(os.path.join(m, "k"), "wb") as f:
+            f.write(b"k" * 300000)
+            os.fsync(f.fileno())
+    progs_check(imgs)
+    space_layout(imgs)

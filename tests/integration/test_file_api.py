@@ -111,6 +111,8 @@ def kernel_matches(imgs, mnt, model):
     for p in sorted(set(model) & set(got)):
         exp, g = model[p], got[p]
         checks = [("type", g["type"]), ("mode", g["mode"] & 0o7777), ("ino", g["ino"]), ("xattrs", g["xattrs"])]
+        if "uid" in exp:
+            checks += [("uid", g["uid"]), ("gid", g["gid"])]
         if exp["type"] != "dir":
             checks.append(("nlink", g["nlink"]))
         if exp["type"] == "file":
@@ -346,7 +348,7 @@ def view(imgs, mnt):
     out = {}
     groups = {}
     for p, e in entries.items():
-        v = {k: e[k] for k in ("type", "size", "xattrs") if k in e}
+        v = {k: e[k] for k in ("type", "size", "xattrs", "ino") if k in e}
         v["mode"] = e["mode"] & 0o7777
         if e["type"] != "dir":
             v["nlink"] = e["nlink"]
@@ -358,8 +360,7 @@ def view(imgs, mnt):
             v["rdev"] = (e["rdev_major"], e["rdev_minor"])
         groups.setdefault((e["subvol"], e["ino"]), []).append(p)
         out[p] = v
-    # hard links: which paths share an inode (the numbers themselves may differ: the kernel never reuses
-    # a number within a mount, the engine takes the highest + 1 each time)
+    # hard links: which paths share an inode
     for paths in groups.values():
         for p in paths:
             out[p]["same_inode_as"] = sorted(paths)
@@ -491,7 +492,8 @@ RECIPES["subvolumes_snapshots_delete"] = [
     "snapshot /snap1 /sv/nested", "commit", "subvol /sv2", "create /sv2/x 644",
     "write /sv2/x 0 9000 34", "commit", "subvoldel /sv2", "snapshot /sv /snap3", "commit", "write /snap3/f 0 100 35",
     "commit", "subvoldel /snap3", "mkdir /dd 755", "subvol /dd/inner", "create /dd/inner/y 644",
-    "rename /sv/f /sv/f2", "link /sv/f2 /sv/d/f3",
+    "rename /sv/f /sv/f2", "link /sv/f2 /sv/d/f3", "commit", "rename /dd/inner /inner2", "rename /snap1 /dd/s1",
+    "rename /inner2 /dd/inner3",
 ]
 RECIPES["hash_collisions_xattr_and_names"] = collision_script()
 

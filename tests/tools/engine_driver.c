@@ -489,6 +489,41 @@ static int del_key(struct fsctx *c, const struct ub_key *key)
 	return ret > 0 ? -ENOENT : ret;
 }
 
+/* Every item of inode `ino` goes (its last link went); file extents drop their data references. */
+static int drop_inode_items(struct fsctx *c, uint64_t ino)
+{
+	for (;;) {
+		struct ub_key key = { ino, 0, 0 }, k;
+		struct ub_path p;
+		const uint8_t *d;
+		uint32_t size;
+		int ret;
+
+		ub_path_init(&p);
+		ret = ub_tree_search(&c->e->tc, &c->fs->root, &key, &p);
+		if (ret == 0 || ret == 1) {
+			ub_path_key(&p, &k);
+			d = ub_path_data(&p, &size);
+			ret = k.objectid == ino ? 0 : 1;
+			if (!ret && k.type == BTRFS_EXTENT_DATA_KEY && size >= sizeof(struct btrfs_file_extent_item) &&
+			    UB_GET(btrfs_file_extent_item, type, d) != BTRFS_FILE_EXTENT_INLINE &&
+			    UB_GET(btrfs_file_extent_item, disk_bytenr, d))
+				ret = ub_dref_add_data(c->t->refs, UB_GET(btrfs_file_extent_item, disk_bytenr, d),
+						       UB_GET(btrfs_file_extent_item, disk_num_bytes, d),
+						       c->fs->root.objectid, ino,
+						       k.offset - UB_GET(btrfs_file_extent_item, offset, d), 0, -1, 0);
+		} else if (ret == 2) {
+			ret = 1;
+		}
+		ub_path_release(&p);
+		if (ret)
+			return ret > 0 ? 0 : ret;
+		ret = del_key(c, &k);
+		if (ret)
+			return ret;
+	}
+}
+
 static int delete_file(struct fsctx *c, const char *name)
 {
 	struct ub_tree_ctx *tc = &c->e->tc;
@@ -550,10 +585,8 @@ static int delete_file(struct fsctx *c, const char *name)
 		key = (struct ub_key){ TOP_DIR, BTRFS_DIR_INDEX_KEY, index };
 		ret = del_key(c, &key);
 	}
-	if (!ret) {
-		key = (struct ub_key){ ino, BTRFS_INODE_ITEM_KEY, 0 };
-		ret = del_key(c, &key);
-	}
+	if (!ret)
+		ret = drop_inode_items(c, ino);
 	if (ret)
 		return ret;
 	now(&ts);

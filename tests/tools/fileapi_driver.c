@@ -38,7 +38,7 @@ struct xat {
 
 struct minode {
 	uint64_t ino;
-	uint32_t mode;
+	uint32_t mode, uid, gid;
 	uint64_t rdev;
 	uint8_t *data;
 	size_t size;
@@ -260,10 +260,13 @@ static void op_create(uint32_t type)
 		return;
 	}
 	mode = type | (uint32_t)(0600 + rn(0177));
-	ret = ub_fsw_create(g_t, SUBVOL, dir, name, strlen(name), mode, (uint32_t)rn(3000), (uint32_t)rn(3000), rdev, &ino);
+	uint32_t uid = (uint32_t)rn(3000), gid = (uint32_t)rn(3000);
+	ret = ub_fsw_create(g_t, SUBVOL, dir, name, strlen(name), mode, uid, gid, rdev, &ino);
 	expect(ret, want, "create");
 	if (!ret) {
 		struct minode *m = add_inode(ino, mode);
+		m->uid = uid;
+		m->gid = gid;
 
 		m->rdev = rdev;
 		add_dent(dir, name, ino);
@@ -543,6 +546,7 @@ static void op_chmod(void)
 	a.uid = (uint32_t)rn(5000);
 	expect(ub_fsw_setattr(g_t, SUBVOL, m->ino, &a), 0, "setattr");
 	m->mode = (m->mode & S_IFMT) | a.mode;
+	m->uid = a.uid;
 }
 
 static void op_snapshot(void);
@@ -613,7 +617,8 @@ static void dump_dir(FILE *f, uint64_t dir, const char *path, int depth)
 		fprintf(f, "%s\n  ", first_entry ? "" : ",");
 		first_entry = false;
 		json_str(f, p);
-		fprintf(f, ": {\"ino\": %" PRIu64 ", \"mode\": %u, \"type\": \"%s\"", m->ino, m->mode & 07777,
+		fprintf(f, ": {\"ino\": %" PRIu64 ", \"uid\": %u, \"gid\": %u, \"mode\": %u, \"type\": \"%s\"", m->ino,
+			m->uid, m->gid, m->mode & 07777,
 			S_ISREG(m->mode) ? "file" : S_ISDIR(m->mode) ? "dir" : S_ISLNK(m->mode) ? "symlink" :
 			S_ISCHR(m->mode) ? "chr" : S_ISBLK(m->mode) ? "blk" : S_ISFIFO(m->mode) ? "fifo" : "sock");
 		if (!S_ISDIR(m->mode))

@@ -16,6 +16,9 @@
  *       every EVERY; stops at the first -ENOSPC
  *   space_driver [opts] unlink PREFIX FROM TO EVERY DEV...
  *       removes them (a name not there is skipped)
+ *   space_driver [opts] chunk KIND COUNT DEV...
+ *       COUNT chunks of KIND (data, metadata, system) in the profile the
+ *       existing ones have, then a commit; "enospc at N" if the devices fill
  *   space_driver [opts] data LEN DEV...
  *       reserves LEN bytes of data in 1 MiB pieces (adding data chunks),
  *       then gives them back, and commits: data chunk creation only
@@ -224,6 +227,9 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: space_driver [--abort-on-enospc] add PREFIX FROM TO EVERY VALSIZE DEV...\n"
 			"       space_driver [--abort-on-enospc] del PREFIX FROM TO EVERY DEV...\n"
+			"       space_driver [--abort-on-enospc] files PREFIX FROM TO EVERY SIZE DEV...\n"
+			"       space_driver [--abort-on-enospc] unlink PREFIX FROM TO EVERY DEV...\n"
+			"       space_driver chunk data|metadata|system COUNT DEV...\n"
 			"       space_driver data LEN DEV...\n");
 	exit(1);
 }
@@ -276,6 +282,10 @@ int main(int argc, char **argv)
 		to = atol(argv[i + 2]);
 		every = atol(argv[i + 3]);
 		i += 4;
+	} else if (strcmp(op, "chunk") == 0 && argc - i >= 3) {
+		prefix = argv[i];
+		to = atol(argv[i + 1]);
+		i += 2;
 	} else if (strcmp(op, "data") == 0 && argc - i >= 2) {
 		dlen = strtoull(argv[i], NULL, 0);
 		i += 1;
@@ -308,6 +318,22 @@ int main(int argc, char **argv)
 		ret = start(&c);
 	if (!ret && strcmp(op, "data") == 0) {
 		ret = data_cycle(&c, dlen);
+	} else if (!ret && strcmp(op, "chunk") == 0) {
+		uint64_t kind = strcmp(prefix, "data") == 0       ? BTRFS_BLOCK_GROUP_DATA
+				: strcmp(prefix, "metadata") == 0 ? BTRFS_BLOCK_GROUP_METADATA
+				: strcmp(prefix, "system") == 0	  ? BTRFS_BLOCK_GROUP_SYSTEM
+								  : 0;
+		if (!kind)
+			usage();
+		for (long n = 0; n < to && !ret; n++) {
+			ret = ub_chunk_alloc(&c.cc, kind | ub_chunk_profile_for(c.e->alloc, c.e->vol, kind), NULL);
+			if (ret == -ENOSPC) {
+				c.enospc++;
+				printf("enospc at %ld\n", n);
+				ret = 0;
+				break;
+			}
+		}
 	} else if (!ret) {
 		bool files = strcmp(op, "files") == 0 || strcmp(op, "unlink") == 0;
 		bool add = strcmp(op, "add") == 0 || strcmp(op, "files") == 0;
@@ -328,8 +354,11 @@ int main(int argc, char **argv)
 				/* what this transaction freed comes back once it commits: commit, ask again */
 				ops = 0;
 				ret = commit(&c, false);
-				if (!ret)
-					ret = start(&c);
+				if (ret) {
+					fprintf(stderr, "space_driver: commit before retrying %s: %s\n", name, strerror(-ret));
+					break;
+				}
+				ret = start(&c);
 				if (!ret)
 					ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
 			}
@@ -340,7 +369,7 @@ int main(int argc, char **argv)
 					  : ub_fsw_unlink(c.t, BTRFS_FS_TREE_OBJECTID, TOP_DIR, name, strlen(name));
 			else if (!ret)
 				ret = add ? add_xattr(&c, name, (size_t)vlen) : del_xattr(&c, name);
-			if (ret == -ENOSPC) {
+			if (ret == -ENOSPC && c.t) {
 				/* refused before the change: the transaction is whole; failed inside it: abort */
 				bool inside = c.t->error != 0;
 				c.enospc++;

@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The file API's rules, call by call, on an image made by mkfs.btrfs (skipped
+ * without it): argument checks and errno answers, what an abort leaves, the
+ * inline / regular extent choice, directory sizes, xattr flags, the snapshot
+ * freeze, data read back after commit and reopen; `btrfs check` judges the
+ * image at the end. End-to-end comparisons with the kernel live in
+ * tests/integration/test_file_api.py.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "ubtrfs/format.h"
+#include "ubtrfs/fswrite.h"
+#include "txn/txn.h"
+
+#define FS BTRFS_FS_TREE_OBJECTID
+#define TOP BTRFS_FIRST_FREE_OBJECTID
+
+static char g_dir[64], g_img[128];
+static bool g_have;
+
+static int sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd);
+}
+
+static int setup_all(void **state)
+{
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "/tmp/ub-fswrite-XXXXXX");
+	if (!mkdtemp(g_dir))
+		return -1;
+	snprintf(g_img, sizeof(g_img), "%s/img", g_dir);
+	g_have = sh("command -v mkfs.btrfs >/dev/null 2>&1") == 0 &&
+		 sh("truncate -s 256M %s && mkfs.btrfs -q -f -n 4096 %s >/dev/null 2>&1", g_img, g_img) == 0;
+	return 0;
+}
+
+static int teardown_all(void **state)
+{
+	(void)state;
+	sh("rm -rf %s", g_dir);
+	return 0;
+}
+
+static struct ub_engine *open_engine(void)
+{
+	const char *paths[1] = { g_img };
+	struct ub_engine *e = NULL;
+
+	assert_int_equal(ub_engine_open(paths, 1, NULL, &e), 0);
+	return e;
+}
+
+static uint64_t mk(struct ub_txn *t, uint64_t dir, const char *name, uint32_t mode)
+{
+	uint64_t ino = 0;
+
+	assert_int_equal(ub_fsw_create(t, FS, dir, name, strlen(name), mode, 0, 0, 0, &ino), 0);
+	return ino;
+}
+
+static uint64_t isize(struct ub_txn *t, uint64_t ino)
+{
+	struct ub_key k = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+	struct ub_eroot *er;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	uint64_t v;
+
+	assert_int_equal(ub_engine_root(t->e, FS, &er), 0);
+	ub_path_init(&p);
+	assert_int_equal(ub_tree_lookup(&t->e->tc, &er->root, &k, &p, &d, &size), 0);
+	v = UB_GET(btrfs_inode_item, size, d);
+	ub_path_release(&p);
+	return v;
+}
+
+/* the file extent type at offset 0 (inline / regular), -1 none */
+static int extent_type(struct ub_txn *t, uint64_t ino)
+{
+	struct ub_key k = { ino, BTRFS_EXTENT_DATA_KEY, 0 };
+	struct ub_eroot *er;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	int v = -1;
+
+	assert_int_equal(ub_engine_root(t->e, FS, &er), 0);
+	ub_path_init(&p);
+	if (ub_tree_lookup(&t->e->tc, &er->root, &k, &p, &d, &size) == 0)
+		v = (int)UB_GET(btrfs_file_extent_item, type, d);
+	ub_path_release(&p);
+	return v;
+}
+
+static void test_names_and_errors(void **state)
+{
+	struct ub_engine *e;
+	struct ub_txn *t;
+	static char longname[4100];
+	uint64_t d, f, ino;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	e = open_engine();
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_create(t, FS, TOP, "", 0, S_IFREG | 0644, 0, 0, 0, &ino), -EINVAL);
+	assert_int_equal(ub_fsw_create(t, FS, TOP, ".", 1, S_IFREG | 0644, 0, 0, 0, &ino), -EINVAL);
+	assert_int_equal(ub_fsw_create(t, FS, TOP, "..", 2, S_IFREG | 0644, 0, 0, 0, &ino), -EINVAL);
+	assert_int_equal(ub_fsw_create(t, FS, TOP, "a/b", 3, S_IFREG | 0644, 0, 0, 0, &ino), -EINVAL);
+	memset(longname, 'n', sizeof(longname));
+	assert_int_equal(ub_fsw_create(t, FS, TOP, longname, 256, S_IFREG | 0644, 0, 0, 0, &ino), -ENAMETOOLONG);
+	d = 0;
+	assert_int_equal(ub_fsw_mkdir(t, FS, TOP, "d", 1, 0755, 0, 0, &d), 0);
+	f = mk(t, d, "f", S_IFREG | 0600);
+	assert_int_equal(f, d + 1); /* highest inode number + 1 */
+	assert_int_equal(ub_fsw_create(t, FS, d, "f", 1, S_IFREG | 0644, 0, 0, 0, &ino), -EEXIST);
+	assert_int_equal(ub_fsw_create(t, FS, f, "x", 1, S_IFREG | 0644, 0, 0, 0, &ino), -ENOTDIR);
+	assert_int_equal(isize(t, d), 2);
+	assert_int_equal(ub_fsw_rmdir(t, FS, TOP, "d", 1), -ENOTEMPTY);
+	assert_int_equal(ub_fsw_unlink(t, FS, TOP, "d", 1), -EISDIR);
+	assert_int_equal(ub_fsw_rmdir(t, FS, d, "f", 1), -ENOTDIR);
+	assert_int_equal(ub_fsw_unlink(t, FS, d, "nope", 4), -ENOENT);
+	assert_int_equal(ub_fsw_link(t, FS, d, TOP, "dl", 2), -EPERM);
+	assert_int_equal(ub_fsw_link(t, FS, f, TOP, "fl", 2), 0);
+	assert_int_equal(ub_fsw_rename(t, FS, TOP, "d", 1, d, "x", 1, 0), -EINVAL); /* into itself */
+	assert_int_equal(ub_fsw_rename(t, FS, TOP, "fl", 2, d, "f", 1, 0), 0);      /* two names of one inode */
+	assert_int_equal(ub_fsw_rename(t, FS, TOP, "fl", 2, d, "f", 1, UB_FSW_RENAME_NOREPLACE), -EEXIST);
+	assert_int_equal(ub_fsw_rename(t, FS, TOP, "zz", 2, d, "f", 1, UB_FSW_RENAME_EXCHANGE), -ENOENT);
+	assert_int_equal(ub_fsw_rename(t, FS, TOP, "fl", 2, TOP, "d", 1, 0), -EISDIR);
+	assert_int_equal(ub_fsw_rename(t, FS, TOP, "d", 1, TOP, "fl", 2, 0), -ENOTDIR);
+	assert_int_equal(ub_fsw_rename(t, FS, TOP, "d", 1, TOP, "fl", 2, 3), -EINVAL);
+	assert_int_equal(ub_fsw_symlink(t, FS, TOP, "s", 1, longname, 4000, 0, 0, &ino), -ENAMETOOLONG);
+	assert_int_equal(ub_txn_commit(t), 0);
+	/* an aborted transaction leaves nothing */
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	mk(t, TOP, "gone", S_IFREG | 0644);
+	ub_txn_abort(t);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "gone", 4, &ino, NULL), -ENOENT);
+	assert_int_equal(ub_fsw_lookup(t, FS, d, "f", 1, &ino, NULL), 0);
+	assert_int_equal(ino, f);
+	ub_txn_abort(t);
+	ub_engine_close(e);
+}
+
+static void test_xattrs(void **state)
+{
+	struct ub_engine *e;
+	struct ub_txn *t;
+	char list[64], v[16];
+	size_t n;
+	uint64_t f;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	e = open_engine();
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	f = mk(t, TOP, "xf", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_setxattr(t, FS, f, "user.a", 6, "1", 1, UB_FSW_XATTR_REPLACE), -ENODATA);
+	assert_int_equal(ub_fsw_setxattr(t, FS, f, "user.a", 6, "1", 1, UB_FSW_XATTR_CREATE), 0);
+	assert_int_equal(ub_fsw_setxattr(t, FS, f, "user.a", 6, "2", 1, UB_FSW_XATTR_CREATE), -EEXIST);
+	assert_int_equal(ub_fsw_setxattr(t, FS, f, "user.a", 6, "22", 2, UB_FSW_XATTR_REPLACE), 0);
+	assert_int_equal(ub_fsw_setxattr(t, FS, f, "user.bb", 7, "", 0, 0), 0);
+	assert_int_equal(ub_fsw_listxattr(t, FS, f, list, 0, &n), 0);
+	assert_int_equal(n, 7 + 8);
+	assert_int_equal(ub_fsw_listxattr(t, FS, f, list, 5, &n), -ERANGE);
+	assert_int_equal(ub_fsw_getxattr(t, FS, f, "user.a", 6, v, sizeof(v), &n), 0);
+	assert_int_equal(n, 2);
+	assert_memory_equal(v, "22", 2);
+	assert_int_equal(ub_fsw_getxattr(t, FS, f, "user.a", 6, v, 1, &n), -ERANGE);
+	assert_int_equal(ub_fsw_removexattr(t, FS, f, "user.zz", 7), -ENODATA);
+	assert_int_equal(ub_fsw_removexattr(t, FS, f, "user.a", 6), 0);
+	assert_int_equal(ub_fsw_getxattr(t, FS, f, "user.a", 6, v, sizeof(v), &n), -ENODATA);
+	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+}
+
+static void test_data_layout(void **state)
+{
+	static uint8_t buf[300000], back[300000];
+	struct ub_engine *e;
+	struct ub_txn *t;
+	uint64_t a, b, c;
+	size_t got;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 7 + i / 4096);
+	e = open_engine();
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	a = mk(t, TOP, "inl", S_IFREG | 0644);
+	b = mk(t, TOP, "reg", S_IFREG | 0644);
+	c = mk(t, TOP, "cmp", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_write(t, FS, a, 0, buf, 2048), 0);
+	assert_int_equal(extent_type(t, a), BTRFS_FILE_EXTENT_INLINE);
+	assert_int_equal(ub_fsw_write(t, FS, a, 2048, buf, 1), 0); /* past max_inline: regular */
+	assert_int_equal(extent_type(t, a), BTRFS_FILE_EXTENT_REG);
+	assert_int_equal(ub_fsw_write(t, FS, b, 100, buf, sizeof(buf) - 100), 0);
+	assert_int_equal(ub_fsw_write(t, FS, b, 5000, buf, 10), 0);
+	assert_int_equal(ub_fsw_write_ex(t, FS, c, 0, buf, sizeof(buf), UB_COMPRESS_ZSTD, 0), 0);
+	assert_int_equal(ub_fsw_truncate(t, FS, c, 70001), 0);
+	assert_int_equal(ub_fsw_write(t, FS, c, 0, buf, 0), 0);
+	assert_int_equal(ub_fsw_write(t, FS, TOP, 0, buf, 1), -EISDIR);
+	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+	/* reopened: what was committed */
+	e = open_engine();
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_read(t, FS, a, 0, back, sizeof(back), &got), 0);
+	assert_int_equal(got, 2049);
+	assert_memory_equal(back, buf, 2048);
+	assert_int_equal(back[2048], buf[0]);
+	assert_int_equal(ub_fsw_read(t, FS, b, 0, back, sizeof(back), &got), 0);
+	assert_int_equal(got, sizeof(buf));
+	for (size_t i = 0; i < 100; i++)
+		assert_int_equal(back[i], 0);
+	assert_memory_equal(back + 100, buf, 4900);
+	assert_memory_equal(back + 5000, buf, 10);
+	assert_memory_equal(back + 5010, buf + 4910, sizeof(buf) - 5010);
+	assert_int_equal(ub_fsw_read(t, FS, c, 0, back, sizeof(back), &got), 0);
+	assert_int_equal(got, 70001);
+	assert_memory_equal(back, buf, 70001);
+	/* truncated down: the sector past EOF is zero when the file grows again */
+	assert_int_equal(ub_fsw_truncate(t, FS, c, 80000), 0);
+	assert_int_equal(ub_fsw_read(t, FS, c, 70000, back, 10000, &got), 0);
+	assert_int_equal(back[0], buf[70000]);
+	for (size_t i = 1; i < 10000; i++)
+		assert_int_equal(back[i], 0);
+	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+}
+
+static void test_snapshot_freeze(void **state)
+{
+	struct ub_engine *e;
+	struct ub_txn *t;
+	uint64_t id, ino;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	e = open_engine();
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	mk(t, TOP, "before", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "snap", 4, false, &id), -EAGAIN);
+	assert_int_equal(ub_txn_commit(t), 0);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "snap", 4, true, &id), 0);
+	assert_int_equal(ub_fsw_create(t, FS, TOP, "after", 5, S_IFREG | 0644, 0, 0, 0, &ino), -EAGAIN);
+	assert_int_equal(ub_txn_commit(t), 0);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_create(t, FS, TOP, "after", 5, S_IFREG | 0644, 0, 0, 0, &ino), 0);
+	assert_int_equal(ub_fsw_create(t, id, TOP, "x", 1, S_IFREG | 0644, 0, 0, 0, &ino), -EROFS);
+	assert_int_equal(ub_fsw_lookup(t, id, TOP, "before", 6, &ino, NULL), 0);
+	assert_int_equal(ub_fsw_unlink(t, FS, TOP, "snap", 4), -EPERM);
+	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "after", 5), -ENOTDIR);
+	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "snap", 4), 0);
+	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+}
+
+static void test_check_clean(void **state)
+{
+	(void)state;
+	if (!g_have)
+		skip();
+	assert_int_equal(sh("btrfs check --readonly %s >%s/check.log 2>&1", g_img, g_dir), 0);
+	assert_int_equal(sh("grep -q 'no error found' %s/check.log", g_dir), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_names_and_errors),
+		cmocka_unit_test(test_xattrs),
+		cmocka_unit_test(test_data_layout),
+		cmocka_unit_test(test_snapshot_freeze),
+		cmocka_unit_test(test_check_clean),
+	};
+	return cmocka_run_group_tests(tests, setup_all, teardown_all);
+}
