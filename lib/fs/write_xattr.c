@@ -120,11 +120,13 @@ int ub_fsw_removexattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const ch
 		ret = fsw_init(&w, t, subvol);
 	if (!ret)
 		ret = fsw_inode_get(&w, ino, ii);
+	if (!ret)
+		ret = find(&w, ino, name, nlen, NULL, NULL); /* before any copy-on-write: a miss changes nothing */
 	if (ret)
 		return ret;
 	ret = fsw_dir_item_del(&w, &key, name, nlen);
 	if (ret)
-		return ret == -ENOENT ? -ENODATA : ret;
+		return ret == -ENOENT ? -EUCLEAN : ret;
 	return touch(&w, ino);
 }
 

@@ -102,31 +102,42 @@ def run_driver(driver, *args):
 
 
 @contextlib.contextmanager
-def progs_target(imgs):
-    """What to hand btrfs-progs: the image, or for several the first of read-only loop devices it found by scan."""
+def progs_devices(imgs):
+    """What to hand btrfs-progs: [the image], or read-only loop devices it found by scan (first is the target)."""
     loops = []
     try:
         if len(imgs) == 1:
-            yield str(imgs[0])
+            yield [str(imgs[0])]
             return
         for img in imgs:
             loops.append(T.losetup_attach(img, True))
         T.run(["btrfs", "device", "scan", *loops], check=False)
-        yield loops[0]
+        yield loops
     finally:
         for dev in loops:
             T.losetup_detach(dev)
 
 
+@contextlib.contextmanager
+def progs_target(imgs):
+    with progs_devices(imgs) as devs:
+        yield devs[0]
+
+
 def progs_check(imgs, data=False):
-    with progs_target(imgs) as target:
-        cp = T.run(["btrfs", "check", "--readonly", *(["--check-data-csum"] if data else []), target],
+    with progs_devices(imgs) as devs:
+        cp = T.run(["btrfs", "check", "--readonly", *(["--check-data-csum"] if data else []), devs[0]],
                    check=False, timeout=600)
     text = (cp.stdout + cp.stderr).decode("utf-8", "replace")
-    # other tests attach and detach loop devices all the time: check's scan of
-    # every block device may trip over one of theirs, which says nothing about ours
-    errors = [ln for ln in text.splitlines()
-              if re.match(r"(ERROR|error)", ln) and not re.match(r"ERROR: cannot scan /dev/", ln)]
+    # other tests attach and detach loop devices all the time: check's scan of every block device may
+    # trip over one of theirs, which says nothing about ours
+    errors = []
+    for ln in text.splitlines():
+        m = re.match(r"ERROR: cannot (?:scan|open) (/dev/\S+?):", ln)
+        if m and m.group(1) not in devs:
+            continue
+        if re.match(r"(ERROR|error)", ln):
+            errors.append(ln)
     assert cp.returncode == 0 and not errors and "no error found" in text, \
         "btrfs check found errors:\n" + text[-6000:]
     return text
