@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* ubtrfs mkfs: a new btrfs on one or more devices or image files, with mkfs.btrfs's meaning and defaults. */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,14 +29,20 @@ static const char help[] =
 	"  -O, --features LIST      comma-separated: no-holes, free-space-tree, skinny-metadata,\n"
 	"                           extref are on by default; ^NAME turns one off\n"
 	"  -f, --force              overwrite a device that holds a filesystem already\n"
+	"  -r, --rootdir DIR        copy the contents of DIR into the new filesystem (files with\n"
+	"                           their holes, hard links, symlinks, special files, xattrs,\n"
+	"                           owner, mode and times)\n"
+	"      --compress ALGO[:LEVEL]  with --rootdir: compress the data copied: zlib (1-9),\n"
+	"                           lzo, zstd (1-15); data that does not shrink stays plain\n"
 	"  -q, --quiet              print nothing on success\n"
 	"  -h, --help               this text\n"
 	"\nRefused (nothing is written): a profile needing more devices than given\n"
 	"(raid1/raid5: 2, raid1c3/raid6: 3, raid1c4/raid10: 4), a device given twice,\n"
 	"a device holding a mounted filesystem, a device holding a filesystem or partition\n"
 	"table without -f, a device smaller than the profiles need.\n"
-	"--rootdir and --compress are not available yet.\n"
-	"\nExit codes: 0 the filesystem was made, 2 usage error, refusal or write failure.\n";
+	"\nExit codes: 0 the filesystem was made (and filled), 1 the filesystem was made but\n"
+	"--rootdir could not copy everything (the message names the path; the filesystem holds\n"
+	"what was committed before), 2 usage error, refusal or write failure.\n";
 
 static int parse_size(const char *s, uint32_t *out)
 {
@@ -110,7 +117,7 @@ int cmd_mkfs(int argc, char **argv)
 		{ "label", required_argument, NULL, 'L' },    { "uuid", required_argument, NULL, 'U' },
 		{ "features", required_argument, NULL, 'O' }, { "force", no_argument, NULL, 'f' },
 		{ "quiet", no_argument, NULL, 'q' },          { "help", no_argument, NULL, 'h' },
-		{ "rootdir", required_argument, NULL, 0x201 }, { "compress", required_argument, NULL, 0x202 },
+		{ "rootdir", required_argument, NULL, 'r' }, { "compress", required_argument, NULL, 0x202 },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct ub_mkfs_opts o;
@@ -118,12 +125,15 @@ int cmd_mkfs(int argc, char **argv)
 	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = UB_LOG_WARN, .errors = NULL };
 	struct ub_dev **devs = NULL;
 	bool force = false, quiet = false;
+	const char *rootdir = NULL;
+	int clevel = 0;
+	struct ub_rootdir_stats rst;
 	char why[512], buf[64], ubuf[UB_UUID_STR_LEN];
 	uint32_t sectorsize = 4096;
 	int opt, ndevs, ret;
 
 	ub_mkfs_opts_init(&o);
-	while ((opt = getopt_long(argc, argv, "d:m:n:s:L:U:O:fqh", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "d:m:n:s:L:U:O:r:fqh", longopts, NULL)) != -1) {
 		switch (opt) {
 		case 'd':
 			if (ub_mkfs_parse_profile(optarg, &o.data_profile))
@@ -163,16 +173,30 @@ int cmd_mkfs(int argc, char **argv)
 		case 'f': force = true; break;
 		case 'q': quiet = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
-		case 0x201:
+		case 'r': rootdir = optarg; break;
 		case 0x202:
-			fprintf(stderr, "ubtrfs mkfs: %s is not available yet (it comes with the write engine's file API)\n",
-				opt == 0x201 ? "--rootdir" : "--compress");
-			return EXIT_FATAL;
+			if (ub_mkfs_parse_compress(optarg, &o.compress, &clevel))
+				return usage_error("mkfs", "--compress '%s': zlib[:1-9], lzo or zstd[:1-15]", optarg);
+			break;
 		default: return usage_error("mkfs", "invalid option");
 		}
 	}
 	if (optind >= argc)
 		return usage_error("mkfs", "no device given");
+	if (o.compress && !rootdir)
+		return usage_error("mkfs", "--compress needs --rootdir");
+	if (rootdir) {
+		struct stat rs;
+
+		/* refused before anything is written */
+		int sr = stat(rootdir, &rs);
+
+		if (sr || !S_ISDIR(rs.st_mode)) {
+			fprintf(stderr, "ubtrfs mkfs: error: --rootdir %s: %s\n", rootdir,
+				sr ? strerror(errno) : "not a directory");
+			return EXIT_FATAL;
+		}
+	}
 	ndevs = argc - optind;
 
 	if (o.fsid_given) {
@@ -213,6 +237,15 @@ int cmd_mkfs(int argc, char **argv)
 	free(devs);
 	if (ret)
 		return EXIT_FATAL;
+	if (rootdir) {
+		ret = ub_mkfs_rootdir((const char *const *)argv + optind, ndevs, rootdir, o.compress, clevel, &log,
+				      &rst);
+		if (ret) {
+			fprintf(stderr, "ubtrfs mkfs: error: --rootdir %s: the copy is incomplete\n", rootdir);
+			register_devices(argv + optind, ndevs, true);
+			return EXIT_PROBLEMS;
+		}
+	}
 	register_devices(argv + optind, ndevs, quiet);
 	if (!quiet) {
 		ub_uuid_str(res.fsid, ubuf);
@@ -229,6 +262,11 @@ int cmd_mkfs(int argc, char **argv)
 		printf("Number of devices:  %d\n", ndevs);
 		for (int i = 0; i < ndevs; i++)
 			printf("   %4d  %s\n", i + 1, argv[optind + i]);
+		if (rootdir)
+			printf("Rootdir:            %s: %" PRIu64 " inodes, %" PRIu64 " extra hard links, %" PRIu64
+			       " xattrs, %s of data, %" PRIu64 " commits\n",
+			       rootdir, rst.inodes, rst.links, rst.xattrs, human(rst.data_bytes, buf, sizeof(buf)),
+			       rst.commits);
 	}
 	return EXIT_OK;
 }

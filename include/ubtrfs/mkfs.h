@@ -36,6 +36,7 @@ struct ub_mkfs_opts {
 	bool fsid_given;
 	uint8_t fsid[UB_FSID_SIZE];
 	int64_t now;           /* seconds for the root directories' times; 0: the clock */
+	int compress;          /* UB_COMPRESS_*: the data --rootdir will write (sets LZO / ZSTD incompat) */
 };
 
 void ub_mkfs_opts_init(struct ub_mkfs_opts *o);
@@ -82,5 +83,22 @@ int ub_mkfs_check_paths(const char *const *paths, int npaths, bool force, char *
  */
 int ub_mkfs(struct ub_dev *const *devs, int ndevs, const struct ub_mkfs_opts *opts, const struct ub_log *log,
 	    struct ub_mkfs_result *res);
+
+/* What mkfs --rootdir copied. */
+struct ub_rootdir_stats {
+	uint64_t inodes, links, xattrs, data_bytes, commits;
+};
+
+/*
+ * Fill the filesystem just made on `paths` (closed: ub_mkfs returned) from
+ * the folder `dir` through the write engine (lib/mkfs/rootdir.c says what is
+ * copied and how). Problems with the source name the path through `log`.
+ * 0 or -errno; on failure the filesystem holds the last commit of the copy.
+ */
+int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int compress, int level,
+		    const struct ub_log *log, struct ub_rootdir_stats *stats);
+
+/* "zlib", "lzo", "zstd", optionally ":LEVEL" (zlib 1-9, zstd 1-15, lzo none): UB_COMPRESS_*, level (0: default) */
+int ub_mkfs_parse_compress(const char *s, int *compress, int *level);
 
 #endif

@@ -447,6 +447,11 @@ static void build_super(struct mk *m, uint8_t *sb, uint64_t total)
 		incompat |= BTRFS_FEATURE_INCOMPAT_RAID56;
 	if (profiles & (BTRFS_BLOCK_GROUP_RAID1C3 | BTRFS_BLOCK_GROUP_RAID1C4))
 		incompat |= BTRFS_FEATURE_INCOMPAT_RAID1C34;
+	/* the kernel refuses lzo / zstd extents on a filesystem without their bit (zlib has none) */
+	if (m->o->compress == UB_COMPRESS_LZO)
+		incompat |= BTRFS_FEATURE_INCOMPAT_COMPRESS_LZO;
+	if (m->o->compress == UB_COMPRESS_ZSTD)
+		incompat |= BTRFS_FEATURE_INCOMPAT_COMPRESS_ZSTD;
 
 	memset(sb, 0, UB_SUPER_INFO_SIZE);
 #define S(f, v) UB_SET(ub_disk_super, f, sb, v)

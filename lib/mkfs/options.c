@@ -113,3 +113,33 @@ int ub_mkfs_parse_features(const char *list, unsigned *features, char *why, size
 	free(copy);
 	return ret;
 }
+
+int ub_mkfs_parse_compress(const char *s, int *compress, int *level)
+{
+	static const struct { const char *name; int type, max_level; } algs[] = {
+		{ "zlib", UB_COMPRESS_ZLIB, 9 },
+		{ "lzo", UB_COMPRESS_LZO, 0 },
+		{ "zstd", UB_COMPRESS_ZSTD, 15 },
+	};
+	const char *colon = strchr(s, ':');
+	size_t n = colon ? (size_t)(colon - s) : strlen(s);
+
+	for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]); i++) {
+		if (strlen(algs[i].name) != n || strncasecmp(s, algs[i].name, n))
+			continue;
+		*compress = algs[i].type;
+		*level = 0;
+		if (colon) {
+			char *end;
+			long v;
+
+			errno = 0;
+			v = strtol(colon + 1, &end, 10);
+			if (errno || end == colon + 1 || *end || v < 1 || v > algs[i].max_level)
+				return -EINVAL;
+			*level = (int)v;
+		}
+		return 0;
+	}
+	return -EINVAL;
+}

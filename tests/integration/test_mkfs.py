@@ -404,8 +404,10 @@ def test_refuse_duplicates_and_bad_options(scratch, ubtrfs_bin):
     refused(imgs, ["-d", "raid7", imgs[0]], r"profile")
     refused(imgs, ["--csum", "md5", imgs[0]], r"checksum")
     refused(imgs, ["-s", "8192", imgs[0]], r"4096")
-    refused(imgs, ["--rootdir", "/tmp", imgs[0]], r"--rootdir.*not available yet")
-    refused(imgs, ["--compress", "zstd", imgs[0]], r"--compress.*not available yet")
+    refused(imgs, ["--rootdir", "/nonexistent-ubtrfs-dir", imgs[0]], r"--rootdir.*No such file")
+    refused(imgs, ["--rootdir", imgs[0], imgs[0]], r"--rootdir.*not a directory")
+    refused(imgs, ["--compress", "zstd", imgs[0]], r"--compress needs --rootdir")
+    refused(imgs, ["--compress", "zstd:99", "--rootdir", "/tmp", imgs[0]], r"--compress")
     refused(imgs, ["-U", "not-a-uuid", imgs[0]], r"uuid")
     os.unlink(link)
 

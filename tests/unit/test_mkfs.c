@@ -108,6 +108,27 @@ static void option_names(void **state)
 }
 
 /* the figures mkfs.btrfs 6.2 prints as "minimum size for each btrfs device" */
+static void compress_names(void **state)
+{
+	int c, l;
+
+	(void)state;
+	assert_int_equal(ub_mkfs_parse_compress("zstd", &c, &l), 0);
+	assert_int_equal(c, UB_COMPRESS_ZSTD);
+	assert_int_equal(l, 0);
+	assert_int_equal(ub_mkfs_parse_compress("ZLIB:9", &c, &l), 0);
+	assert_int_equal(c, UB_COMPRESS_ZLIB);
+	assert_int_equal(l, 9);
+	assert_int_equal(ub_mkfs_parse_compress("zstd:15", &c, &l), 0);
+	assert_int_equal(l, 15);
+	assert_int_equal(ub_mkfs_parse_compress("lzo", &c, &l), 0);
+	assert_int_equal(c, UB_COMPRESS_LZO);
+	/* out of the kernel's ranges, lzo has no levels, junk */
+	const char *bad[] = { "zstd:16", "zlib:0", "zlib:10", "lzo:1", "zstd:", "zstd:3x", "zst", "zstdd", "", ":3" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(ub_mkfs_parse_compress(bad[i], &c, &l), -EINVAL);
+}
+
 static void min_sizes(void **state)
 {
 	(void)state;
@@ -218,6 +239,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(leaf_builder_rules),
 		cmocka_unit_test(option_names),
+		cmocka_unit_test(compress_names),
 		cmocka_unit_test(min_sizes),
 		cmocka_unit_test(refusals_write_nothing),
 		cmocka_unit_test(made_and_read_back),
