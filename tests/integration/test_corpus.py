@@ -39,6 +39,9 @@ from pathlib import Path
 
 import pytest
 
+# the runner queues every selected image at once: one pytest-xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("corpus")
+
 REPO = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT = 20
 MAX_CAT_FILES = 20
