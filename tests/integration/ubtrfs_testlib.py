@@ -80,10 +80,28 @@ def crc32c(data):
 # --------------------------------------------------------------------------
 # running commands
 
+# `btrfs device scan --forget` without a device drops every registered device that is not
+# part of a mounted filesystem, also one that a concurrent mount (another pytest-xdist
+# worker) has just registered from its device= options and is about to open. Every mount
+# run through here holds this lock shared and such a forget holds it exclusively, so the
+# two never overlap (a forget of one named device needs no lock: it is the caller's own).
+MOUNT_SCAN_LOCK = "/run/lock/ubtrfs-tests-mount-scan.lock"
+
+
+def _lock_for(cmd):
+    if cmd[:1] == ["mount"]:
+        return file_lock(MOUNT_SCAN_LOCK, shared=True)
+    if cmd == ["btrfs", "device", "scan", "--forget"]:
+        return file_lock(MOUNT_SCAN_LOCK)
+    return contextlib.nullcontext()
+
+
 def run(cmd, check=True, timeout=300, input=None):
     """Run a command, capturing bytes; raise with both streams on failure."""
-    cp = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        timeout=timeout, input=input)
+    cmd = [str(c) for c in cmd]
+    with _lock_for(cmd):
+        cp = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            timeout=timeout, input=input)
     if check and cp.returncode != 0:
         raise RuntimeError("command failed (%d): %s\nstdout: %s\nstderr: %s" % (
             cp.returncode, " ".join(str(c) for c in cmd),
@@ -875,13 +893,13 @@ SHARED_ENV = "UBTRFS_SHARED_SCRATCH"
 
 
 @contextlib.contextmanager
-def file_lock(path):
-    """Exclusive flock on `path` (created if needed): between processes and, since each
-    call opens its own file description, between threads of one process too."""
+def file_lock(path, shared=False):
+    """flock on `path` (created if needed), exclusive unless `shared`: between processes
+    and, since each call opens its own file description, between threads of one process."""
     os.makedirs(os.path.dirname(str(path)), exist_ok=True)
     fd = os.open(str(path), os.O_CREAT | os.O_RDWR, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
