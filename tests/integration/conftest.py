@@ -12,6 +12,16 @@ What is expensive to make and only read afterwards (source trees, images, kernel
 views) lives in one directory shared by the whole run (ubtrfs_testlib.shared_build),
 created here by the controlling process before the workers start and removed, after
 its own leftovers check, when the run ends.
+
+A module stays correct on several workers when it
+  * attaches and mounts only through ubtrfs_testlib (losetup_attach, mounted: a
+    machine-wide lock makes `losetup --find` race-free, and a device-less `btrfs device
+    scan --forget` never overlaps a mount), and works below `scratch` or `tmp_path`;
+  * builds what several tests read through T.shared_build (or the factory), keyed by
+    everything the recipe depends on, and damages only copies of it;
+  * or, when a module-scoped fixture builds something that cannot be shared (a crash
+    image whose state depends on timing), marks those tests
+    `pytest.mark.xdist_group(NAME)` so that one worker runs them all.
 """
 
 import os
