@@ -51,7 +51,7 @@ unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
 integration: $(BUILD)/ubtrfs
-	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs /usr/bin/pytest-3 -q tests/integration $(PYTEST_ARGS)
+	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs /usr/bin/pytest-3 -q $$(/usr/bin/python3 -c 'import xdist' 2>/dev/null && printf -- '-n %s --dist loadgroup' "$${UBTRFS_TEST_JOBS:-2}") tests/integration $(PYTEST_ARGS)
 
 check: unit integration
 

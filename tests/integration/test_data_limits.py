@@ -19,6 +19,9 @@ import pytest
 import multidev_lib as M
 import ubtrfs_testlib as T
 
+# one pytest-xdist worker runs the module: its base image is built once
+pytestmark = pytest.mark.xdist_group("data_limits")
+
 MiB = T.MiB
 IMG_SIZE = 256 * MiB
 BIG_SIZE = 16 * MiB

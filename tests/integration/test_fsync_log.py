@@ -652,7 +652,17 @@ def _fail(b, what, problems):
 NAMES = sorted(SCENARIOS)
 
 
-@pytest.mark.parametrize("name", NAMES)
+def _group(name):
+    """Under pytest-xdist every test of one scenario runs on one worker, so each crash
+    image is built once (the build is timing dependent: it is not shared between workers)."""
+    return pytest.mark.xdist_group("fsync-" + name)
+
+
+# each scenario's tests in the group of its crash image
+PARAMS = [pytest.param(n, id=n, marks=_group(n)) for n in NAMES]
+
+
+@pytest.mark.parametrize("name", PARAMS)
 def test_log_replay_matches_kernel(ubtrfs_bin, built, name):
     b = built(name)
     assert b.crash.log_root != 0, "%s: the kernel committed instead of logging" % name
@@ -679,7 +689,7 @@ def test_log_replay_matches_kernel(ubtrfs_bin, built, name):
     assert L.image_digest(b.crash.image) == before, "%s: reading changed the image" % name
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", PARAMS)
 def test_no_log_matches_last_commit(ubtrfs_bin, built, name):
     b = built(name)
     assert b.crash.log_root != 0, "%s: the kernel committed instead of logging" % name
@@ -692,12 +702,14 @@ def test_no_log_matches_last_commit(ubtrfs_bin, built, name):
     assert not problems, _fail(b, "cat --no-log differs from the last commit", problems)
 
 
+@_group("subvolume")
 def test_subvolume_scenario_has_two_log_trees(ubtrfs_bin, built):
     b = built("subvolume")
     roots = b.crash.log_trees()
     assert sorted(roots) == [5, 256], "log root tree names %r" % roots
 
 
+@_group("many_files")
 def test_many_files_log_has_several_levels(ubtrfs_bin, built):
     b = built("many_files")
     trees = b.crash.log_trees()
@@ -707,6 +719,7 @@ def test_many_files_log_has_several_levels(ubtrfs_bin, built):
         "the many-files log fits one leaf; the scenario does not cover log tree nodes"
 
 
+@_group("big_random")
 def test_big_file_uses_log_checksums(ubtrfs_bin, built):
     """A new multi-MiB file exists only in the log: its data checksums are the
     log's EXTENT_CSUM items. cat must read it cleanly, and a corrupt sector in a

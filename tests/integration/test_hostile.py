@@ -189,7 +189,9 @@ def bases(scratch, ubtrfs_bin):
 
     def get(name):
         if name not in cache:
-            cache[name] = Base(name, _BUILDERS[name](work))
+            # built once per run, shared by the pytest-xdist workers; cases damage copies in `work`
+            _, img = T.shared_build("hostile-" + name, lambda d: _BUILDERS[name](str(d)), fallback_dir=work)
+            cache[name] = Base(name, img)
         return cache[name]
     get.work = work
     return get

@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -46,12 +47,28 @@ _counter = itertools.count()
 # --------------------------------------------------------------------------
 # fixtures
 
+def _shared_pickle(key, build):
+    """build(directory) -> picklable value, made once per run and shared by every
+    pytest-xdist worker (ubtrfs_testlib.shared_build); the images it makes stay in
+    `directory`, read-only to the tests (damage goes to copies under Ctx.work)."""
+    def make(d):
+        with open(d / "value.pickle", "wb") as f:
+            pickle.dump(build(d), f)
+    d, _ = T.shared_build("multidev-" + key, make)
+    with open(d / "value.pickle", "rb") as f:
+        return pickle.load(f)
+
+
 class Ctx:
     def __init__(self, work):
         self.work = Path(work)
-        self.src = self.work / "src"
-        T.make_source_tree(self.src, SEED, scale=0.3)
-        M.add_compressible(self.src, random.Random(SEED + 1))
+        self.work.mkdir(parents=True, exist_ok=True)
+
+        def make_src(d):
+            T.make_source_tree(d / "src", SEED, scale=0.3)
+            M.add_compressible(d / "src", random.Random(SEED + 1))
+            return d / "src"
+        self.src = _shared_pickle("src", make_src)
         self.fs = {}
         self.foreign = {}
         self.stale = {}
@@ -67,24 +84,24 @@ class Ctx:
     def get(self, name):
         if name not in self.fs:
             prof = BY_NAME[name]
-            d = self.work / "fs" / name
-            d.mkdir(parents=True, exist_ok=True)
-            fs = M.build_fs(d, prof, self.src, self.mountpoint())
-            problems = M.self_check(fs)
-            assert not problems, "test setup: chunk mapping disagrees with the images:\n" + \
-                "\n".join(problems[:20])
-            zstd = [e for p in fs.files if p.startswith("/" + M.ZSTD_DIR + "/") for e in fs.extents[p]
-                    if e[5] == 3]
-            assert zstd, "test setup: nothing under /%s was stored zstd-compressed" % M.ZSTD_DIR
-            self.fs[name] = fs
+
+            def build(d):
+                fs = M.build_fs(d, prof, self.src, self.mountpoint())
+                problems = M.self_check(fs)
+                assert not problems, "test setup: chunk mapping disagrees with the images:\n" + \
+                    "\n".join(problems[:20])
+                zstd = [e for p in fs.files if p.startswith("/" + M.ZSTD_DIR + "/") for e in fs.extents[p]
+                        if e[5] == 3]
+                assert zstd, "test setup: nothing under /%s was stored zstd-compressed" % M.ZSTD_DIR
+                return fs
+            self.fs[name] = _shared_pickle("fs-" + name, build)
         return self.fs[name]
 
     def foreign_image(self, kind):
         if kind not in self.foreign:
-            d = self.work / "foreign"
-            d.mkdir(parents=True, exist_ok=True)
             commits = 0 if kind == "low" else 60
-            self.foreign[kind] = M.build_foreign(d, "foreign-" + kind, self.mountpoint(), commits)
+            self.foreign[kind] = _shared_pickle(
+                "foreign-" + kind, lambda d: M.build_foreign(d, "foreign-" + kind, self.mountpoint(), commits))
         return self.foreign[kind]
 
 
@@ -483,23 +500,25 @@ def _stale_setup(md, fs):
     """Copies of the images where devid 1's image is kept from before a later commit."""
     if fs.profile.name in md.stale:
         return md.stale[fs.profile.name]
-    d = md.work / "stale" / fs.profile.name
-    imgs = M.copy_images(fs.images, str(d), "cur")
-    stale = str(d / "stale.0.img")
-    T.copy_sparse(imgs[0], stale)
-    rng = random.Random(SEED + 7)
-    with T.mounted(imgs, md.mountpoint(), readonly=False) as m:
-        with open(os.path.join(m, "after_stale.bin"), "wb") as f:
-            f.write(rng.randbytes(300000))
-        with open(os.path.join(m, "links", "a"), "ab") as f:
-            f.write(b"appended after the copy was taken\n" * 100)
-        os.unlink(os.path.join(m, "big_link_at_top"))
-        T.run(["sync"])
-    view = T.kernel_view(imgs, md.mountpoint())
-    gen_new = M.super_info(imgs[0])["generation"]
-    gen_old = M.super_info(stale)["generation"]
-    assert gen_new > gen_old, "test setup: generation did not move (%d, %d)" % (gen_old, gen_new)
-    md.stale[fs.profile.name] = (imgs, stale, view)
+
+    def build(d):
+        imgs = M.copy_images(fs.images, str(d), "cur")
+        stale = str(d / "stale.0.img")
+        T.copy_sparse(imgs[0], stale)
+        rng = random.Random(SEED + 7)
+        with T.mounted(imgs, md.mountpoint(), readonly=False) as m:
+            with open(os.path.join(m, "after_stale.bin"), "wb") as f:
+                f.write(rng.randbytes(300000))
+            with open(os.path.join(m, "links", "a"), "ab") as f:
+                f.write(b"appended after the copy was taken\n" * 100)
+            os.unlink(os.path.join(m, "big_link_at_top"))
+            T.run(["sync"])
+        view = T.kernel_view(imgs, md.mountpoint())
+        gen_new = M.super_info(imgs[0])["generation"]
+        gen_old = M.super_info(stale)["generation"]
+        assert gen_new > gen_old, "test setup: generation did not move (%d, %d)" % (gen_old, gen_new)
+        return (imgs, stale, view)
+    md.stale[fs.profile.name] = _shared_pickle("stale-" + fs.profile.name, build)
     return md.stale[fs.profile.name]
 
 

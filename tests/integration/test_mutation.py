@@ -43,9 +43,18 @@ def fsync(path):
 
 @pytest.fixture(scope="module")
 def base(scratch, ubtrfs_bin):
-    """A crash image (log tree pending) and where each tree block's copies live."""
+    """A crash image (log tree pending) and where each tree block's copies live: built once
+    per run and shared by the pytest-xdist workers (the seeds may run on different ones);
+    the mutated copies go to this worker's `work`."""
     work = os.path.join(scratch, "mutation")
     os.makedirs(work, exist_ok=True)
+    _, got = T.shared_build("mutation-base", lambda d: _build_base(str(d)), fallback_dir=work)
+    got["blocks"] = {logical: phys for logical, phys in got["blocks"]}
+    got["work"] = work
+    return got
+
+
+def _build_base(work):
     img = os.path.join(work, "live.img")
     crash = os.path.join(work, "crash.img")
     with open(img, "wb") as f:
@@ -81,7 +90,7 @@ def base(scratch, ubtrfs_bin):
     chunks = M.parse_chunks(T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", crash]).stdout.decode())
     where = {b: [p for _, p in M.chunk_of(chunks, b).copies(b)] for b in sorted(blocks)}
     assert len(where) > 8, where
-    return {"crash": crash, "work": work, "nodesize": nodesize, "blocks": where, "log_root": log_root}
+    return {"crash": crash, "nodesize": nodesize, "blocks": sorted(where.items()), "log_root": log_root}
 
 
 def mutate(src, dst, base, rng):

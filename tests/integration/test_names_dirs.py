@@ -240,20 +240,27 @@ LS_COMMANDS = [["ls", "-R"], ["ls", "-R", "-l"], ["ls", "-R", "--json"], ["ls", 
 
 @pytest.fixture(scope="module", params=["kernel-4k-dup", "rootdir-16k-single"])
 def base(request, scratch):
+    # test_silent_errors uses these images too: built once per run (shared between
+    # modules and pytest-xdist workers), damaged only on copies in `work`
     work = os.path.join(scratch, "names-" + request.param)
     os.makedirs(work, exist_ok=True)
-    img = os.path.join(work, "base.img")
-    with open(img, "wb") as f:
-        f.truncate(256 << 20)
-    if request.param == "kernel-4k-dup":
-        T.run(["mkfs.btrfs", "-q", "-f", "-n", "4096", "-m", "dup", img])
-        with T.mounted([img], os.path.join(work, "mnt"), readonly=False) as mnt:
-            populate(mnt)
-            T.run(["sync"])
-    else:
-        src = os.path.join(work, "src")
-        populate(src)
-        T.run(["mkfs.btrfs", "-q", "-f", "-n", "16384", "-m", "single", "--rootdir", src, img])
+
+    def build(d):
+        img = os.path.join(d, "base.img")
+        with open(img, "wb") as f:
+            f.truncate(256 << 20)
+        if request.param == "kernel-4k-dup":
+            T.run(["mkfs.btrfs", "-q", "-f", "-n", "4096", "-m", "dup", img])
+            with T.mounted([img], os.path.join(work, "mnt"), readonly=False) as mnt:
+                populate(mnt)
+                T.run(["sync"])
+        else:
+            src = os.path.join(d, "src")
+            populate(src)
+            T.run(["mkfs.btrfs", "-q", "-f", "-n", "16384", "-m", "single", "--rootdir", src, img])
+            shutil.rmtree(src)
+        return img
+    _, img = T.shared_build("names-dirs-" + request.param, build, fallback_dir=scratch)
     b = Base(request.param, img)
     b.work = work
     yield b

@@ -259,12 +259,21 @@ KERNEL, MKFS_SINGLE, MKFS_DUP = "kernel-16k-dup-log", "mkfs-4k-single", "mkfs-4k
 @pytest.fixture(scope="module")
 def image(request, scratch, ubtrfs_bin):
     work = os.path.join(scratch, "integrity-" + request.param)
-    if request.param.startswith("kernel"):
-        img = kernel_image(work, 16384, 700)
-    elif request.param == "mkfs-4k-single":
-        img = mkfs_image(work, 4096, "single", 2600)
-    else:
-        img = mkfs_image(work, 4096, "dup", 2600)
+    os.makedirs(work, exist_ok=True)
+
+    def build(d):
+        if request.param.startswith("kernel"):
+            b = kernel_image(str(d), 16384, 700)
+        elif request.param == "mkfs-4k-single":
+            b = mkfs_image(str(d), 4096, "single", 2600)
+        else:
+            b = mkfs_image(str(d), 4096, "dup", 2600)
+        return [b.name, b.path, b.nodesize, b.subvol, b.subvol_file]
+    # the image is built once per run (shared by the pytest-xdist workers); the bent
+    # copies go to this worker's `work`
+    _, (name, path, nodesize, subvol, subvol_file) = T.shared_build(
+        "integrity-" + request.param, build, fallback_dir=work)
+    img = Image(name, path, work, nodesize, subvol=subvol, subvol_file=subvol_file)
     # control: the unchanged image reads cleanly, so every failure below is the bent pointer's
     for cmd in (["dump-tree"], ["ls", "-R", "--json"]):
         cp = T.ubtrfs(*cmd, img.path, timeout=60)

@@ -8,6 +8,7 @@ read-only view of the finished image.
 """
 
 import os
+import pickle
 import random
 import threading
 from pathlib import Path
@@ -169,6 +170,15 @@ def _subvol_population(mnt, src, rng):
 
 
 class ImageFactory:
+    """Source trees, images and kernel views by name.
+
+    Each is made once per test run: under pytest-xdist the workers share them through
+    the run's shared directory (ubtrfs_testlib.shared_build: a lock per recipe, the
+    first worker to ask builds, the others wait and reuse), so a worker never rebuilds
+    what another one made. Images are read-only to the tests: a test that damages one
+    works on a copy (fresh_path, private to the worker).
+    """
+
     def __init__(self, base):
         self.base = Path(base)
         self.lock = threading.RLock()
@@ -182,48 +192,77 @@ class ImageFactory:
             self.mnt_counter += 1
             return self.base / "mnt" / ("m%03d" % self.mnt_counter)
 
+    def _shared(self, key, build):
+        return T.shared_build(key, build, fallback_dir=self.base / "shared")
+
     # ---- source trees
 
     def source(self, name):
         with self.lock:
             if name not in self.sources:
-                path = self.base / "src" / name
-                if name == "main":
-                    T.make_source_tree(path, MAIN_SEED, scale=3.0 if T.LONG_TESTS else 1.0)
-                elif name == "many":
-                    T.make_source_tree(path, MAIN_SEED + 1, scale=0.2, many_small=3000)
-                elif name == "damage":
-                    T.make_source_tree(path, MAIN_SEED + 2, scale=0.3, many_small=800)
-                else:
+                if name not in ("main", "many", "damage"):
                     raise KeyError(name)
-                self.sources[name] = path
+                d, _ = self._shared("source-%s%s" % (name, "-long" if T.LONG_TESTS else ""),
+                                    lambda d: self._make_source(name, d / "tree"))
+                self.sources[name] = d / "tree"
             return self.sources[name]
+
+    @staticmethod
+    def _make_source(name, path):
+        if name == "main":
+            T.make_source_tree(path, MAIN_SEED, scale=3.0 if T.LONG_TESTS else 1.0)
+        elif name == "many":
+            T.make_source_tree(path, MAIN_SEED + 1, scale=0.2, many_small=3000)
+        else:
+            T.make_source_tree(path, MAIN_SEED + 2, scale=0.3, many_small=800)
 
     # ---- images
 
     def image(self, name):
         with self.lock:
             if name not in self.images:
-                self.images[name] = self._build(name)
+                _, got = self._shared("image-%s%s" % (name, "-long" if T.LONG_TESTS else ""),
+                                      lambda d: self._build_into(name, d))
+                self.images[name] = Image(name, got["devices"], got["recipe"], got["info"])
             return self.images[name]
+
+    def _build_into(self, name, directory):
+        self._img_dir = Path(directory)
+        try:
+            im = self._build(name)
+        finally:
+            self._img_dir = None
+        return {"devices": im.devices, "recipe": im.recipe, "info": im.info}
 
     def view(self, image):
         with self.lock:
             if image.name not in self.views:
-                self.views[image.name] = T.kernel_view(image.devices, self.mountpoint())
+                def build(d):
+                    v = T.kernel_view(image.devices, self.mountpoint())
+                    with open(d / "view.pickle", "wb") as f:
+                        pickle.dump((v.entries, v.hashes), f)
+                    return None
+                d, _ = self._shared("view-%s%s" % (image.name, "-long" if T.LONG_TESTS else ""), build)
+                with open(d / "view.pickle", "rb") as f:
+                    entries, hashes = pickle.load(f)
+                self.views[image.name] = T.KernelView(entries, hashes)
             return self.views[image.name]
 
     def fresh_path(self, name):
+        """A path for a file of the calling test's own (a damaged copy...), private to this worker."""
         d = self.base / "img"
         d.mkdir(parents=True, exist_ok=True)
         return d / name
+
+    def _image_path(self, name):
+        return self._img_dir / name
 
     def _build(self, name):
         parts = name.split("-")
         if parts[0] == "rootdir" and len(parts) == 3:
             # rootdir-<csum>-<nodesize>
             csum, nodesize = parts[1], parts[2]
-            img = _sparse_file(self.fresh_path(name + ".img"), 512 * MiB)
+            img = _sparse_file(self._image_path(name + ".img"), 512 * MiB)
             opts = ["--csum", csum, "-n", nodesize, "-s", "4096", "-L", "ub-%s" % name[8:],
                     "--rootdir", str(self.source("main"))]
             _mkfs([img], *opts)
@@ -272,19 +311,19 @@ class ImageFactory:
                                       "mkfs.btrfs %s on %d x 384 MiB files; mount; cp -a SRC/. MNT/"
                                       % (" ".join(opts), ndev), ndev=ndev, size=384 * MiB)
         if name == "rootdir-mixed":
-            img = _sparse_file(self.fresh_path(name + ".img"), 512 * MiB)
+            img = _sparse_file(self._image_path(name + ".img"), 512 * MiB)
             opts = ["--mixed", "-n", "4096", "-s", "4096", "--rootdir", str(self.source("main"))]
             _mkfs([img], *opts)
             return Image(name, [img], "mkfs.btrfs %s (512 MiB file)" % " ".join(opts))
         if name == "damage-base":
-            img = _sparse_file(self.fresh_path(name + ".img"), 256 * MiB)
+            img = _sparse_file(self._image_path(name + ".img"), 256 * MiB)
             _mkfs([img], "--rootdir", str(self.source("damage")))
             return Image(name, [img], "mkfs.btrfs --rootdir SRC (defaults: DUP metadata, 16 KiB "
                          "nodes, single data) on a 256 MiB file")
         raise KeyError(name)
 
     def _kernel_image(self, name, mkfs_opts, mount_opts, populate, recipe, ndev=1, size=512 * MiB):
-        devs = [_sparse_file(self.fresh_path("%s.%d.img" % (name, i)), size) for i in range(ndev)]
+        devs = [_sparse_file(self._image_path("%s.%d.img" % (name, i)), size) for i in range(ndev)]
         _mkfs(devs, *mkfs_opts)
         with T.mounted(devs, self.mountpoint(), options=mount_opts, readonly=False) as m:
             populate(m)

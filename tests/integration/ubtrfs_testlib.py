@@ -25,6 +25,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,10 +80,28 @@ def crc32c(data):
 # --------------------------------------------------------------------------
 # running commands
 
+# `btrfs device scan --forget` without a device drops every registered device that is not
+# part of a mounted filesystem, also one that a concurrent mount (another pytest-xdist
+# worker) has just registered from its device= options and is about to open. Every mount
+# run through here holds this lock shared and such a forget holds it exclusively, so the
+# two never overlap (a forget of one named device needs no lock: it is the caller's own).
+MOUNT_SCAN_LOCK = "/run/lock/ubtrfs-tests-mount-scan.lock"
+
+
+def _lock_for(cmd):
+    if cmd[:1] == ["mount"]:
+        return file_lock(MOUNT_SCAN_LOCK, shared=True)
+    if cmd == ["btrfs", "device", "scan", "--forget"]:
+        return file_lock(MOUNT_SCAN_LOCK)
+    return contextlib.nullcontext()
+
+
 def run(cmd, check=True, timeout=300, input=None):
     """Run a command, capturing bytes; raise with both streams on failure."""
-    cp = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        timeout=timeout, input=input)
+    cmd = [str(c) for c in cmd]
+    with _lock_for(cmd):
+        cp = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            timeout=timeout, input=input)
     if check and cp.returncode != 0:
         raise RuntimeError("command failed (%d): %s\nstdout: %s\nstderr: %s" % (
             cp.returncode, " ".join(str(c) for c in cmd),
@@ -115,11 +134,25 @@ class _Registry:
 REGISTRY = _Registry()
 
 
+# `losetup --find` picks the first free device and then claims it: two processes
+# (pytest-xdist workers, or colleagues' sessions on the same machine) can pick the
+# same one and the loser fails with EBUSY. A machine-wide lock around the pair
+# makes the pick and the claim one step; a failure is retried a few times in case
+# a process that does not take the lock got there first.
+LOSETUP_LOCK = "/run/lock/ubtrfs-tests-losetup.lock"
+
+
 def losetup_attach(image, readonly):
     args = ["losetup", "--find", "--show"]
     if readonly:
         args.append("--read-only")
-    dev = run(args + [image]).stdout.decode().strip()
+    for attempt in range(5):
+        with file_lock(LOSETUP_LOCK):
+            cp = run(args + [image], check=attempt == 4)
+        if cp.returncode == 0:
+            break
+        time.sleep(0.2 * (attempt + 1))
+    dev = cp.stdout.decode().strip()
     with REGISTRY.lock:
         REGISTRY.loops.add(dev)
     return dev
@@ -185,7 +218,7 @@ def mounted(images, mountpoint, options="", readonly=True):
 
 def leftovers(base_dir):
     """Loop devices backed by files under base_dir and mounts below it (should be none)."""
-    base = os.path.realpath(str(base_dir))
+    base = os.path.realpath(str(base_dir)).rstrip("/") + "/"
     out = run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"], check=False)
     loops = []
     for line in out.stdout.decode("utf-8", "replace").splitlines():
@@ -196,7 +229,7 @@ def leftovers(base_dir):
     with open("/proc/self/mounts") as f:
         for line in f:
             mp = line.split()[1].encode().decode("unicode_escape")
-            if mp.startswith(base):
+            if (mp + "/").startswith(base):
                 mounts.append(mp)
     return loops, mounts
 
@@ -808,15 +841,15 @@ def mentions_number(text, n):
             or re.search(r"0x0*%x(?![0-9a-f])" % n, text, re.I) is not None)
 
 
-def make_scratch_dir():
+def make_scratch_dir(prefix="ubtrfs-it-"):
     """Images live on tmpfs when it has room: it is much faster than disk."""
     for base in ("/dev/shm", None):
         if base and os.path.isdir(base):
             st = os.statvfs(base)
             if st.f_bavail * st.f_frsize < 6 << 30:
                 continue
-        return tempfile.mkdtemp(prefix="ubtrfs-it-", dir=base)
-    return tempfile.mkdtemp(prefix="ubtrfs-it-")
+        return tempfile.mkdtemp(prefix=prefix, dir=base)
+    return tempfile.mkdtemp(prefix=prefix)
 
 
 def rmtree(path):
@@ -851,3 +884,63 @@ def find_bytes(devices, pattern):
                     out.append((str(dev), pos))
                     pos = mm.find(pattern, pos + 1)
     return out
+
+
+# --------------------------------------------------------------------------
+# things built once per test run and shared by every pytest-xdist worker
+
+SHARED_ENV = "UBTRFS_SHARED_SCRATCH"
+
+
+@contextlib.contextmanager
+def file_lock(path, shared=False):
+    """flock on `path` (created if needed), exclusive unless `shared`: between processes
+    and, since each call opens its own file description, between threads of one process."""
+    os.makedirs(os.path.dirname(str(path)), exist_ok=True)
+    fd = os.open(str(path), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def shared_dir():
+    """The directory every worker of this run shares (conftest creates it in the
+    controlling process and removes it at the end); None outside a configured run."""
+    d = os.environ.get(SHARED_ENV)
+    return Path(d) if d and os.path.isdir(d) else None
+
+
+def shared_build(key, build, fallback_dir=None):
+    """Run `build(directory)` once per test run for `key`, whichever worker asks first;
+    the others wait on the key's lock and get the same result.
+
+    `build` fills the (new, empty) directory and returns something JSON can hold; that
+    value is returned to every caller. A build that raised leaves nothing behind, so the
+    next caller tries again (and fails the same way, with its own traceback). Without a
+    shared directory (a helper run outside conftest) `fallback_dir` is used the same way.
+    """
+    base = shared_dir() or (Path(fallback_dir) if fallback_dir else None)
+    if base is None:
+        raise RuntimeError("no shared scratch directory (%s unset) and no fallback" % SHARED_ENV)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", key)
+    d = base / "built" / safe
+    done = base / "built" / (safe + ".done.json")
+    with file_lock(base / "built" / (safe + ".lock")):
+        if done.is_file():
+            with open(done) as f:
+                return d, json.load(f)
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
+        try:
+            value = build(d)
+        except BaseException:
+            shutil.rmtree(d, ignore_errors=True)
+            raise
+        tmp = done.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(value, f)
+        os.replace(tmp, done)
+        return d, value
