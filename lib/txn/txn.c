@@ -395,6 +395,19 @@ static void root_of(struct ub_engine *e, uint64_t id, struct ub_root *out)
 		*out = er->root;
 }
 
+/* Copy the path to a tree's first leaf into the running transaction. */
+static int touch_tree(struct ub_txn *t, struct ub_eroot *er)
+{
+	struct ub_key key = { 0, 0, 0 };
+	struct ub_path p;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(&t->e->tc, &t->ta, &er->root, &key, &p, 0, true);
+	ub_path_release(&p);
+	return ret < 0 ? ret : 0;
+}
+
 static int txn_commit(struct ub_txn *t)
 {
 	struct ub_engine *e = t->e;
@@ -418,8 +431,24 @@ static int txn_commit(struct ub_txn *t)
 		if (ret)
 			return ret;
 		/* settled: nothing new was copied, no root moved, nothing left queued */
-		if (!roots_changed && before == t->blocks_allocated && ub_dref_count(t->refs) == 0)
-			break;
+		if (!roots_changed && before == t->blocks_allocated && ub_dref_count(t->refs) == 0) {
+			/* nothing changed at all: no new generation, the last commit stays the truth */
+			if (e->tc.ndirty == 0) {
+				ub_alloc_unpin(e->alloc); /* ends the allocator's transaction (open stripes) */
+				return 0;
+			}
+			/*
+			 * The superblock's generation must be its root tree root's (btrfs check
+			 * and the kernel compare them); a transaction that changed only trees
+			 * without a ROOT_ITEM (the chunk tree) leaves the root tree as it was,
+			 * so copy its path once and settle again.
+			 */
+			if (e->root_tree->root.generation == t->transid)
+				break;
+			ret = touch_tree(t, e->root_tree);
+			if (ret)
+				return ret;
+		}
 		if (++rounds > 64) {
 			ub_err(&e->log, "transaction %llu: the commit does not settle after %d rounds",
 			       (unsigned long long)t->transid, rounds);
