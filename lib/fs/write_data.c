@@ -532,6 +532,22 @@ int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, u
 	return ret;
 }
 
+/*
+ * The kernel reads lzo and zstd extents only on a filesystem that says it has
+ * them (incompat bits): the first one written sets the bit in the superblock
+ * the next commit writes.
+ */
+static void note_compression(struct fsw *w, int ctype)
+{
+	uint64_t bit = ctype == UB_COMPRESS_LZO ? BTRFS_FEATURE_INCOMPAT_COMPRESS_LZO
+		     : ctype == UB_COMPRESS_ZSTD ? BTRFS_FEATURE_INCOMPAT_COMPRESS_ZSTD : 0;
+
+	if (!bit || (w->e->incompat & bit))
+		return;
+	w->e->incompat |= bit;
+	UB_SET(ub_disk_super, incompat_flags, w->e->vol->super, w->e->incompat);
+}
+
 /* one new extent of n bytes at file offset pos: disk holds dbuf (dlen bytes; compressed when ctype) */
 static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *dbuf, uint64_t dlen,
 		      uint64_t n, int ctype, uint8_t type)
@@ -545,6 +561,7 @@ static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, co
 	ret = ub_alloc_reserve(w->e->alloc, BTRFS_BLOCK_GROUP_DATA, dlen, 0, &start);
 	if (ret)
 		return ret;
+	note_compression(w, ctype);
 	if (dbuf) {
 		ret = ub_volume_write(w->e->vol, start, dlen, dbuf);
 		if (ret) {
