@@ -26,6 +26,9 @@ int ub_super_validate(const uint8_t *sb, uint64_t bytenr, char *why, size_t whyl
 
 /* ---- profiles (lib/volume/profile.c) ---- */
 
+/* How a family of profiles maps, reads, writes and counts copies (internal: lib/volume). */
+struct ub_layout;
+
 struct ub_profile {
 	uint64_t flag;         /* BTRFS_BLOCK_GROUP_* profile bit, 0 for single */
 	const char *name;      /* "single", "DUP", "RAID1", ... */
@@ -34,6 +37,7 @@ struct ub_profile {
 	int sub_stripes;       /* 2 for RAID10, else 1 */
 	int devs_min;          /* fewest devices the profile is allowed on */
 	int tolerated_failures;
+	const struct ub_layout *layout;
 };
 /* Profile of a chunk/block group type (only the profile bits are looked at). */
 const struct ub_profile *ub_profile_of(uint64_t type);
@@ -182,8 +186,10 @@ int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb);
 /*
  * mkfs: a writable volume over blank devices (devs[i] gets devid i+1, total
  * bytes = its size, until ub_volume_add_dev_item says otherwise) from a
- * superblock template holding fsid, sizes, csum type and the system chunk
- * array (loaded as on open; the template needs no roots and no checksum yet).
+ * superblock template holding magic, fsid, sector and node sizes, csum type
+ * and the system chunk array (loaded as on open; the template needs no roots
+ * and no checksum yet). Call ub_volume_add_dev_item for every device before
+ * ub_volume_write_supers: its item is what that device's superblock carries.
  * Nothing is read from the devices. The caller adds the other chunks and dev
  * items with ub_volume_add_chunk / ub_volume_add_dev_item (a dev item also
  * gives its device its uuid here). Takes every device over, as

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The chunk map: logical ranges -> stripes on devices, for every profile. */
+/* The chunk map: chunk items, their lookup by logical address, and the way into each chunk's layout. */
 #include <errno.h>
 #include <stdlib.h>
 #include "volume_internal.h"
@@ -63,9 +63,7 @@ static int chunk_item_valid(struct ub_volume *vol, uint64_t logical, const uint8
 		       (unsigned long long)logical, (unsigned long long)stripe_len);
 		return -EUCLEAN;
 	}
-	if (num < prof->devs_min || (prof->ncopies > 1 && prof->sub_stripes == 1 && num != prof->ncopies) ||
-	    (prof->flag == 0 && num != 1) ||
-	    (prof->sub_stripes == 2 && (sub != 2 || num % 2)) || num <= prof->nparity) {
+	if (!prof->layout->stripes_valid(prof, num, sub)) {
 		ub_err(&vol->log, "chunk at logical %llu: %u stripes (sub_stripes %u) invalid for %s",
 		       (unsigned long long)logical, num, sub, prof->name);
 		return -EUCLEAN;
@@ -160,9 +158,7 @@ const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_
 
 int ub_chunk_num_copies(const struct ub_chunk *c)
 {
-	if (c->profile->nparity)
-		return ub_raid56_num_copies(c);
-	return c->profile->sub_stripes == 2 ? 2 : c->profile->ncopies;
+	return c->profile->layout->num_copies(c);
 }
 
 int ub_volume_num_copies(const struct ub_volume *vol, uint64_t logical)
@@ -172,54 +168,14 @@ int ub_volume_num_copies(const struct ub_volume *vol, uint64_t logical)
 }
 
 /*
- * Where the data of copy `mirror` (1-based, a plain copy, not a rebuild) of
+ * Where the data of copy `mirror` (1-based, a stored copy, not a rebuild) of
  * `logical` lives, and how many bytes from there on are contiguous.
  */
 int ub_chunk_map_copy(const struct ub_chunk *c, uint64_t logical, int mirror, struct ub_map *m)
 {
-	const struct ub_profile *p = c->profile;
-	uint64_t off = logical - c->logical;
-	uint64_t slen = c->stripe_len, stripe_nr, stripe_off, idx;
-
 	if (mirror < 1)
 		return -EINVAL;
-	stripe_nr = off / slen;
-	stripe_off = off % slen;
-	if (p->nparity) {
-		uint64_t ndata = (uint64_t)c->num_stripes - (uint64_t)p->nparity;
-		uint64_t full = stripe_nr / ndata;
-		if (mirror != 1)
-			return -EOPNOTSUPP; /* rebuilds are the caller's (raid56.c) */
-		idx = (stripe_nr % ndata + full) % c->num_stripes;
-		m->physical = c->stripes[idx].physical + full * slen + stripe_off;
-		m->contig = slen - stripe_off;
-		m->data_index = (int)(stripe_nr % ndata);
-	} else if (p->sub_stripes == 2) {
-		uint64_t factor = c->num_stripes / c->sub_stripes;
-		if (mirror > c->sub_stripes)
-			return -EINVAL;
-		idx = (stripe_nr % factor) * c->sub_stripes + (uint64_t)(mirror - 1);
-		m->physical = c->stripes[idx].physical + (stripe_nr / factor) * slen + stripe_off;
-		m->contig = slen - stripe_off;
-		m->data_index = 0;
-	} else if (p->flag == BTRFS_BLOCK_GROUP_RAID0) {
-		if (mirror != 1)
-			return -EINVAL;
-		idx = stripe_nr % c->num_stripes;
-		m->physical = c->stripes[idx].physical + (stripe_nr / c->num_stripes) * slen + stripe_off;
-		m->contig = slen - stripe_off;
-		m->data_index = 0;
-	} else {
-		if (mirror > c->num_stripes)
-			return -EINVAL;
-		idx = (uint64_t)(mirror - 1);
-		m->physical = c->stripes[idx].physical + off;
-		m->contig = c->length - off;
-		m->data_index = 0;
-	}
-	m->stripe = (int)idx;
-	m->full_stripe = p->nparity ? stripe_nr / ((uint64_t)c->num_stripes - (uint64_t)p->nparity) : 0;
-	return 0;
+	return c->profile->layout->map(c, logical - c->logical, mirror, m);
 }
 
 void ub_chunks_free(struct ub_volume *vol)

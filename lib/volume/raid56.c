@@ -1,23 +1,62 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * RAID5/6 reads: plain reads of a data stripe, and rebuilds of it from the
- * other stripes of its full stripe with P (and Q). Mirror numbers follow the
- * seed patch: 1 is the data as stored, 2 is rebuilt from P, 3 is rebuilt from
- * Q (assuming P bad too), and for RAID6, 4.. assume one more data stripe bad
- * and rebuild from P and Q together, so that two bad data stripes are found
- * by trying copies until the checksum matches.
- *
- * The algebra is in raid_math.c.
+ * The parity layout (RAID5, RAID6): data strips and P (and Q) per full
+ * stripe, the parity rotating one device per full stripe. Reads are plain
+ * reads of a data strip or rebuilds of it from the rest of its full stripe;
+ * mirror numbers follow the seed patch: 1 is the data as stored, 2 is rebuilt
+ * from P, 3 is rebuilt from Q (assuming P bad too), and for RAID6, 4.. assume
+ * one more data strip bad and rebuild from P and Q together, so that two bad
+ * data strips are found by trying copies until the checksum matches. Writes
+ * are read-modify-writes of every full stripe they touch, the exact inverse:
+ * the same rotation, the same algebra (raid_math.c).
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include "volume_internal.h"
 
-/* Physical stripe index of logical stripe `i` in full stripe `full`: parity rotates one device per full stripe. */
-static int phys_index(const struct ub_chunk *c, uint64_t full, int i)
+/* Physical stripe holding slot `i` (data 0..n-1, P, Q) of full stripe `full`. */
+static int slot_stripe(const struct ub_chunk *c, uint64_t full, int i)
 {
 	return (int)((full + (uint64_t)i) % c->num_stripes);
 }
+
+static int parity_map(const struct ub_chunk *c, uint64_t off, int mirror, struct ub_map *m)
+{
+	const uint64_t ndata = (uint64_t)c->num_stripes - (uint64_t)c->profile->nparity;
+	uint64_t unit = off / c->stripe_len, in = off % c->stripe_len;
+
+	if (mirror != 1)
+		return -EOPNOTSUPP; /* rebuilds are not a place on disk */
+	m->full_stripe = unit / ndata;
+	m->data_index = (int)(unit % ndata);
+	m->stripe = slot_stripe(c, m->full_stripe, m->data_index);
+	m->physical = c->stripes[m->stripe].physical + m->full_stripe * c->stripe_len + in;
+	m->contig = c->stripe_len - in;
+	return 0;
+}
+
+static int parity_num_copies(const struct ub_chunk *c)
+{
+	/* RAID6: plain, from P, from Q, then each other data stripe assumed bad too */
+	return c->profile->nparity == 1 ? 2 : c->num_stripes;
+}
+
+static bool parity_stripes_valid(const struct ub_profile *p, unsigned num, unsigned sub)
+{
+	return num >= (unsigned)p->devs_min && num > (unsigned)p->nparity;
+}
+
+static bool parity_readable(const struct ub_chunk *c)
+{
+	int missing = 0;
+
+	for (int i = 0; i < c->num_stripes; i++)
+		missing += !c->stripes[i].dev;
+	return missing <= c->profile->nparity;
+}
+
+/* ---- reading ---- */
 
 /*
  * Rebuild `len` bytes of data stripe `target` at stripe offset `soff` of full
@@ -37,7 +76,7 @@ static int rebuild(const struct ub_chunk *c, uint64_t full, uint64_t soff, int t
 	bad[target] = true;
 	/* read just enough survivors: n of them */
 	for (int i = 0; i < total; i++) {
-		const struct ub_stripe *s = &c->stripes[phys_index(c, full, i)];
+		const struct ub_stripe *s = &c->stripes[slot_stripe(c, full, i)];
 		stripes[i] = bufs + (size_t)i * len;
 		if (bad[i] || used >= n) {
 			bad[i] = true;
@@ -60,28 +99,16 @@ out:
 	return ret;
 }
 
-int ub_raid56_num_copies(const struct ub_chunk *c)
+/* Read one segment (inside one stripe unit, mapped at `m`) as copy `mirror`. */
+static int read_segment(const struct ub_chunk *c, const struct ub_map *m, uint64_t len, int mirror, uint8_t *buf)
 {
-	/* RAID6: plain, from P, from Q, then each other data stripe assumed bad too */
-	return c->profile->nparity == 1 ? 2 : c->num_stripes;
-}
-
-/* Read one segment (inside one stripe unit) as copy `mirror`. */
-static int read_segment(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
-			uint8_t *buf)
-{
-	const int total = c->num_stripes, n = total - c->profile->nparity;
+	const int n = c->num_stripes - c->profile->nparity;
 	bool bad[UB_RAID_MAX_STRIPES] = { false };
-	struct ub_map m;
-	int ret = ub_chunk_map_copy(c, logical, 1, &m);
-	uint64_t soff;
+	uint64_t soff = m->physical - c->stripes[m->stripe].physical - m->full_stripe * c->stripe_len;
 
-	if (ret)
-		return ret;
-	soff = m.physical - c->stripes[m.stripe].physical - m.full_stripe * c->stripe_len;
 	if (mirror == 1) {
-		const struct ub_stripe *s = &c->stripes[m.stripe];
-		return s->dev ? ub_dev_read(s->dev->dev, buf, len, m.physical) : -ENXIO;
+		const struct ub_stripe *s = &c->stripes[m->stripe];
+		return s->dev ? ub_dev_read(s->dev->dev, buf, len, m->physical) : -ENXIO;
 	}
 	if (mirror == 3)
 		bad[n] = true; /* rebuild from Q: P assumed bad */
@@ -89,7 +116,7 @@ static int read_segment(struct ub_volume *vol, const struct ub_chunk *c, uint64_
 		/* the (mirror-3)th other data stripe assumed bad as well */
 		int want = mirror - 4, seen = 0;
 		for (int i = 0; i < n; i++) {
-			if (i == m.data_index)
+			if (i == m->data_index)
 				continue;
 			if (seen++ == want) {
 				bad[i] = true;
@@ -97,13 +124,13 @@ static int read_segment(struct ub_volume *vol, const struct ub_chunk *c, uint64_
 			}
 		}
 	}
-	return rebuild(c, m.full_stripe, soff, m.data_index, bad, len, buf);
+	return rebuild(c, m->full_stripe, soff, m->data_index, bad, len, buf);
 }
 
-int ub_raid56_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
-		   uint8_t *buf)
+static int parity_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
+		       uint8_t *buf)
 {
-	int copies = ub_raid56_num_copies(c);
+	int copies = parity_num_copies(c);
 
 	if (c->num_stripes > UB_RAID_MAX_STRIPES)
 		return -EUCLEAN;
@@ -112,18 +139,18 @@ int ub_raid56_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t log
 	while (len > 0) {
 		struct ub_map m;
 		uint64_t n;
-		int ret = ub_chunk_map_copy(c, logical, 1, &m);
+		int ret = parity_map(c, logical - c->logical, 1, &m);
 
 		if (ret)
 			return ret;
 		n = len < m.contig ? len : m.contig;
 		if (mirror > 0) {
-			ret = read_segment(vol, c, logical, n, mirror, buf);
+			ret = read_segment(c, &m, n, mirror, buf);
 		} else {
 			/* any copy that reads: the stored data, else the first rebuild that works */
 			ret = -EIO;
 			for (int k = 1; k <= copies && ret; k++)
-				ret = read_segment(vol, c, logical, n, k, buf);
+				ret = read_segment(c, &m, n, k, buf);
 		}
 		if (ret)
 			return ret;
@@ -133,3 +160,195 @@ int ub_raid56_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t log
 	}
 	return 0;
 }
+
+/* ---- writing ---- */
+
+/* One full stripe's share of a write: which columns of each data strip it covers. */
+struct full_write {
+	uint64_t full;
+	uint64_t a[UB_RAID_MAX_STRIPES], b[UB_RAID_MAX_STRIPES]; /* data strip i covers [a, b); a == b: not at all */
+	uint64_t lo, hi;  /* the columns whose parity changes */
+};
+
+static void full_write_plan(const struct ub_chunk *c, uint64_t full, uint64_t off, uint64_t end,
+			    struct full_write *fw)
+{
+	const int nd = c->num_stripes - c->profile->nparity;
+	const uint64_t slen = c->stripe_len;
+
+	fw->full = full;
+	fw->lo = slen;
+	fw->hi = 0;
+	for (int i = 0; i < nd; i++) {
+		uint64_t s0 = (full * (uint64_t)nd + (uint64_t)i) * slen, s1 = s0 + slen;
+		uint64_t x0 = off > s0 ? off : s0, x1 = end < s1 ? end : s1;
+
+		if (x0 >= x1) {
+			fw->a[i] = fw->b[i] = 0;
+			continue;
+		}
+		fw->a[i] = x0 - s0;
+		fw->b[i] = x1 - s0;
+		if (fw->a[i] < fw->lo)
+			fw->lo = fw->a[i];
+		if (fw->b[i] > fw->hi)
+			fw->hi = fw->b[i];
+	}
+}
+
+static uint64_t slot_phys(const struct ub_chunk *c, uint64_t full, int slot)
+{
+	return c->stripes[slot_stripe(c, full, slot)].physical + full * c->stripe_len;
+}
+
+static int full_write_check(struct ub_volume *vol, const struct ub_chunk *c, const struct full_write *fw)
+{
+	const int total = c->num_stripes, nd = total - c->profile->nparity;
+
+	for (int i = 0; i < total; i++) {
+		int st = slot_stripe(c, fw->full, i);
+		uint64_t a = i < nd ? fw->a[i] : fw->lo, b = i < nd ? fw->b[i] : fw->hi;
+		int ret;
+
+		if (a == b || !c->stripes[st].dev)
+			continue;
+		ret = ub_vol_phys_check(vol, c, st, slot_phys(c, fw->full, i) + a, b - a);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int slot_read(const struct ub_chunk *c, const struct full_write *fw, int slot, uint8_t *out)
+{
+	const struct ub_stripe *s = &c->stripes[slot_stripe(c, fw->full, slot)];
+
+	return ub_dev_read(s->dev->dev, out, fw->hi - fw->lo, slot_phys(c, fw->full, slot) + fw->lo);
+}
+
+/*
+ * Read-modify-write of one full stripe over the columns [lo, hi) the write
+ * changes: the old contents of data strips the write covers only in part come
+ * from disk (rebuilt from parity when their device is missing or fails the
+ * read), the new data goes over them, P (and Q) are computed from the result,
+ * then the changed data and the parity are written.
+ */
+static int full_write_do(struct ub_volume *vol, const struct ub_chunk *c, const struct full_write *fw,
+			 const uint8_t *src /* the write's bytes for chunk offset 0 */)
+{
+	const int total = c->num_stripes, np = c->profile->nparity, nd = total - np;
+	const uint64_t width = fw->hi - fw->lo, stride = (width + 63) & ~63ULL;
+	bool lost[UB_RAID_MAX_STRIPES] = { false }, have[UB_RAID_MAX_STRIPES] = { false };
+	bool rebuild = false;
+	uint8_t *bufs, *strips[UB_RAID_MAX_STRIPES];
+	int ret = 0, nlost = 0;
+
+	/* ISA-L's vector code wants its buffers 32-byte aligned */
+	bufs = aligned_alloc(64, (size_t)stride * (size_t)total);
+	if (!bufs)
+		return -ENOMEM;
+	for (int i = 0; i < total; i++) {
+		strips[i] = bufs + (size_t)i * stride;
+		lost[i] = !c->stripes[slot_stripe(c, fw->full, i)].dev;
+	}
+	for (int i = 0; i < nd; i++) {
+		if (fw->a[i] <= fw->lo && fw->b[i] >= fw->hi)
+			continue; /* fully overwritten: its old bytes do not matter */
+		if (!lost[i] && slot_read(c, fw, i, strips[i]) == 0)
+			have[i] = true;
+		else
+			lost[i] = true;
+		rebuild |= lost[i];
+	}
+	if (rebuild) {
+		for (int i = 0; i < total; i++) {
+			if (lost[i] || have[i])
+				continue;
+			if (slot_read(c, fw, i, strips[i]) == 0)
+				have[i] = true;
+			else
+				lost[i] = true;
+		}
+		for (int i = 0; i < total; i++)
+			nlost += lost[i];
+		if (nlost > np) {
+			ub_err(&vol->log,
+			       "%s chunk at logical %llu, full stripe %llu: %d of %d strips unreadable, the old data the "
+			       "write does not cover cannot be rebuilt",
+			       c->profile->name, (unsigned long long)c->logical, (unsigned long long)fw->full, nlost,
+			       total);
+			ret = -EIO;
+			goto out;
+		}
+		ret = ub_raid_recover(nd, np, strips, lost, width);
+		if (ret)
+			goto out;
+	}
+	for (int i = 0; i < nd; i++) {
+		uint64_t loff = (fw->full * (uint64_t)nd + (uint64_t)i) * c->stripe_len + fw->a[i];
+		if (fw->a[i] < fw->b[i])
+			memcpy(strips[i] + (fw->a[i] - fw->lo), src + loff, fw->b[i] - fw->a[i]);
+	}
+	ret = ub_raid_gen_parity(nd, np, strips, width);
+	if (ret)
+		goto out;
+	for (int i = 0; i < total; i++) {
+		int st = slot_stripe(c, fw->full, i);
+		uint64_t a = i < nd ? fw->a[i] : fw->lo, b = i < nd ? fw->b[i] : fw->hi;
+
+		if (a == b)
+			continue;
+		if (!c->stripes[st].dev) {
+			vol->writes_skipped++;
+			continue;
+		}
+		ret = ub_vol_dev_write(vol, c, st, strips[i] + (a - fw->lo), b - a, slot_phys(c, fw->full, i) + a);
+		if (ret)
+			goto out;
+	}
+out:
+	free(bufs);
+	return ret;
+}
+
+static int parity_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len,
+			const uint8_t *buf)
+{
+	const int total = c->num_stripes, np = c->profile->nparity, nd = total - np;
+	const uint64_t fsz = (uint64_t)nd * c->stripe_len;
+	const uint64_t off = logical - c->logical, end = off + len;
+	struct full_write fw;
+	int missing = 0, ret;
+
+	if (total > UB_RAID_MAX_STRIPES)
+		return -EUCLEAN;
+	for (int i = 0; i < total; i++)
+		missing += !c->stripes[i].dev;
+	if (missing > np) {
+		ub_err(&vol->log, "write at logical %llu: %s chunk at %llu has %d of %d devices missing",
+		       (unsigned long long)logical, c->profile->name, (unsigned long long)c->logical, missing, total);
+		return -EIO;
+	}
+	for (uint64_t f = off / fsz; f * fsz < end; f++) {
+		full_write_plan(c, f, off, end, &fw);
+		ret = full_write_check(vol, c, &fw);
+		if (ret)
+			return ret;
+	}
+	for (uint64_t f = off / fsz; f * fsz < end; f++) {
+		full_write_plan(c, f, off, end, &fw);
+		ret = full_write_do(vol, c, &fw, buf - off);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+const struct ub_layout ub_layout_parity = {
+	.stripes_valid = parity_stripes_valid,
+	.num_copies = parity_num_copies,
+	.map = parity_map,
+	.read = parity_read,
+	.write = parity_write,
+	.readable = parity_readable,
+};

@@ -433,94 +433,15 @@ int ub_volume_map(const struct ub_volume *vol, uint64_t logical, int mirror, uin
 	return 0;
 }
 
-/* Read one plain copy, segment by segment (striped profiles change device every stripe). */
-static int read_copy(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
-		     uint8_t *buf)
-{
-	while (len > 0) {
-		struct ub_map m;
-		const struct ub_stripe *s;
-		uint64_t n;
-		int ret = ub_chunk_map_copy(c, logical, mirror, &m);
-
-		if (ret)
-			return ret;
-		s = &c->stripes[m.stripe];
-		if (!s->dev)
-			return -ENXIO;
-		n = len < m.contig ? len : m.contig;
-		ret = ub_dev_read(s->dev->dev, buf, n, m.physical);
-		if (ret)
-			return ret;
-		buf += n;
-		logical += n;
-		len -= n;
-	}
-	return 0;
-}
-
 int ub_volume_read(struct ub_volume *vol, uint64_t logical, uint64_t len, int mirror, void *buf)
 {
 	const struct ub_chunk *c = ub_volume_find_chunk(vol, logical);
-	int copies, ret = -EIO;
 
 	if (!c)
 		return -ENOENT;
 	if (len > c->length - (logical - c->logical))
 		return -ERANGE;
-	if (c->profile->nparity)
-		return ub_raid56_read(vol, c, logical, len, mirror, buf);
-	copies = ub_chunk_num_copies(c);
-	if (mirror > 0) {
-		if (mirror > copies)
-			return -EINVAL;
-		return read_copy(vol, c, logical, len, mirror, buf);
-	}
-	/*
-	 * Any copy, segment by segment: on RAID10 with a device missing in two
-	 * pairs, neither copy is whole over a long range, yet every segment is.
-	 */
-	while (len > 0) {
-		struct ub_map m;
-		uint64_t n;
-
-		ret = ub_chunk_map_copy(c, logical, 1, &m);
-		if (ret)
-			return ret;
-		n = len < m.contig ? len : m.contig;
-		for (int k = 1; k <= copies; k++) {
-			ret = read_copy(vol, c, logical, n, k, buf);
-			if (ret == 0)
-				break;
-		}
-		if (ret)
-			return ret;
-		buf = (uint8_t *)buf + n;
-		logical += n;
-		len -= n;
-	}
-	return 0;
-}
-
-/* How many copies of chunk `c` are lost to missing devices, against how many it can lose. */
-static bool chunk_readable(const struct ub_chunk *c)
-{
-	const struct ub_profile *p = c->profile;
-	int missing = 0;
-
-	if (p->sub_stripes == 2) {
-		for (int i = 0; i + 1 < c->num_stripes; i += 2)
-			if (!c->stripes[i].dev && !c->stripes[i + 1].dev)
-				return false;
-		return true;
-	}
-	for (int i = 0; i < c->num_stripes; i++)
-		missing += !c->stripes[i].dev;
-	if (p->nparity)
-		return missing <= p->nparity;
-	if (p->ncopies > 1)
-		return missing < c->num_stripes;
-	return missing == 0;
+	return c->profile->layout->read(vol, c, logical, len, mirror, buf);
 }
 
 /* Messages of one kind after the first few only count; the last says how many were left out. */
@@ -601,7 +522,7 @@ int ub_volume_check_devices(struct ub_volume *vol)
 		return 0;
 	for (int i = 0; i < vol->nchunks; i++) {
 		const struct ub_chunk *c = vol->chunks[i];
-		if (chunk_readable(c))
+		if (c->profile->layout->readable(c))
 			continue;
 		/* warnings: what cannot be read is an error when, and if, someone reads it */
 		if (unreadable++ < SAME_KIND_SHOWN)

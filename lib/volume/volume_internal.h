@@ -13,10 +13,45 @@ struct ub_map {
 	uint64_t full_stripe; /* RAID5/6: full stripe number inside the chunk */
 };
 
+/*
+ * A family of profiles: everything that differs between profiles, so that the
+ * rest of the volume layer never asks which profile a chunk has. Offsets are
+ * inside the chunk; mirrors are 1-based stored copies (rebuilds are the
+ * layout's own business inside read).
+ */
+struct ub_layout {
+	/* the stripe counts a chunk item of profile `p` may have */
+	bool (*stripes_valid)(const struct ub_profile *p, unsigned num, unsigned sub);
+	/* distinct ways a byte can be read (ub_volume_num_copies) */
+	int (*num_copies)(const struct ub_chunk *c);
+	/* where stored copy `mirror` (>= 1) of chunk offset `off` lives, and how far it runs contiguously */
+	int (*map)(const struct ub_chunk *c, uint64_t off, int mirror, struct ub_map *m);
+	/* ub_volume_read inside one chunk (range already checked) */
+	int (*read)(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
+		    uint8_t *buf);
+	/* ub_volume_write inside one chunk (range and sticky state already checked) */
+	int (*write)(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len,
+		     const uint8_t *buf);
+	/* every byte still readable with the chunk's missing devices */
+	bool (*readable)(const struct ub_chunk *c);
+};
+
+extern const struct ub_layout ub_layout_mirror; /* single, DUP, RAID1, RAID1C3, RAID1C4 (copies.c) */
+extern const struct ub_layout ub_layout_raid0;  /* copies.c */
+extern const struct ub_layout ub_layout_raid10; /* copies.c */
+extern const struct ub_layout ub_layout_parity; /* RAID5, RAID6 (raid56.c) */
+
 int ub_chunk_map_copy(const struct ub_chunk *c, uint64_t logical, int mirror, struct ub_map *m);
 int ub_chunk_num_copies(const struct ub_chunk *c);
 void ub_chunk_bind(struct ub_volume *vol, struct ub_chunk *c);
 void ub_chunks_free(struct ub_volume *vol);
+
+/* write.c: what every layout's write goes through */
+/* -EUCLEAN (named) when stripe `stripe`'s physical range may not be written: outside the device, its first MiB, a superblock mirror */
+int ub_vol_phys_check(struct ub_volume *vol, const struct ub_chunk *c, int stripe, uint64_t phys, uint64_t len);
+/* one device write; a failure is named and becomes the volume's sticky error */
+int ub_vol_dev_write(struct ub_volume *vol, const struct ub_chunk *c, int stripe, const void *buf, uint64_t len,
+		     uint64_t phys);
 
 /* raid_math.c: parity over in-memory stripes (data 0..ndata-1, then P, then Q) */
 #define UB_RAID_MAX_STRIPES 64
@@ -24,9 +59,5 @@ int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len);
 /* Recompute every stripe flagged in `lost` (at most nparity of them) from the others. */
 int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost, size_t len);
 
-/* raid56.c */
-int ub_raid56_num_copies(const struct ub_chunk *c);
-int ub_raid56_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
-		   uint8_t *buf);
 
 #endif
