@@ -558,7 +558,7 @@ static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, co
 	uint64_t start = 0;
 	int ret;
 
-	ret = ub_alloc_reserve(w->e->alloc, BTRFS_BLOCK_GROUP_DATA, dlen, 0, &start);
+	ret = ub_txn_reserve_data(w->t, dlen, 0, &start);
 	if (ret)
 		return ret;
 	note_compression(w, ctype);

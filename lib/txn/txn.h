@@ -26,6 +26,7 @@
 #include "tree/tree_write.h"
 #include "alloc/alloc.h"
 #include "alloc/delayed_ref.h"
+#include "alloc/chunk_alloc.h"
 #include "txn/commit.h"
 
 /* One tree the engine knows: its live root and what its ROOT_ITEM said at the last commit. */
@@ -64,6 +65,7 @@ struct ub_txn {
 	struct ub_dref_queue *refs;
 	int error;               /* the first callback failure; the commit refuses then */
 	uint64_t blocks_cowed, blocks_allocated, blocks_freed; /* statistics */
+	const struct ub_root *meta[64]; /* ub_txn_chunk_ctx's list of metadata roots */
 };
 
 /*
@@ -98,6 +100,15 @@ void ub_txn_abort(struct ub_txn *t);
 
 /* What the tree layer's write calls take for this transaction. */
 static inline struct ub_tree_alloc *ub_txn_ta(struct ub_txn *t) { return &t->ta; }
+
+/* ---- space for operations (reserve.c): chunks added as the kernel would ---- */
+
+/* The chunk allocator's view of the running transaction (valid until the next call or the commit). */
+int ub_txn_chunk_ctx(struct ub_txn *t, struct ub_chunk_ctx *cc);
+/* Data space of len bytes, adding a data chunk when the existing ones are full (ub_chunk_reserve_data). */
+int ub_txn_reserve_data(struct ub_txn *t, uint64_t len, uint64_t hint, uint64_t *start);
+/* Before an operation needing about op_bytes of new metadata: ub_chunk_prepare (0, -EAGAIN, -ENOSPC). */
+int ub_txn_prepare(struct ub_txn *t, uint64_t op_bytes, int op);
 
 /* ---- commit pieces (extent_tree.c, space.c, commit_super.c) ---- */
 

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Space for the operations of a transaction: the chunk allocator
+ * (lib/alloc/chunk_alloc.h) works on the transaction's trees, which only the
+ * engine knows, so the engine lends it their root objects here. Callers above
+ * (the file API, mkfs --rootdir) ask through these instead of reserving from
+ * the allocator directly, so a full data or metadata type grows by a chunk
+ * the way the kernel's would.
+ */
+#include <errno.h>
+#include "txn.h"
+
+int ub_txn_chunk_ctx(struct ub_txn *t, struct ub_chunk_ctx *cc)
+{
+	struct ub_engine *e = t->e;
+	struct ub_eroot *dev;
+	int n = 0, ret;
+
+	ret = ub_engine_root(e, BTRFS_DEV_TREE_OBJECTID, &dev);
+	if (ret)
+		return ret;
+	/* the chunk tree lives in SYSTEM space: the metadata reserve is about the others */
+	for (struct ub_eroot *er = e->roots; er && n < (int)(sizeof(t->meta) / sizeof(t->meta[0])); er = er->next)
+		if (er != e->chunk_tree)
+			t->meta[n++] = &er->root;
+	*cc = (struct ub_chunk_ctx){
+		.tc = &e->tc,
+		.ta = ub_txn_ta(t),
+		.vol = e->vol,
+		.alloc = e->alloc,
+		.chunk_root = &e->chunk_tree->root,
+		.dev_root = &dev->root,
+		.extent_root = &e->extent_tree->root,
+		.fst_root = e->fst_tree ? &e->fst_tree->root : NULL,
+		.meta_roots = t->meta,
+		.nmeta_roots = n,
+	};
+	return 0;
+}
+
+int ub_txn_reserve_data(struct ub_txn *t, uint64_t len, uint64_t hint, uint64_t *start)
+{
+	struct ub_chunk_ctx cc;
+	int ret = ub_txn_chunk_ctx(t, &cc);
+
+	return ret ? ret : ub_chunk_reserve_data(&cc, len, hint, start);
+}
+
+int ub_txn_prepare(struct ub_txn *t, uint64_t op_bytes, int op)
+{
+	struct ub_chunk_ctx cc;
+	int ret = ub_txn_chunk_ctx(t, &cc);
+
+	return ret ? ret : ub_chunk_prepare(&cc, op_bytes, op);
+}
