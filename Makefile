@@ -50,7 +50,7 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/libubtrfs.a
 unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
-integration: $(BUILD)/ubtrfs
+integration: $(BUILD)/ubtrfs tools
 	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs /usr/bin/pytest-3 -q $$(/usr/bin/python3 -c 'import xdist' 2>/dev/null && printf -- '-n %s --dist loadgroup' "$${UBTRFS_TEST_JOBS:-2}") tests/integration $(PYTEST_ARGS)
 
 check: unit integration

@@ -117,3 +117,24 @@ def ubtrfs_bin(scratch):
 @pytest.fixture(scope="session", params=I.READ_IMAGES)
 def read_image(request, factory):
     return factory.image(request.param)
+
+
+# Modules that run the same read paths hundreds of times (every file of every image,
+# every damage variant, every differential configuration) skip LeakSanitizer's exit
+# scan, which is most of the cost of a short ASan run. Leaks are still caught by the
+# unit tests, the fuzzers and every other module, which run the same commands with
+# leak detection on.
+NO_LEAK_SCAN_MODULES = {"test_multidev", "test_damage", "test_differential", "test_mutation"}
+
+
+@pytest.fixture(autouse=True)
+def _leak_scan_policy(request):
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    old = os.environ.get("ASAN_OPTIONS")
+    if name in NO_LEAK_SCAN_MODULES:
+        os.environ["ASAN_OPTIONS"] = (old + ":" if old else "") + "detect_leaks=0"
+    yield
+    if old is None:
+        os.environ.pop("ASAN_OPTIONS", None)
+    else:
+        os.environ["ASAN_OPTIONS"] = old

@@ -57,7 +57,7 @@ def driver():
     if build.parent != T.REPO:
         pytest.skip("binary under test %s is not in a build directory of this tree" % build)
     san = "1" if build.name == "build-san" else "0"
-    T.run(["make", "-C", T.REPO, "SAN=" + san, str(path.relative_to(T.REPO))], timeout=900)
+    T.build_tool(san, path)
     return path
 
 

@@ -944,3 +944,12 @@ def shared_build(key, build, fallback_dir=None):
             json.dump(value, f)
         os.replace(tmp, done)
         return d, value
+
+
+def build_tool(san, path):
+    """Build a test driver with make, one build at a time machine-wide: pytest-xdist
+    workers build the same driver, and a link replacing the binary while another
+    worker runs it fails that run with ETXTBSY (`make integration` builds them
+    first, so this is normally a no-op)."""
+    with file_lock("/run/lock/ubtrfs-test-build.lock"):
+        run(["make", "-C", REPO, "SAN=" + san, str(path.relative_to(REPO))], timeout=900)
