@@ -31,20 +31,9 @@ MiB = T.MiB
 LONG = T.LONG_TESTS
 
 
-def driver_path():
-    ub = Path(os.environ.get("UBTRFS", str(T.REPO / "build" / "ubtrfs"))).resolve()
-    return ub.parent / "tests" / "tools" / "fileapi_driver"
-
-
 @pytest.fixture(scope="module")
 def driver():
-    path = driver_path()
-    build = path.parents[2]
-    if build.parent != T.REPO:
-        pytest.skip("binary under test %s is not in a build directory of this tree" % build)
-    san = "1" if build.name == "build-san" else "0"
-    T.build_tool(san, path)
-    return path
+    return T.test_tool("fileapi_driver")
 
 
 @pytest.fixture

@@ -953,3 +953,17 @@ def build_tool(san, path):
     first, so this is normally a no-op)."""
     with file_lock("/run/lock/ubtrfs-test-build.lock"):
         run(["make", "-C", REPO, "SAN=" + san, str(path.relative_to(REPO))], timeout=900)
+
+
+def test_tool(name):
+    """tests/tools/NAME from the build directory of the binary under test, built (or
+    skipped with the reason when that binary is not in a build directory of this tree)."""
+    import pytest
+    # the build directory itself, not the per-run snapshot of the binary
+    ub = Path(os.environ.get("UBTRFS", str(REPO / "build" / "ubtrfs"))).resolve()
+    path = ub.parent / "tests" / "tools" / name
+    build = path.parents[2]
+    if build.parent != REPO:
+        pytest.skip("binary under test %s is not in a build directory of this tree" % build)
+    build_tool("1" if build.name == "build-san" else "0", path)
+    return path
