@@ -106,7 +106,7 @@ static int bench_commit(struct ub_engine *e, unsigned n)
 			ub_txn_abort(t);
 		return ret;
 	}
-	blocks = e->tc.ndirty; /* grows during the commit (extent and space trees): a lower bound */
+	blocks = e->fs.tc.ndirty; /* grows during the commit (extent and space trees): a lower bound */
 	t0 = now();
 	ret = ub_txn_commit(t);
 	if (!ret)

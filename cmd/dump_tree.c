@@ -185,11 +185,14 @@ static const char *tree_title(uint64_t id)
 static void dump_all_roots(struct dumper *d, bool contents)
 {
 	struct ub_key key = { 0, 0, 0 };
+	struct ub_root rt;
 	struct ub_path p;
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search(&d->fs->tc, &d->fs->root_tree, &key, &p);
+	ret = ub_fs_tree_root(d->fs, BTRFS_ROOT_TREE_OBJECTID, &rt);
+	if (!ret)
+		ret = ub_tree_search(&d->fs->tc, &rt, &key, &p);
 	ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
 	while (ret == 0) {
 		const uint8_t *data;
@@ -333,17 +336,24 @@ int cmd_dump_tree(int argc, char **argv)
 		if (dump_tree_id(&d, tree))
 			d.rc = EXIT_FATAL;
 	} else if (roots_only) {
-		printf("root tree: %llu level %u\n", (unsigned long long)d.fs->root_tree.bytenr, d.fs->root_tree.level);
-		printf("chunk tree: %llu level %u\n", (unsigned long long)d.fs->chunk_tree.bytenr,
-		       d.fs->chunk_tree.level);
+		struct ub_root rt = { 0 }, ct = { 0 };
+
+		ub_fs_tree_root(d.fs, BTRFS_ROOT_TREE_OBJECTID, &rt);
+		ub_fs_tree_root(d.fs, BTRFS_CHUNK_TREE_OBJECTID, &ct);
+		printf("root tree: %llu level %u\n", (unsigned long long)rt.bytenr, rt.level);
+		printf("chunk tree: %llu level %u\n", (unsigned long long)ct.bytenr, ct.level);
 		dump_all_roots(&d, false);
 	} else {
 		char uuid[40];
 		const uint8_t *u = d.fs->vol->fsid;
+		struct ub_root rt = { 0 }, ct = { 0 };
+
+		ub_fs_tree_root(d.fs, BTRFS_ROOT_TREE_OBJECTID, &rt);
+		ub_fs_tree_root(d.fs, BTRFS_CHUNK_TREE_OBJECTID, &ct);
 		printf("root tree\n");
-		dump_root(&d, &d.fs->root_tree);
+		dump_root(&d, &rt);
 		printf("chunk tree\n");
-		dump_root(&d, &d.fs->chunk_tree);
+		dump_root(&d, &ct);
 		dump_all_roots(&d, true);
 		if (UB_GET(ub_disk_super, log_root, d.fs->vol->super))
 			dump_log(&d);

@@ -19,19 +19,26 @@ struct ub_fs_opts {
 	bool no_log;           /* ignore the fsync log tree */
 };
 
+struct ub_roots;
+struct ub_eroot;
+
+/*
+ * Trees are root objects (lib/tree/roots.h) in one table by objectid, shared
+ * with the write engine built on this fs. Readers use each tree's committed
+ * root (the last commit), copied through ub_fs_committed()/ub_fs_tree_root(),
+ * so they may run in another thread while a transaction is being built.
+ */
 struct ub_fs {
 	struct ub_log log;
 	struct ub_volume *vol;
 	struct ub_tree_ctx tc;
 	struct ub_fs_opts opts;
-	struct ub_root root_tree, chunk_tree;
-	/* global trees, bytenr 0 when absent */
-	struct ub_root extent_tree, dev_tree, csum_tree, uuid_tree, fst_tree, bgt_tree, quota_tree, rst_tree;
+	struct ub_roots *roots;
+	struct ub_eroot *root_tree, *chunk_tree;
+	/* global trees, NULL when absent */
+	struct ub_eroot *extent_tree, *dev_tree, *csum_tree, *uuid_tree, *fst_tree, *bgt_tree, *quota_tree, *rst_tree;
 	uint64_t incompat, compat_ro;
 	struct ub_replay *replay; /* the fsync log applied in memory, or NULL */
-	/* roots found lately: every inode lookup needs its subvolume's root, and reads never move it */
-	struct ub_root root_cache[16];
-	unsigned root_cache_next;
 };
 
 int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
@@ -41,9 +48,15 @@ void ub_fs_close(struct ub_fs *fs);
 int ub_fs_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_fs_opts *opts, const struct ub_log *log,
 		    struct ub_fs **out);
 
-/* The root of tree `objectid` from its ROOT_ITEM in the root tree (newest offset). */
-int ub_fs_find_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out);
-/* The root of a well-known tree by id: root/chunk trees from the superblock, others via ub_fs_find_root. */
+/*
+ * The root object of tree `objectid` (root and chunk trees from the
+ * superblock, others loaded on first use from the committed root tree):
+ * 0, -ENOENT, <0. The object lives until ub_fs_close.
+ */
+int ub_fs_root(struct ub_fs *fs, uint64_t objectid, struct ub_eroot **out);
+/* A copy of er's committed root: 0, or -ENOENT when er is NULL or its tree is empty (dropped, not committed). */
+int ub_fs_committed(struct ub_fs *fs, const struct ub_eroot *er, struct ub_root *out);
+/* The committed root of tree `objectid` (ub_fs_root + ub_fs_committed): 0, -ENOENT, <0. */
 int ub_fs_tree_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out);
 
 struct ub_timespec {

@@ -13,17 +13,18 @@ static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8
 	struct ub_key key = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, logical };
 	uint64_t end = logical + nsec * ss;
 	struct ub_path p;
+	struct ub_root csum;
 	int ret;
 
 	memset(have, 0, nsec);
-	if (!fs->csum_tree.bytenr) {
+	if (ub_fs_committed(fs, fs->csum_tree, &csum)) {
 		ub_replay_csums(fs, logical, nsec, csums, have);
 		return 0;
 	}
 	ub_path_init(&p);
-	ret = ub_tree_search_le(&fs->tc, &fs->csum_tree, &key, &p);
+	ret = ub_tree_search_le(&fs->tc, &csum, &key, &p);
 	if (ret == 1) {
-		ret = ub_tree_search(&fs->tc, &fs->csum_tree, &key, &p);
+		ret = ub_tree_search(&fs->tc, &csum, &key, &p);
 		ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
 	}
 	while (ret == 0) {

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include "ubtrfs/fs.h"
 #include "items.h"
+#include "fs_embed.h"
+#include "tree/roots.h"
 
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)
 #define RI(field, p) UB_GET(btrfs_root_item, field, p)
@@ -17,7 +19,7 @@ static int load_chunk_tree(struct ub_fs *fs)
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search(&fs->tc, &fs->chunk_tree, &key, &p);
+	ret = ub_tree_search(&fs->tc, &fs->chunk_tree->root, &key, &p);
 	if (ret == 2)
 		ret = ub_eb_nritems(p.nodes[0]) ? 0 : 1;
 	else if (ret == 1)
@@ -40,73 +42,35 @@ static int load_chunk_tree(struct ub_fs *fs)
 	return ret < 0 ? ret : 0;
 }
 
-int ub_fs_find_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out)
+int ub_fs_root(struct ub_fs *fs, uint64_t objectid, struct ub_eroot **out)
 {
-	struct ub_key key = { objectid, BTRFS_ROOT_ITEM_KEY, UINT64_MAX };
-	struct ub_path p;
-	const uint8_t *data;
-	uint32_t size;
-	int ret;
+	struct ub_root rt;
+	int ret = ub_roots_committed(fs->roots, fs->root_tree, &rt);
 
-	for (unsigned i = 0; i < 16; i++) {
-		if (fs->root_cache[i].bytenr && fs->root_cache[i].objectid == objectid) {
-			*out = fs->root_cache[i];
-			return 0;
-		}
-	}
-	ub_path_init(&p);
-	ret = ub_tree_search_le(&fs->tc, &fs->root_tree, &key, &p);
 	if (ret)
-		goto out;
-	ub_path_key(&p, &key);
-	if (key.objectid != objectid || key.type != BTRFS_ROOT_ITEM_KEY) {
-		ret = 1;
-		goto out;
-	}
-	data = ub_path_data(&p, &size);
-	/* legacy root items are shorter; the fields we need are in the old part */
-	if (size < offsetof(struct btrfs_root_item, generation_v2)) {
-		ret = -EUCLEAN;
-		goto out;
-	}
-	if (RI(level, data) >= UB_MAX_LEVEL || !RI(bytenr, data)) {
-		char t[64];
-		ub_err(&fs->log, "root tree: ROOT_ITEM of tree %s (leaf at logical %llu slot %d): invalid root "
-		       "pointer: bytenr %llu level %u", ub_tree_name(objectid, t, sizeof(t)),
-		       (unsigned long long)p.nodes[0]->start, p.slots[0], (unsigned long long)RI(bytenr, data),
-		       (unsigned)RI(level, data));
-		ret = -EUCLEAN;
-		goto out;
-	}
-	out->objectid = objectid;
-	out->bytenr = RI(bytenr, data);
-	out->generation = RI(generation, data);
-	out->level = (uint8_t)RI(level, data);
-	fs->root_cache[fs->root_cache_next++ % 16] = *out;
-out:
-	ub_path_release(&p);
-	return ret > 0 ? -ENOENT : ret;
+		return ret;
+	return ub_roots_load(fs->roots, &fs->tc, &rt, objectid, out);
+}
+
+int ub_fs_committed(struct ub_fs *fs, const struct ub_eroot *er, struct ub_root *out)
+{
+	return ub_roots_committed(fs->roots, er, out);
 }
 
 int ub_fs_tree_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out)
 {
-	if (objectid == BTRFS_ROOT_TREE_OBJECTID) {
-		*out = fs->root_tree;
-		return 0;
-	}
-	if (objectid == BTRFS_CHUNK_TREE_OBJECTID) {
-		*out = fs->chunk_tree;
-		return 0;
-	}
-	return ub_fs_find_root(fs, objectid, out);
+	struct ub_eroot *er;
+	int ret = ub_fs_root(fs, objectid, &er);
+
+	return ret ? ret : ub_roots_committed(fs->roots, er, out);
 }
 
-static void find_global(struct ub_fs *fs, uint64_t id, struct ub_root *r, bool expected)
+static void find_global(struct ub_fs *fs, uint64_t id, struct ub_eroot **er, bool expected)
 {
-	int ret = ub_fs_find_root(fs, id, r);
+	int ret = ub_fs_root(fs, id, er);
 
 	if (ret) {
-		memset(r, 0, sizeof(*r));
+		*er = NULL;
 		if (expected && ret != -ENOENT)
 			ub_warn(&fs->log, "cannot read the root item of tree %s: %s", ub_objectid_name(id),
 				strerror(-ret));
@@ -248,21 +212,14 @@ static void warn_features(struct ub_fs *fs)
 		ub_warn(&fs->log, "unknown incompatible feature flags 0x%llx: reading anyway", (unsigned long long)other);
 }
 
-/* From paths, or from devices already open when `devs` is set (then they are ours to close, whatever happens). */
-static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npaths, const struct ub_fs_opts *opts,
-		   const struct ub_log *log, struct ub_fs **out)
+int ub_fs_open_at(struct ub_fs *fs, const char *const *paths, struct ub_dev *const *devs, int npaths,
+		  const struct ub_fs_opts *opts, const struct ub_log *log)
 {
 	struct ub_volume_opts vopts = { .writable = false, .super_mirror = -1 };
-	struct ub_fs *fs;
+	struct ub_root r;
 	const uint8_t *sb;
 	int ret;
 
-	fs = calloc(1, sizeof(*fs));
-	if (!fs) {
-		for (int i = 0; devs && i < npaths; i++)
-			ub_dev_close(devs[i]);
-		return -ENOMEM;
-	}
 	if (log)
 		fs->log = *log;
 	else
@@ -274,6 +231,13 @@ static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npa
 	} else {
 		fs->opts.super_mirror = -1;
 	}
+	fs->roots = calloc(1, sizeof(*fs->roots));
+	if (!fs->roots) {
+		for (int i = 0; devs && i < npaths; i++)
+			ub_dev_close(devs[i]);
+		return -ENOMEM;
+	}
+	ub_roots_init(fs->roots);
 	ret = devs ? ub_volume_open_devs(devs, npaths, &vopts, &fs->log, &fs->vol)
 		   : ub_volume_open(paths, npaths, &vopts, &fs->log, &fs->vol);
 	if (ret)
@@ -284,10 +248,15 @@ static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npa
 	sb = fs->vol->super;
 	fs->incompat = SB(incompat_flags, sb);
 	fs->compat_ro = SB(compat_ro_flags, sb);
-	fs->chunk_tree = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, SB(chunk_root, sb),
-					   SB(chunk_root_generation, sb), (uint8_t)SB(chunk_root_level, sb) };
-	fs->root_tree = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, SB(root, sb), SB(generation, sb),
-					  (uint8_t)SB(root_level, sb) };
+	/* the two trees the superblock points at come first in the table */
+	r = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, SB(root, sb), SB(generation, sb), (uint8_t)SB(root_level, sb) };
+	ret = ub_roots_add(fs->roots, &r, false, &fs->root_tree);
+	r = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, SB(chunk_root, sb), SB(chunk_root_generation, sb),
+			      (uint8_t)SB(chunk_root_level, sb) };
+	if (!ret)
+		ret = ub_roots_add(fs->roots, &r, false, &fs->chunk_tree);
+	if (ret)
+		goto fail;
 	warn_features(fs);
 	ret = load_chunk_tree(fs);
 	if (ret) {
@@ -317,11 +286,31 @@ static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npa
 		else
 			ub_replay_log(fs);
 	}
-	*out = fs;
 	return 0;
 fail:
-	ub_fs_close(fs);
+	ub_fs_fini(fs);
 	return ret;
+}
+
+/* From paths, or from devices already open when `devs` is set (then they are ours to close, whatever happens). */
+static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npaths, const struct ub_fs_opts *opts,
+		   const struct ub_log *log, struct ub_fs **out)
+{
+	struct ub_fs *fs = calloc(1, sizeof(*fs));
+	int ret;
+
+	if (!fs) {
+		for (int i = 0; devs && i < npaths; i++)
+			ub_dev_close(devs[i]);
+		return -ENOMEM;
+	}
+	ret = ub_fs_open_at(fs, paths, devs, npaths, opts, log);
+	if (ret) {
+		free(fs);
+		return ret;
+	}
+	*out = fs;
+	return 0;
 }
 
 int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
@@ -336,12 +325,25 @@ int ub_fs_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_fs_op
 	return fs_open(NULL, devs, ndevs, opts, log, out);
 }
 
+void ub_fs_fini(struct ub_fs *fs)
+{
+	ub_replay_free(fs->replay);
+	fs->replay = NULL;
+	ub_tree_ctx_destroy(&fs->tc);
+	memset(&fs->tc, 0, sizeof(fs->tc));
+	ub_volume_close(fs->vol);
+	fs->vol = NULL;
+	if (fs->roots) {
+		ub_roots_destroy(fs->roots);
+		free(fs->roots);
+		fs->roots = NULL;
+	}
+}
+
 void ub_fs_close(struct ub_fs *fs)
 {
 	if (!fs)
 		return;
-	ub_replay_free(fs->replay);
-	ub_tree_ctx_destroy(&fs->tc);
-	ub_volume_close(fs->vol);
+	ub_fs_fini(fs);
 	free(fs);
 }

@@ -13,7 +13,7 @@ static int open_common(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct u
 	cur->set = disk_only ? NULL : ub_replay_lookup(fs, subvol, ino);
 	if (cur->set)
 		return 0;
-	return ub_fs_find_root(fs, subvol, &cur->root);
+	return ub_fs_tree_root(fs, subvol, &cur->root);
 }
 
 int ub_icur_open(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur)

@@ -191,8 +191,11 @@ static void resolve_subvol_entry(struct ub_fs *fs, uint64_t subvol, uint64_t dir
 	uint32_t size;
 	bool ok = false;
 
+	struct ub_root rt;
+
 	ub_path_init(&p);
-	if (ub_tree_lookup(&fs->tc, &fs->root_tree, &key, &p, &d, &size) == 0 && size >= sizeof(struct btrfs_root_ref)) {
+	if (ub_fs_committed(fs, fs->root_tree, &rt) == 0 &&
+	    ub_tree_lookup(&fs->tc, &rt, &key, &p, &d, &size) == 0 && size >= sizeof(struct btrfs_root_ref)) {
 		uint64_t dirid = UB_GET(btrfs_root_ref, dirid, d);
 		uint32_t nlen = (uint32_t)UB_GET(btrfs_root_ref, name_len, d);
 		ok = dirid == dir_ino && nlen == de->name_len && nlen <= size - sizeof(struct btrfs_root_ref) &&
@@ -395,9 +398,12 @@ int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de)
 		struct ub_path p;
 		const uint8_t *d;
 		uint32_t size;
+		struct ub_root rt;
 
 		ub_path_init(&p);
-		ret = ub_tree_lookup(&fs->tc, &fs->root_tree, &k, &p, &d, &size);
+		ret = ub_fs_committed(fs, fs->root_tree, &rt);
+		if (!ret)
+			ret = ub_tree_lookup(&fs->tc, &rt, &k, &p, &d, &size);
 		if (ret == 0 && size >= sizeof(struct btrfs_root_ref)) {
 			uint32_t nlen = (uint32_t)UB_GET(btrfs_root_ref, name_len, d);
 			found = UB_GET(btrfs_root_ref, dirid, d) == de->dir_ino && nlen == de->name_len &&

@@ -26,7 +26,7 @@ struct ub_itemset {
 struct ub_icur {
 	struct ub_fs *fs;
 	uint64_t subvol, ino;
-	struct ub_root root;
+	struct ub_root root; /* the committed root at open: the cursor reads one commit throughout */
 	struct ub_path path;
 	const struct ub_itemset *set; /* non-NULL: replayed inode */
 	size_t idx;

@@ -38,18 +38,18 @@
 /* the biggest extent one write makes (the kernel goes to 128 MiB; smaller keeps a reservation easy to place) */
 #define MAX_EXTENT (1024 * 1024ULL)
 
-static uint64_t ss_of(const struct fsw *w) { return w->e->vol->sectorsize; }
+static uint64_t ss_of(const struct fsw *w) { return w->e->fs.vol->sectorsize; }
 static uint64_t round_down_ss(const struct fsw *w, uint64_t v) { return v - v % ss_of(w); }
 static uint64_t round_up_ss(const struct fsw *w, uint64_t v) { return round_down_ss(w, v + ss_of(w) - 1); }
 
 static uint32_t max_inline(const struct fsw *w)
 {
-	uint32_t m = w->e->vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - INLINE_HDR;
+	uint32_t m = w->e->fs.vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - INLINE_HDR;
 
 	if (m > UB_FSW_MAX_INLINE_DEFAULT)
 		m = UB_FSW_MAX_INLINE_DEFAULT;
-	if (m > w->e->vol->sectorsize - 1)
-		m = w->e->vol->sectorsize - 1;
+	if (m > w->e->fs.vol->sectorsize - 1)
+		m = w->e->fs.vol->sectorsize - 1;
 	return m;
 }
 
@@ -116,7 +116,7 @@ static int extent_at(struct fsw *w, uint64_t ino, uint64_t pos, struct ub_key *k
 	if (ret == 0)
 		ret = 1;
 	if (ret < 0)
-		ub_err(&w->e->log, "tree %llu inode %llu: bad file extent item near offset %llu",
+		ub_err(&w->e->fs.log, "tree %llu inode %llu: bad file extent item near offset %llu",
 		       (unsigned long long)w->subvol, (unsigned long long)ino, (unsigned long long)pos);
 	return ret;
 }
@@ -166,7 +166,7 @@ static int read_range(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t o
 				size_t produced;
 				char why[128];
 				ret = ub_decompress((int)FE_GET(compression, fe), fe + INLINE_HDR, fsize - INLINE_HDR, tmp, ram,
-						    w->e->vol->sectorsize, &produced, why, sizeof(why));
+						    w->e->fs.vol->sectorsize, &produced, why, sizeof(why));
 			}
 			if (!ret) {
 				uint64_t from = pos > estart ? pos : estart, to = eend < end ? eend : end;
@@ -188,7 +188,7 @@ static int read_range(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t o
 
 			if (to > from && dbytenr != 0 && FE_GET(type, fe) == BTRFS_FILE_EXTENT_REG) {
 				if (FE_GET(compression, fe) == UB_COMPRESS_NONE) {
-					ret = ub_volume_read(w->e->vol, dbytenr + eoff + (from - estart), to - from, 0,
+					ret = ub_volume_read(w->e->fs.vol, dbytenr + eoff + (from - estart), to - from, 0,
 							     buf + (from - off));
 				} else {
 					uint64_t dlen = FE_GET(disk_num_bytes, fe), ram = FE_GET(ram_bytes, fe);
@@ -197,10 +197,10 @@ static int read_range(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t o
 					size_t produced;
 					char why[128];
 
-					ret = cin && cout ? ub_volume_read(w->e->vol, dbytenr, dlen, 0, cin) : -EUCLEAN;
+					ret = cin && cout ? ub_volume_read(w->e->fs.vol, dbytenr, dlen, 0, cin) : -EUCLEAN;
 					if (!ret)
 						ret = ub_decompress((int)FE_GET(compression, fe), cin, dlen, cout, ram,
-								    w->e->vol->sectorsize, &produced, why, sizeof(why));
+								    w->e->fs.vol->sectorsize, &produced, why, sizeof(why));
 					if (!ret && eoff + (to - estart) <= ram)
 						memcpy(buf + (from - off), cout + eoff + (from - estart), to - from);
 					else if (!ret)
@@ -228,12 +228,12 @@ static int csum_root(struct fsw *w, struct ub_eroot **out)
 static uint32_t csum_item_max(const struct fsw *w)
 {
 	/* the kernel's MAX_CSUM_ITEMS: two item headers' room kept in the leaf */
-	return (w->e->vol->nodesize - UB_HEADER_SIZE - 2 * UB_ITEM_SIZE) / w->e->vol->csum_size - 1;
+	return (w->e->fs.vol->nodesize - UB_HEADER_SIZE - 2 * UB_ITEM_SIZE) / w->e->fs.vol->csum_size - 1;
 }
 
 static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint64_t len)
 {
-	uint32_t cs = w->e->vol->csum_size, max = csum_item_max(w);
+	uint32_t cs = w->e->fs.vol->csum_size, max = csum_item_max(w);
 	uint64_t ss = ss_of(w), n = len / ss, done = 0;
 	struct ub_eroot *cr;
 	uint8_t *sums;
@@ -247,7 +247,7 @@ static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint
 		return -ENOMEM;
 	for (uint64_t i = 0; i < n && !ret; i++) {
 		uint8_t c[UB_CSUM_SIZE_MAX];
-		ret = ub_csum(w->e->vol->csum_type, data + i * ss, ss, c);
+		ret = ub_csum(w->e->fs.vol->csum_type, data + i * ss, ss, c);
 		memcpy(sums + i * cs, c, cs);
 	}
 	/* extend the item that ends where this extent starts, as the kernel does */
@@ -307,7 +307,7 @@ static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint
 /* remove every checksum of [start, start+len) (items trimmed or split at the edges) */
 static int csum_delete(struct fsw *w, uint64_t start, uint64_t len)
 {
-	uint32_t cs = w->e->vol->csum_size;
+	uint32_t cs = w->e->fs.vol->csum_size;
 	uint64_t ss = ss_of(w), end = start + len;
 	struct ub_eroot *cr;
 	int ret;
@@ -335,7 +335,7 @@ static int csum_delete(struct fsw *w, uint64_t start, uint64_t len)
 		}
 		if (size % cs) {
 			ub_path_release(&p);
-			ub_err(&w->e->log, "csum tree: EXTENT_CSUM %llu of %u bytes, not a multiple of %u",
+			ub_err(&w->e->fs.log, "csum tree: EXTENT_CSUM %llu of %u bytes, not a multiple of %u",
 			       (unsigned long long)k.offset, size, cs);
 			return -EUCLEAN;
 		}
@@ -391,14 +391,14 @@ static int maybe_free_csums(struct fsw *w, uint64_t bytenr, uint64_t num_bytes)
 		uint32_t size;
 
 		ub_path_init(&p);
-		ret = ub_tree_lookup(w->tc, &w->e->extent_tree->root, &k, &p, &d, &size);
+		ret = ub_tree_lookup(w->tc, &w->e->fs.extent_tree->root, &k, &p, &d, &size);
 		if (ret == 0 && size >= sizeof(struct btrfs_extent_item))
 			refs = (int64_t)UB_GET(btrfs_extent_item, refs, d);
 		else if (ret == 0)
 			ret = -EUCLEAN;
 		ub_path_release(&p);
 		if (ret) {
-			ub_err(&w->e->log, "data extent %llu (%llu bytes): no extent item (%d)", (unsigned long long)bytenr,
+			ub_err(&w->e->fs.log, "data extent %llu (%llu bytes): no extent item (%d)", (unsigned long long)bytenr,
 			       (unsigned long long)num_bytes, ret);
 			return ret == -ENOENT ? -EUCLEAN : ret;
 		}
@@ -545,7 +545,7 @@ static void note_compression(struct fsw *w, int ctype)
 	if (!bit || (w->e->incompat & bit))
 		return;
 	w->e->incompat |= bit;
-	UB_SET(ub_disk_super, incompat_flags, w->e->vol->super, w->e->incompat);
+	UB_SET(ub_disk_super, incompat_flags, w->e->fs.vol->super, w->e->incompat);
 }
 
 /* one new extent of n bytes at file offset pos: disk holds dbuf (dlen bytes; compressed when ctype) */
@@ -563,7 +563,7 @@ static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, co
 		return ret;
 	note_compression(w, ctype);
 	if (dbuf) {
-		ret = ub_volume_write(w->e->vol, start, dlen, dbuf);
+		ret = ub_volume_write(w->e->fs.vol, start, dlen, dbuf);
 		if (ret) {
 			ub_alloc_unreserve(w->e->alloc, start, dlen);
 			return ret;

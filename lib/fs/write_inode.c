@@ -46,7 +46,7 @@ int fsw_init_ro(struct fsw *w, struct ub_txn *t, uint64_t subvol)
 	memset(w, 0, sizeof(*w));
 	w->t = t;
 	w->e = t->e;
-	w->tc = &t->e->tc;
+	w->tc = &t->e->fs.tc;
 	w->ta = ub_txn_ta(t);
 	w->subvol = subvol;
 	if (subvol != BTRFS_FS_TREE_OBJECTID &&
@@ -73,7 +73,7 @@ int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol)
 		return -EAGAIN; /* snapshotted in this transaction: see write_subvol.c */
 	key = (struct ub_key){ subvol, BTRFS_ROOT_ITEM_KEY, w->fs->item_offset };
 	ub_path_init(&p);
-	ret = ub_tree_lookup(w->tc, &w->e->root_tree->root, &key, &p, &d, &size);
+	ret = ub_tree_lookup(w->tc, &w->e->fs.root_tree->root, &key, &p, &d, &size);
 	if (ret == 0 && size >= offsetof(struct btrfs_root_item, flags) + 8 &&
 	    (UB_GET(btrfs_root_item, flags, d) & BTRFS_ROOT_SUBVOL_RDONLY))
 		ret = -EROFS;
@@ -111,7 +111,7 @@ int fsw_inode_get(struct fsw *w, uint64_t ino, uint8_t ii[UB_II_SIZE])
 	ret = ub_tree_lookup(w->tc, &w->fs->root, &key, &p, &d, &size);
 	if (ret == 0) {
 		if (size < UB_II_SIZE) {
-			ub_err(&w->e->log, "tree %llu inode %llu: inode item of %u bytes, expected %u",
+			ub_err(&w->e->fs.log, "tree %llu inode %llu: inode item of %u bytes, expected %u",
 				     (unsigned long long)w->subvol, (unsigned long long)ino, size, UB_II_SIZE);
 			ret = -EUCLEAN;
 		} else {
@@ -728,9 +728,9 @@ int ub_fsw_symlink(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *
 	if (ret)
 		return ret;
 	/* the kernel's BTRFS_MAX_INLINE_DATA_SIZE, and below a sector (a symlink is one inline extent) */
-	max = w.e->vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - UB_FILE_EXTENT_INLINE_DATA_START;
-	if (max > w.e->vol->sectorsize - 1)
-		max = w.e->vol->sectorsize - 1;
+	max = w.e->fs.vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - UB_FILE_EXTENT_INLINE_DATA_START;
+	if (max > w.e->fs.vol->sectorsize - 1)
+		max = w.e->fs.vol->sectorsize - 1;
 	if (!target || tlen == 0)
 		return -EINVAL;
 	if (tlen > max)

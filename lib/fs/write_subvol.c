@@ -83,7 +83,7 @@ static int next_root_id(struct fsw *w, uint64_t *id)
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_le(w->tc, &w->e->root_tree->root, &key, &p);
+	ret = ub_tree_search_le(w->tc, &w->e->fs.root_tree->root, &key, &p);
 	if (ret == 0)
 		ub_path_key(&p, &key);
 	ub_path_release(&p);
@@ -175,10 +175,10 @@ static int link_subvol(struct fsw *w, uint64_t dir, const char *name, size_t len
 	UB_SET(btrfs_root_ref, name_len, ref, len);
 	memcpy(ref + RREF_SIZE, name, len);
 	key = (struct ub_key){ w->subvol, BTRFS_ROOT_REF_KEY, id };
-	ret = ub_tree_insert_item(w->tc, w->ta, &w->e->root_tree->root, &key, ref, RREF_SIZE + (uint32_t)len);
+	ret = ub_tree_insert_item(w->tc, w->ta, &w->e->fs.root_tree->root, &key, ref, RREF_SIZE + (uint32_t)len);
 	if (!ret) {
 		key = (struct ub_key){ id, BTRFS_ROOT_BACKREF_KEY, w->subvol };
-		ret = ub_tree_insert_item(w->tc, w->ta, &w->e->root_tree->root, &key, ref, RREF_SIZE + (uint32_t)len);
+		ret = ub_tree_insert_item(w->tc, w->ta, &w->e->fs.root_tree->root, &key, ref, RREF_SIZE + (uint32_t)len);
 	}
 	if (!ret)
 		ret = fsw_add_entry(w, dir, name, len, &loc, BTRFS_FT_DIR, index);
@@ -232,7 +232,7 @@ int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	II_SET(generation, ri, 1);
 	II_SET(size, ri, 3);
 	II_SET(nlink, ri, 1);
-	II_SET(nbytes, ri, w.e->vol->nodesize);
+	II_SET(nbytes, ri, w.e->fs.vol->nodesize);
 	II_SET(mode, ri, S_IFDIR | 0755);
 	RI_SET(generation, ri, t->transid);
 	RI_SET(root_dirid, ri, BTRFS_FIRST_FREE_OBJECTID);
@@ -246,7 +246,7 @@ int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	set_time(ri, offsetof(struct btrfs_root_item, ctime), &w.now);
 	set_time(ri, offsetof(struct btrfs_root_item, otime), &w.now);
 	key = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, 0 };
-	ret = ub_tree_insert_item(w.tc, w.ta, &w.e->root_tree->root, &key, ri, RI_SIZE);
+	ret = ub_tree_insert_item(w.tc, w.ta, &w.e->fs.root_tree->root, &key, ri, RI_SIZE);
 	if (!ret)
 		ret = ub_engine_add_root(w.e, &r, 0, 0, &er);
 	if (ret)
@@ -292,7 +292,7 @@ static int root_item_get(struct fsw *w, uint64_t id, uint64_t offset, uint8_t *r
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_lookup(w->tc, &w->e->root_tree->root, &key, &p, &d, &size);
+	ret = ub_tree_lookup(w->tc, &w->e->fs.root_tree->root, &key, &p, &d, &size);
 	if (ret == 0) {
 		memset(ri, 0, RI_SIZE);
 		memcpy(ri, d, size < RI_SIZE ? size : RI_SIZE);
@@ -351,7 +351,7 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 	set_time(ri, offsetof(struct btrfs_root_item, otime), &w.now);
 	memset(ri + offsetof(struct btrfs_root_item, stime), 0, 2 * sizeof(struct btrfs_timespec));
 	key = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, t->transid };
-	ret = ub_tree_insert_item(w.tc, w.ta, &w.e->root_tree->root, &key, ri, RI_SIZE);
+	ret = ub_tree_insert_item(w.tc, w.ta, &w.e->fs.root_tree->root, &key, ri, RI_SIZE);
 	if (!ret)
 		ret = ub_engine_add_root(w.e, &snap, t->transid, t->transid, &er);
 	if (!ret)
@@ -378,7 +378,7 @@ int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t 
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_lookup(w->tc, &w->e->root_tree->root, &key, &p, &d, &size);
+	ret = ub_tree_lookup(w->tc, &w->e->fs.root_tree->root, &key, &p, &d, &size);
 	if (ret == 0 && size >= RREF_SIZE)
 		index = UB_GET(btrfs_root_ref, sequence, d);
 	else if (ret == 0)
@@ -388,10 +388,10 @@ int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t 
 		return ret == -ENOENT ? -EUCLEAN : ret;
 	ret = fsw_del_entry(w, olddir, oldname, oldlen, index);
 	if (!ret)
-		ret = fsw_del_key(w, &w->e->root_tree->root, &key);
+		ret = fsw_del_key(w, &w->e->fs.root_tree->root, &key);
 	if (!ret) {
 		key = (struct ub_key){ id, BTRFS_ROOT_BACKREF_KEY, w->subvol };
-		ret = fsw_del_key(w, &w->e->root_tree->root, &key);
+		ret = fsw_del_key(w, &w->e->fs.root_tree->root, &key);
 	}
 	if (!ret)
 		ret = link_subvol(w, newdir, newname, newlen, id);
@@ -405,7 +405,7 @@ static int has_key(struct fsw *w, const struct ub_key *from, const struct ub_key
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search(w->tc, &w->e->root_tree->root, from, &p);
+	ret = ub_tree_search(w->tc, &w->e->fs.root_tree->root, from, &p);
 	if (ret == 0 || ret == 1) {
 		ub_path_key(&p, &k);
 		ret = ub_key_cmp(&k, to) <= 0;
@@ -452,7 +452,7 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	/* the ROOT_REF names the index of the dir entry */
 	key = (struct ub_key){ subvol, BTRFS_ROOT_REF_KEY, id };
 	ub_path_init(&p);
-	ret = ub_tree_lookup(w.tc, &w.e->root_tree->root, &key, &p, &d, &size);
+	ret = ub_tree_lookup(w.tc, &w.e->fs.root_tree->root, &key, &p, &d, &size);
 	if (ret == 0 && size >= RREF_SIZE)
 		index = UB_GET(btrfs_root_ref, sequence, d);
 	else if (ret == 0)
@@ -462,10 +462,10 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 		return ret == -ENOENT ? -EUCLEAN : ret;
 	ret = fsw_del_entry(&w, dir, name, len, index);
 	if (!ret)
-		ret = fsw_del_key(&w, &w.e->root_tree->root, &key);
+		ret = fsw_del_key(&w, &w.e->fs.root_tree->root, &key);
 	if (!ret) {
 		key = (struct ub_key){ id, BTRFS_ROOT_BACKREF_KEY, subvol };
-		ret = fsw_del_key(&w, &w.e->root_tree->root, &key);
+		ret = fsw_del_key(&w, &w.e->fs.root_tree->root, &key);
 	}
 	if (!ret)
 		ret = root_item_get(&w, id, er->item_offset, ri);
@@ -483,7 +483,7 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	/* refs 0 and an ORPHAN item: a dead root for the cleaner */
 	key = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, er->item_offset };
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(w.tc, w.ta, &w.e->root_tree->root, &key, &p, 0, true);
+	ret = ub_tree_search_slot(w.tc, w.ta, &w.e->fs.root_tree->root, &key, &p, 0, true);
 	if (ret == 0) {
 		uint8_t *m = ub_path_data_mut(&p, &size);
 		if (m && size >= offsetof(struct btrfs_root_item, refs) + 4) {
@@ -499,7 +499,7 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	key = (struct ub_key){ BTRFS_ORPHAN_OBJECTID, BTRFS_ORPHAN_ITEM_KEY, id };
 	{
 		static const uint8_t none[1];
-		return ub_tree_insert_item(w.tc, w.ta, &w.e->root_tree->root, &key, none, 0);
+		return ub_tree_insert_item(w.tc, w.ta, &w.e->fs.root_tree->root, &key, none, 0);
 	}
 }
 

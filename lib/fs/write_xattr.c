@@ -75,7 +75,7 @@ int ub_fsw_setxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
 	if (!value && vlen)
 		return -EINVAL;
 	/* the kernel's BTRFS_MAX_XATTR_SIZE: one record alone in a leaf */
-	max = w.e->vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - UB_DI_SIZE;
+	max = w.e->fs.vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - UB_DI_SIZE;
 	if (nlen + vlen > max)
 		return -E2BIG;
 	ret = find(&w, ino, name, nlen, NULL, NULL);
@@ -182,7 +182,7 @@ int ub_fsw_listxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, char *buf,
 			uint32_t es = UB_DI_SIZE + nl + (uint32_t)UB_GET(btrfs_dir_item, data_len, d + at);
 
 			if (at + es > dsize) {
-				ub_err(&w.e->log, "tree %llu inode %llu: XATTR_ITEM %llu: record runs past the item",
+				ub_err(&w.e->fs.log, "tree %llu inode %llu: XATTR_ITEM %llu: record runs past the item",
 				       (unsigned long long)subvol, (unsigned long long)ino, (unsigned long long)k.offset);
 				ub_tree_iter_end(&it);
 				return -EUCLEAN;

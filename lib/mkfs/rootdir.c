@@ -69,18 +69,18 @@ static void fill_cc(struct rd *r)
 {
 	int n = 0;
 
-	for (struct ub_eroot *er = r->e->roots; er && n < 64; er = er->next)
-		if (er != r->e->chunk_tree)
+	for (struct ub_eroot *er = ub_roots_first(r->e->fs.roots); er && n < 64; er = ub_roots_next(er))
+		if (er != r->e->fs.chunk_tree && er->root.bytenr)
 			r->meta[n++] = &er->root;
 	r->cc = (struct ub_chunk_ctx){
-		.tc = &r->e->tc,
+		.tc = &r->e->fs.tc,
 		.ta = ub_txn_ta(r->t),
-		.vol = r->e->vol,
+		.vol = r->e->fs.vol,
 		.alloc = r->e->alloc,
-		.chunk_root = &r->e->chunk_tree->root,
+		.chunk_root = &r->e->fs.chunk_tree->root,
 		.dev_root = &r->dev_root->root,
-		.extent_root = &r->e->extent_tree->root,
-		.fst_root = r->e->fst_tree ? &r->e->fst_tree->root : NULL,
+		.extent_root = &r->e->fs.extent_tree->root,
+		.fst_root = r->e->fs.fst_tree ? &r->e->fs.fst_tree->root : NULL,
 		.meta_roots = r->meta,
 		.nmeta_roots = n,
 	};
@@ -138,7 +138,7 @@ static int prepare(struct rd *r, unsigned items)
 	ret = ub_engine_root(r->e, FS_TREE, &fs);
 	if (ret)
 		return ret;
-	bytes = (uint64_t)r->e->vol->nodesize * ub_chunk_op_blocks(fs->root.level) * items;
+	bytes = (uint64_t)r->e->fs.vol->nodesize * ub_chunk_op_blocks(fs->root.level) * items;
 	for (int tries = 0;; tries++) {
 		fill_cc(r);
 		ret = ub_chunk_prepare(&r->cc, bytes, UB_CHUNK_OP_ADD);

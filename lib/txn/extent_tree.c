@@ -55,7 +55,7 @@ static void ref_str(const struct ub_ref *r, char *buf, size_t len)
 
 static struct ub_root *extent_root(struct ub_txn *t)
 {
-	return &t->e->extent_tree->root;
+	return &t->e->fs.extent_tree->root;
 }
 
 /* Is there any keyed back reference of the extent at bytenr? */
@@ -66,7 +66,7 @@ static int has_keyed_refs(struct ub_txn *t, uint64_t bytenr)
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search(&t->e->tc, extent_root(t), &key, &p);
+	ret = ub_tree_search(&t->e->fs.tc, extent_root(t), &key, &p);
 	if (ret >= 0 && ret < 2) {
 		ub_path_key(&p, &key);
 		ret = key.objectid == bytenr && key.type < BTRFS_BLOCK_GROUP_ITEM_KEY;
@@ -91,7 +91,7 @@ static int find_keyed(struct ub_txn *t, uint64_t bytenr, const struct ub_ref *r,
 	ub_ref_key(r, bytenr, key);
 	for (unsigned probe = 0;; probe++) {
 		ub_path_init(&p);
-		ret = ub_tree_lookup(&t->e->tc, extent_root(t), key, &p, &d, &size);
+		ret = ub_tree_lookup(&t->e->fs.tc, extent_root(t), key, &p, &d, &size);
 		if (ret == -ENOENT) {
 			ub_path_release(&p);
 			return 1;
@@ -131,26 +131,26 @@ static int change_keyed(struct ub_txn *t, const struct ub_dref_head *h, const st
 		uint8_t body[sizeof(struct btrfs_extent_data_ref)];
 
 		if (delta < 0 || delta > UINT32_MAX) {
-			ub_err(&e->log, "extent tree: extent at logical %llu: dropping %s, which it does not hold",
+			ub_err(&e->fs.log, "extent tree: extent at logical %llu: dropping %s, which it does not hold",
 			       (unsigned long long)h->bytenr, rs);
 			return -EUCLEAN;
 		}
 		ub_keyed_ref_write(body, r, (uint32_t)delta);
-		return ub_tree_insert_item(&e->tc, &t->ta, extent_root(t), &key, body, ub_ref_keyed_size(r->type));
+		return ub_tree_insert_item(&e->fs.tc, &t->ta, extent_root(t), &key, body, ub_ref_keyed_size(r->type));
 	}
 	if ((int64_t)count + delta < 0 || (int64_t)count + delta > UINT32_MAX ||
 	    (delta > 0 && (r->type == BTRFS_TREE_BLOCK_REF_KEY || r->type == BTRFS_SHARED_BLOCK_REF_KEY))) {
-		ub_err(&e->log, "extent tree: extent at logical %llu: %s count %u cannot change by %lld",
+		ub_err(&e->fs.log, "extent tree: extent at logical %llu: %s count %u cannot change by %lld",
 		       (unsigned long long)h->bytenr, rs, count, (long long)delta);
 		return -EUCLEAN;
 	}
 	ub_path_init(&p);
 	if ((int64_t)count + delta == 0) {
-		ret = ub_tree_search_slot(&e->tc, &t->ta, extent_root(t), &key, &p, -1, true);
+		ret = ub_tree_search_slot(&e->fs.tc, &t->ta, extent_root(t), &key, &p, -1, true);
 		if (ret == 0)
-			ret = ub_tree_del_items(&e->tc, &t->ta, extent_root(t), &p, p.slots[0], 1);
+			ret = ub_tree_del_items(&e->fs.tc, &t->ta, extent_root(t), &p, p.slots[0], 1);
 	} else {
-		ret = ub_tree_search_slot(&e->tc, &t->ta, extent_root(t), &key, &p, 0, true);
+		ret = ub_tree_search_slot(&e->fs.tc, &t->ta, extent_root(t), &key, &p, 0, true);
 		if (ret == 0) {
 			uint32_t size;
 			uint8_t *d = ub_path_data_mut(&p, &size);
@@ -189,9 +189,9 @@ static int change_ref(struct ub_txn *t, const struct ub_dref_head *h, const stru
 			return keyed;
 	}
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&e->tc, &t->ta, extent_root(t), &key, &p, delta > 0 ? (int)isz : 0, true);
+	ret = ub_tree_search_slot(&e->fs.tc, &t->ta, extent_root(t), &key, &p, delta > 0 ? (int)isz : 0, true);
 	if (ret > 0) {
-		ub_err(&e->log, "extent tree: no extent item (%llu %u %llu) for a reference change (%s)",
+		ub_err(&e->fs.log, "extent tree: no extent item (%llu %u %llu) for a reference change (%s)",
 		       (unsigned long long)key.objectid, key.type, (unsigned long long)key.offset, rs);
 		ret = -EUCLEAN;
 	}
@@ -200,7 +200,7 @@ static int change_ref(struct ub_txn *t, const struct ub_dref_head *h, const stru
 	d = ub_path_data_mut(&p, &size);
 	ret = ub_inline_ref_find(d, size, r, &pos, &count);
 	if (ret < 0) {
-		ub_err(&e->log, "extent tree: extent item (%llu %u %llu): inline references do not parse",
+		ub_err(&e->fs.log, "extent tree: extent item (%llu %u %llu): inline references do not parse",
 		       (unsigned long long)key.objectid, key.type, (unsigned long long)key.offset);
 		goto out;
 	}
@@ -208,14 +208,14 @@ static int change_ref(struct ub_txn *t, const struct ub_dref_head *h, const stru
 		int64_t n = (int64_t)count + delta;
 
 		if (n < 0 || n > UINT32_MAX || (delta > 0 && block_ref)) {
-			ub_err(&e->log, "extent tree: extent at logical %llu: inline %s count %u cannot change by %lld",
+			ub_err(&e->fs.log, "extent tree: extent at logical %llu: inline %s count %u cannot change by %lld",
 			       (unsigned long long)h->bytenr, rs, count, (long long)delta);
 			ret = -EUCLEAN;
 			goto out;
 		}
 		if (n == 0) {
 			memmove(d + pos, d + pos + isz, size - pos - isz);
-			ub_tree_truncate_item(&e->tc, &p, size - isz, true);
+			ub_tree_truncate_item(&e->fs.tc, &p, size - isz, true);
 		} else {
 			ub_inline_ref_set_count(d + pos, r->type, (uint32_t)n);
 		}
@@ -223,8 +223,8 @@ static int change_ref(struct ub_txn *t, const struct ub_dref_head *h, const stru
 		goto out;
 	}
 	/* not inline: keyed, or a new inline ref if it fits and no keyed ref exists */
-	if (delta > 0 && !keyed && size + isz < ub_max_extent_item_size(e->vol->nodesize) && delta <= UINT32_MAX) {
-		ret = ub_tree_extend_item(&e->tc, &t->ta, extent_root(t), &p, isz);
+	if (delta > 0 && !keyed && size + isz < ub_max_extent_item_size(e->fs.vol->nodesize) && delta <= UINT32_MAX) {
+		ret = ub_tree_extend_item(&e->fs.tc, &t->ta, extent_root(t), &p, isz);
 		if (ret)
 			goto out;
 		d = ub_path_data_mut(&p, &size);
@@ -254,9 +254,9 @@ static int finish_extent(struct ub_txn *t, const struct ub_dref_head *h, bool *f
 	*freed = false;
 	head_key(h, &key);
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&e->tc, &t->ta, extent_root(t), &key, &p, -1, true);
+	ret = ub_tree_search_slot(&e->fs.tc, &t->ta, extent_root(t), &key, &p, -1, true);
 	if (ret > 0) {
-		ub_err(&e->log, "extent tree: no extent item (%llu %u %llu) to change the count of",
+		ub_err(&e->fs.log, "extent tree: no extent item (%llu %u %llu) to change the count of",
 		       (unsigned long long)key.objectid, key.type, (unsigned long long)key.offset);
 		ret = -EUCLEAN;
 	}
@@ -269,20 +269,20 @@ static int finish_extent(struct ub_txn *t, const struct ub_dref_head *h, bool *f
 	}
 	refs = (int64_t)EI(refs, d) + h->total_delta;
 	if (refs < 0) {
-		ub_err(&e->log, "extent tree: extent at logical %llu has %llu references, %lld dropped",
+		ub_err(&e->fs.log, "extent tree: extent at logical %llu has %llu references, %lld dropped",
 		       (unsigned long long)h->bytenr, (unsigned long long)EI(refs, d), (long long)-h->total_delta);
 		ret = -EUCLEAN;
 		goto out;
 	}
 	if (refs == 0) {
 		if (size != UB_EXTENT_ITEM_SIZE) {
-			ub_err(&e->log, "extent tree: extent at logical %llu has no references left but its item "
+			ub_err(&e->fs.log, "extent tree: extent at logical %llu has no references left but its item "
 			       "still holds %u bytes of inline references", (unsigned long long)h->bytenr,
 			       size - UB_EXTENT_ITEM_SIZE);
 			ret = -EUCLEAN;
 			goto out;
 		}
-		ret = ub_tree_del_items(&e->tc, &t->ta, extent_root(t), &p, p.slots[0], 1);
+		ret = ub_tree_del_items(&e->fs.tc, &t->ta, extent_root(t), &p, p.slots[0], 1);
 		*freed = !ret;
 		goto out;
 	}
@@ -306,9 +306,9 @@ static int insert_extent(struct ub_txn *t, const struct ub_dref_head *h)
 	UB_SET(btrfs_extent_item, generation, item, t->transid);
 	UB_SET(btrfs_extent_item, flags, item,
 	       (h->is_data ? BTRFS_EXTENT_FLAG_DATA : BTRFS_EXTENT_FLAG_TREE_BLOCK) | h->set_flags);
-	ret = ub_tree_insert_item(&e->tc, &t->ta, extent_root(t), &key, item, sizeof(item));
+	ret = ub_tree_insert_item(&e->fs.tc, &t->ta, extent_root(t), &key, item, sizeof(item));
 	if (ret == -EEXIST) {
-		ub_err(&e->log, "extent tree: new extent at logical %llu already has an extent item",
+		ub_err(&e->fs.log, "extent tree: new extent at logical %llu already has an extent item",
 		       (unsigned long long)h->bytenr);
 		ret = -EUCLEAN;
 	}
@@ -332,7 +332,7 @@ static int del_csums(struct ub_txn *t, uint64_t b, uint64_t len)
 {
 	struct ub_engine *e = t->e;
 	struct ub_eroot *er;
-	uint64_t end = b + len, ss = e->vol->sectorsize, cs = e->vol->csum_size;
+	uint64_t end = b + len, ss = e->fs.vol->sectorsize, cs = e->fs.vol->csum_size;
 	int ret = ub_engine_root(e, BTRFS_CSUM_TREE_OBJECTID, &er);
 
 	if (ret)
@@ -346,7 +346,7 @@ static int del_csums(struct ub_txn *t, uint64_t b, uint64_t len)
 
 		/* the last item at or before end - 1 (maybe in an earlier leaf), then a writable path to it */
 		ub_path_init(&p);
-		ret = ub_tree_search_le(&e->tc, &er->root, &key, &p);
+		ret = ub_tree_search_le(&e->fs.tc, &er->root, &key, &p);
 		if (ret == 0)
 			ub_path_key(&p, &k);
 		ub_path_release(&p);
@@ -354,7 +354,7 @@ static int del_csums(struct ub_txn *t, uint64_t b, uint64_t len)
 			return ret > 0 ? 0 : ret;
 		if (k.objectid != BTRFS_EXTENT_CSUM_OBJECTID || k.type != BTRFS_EXTENT_CSUM_KEY)
 			return 0;
-		ret = ub_tree_search_slot(&e->tc, &t->ta, &er->root, &k, &p, -1, true);
+		ret = ub_tree_search_slot(&e->fs.tc, &t->ta, &er->root, &k, &p, -1, true);
 		d = ret == 0 ? ub_path_data_mut(&p, &size) : NULL;
 		if (!d) {
 			ub_path_release(&p);
@@ -376,15 +376,15 @@ static int del_csums(struct ub_txn *t, uint64_t b, uint64_t len)
 			memcpy(tail, d + (end - s) / ss * cs, tail_len);
 		}
 		if (s >= b) {
-			ret = ub_tree_del_items(&e->tc, &t->ta, &er->root, &p, p.slots[0], 1);
+			ret = ub_tree_del_items(&e->fs.tc, &t->ta, &er->root, &p, p.slots[0], 1);
 		} else {
-			ub_tree_truncate_item(&e->tc, &p, (uint32_t)((b - s) / ss * cs), true);
+			ub_tree_truncate_item(&e->fs.tc, &p, (uint32_t)((b - s) / ss * cs), true);
 			ub_path_mark_dirty(&p);
 		}
 		ub_path_release(&p);
 		if (!ret && tail) {
 			key.offset = end;
-			ret = ub_tree_insert_item(&e->tc, &t->ta, &er->root, &key, tail, tail_len);
+			ret = ub_tree_insert_item(&e->fs.tc, &t->ta, &er->root, &key, tail, tail_len);
 		}
 		free(tail);
 		if (ret || s <= b)
@@ -401,7 +401,7 @@ static int run_head(struct ub_txn *t, const struct ub_dref_head *h)
 	if (h->new_extent) {
 		if (h->total_delta <= 0) {
 			if (h->nrefs || h->total_delta) {
-				ub_err(&e->log, "transaction %llu: new extent at logical %llu: references dropped below "
+				ub_err(&e->fs.log, "transaction %llu: new extent at logical %llu: references dropped below "
 				       "zero", (unsigned long long)t->transid, (unsigned long long)h->bytenr);
 				return -EUCLEAN;
 			}
@@ -450,7 +450,7 @@ int ub_txn_run_refs(struct ub_txn *t)
 	while ((ret = ub_dref_pop_head(t->refs, &h)) == 0) {
 		ret = run_head(t, h);
 		if (ret) {
-			ub_err(&t->e->log, "transaction %llu: cannot apply the reference changes of the %s extent at "
+			ub_err(&t->e->fs.log, "transaction %llu: cannot apply the reference changes of the %s extent at "
 			       "logical %llu: %s", (unsigned long long)t->transid, h->is_data ? "data" : "tree block",
 			       (unsigned long long)h->bytenr, strerror(-ret));
 			ub_dref_head_free(h);

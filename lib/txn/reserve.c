@@ -20,18 +20,19 @@ int ub_txn_chunk_ctx(struct ub_txn *t, struct ub_chunk_ctx *cc)
 	if (ret)
 		return ret;
 	/* the chunk tree lives in SYSTEM space: the metadata reserve is about the others */
-	for (struct ub_eroot *er = e->roots; er && n < (int)(sizeof(t->meta) / sizeof(t->meta[0])); er = er->next)
-		if (er != e->chunk_tree)
+	for (struct ub_eroot *er = ub_roots_first(e->fs.roots); er && n < (int)(sizeof(t->meta) / sizeof(t->meta[0]));
+	     er = ub_roots_next(er))
+		if (er != e->fs.chunk_tree && er->root.bytenr)
 			t->meta[n++] = &er->root;
 	*cc = (struct ub_chunk_ctx){
-		.tc = &e->tc,
+		.tc = &e->fs.tc,
 		.ta = ub_txn_ta(t),
-		.vol = e->vol,
+		.vol = e->fs.vol,
 		.alloc = e->alloc,
-		.chunk_root = &e->chunk_tree->root,
+		.chunk_root = &e->fs.chunk_tree->root,
 		.dev_root = &dev->root,
-		.extent_root = &e->extent_tree->root,
-		.fst_root = e->fst_tree ? &e->fst_tree->root : NULL,
+		.extent_root = &e->fs.extent_tree->root,
+		.fst_root = e->fs.fst_tree ? &e->fs.fst_tree->root : NULL,
 		.meta_roots = t->meta,
 		.nmeta_roots = n,
 	};

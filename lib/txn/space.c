@@ -26,7 +26,7 @@ struct space_ctx {
 
 static struct ub_root *fst(struct ub_txn *t)
 {
-	return &t->e->fst_tree->root;
+	return &t->e->fs.fst_tree->root;
 }
 
 static int del_key(struct ub_txn *t, struct ub_root *root, const struct ub_key *key)
@@ -35,9 +35,9 @@ static int del_key(struct ub_txn *t, struct ub_root *root, const struct ub_key *
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&t->e->tc, &t->ta, root, key, &p, -1, true);
+	ret = ub_tree_search_slot(&t->e->fs.tc, &t->ta, root, key, &p, -1, true);
 	if (ret == 0)
-		ret = ub_tree_del_items(&t->e->tc, &t->ta, root, &p, p.slots[0], 1);
+		ret = ub_tree_del_items(&t->e->fs.tc, &t->ta, root, &p, p.slots[0], 1);
 	else if (ret > 0)
 		ret = -ENOENT;
 	ub_path_release(&p);
@@ -47,7 +47,7 @@ static int del_key(struct ub_txn *t, struct ub_root *root, const struct ub_key *
 static int ins_extent(struct ub_txn *t, uint64_t start, uint64_t len)
 {
 	struct ub_key k = { start, BTRFS_FREE_SPACE_EXTENT_KEY, len };
-	return ub_tree_insert_item(&t->e->tc, &t->ta, fst(t), &k, NULL, 0);
+	return ub_tree_insert_item(&t->e->fs.tc, &t->ta, fst(t), &k, NULL, 0);
 }
 
 /* The free space extent item holding byte `pos` of block group d: 0 and *out, 1 if none. */
@@ -58,7 +58,7 @@ static int extent_at(struct ub_txn *t, const struct ub_bg_delta *d, uint64_t pos
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_le(&t->e->tc, fst(t), &key, &p);
+	ret = ub_tree_search_le(&t->e->fs.tc, fst(t), &key, &p);
 	if (ret == 0) {
 		ub_path_key(&p, out);
 		ret = out->type == BTRFS_FREE_SPACE_EXTENT_KEY && out->objectid >= d->start &&
@@ -80,7 +80,7 @@ static int extent_starting(struct ub_txn *t, const struct ub_bg_delta *d, uint64
 	if (pos >= d->start + d->length)
 		return 1;
 	ub_path_init(&p);
-	ret = ub_tree_search(&t->e->tc, fst(t), &key, &p);
+	ret = ub_tree_search(&t->e->fs.tc, fst(t), &key, &p);
 	if (ret == 0 || ret == 1) {
 		ub_path_key(&p, out);
 		ret = out->objectid == pos && out->type == BTRFS_FREE_SPACE_EXTENT_KEY ? 0 : 1;
@@ -93,7 +93,7 @@ static int extent_starting(struct ub_txn *t, const struct ub_bg_delta *d, uint64
 
 static int bg_error(struct ub_txn *t, const struct ub_bg_delta *d, const char *what, uint64_t s, uint64_t l)
 {
-	ub_err(&t->e->log, "free space tree: block group %llu (length %llu): %s [%llu, +%llu)",
+	ub_err(&t->e->fs.log, "free space tree: block group %llu (length %llu): %s [%llu, +%llu)",
 	       (unsigned long long)d->start, (unsigned long long)d->length, what, (unsigned long long)s,
 	       (unsigned long long)l);
 	return -EUCLEAN;
@@ -172,7 +172,7 @@ static int fst_rewrite(struct ub_txn *t, const struct ub_bg_delta *d, int64_t *c
 		struct ub_path p;
 
 		ub_path_init(&p);
-		ret = ub_tree_search(&t->e->tc, fst(t), &key, &p);
+		ret = ub_tree_search(&t->e->fs.tc, fst(t), &key, &p);
 		if (ret == 0 || ret == 1) {
 			ub_path_key(&p, &k);
 			ret = k.objectid < d->start + d->length &&
@@ -213,7 +213,7 @@ static int update_fst(struct ub_txn *t, const struct ub_bg_delta *d)
 	const uint8_t *di;
 
 	ub_path_init(&p);
-	ret = ub_tree_lookup(&t->e->tc, fst(t), &key, &p, &di, &size);
+	ret = ub_tree_lookup(&t->e->fs.tc, fst(t), &key, &p, &di, &size);
 	if (ret == 0 && size < sizeof(struct btrfs_free_space_info))
 		ret = -EUCLEAN;
 	if (ret == 0) {
@@ -239,7 +239,7 @@ static int update_fst(struct ub_txn *t, const struct ub_bg_delta *d)
 		return bg_error(t, d, "free extent count disagrees with the allocator after the update; block group",
 				d->start, d->length);
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&t->e->tc, &t->ta, fst(t), &key, &p, 0, true);
+	ret = ub_tree_search_slot(&t->e->fs.tc, &t->ta, fst(t), &key, &p, 0, true);
 	if (ret == 0) {
 		info = ub_path_data_mut(&p, &size);
 		UB_SET(btrfs_free_space_info, extent_count, info, (uint64_t)count);
@@ -258,7 +258,7 @@ static int update_bg_item(struct ub_txn *t, const struct ub_bg_delta *d)
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&t->e->tc, &t->ta, &t->e->extent_tree->root, &key, &p, 0, true);
+	ret = ub_tree_search_slot(&t->e->fs.tc, &t->ta, &t->e->fs.extent_tree->root, &key, &p, 0, true);
 	if (ret == 0) {
 		uint8_t *bi = ub_path_data_mut(&p, &size);
 		if (size < sizeof(struct btrfs_block_group_item)) {
@@ -282,12 +282,12 @@ static int one_bg(void *arg, const struct ub_bg_delta *d)
 
 	sc->nbgs++;
 	if (d->is_new) {
-		ub_err(&t->e->log, "block group %llu is new: adding block groups is not supported by this round of "
+		ub_err(&t->e->fs.log, "block group %llu is new: adding block groups is not supported by this round of "
 		       "the engine", (unsigned long long)d->start);
 		return -EOPNOTSUPP;
 	}
 	ret = update_bg_item(t, d);
-	if (!ret && t->e->fst_tree)
+	if (!ret && t->e->fs.fst_tree)
 		ret = update_fst(t, d);
 	return ret;
 }

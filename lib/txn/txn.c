@@ -44,10 +44,7 @@
 /* The root object the tree layer is changing (it only ever works on ours). */
 static struct ub_eroot *txn_root(struct ub_txn *t, uint64_t root_id)
 {
-	for (struct ub_eroot *er = t->e->roots; er; er = er->next)
-		if (er->root.objectid == root_id)
-			return er;
-	return NULL;
+	return ub_roots_find(t->e->fs.roots, root_id);
 }
 
 static int fail(struct ub_txn *t, int ret)
@@ -66,17 +63,17 @@ static int alloc_block(void *arg, uint64_t root_id, int level, uint64_t *bytenr)
 	char n[64];
 	int ret;
 
-	ret = ub_alloc_reserve(e->alloc, type, e->vol->nodesize, 0, &start);
+	ret = ub_alloc_reserve(e->alloc, type, e->fs.vol->nodesize, 0, &start);
 	if (ret) {
 		if (ret == -ENOSPC)
-			ub_err(&e->log, "transaction %llu: no %s space left for a tree block of tree %s",
+			ub_err(&e->fs.log, "transaction %llu: no %s space left for a tree block of tree %s",
 			       (unsigned long long)t->transid, root_id == BTRFS_CHUNK_TREE_OBJECTID ? "system" : "metadata",
 			       ub_tree_name(root_id, n, sizeof(n)));
 		return fail(t, ret);
 	}
-	ret = ub_dref_add_tree(t->refs, start, e->vol->nodesize, level, root_id, 0, 1, UB_DREF_NEW_EXTENT);
+	ret = ub_dref_add_tree(t->refs, start, e->fs.vol->nodesize, level, root_id, 0, 1, UB_DREF_NEW_EXTENT);
 	if (ret) {
-		ub_alloc_unreserve(e->alloc, start, e->vol->nodesize);
+		ub_alloc_unreserve(e->alloc, start, e->fs.vol->nodesize);
 		return fail(t, ret);
 	}
 	t->blocks_allocated++;
@@ -102,7 +99,7 @@ static int change_child_refs(struct ub_txn *t, const struct ub_eb *eb, uint64_t 
 		uint32_t size;
 
 		if (level) {
-			ret = ub_dref_add_tree(t->refs, ub_eb_node_blockptr(eb, (int)i), t->e->vol->nodesize, level - 1,
+			ret = ub_dref_add_tree(t->refs, ub_eb_node_blockptr(eb, (int)i), t->e->fs.vol->nodesize, level - 1,
 					       root, parent, delta, 0);
 			continue;
 		}
@@ -134,12 +131,12 @@ static int block_ref_info(struct ub_txn *t, const struct ub_eb *eb, uint64_t *re
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_lookup(&e->tc, &e->extent_tree->root, &key, &p, &d, &size);
+	ret = ub_tree_lookup(&e->fs.tc, &e->fs.extent_tree->root, &key, &p, &d, &size);
 	if (ret == 0 && size >= sizeof(struct btrfs_extent_item)) {
 		*refs = UB_GET(btrfs_extent_item, refs, d);
 		*flags = UB_GET(btrfs_extent_item, flags, d);
 	} else if (ret == 0 || ret == -ENOENT) {
-		ub_err(&e->log, "extent tree: tree block at logical %llu (level %u, owner %llu) has %s", 
+		ub_err(&e->fs.log, "extent tree: tree block at logical %llu (level %u, owner %llu) has %s", 
 		       (unsigned long long)eb->start, ub_eb_level(eb), (unsigned long long)ub_eb_owner(eb),
 		       ret ? "no METADATA_ITEM" : "a METADATA_ITEM too short for its counts");
 		ret = -EUCLEAN;
@@ -155,7 +152,7 @@ static int block_ref_info(struct ub_txn *t, const struct ub_eb *eb, uint64_t *re
 		*flags |= h->set_flags;
 	}
 	if (*refs == 0) {
-		ub_err(&e->log, "extent tree: tree block at logical %llu is still in a tree but has no references",
+		ub_err(&e->fs.log, "extent tree: tree block at logical %llu is still in a tree but has no references",
 		       (unsigned long long)eb->start);
 		return -EUCLEAN;
 	}
@@ -192,7 +189,7 @@ static int cow_block(void *arg, uint64_t root_id, const struct ub_eb *old, const
 		if (ub_eb_owner(old) == root_id && !(flags & BTRFS_BLOCK_FLAG_FULL_BACKREF)) {
 			ret = change_child_refs(t, old, root_id, true, 1);
 			if (!ret)
-				ret = ub_dref_set_flags(t->refs, old->start, t->e->vol->nodesize, level,
+				ret = ub_dref_set_flags(t->refs, old->start, t->e->fs.vol->nodesize, level,
 							BTRFS_BLOCK_FLAG_FULL_BACKREF);
 		} else {
 			ret = change_child_refs(t, copy, root_id, false, 1);
@@ -207,7 +204,7 @@ static int cow_block(void *arg, uint64_t root_id, const struct ub_eb *old, const
 		last = UB_DREF_LAST_REF;
 	}
 	if (!ret)
-		ret = ub_dref_add_tree(t->refs, old->start, t->e->vol->nodesize, level, root_id, 0, -1, last);
+		ret = ub_dref_add_tree(t->refs, old->start, t->e->fs.vol->nodesize, level, root_id, 0, -1, last);
 	if (ret)
 		return fail(t, ret);
 	(void)parent;
@@ -221,7 +218,7 @@ static int free_block(void *arg, uint64_t root_id, const struct ub_eb *eb, uint6
 	int ret;
 
 	(void)parent;
-	ret = ub_dref_add_tree(t->refs, eb->start, t->e->vol->nodesize, ub_eb_level(eb), root_id, 0, -1,
+	ret = ub_dref_add_tree(t->refs, eb->start, t->e->fs.vol->nodesize, ub_eb_level(eb), root_id, 0, -1,
 			       UB_DREF_LAST_REF);
 	if (ret)
 		return fail(t, ret);
@@ -245,7 +242,7 @@ static int copy_root(void *arg, uint64_t new_root_id, const struct ub_eb *src, c
 	 * has only older blocks below it (copies are made top-down).
 	 */
 	if (ub_eb_generation(src) == t->transid) {
-		ub_err(&t->e->log, "transaction %llu: snapshot of tree %s, which this transaction already changed: "
+		ub_err(&t->e->fs.log, "transaction %llu: snapshot of tree %s, which this transaction already changed: "
 		       "commit first", (unsigned long long)t->transid, ub_tree_name(ub_eb_owner(src), n, sizeof(n)));
 		return fail(t, -EINVAL);
 	}
@@ -295,33 +292,26 @@ static void txn_free(struct ub_txn *t)
 	free(t);
 }
 
-/* Every root object back to what the last commit says. */
+/* Every root object back to what the last commit says (published like a commit, roots.h). */
 static void roots_back(struct ub_engine *e)
 {
-	/* trees born in the aborted transaction go (their root objects with them) */
-	for (struct ub_eroot **pp = &e->roots; *pp;) {
-		struct ub_eroot *er = *pp;
-		if (er->has_item && !er->committed.bytenr) {
-			*pp = er->next;
-			free(er);
-		} else {
-			pp = &er->next;
-		}
-	}
-	for (struct ub_eroot *er = e->roots; er; er = er->next) {
+	/* trees born in the aborted transaction stay in the table, empty (committed is bytenr 0) */
+	ub_roots_lock(e->fs.roots);
+	for (struct ub_eroot *er = ub_roots_first(e->fs.roots); er; er = ub_roots_next(er)) {
 		er->root = er->committed;
 		er->item_bytenr = er->committed.bytenr;
 		er->item_generation = er->committed.generation;
 		er->item_level = er->committed.level;
 		er->last_snapshot = er->item_last_snapshot;
 	}
+	ub_roots_unlock(e->fs.roots);
 }
 
 void ub_txn_abort(struct ub_txn *t)
 {
 	struct ub_engine *e = t->e;
 
-	ub_tree_drop_dirty(&e->tc);
+	ub_tree_drop_dirty(&e->fs.tc);
 	ub_alloc_abort(e->alloc);
 	roots_back(e);
 	txn_free(t);
@@ -335,7 +325,7 @@ static int write_root_items(struct ub_txn *t, int *changed)
 	int ret = 0;
 
 	*changed = 0;
-	for (struct ub_eroot *er = e->roots; er && !ret; er = er->next) {
+	for (struct ub_eroot *er = ub_roots_first(e->fs.roots); er && !ret; er = ub_roots_next(er)) {
 		struct ub_key key = { er->root.objectid, BTRFS_ROOT_ITEM_KEY, er->item_offset };
 		struct ub_path p;
 		uint8_t *d;
@@ -348,9 +338,9 @@ static int write_root_items(struct ub_txn *t, int *changed)
 		    er->root.level == er->item_level && er->last_snapshot == er->item_last_snapshot)
 			continue;
 		ub_path_init(&p);
-		ret = ub_tree_search_slot(&e->tc, ta, &e->root_tree->root, &key, &p, 0, true);
+		ret = ub_tree_search_slot(&e->fs.tc, ta, &e->fs.root_tree->root, &key, &p, 0, true);
 		if (ret > 0) {
-			ub_err(&e->log, "root tree: the ROOT_ITEM of tree %s (offset %llu) vanished",
+			ub_err(&e->fs.log, "root tree: the ROOT_ITEM of tree %s (offset %llu) vanished",
 			       ub_tree_name(er->root.objectid, n, sizeof(n)), (unsigned long long)er->item_offset);
 			ret = -EUCLEAN;
 		}
@@ -385,12 +375,6 @@ static void root_of(struct ub_engine *e, uint64_t id, struct ub_root *out)
 	struct ub_eroot *er;
 
 	memset(out, 0, sizeof(*out));
-	for (er = e->roots; er; er = er->next) {
-		if (er->root.objectid == id) {
-			*out = er->root;
-			return;
-		}
-	}
 	if (ub_engine_root(e, id, &er) == 0)
 		*out = er->root;
 }
@@ -403,7 +387,7 @@ static int touch_tree(struct ub_txn *t, struct ub_eroot *er)
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&t->e->tc, &t->ta, &er->root, &key, &p, 0, true);
+	ret = ub_tree_search_slot(&t->e->fs.tc, &t->ta, &er->root, &key, &p, 0, true);
 	ub_path_release(&p);
 	return ret < 0 ? ret : 0;
 }
@@ -433,7 +417,7 @@ static int txn_commit(struct ub_txn *t)
 		/* settled: nothing new was copied, no root moved, nothing left queued */
 		if (!roots_changed && before == t->blocks_allocated && ub_dref_count(t->refs) == 0) {
 			/* nothing changed at all: no new generation, the last commit stays the truth */
-			if (e->tc.ndirty == 0) {
+			if (e->fs.tc.ndirty == 0) {
 				ub_alloc_unpin(e->alloc); /* ends the allocator's transaction (open stripes) */
 				return 0;
 			}
@@ -443,49 +427,52 @@ static int txn_commit(struct ub_txn *t)
 			 * without a ROOT_ITEM (the chunk tree) leaves the root tree as it was,
 			 * so copy its path once and settle again.
 			 */
-			if (e->root_tree->root.generation == t->transid)
+			if (e->fs.root_tree->root.generation == t->transid)
 				break;
-			ret = touch_tree(t, e->root_tree);
+			ret = touch_tree(t, e->fs.root_tree);
 			if (ret)
 				return ret;
 		}
 		if (++rounds > 64) {
-			ub_err(&e->log, "transaction %llu: the commit does not settle after %d rounds",
+			ub_err(&e->fs.log, "transaction %llu: the commit does not settle after %d rounds",
 			       (unsigned long long)t->transid, rounds);
 			return -ELOOP;
 		}
 	}
-	ret = ub_tree_write_dirty(&e->tc);
+	ret = ub_tree_write_dirty(&e->fs.tc);
 	if (ret)
 		return ret;
 	c.generation = t->transid;
-	c.root = e->root_tree->root;
-	c.chunk = e->chunk_tree->root;
-	c.extent = e->extent_tree->root;
+	c.root = e->fs.root_tree->root;
+	c.chunk = e->fs.chunk_tree->root;
+	c.extent = e->fs.extent_tree->root;
 	root_of(e, BTRFS_FS_TREE_OBJECTID, &c.fs);
 	root_of(e, BTRFS_DEV_TREE_OBJECTID, &c.dev);
 	root_of(e, BTRFS_CSUM_TREE_OBJECTID, &c.csum);
 	/* two ledgers of the same bytes: ours from the extent items, the allocator's per block group */
 	if (e->bytes_used != ub_alloc_bytes_used(e->alloc)) {
-		ub_err(&e->log, "transaction %llu: bytes used %llu by the extent items but %llu by the block groups",
+		ub_err(&e->fs.log, "transaction %llu: bytes used %llu by the extent items but %llu by the block groups",
 		       (unsigned long long)t->transid, (unsigned long long)e->bytes_used,
 		       (unsigned long long)ub_alloc_bytes_used(e->alloc));
 		return -EUCLEAN;
 	}
 	c.bytes_used = e->bytes_used;
-	memcpy(sb, e->vol->super, sizeof(sb));
+	memcpy(sb, e->fs.vol->super, sizeof(sb));
 	ub_super_set_commit(sb, &c);
-	ret = ub_volume_write_supers(e->vol, sb);
+	ret = ub_volume_write_supers(e->fs.vol, sb);
 	if (ret)
 		return ret;
 	e->generation = t->transid;
-	for (struct ub_eroot *er = e->roots; er; er = er->next) {
+	/* the superblock is on disk: readers move to the new commit all at once */
+	ub_roots_lock(e->fs.roots);
+	for (struct ub_eroot *er = ub_roots_first(e->fs.roots); er; er = ub_roots_next(er)) {
 		er->committed = er->root;
 		er->item_bytenr = er->root.bytenr;
 		er->item_generation = er->root.generation;
 		er->item_level = er->root.level;
 		er->item_last_snapshot = er->last_snapshot;
 	}
+	ub_roots_unlock(e->fs.roots);
 	ub_alloc_unpin(e->alloc);
 	return 0;
 }
@@ -496,11 +483,11 @@ int ub_txn_commit(struct ub_txn *t)
 	int ret = txn_commit(t);
 
 	if (ret && e->generation != t->transid) {
-		ub_err(&e->log, "transaction %llu failed (%s): the filesystem stays at generation %llu and is "
+		ub_err(&e->fs.log, "transaction %llu failed (%s): the filesystem stays at generation %llu and is "
 		       "read-only from now on", (unsigned long long)t->transid, strerror(-ret),
 		       (unsigned long long)e->generation);
 		e->broken = ret;
-		ub_tree_drop_dirty(&e->tc);
+		ub_tree_drop_dirty(&e->fs.tc);
 		ub_alloc_abort(e->alloc);
 		roots_back(e);
 	}

@@ -2,16 +2,19 @@
 /*
  * The writable filesystem handle and its transactions (library-internal).
  *
- * Ownership: a struct ub_engine owns the volume (opened writable), the tree
- * context, the allocator and one struct ub_eroot per tree it has touched or
- * loaded; those root objects live as long as the engine and never move, so
- * paths and callers hold pointers to their `root` member (the tree layer's
- * copy-on-write updates it in place).
+ * Ownership: a struct ub_engine is built on a struct ub_fs (e->fs: the
+ * volume opened writable, the tree context, the table of root objects,
+ * lib/tree/roots.h) and adds the allocator and the transaction. Root objects
+ * live as long as the engine and never move, so paths and callers hold
+ * pointers to their `root` member (the tree layer's copy-on-write updates it
+ * in place); an aborted transaction puts every `root` back to `committed`,
+ * and a tree born in it stays in the table, empty.
  *
  * Threads: one transaction at a time per engine (ub_txn_start fails with
  * -EBUSY while one runs); every call on an engine and its transaction is made
- * by one thread at a time (the caller serialises). Readers that must see the
- * last committed state open the filesystem read-only through lib/fs.
+ * by one thread at a time (the caller serialises). Readers in other threads
+ * may use lib/fs on &e->fs: they see the committed root of every tree, which
+ * the commit publishes under the root table's mutex (roots.h states the rule).
  *
  * After a failed commit or a write error the engine is broken (-EROFS for
  * every further transaction): what is on disk is the last commit.
@@ -28,34 +31,17 @@
 #include "alloc/delayed_ref.h"
 #include "alloc/chunk_alloc.h"
 #include "txn/commit.h"
-
-/* One tree the engine knows: its live root and what its ROOT_ITEM said at the last commit. */
-struct ub_eroot {
-	struct ub_root root;     /* live: moved by copy-on-write */
-	uint64_t item_offset;    /* key offset of its ROOT_ITEM (0, or the snapshot's transid) */
-	uint64_t last_snapshot;  /* from the ROOT_ITEM: blocks not newer than this may be shared */
-	bool shareable;          /* a subvolume tree (snapshots may share its blocks) */
-	bool has_item;           /* has a ROOT_ITEM in the root tree (not the root and chunk trees) */
-	/* what is in the ROOT_ITEM (or the superblock) now, to tell whether it must be rewritten */
-	uint64_t item_bytenr, item_generation, item_last_snapshot;
-	uint8_t item_level;
-	struct ub_root committed; /* as the last commit left it (abort goes back there) */
-	struct ub_eroot *next;
-};
+#include "tree/roots.h"
+#include "ubtrfs/fs.h"
 
 struct ub_engine {
-	struct ub_log log;
-	struct ub_volume *vol;
-	struct ub_tree_ctx tc;
+	struct ub_fs fs;         /* volume (writable), tree context, root table: shared with the readers */
 	struct ub_alloc *alloc;
 	uint64_t incompat, compat_ro;
 	uint64_t generation;     /* of the last committed superblock */
 	uint64_t bytes_used;     /* the superblock's, kept as extents are accounted */
-	struct ub_eroot *roots;  /* every tree loaded, root and chunk trees first */
-	struct ub_eroot *root_tree, *chunk_tree, *extent_tree, *fst_tree;
 	struct ub_txn *running;
 	int broken;              /* 0, or the error that made the engine read-only */
-	bool tc_ready;
 };
 
 struct ub_txn {
@@ -81,13 +67,16 @@ int ub_engine_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_l
 /* Aborts a running transaction (nothing of it reaches the disk) and closes everything. */
 void ub_engine_close(struct ub_engine *e);
 
-/* The root object of tree `objectid` (loaded from its ROOT_ITEM on first use): 0, -ENOENT, <0. */
+/*
+ * The root object of tree `objectid` in the table (loaded on first use from
+ * its ROOT_ITEM in the live root tree): 0, -ENOENT (also for an empty tree), <0.
+ */
 int ub_engine_root(struct ub_engine *e, uint64_t objectid, struct ub_eroot **out);
 
 /*
  * A tree created in the running transaction whose ROOT_ITEM (key offset
  * item_offset) the caller has just inserted with r's values: from now on the
- * commit keeps that item up to date. -EEXIST if the engine knows the tree.
+ * commit keeps that item up to date. -EEXIST if the table has the tree (not empty).
  */
 int ub_engine_add_root(struct ub_engine *e, const struct ub_root *r, uint64_t item_offset, uint64_t last_snapshot,
 		       struct ub_eroot **out);

@@ -475,10 +475,13 @@ static void walk_all_trees(struct walk *w, uint64_t *subvols, int *nsubvols, int
 	const uint8_t *sb = w->fs->vol->super;
 	struct ub_root lr = { BTRFS_TREE_LOG_OBJECTID, UB_GET(ub_disk_super, log_root, sb), 0,
 			      (uint8_t)UB_GET(ub_disk_super, log_root_level, sb) };
+	struct ub_root rt = { 0 }, ct = { 0 };
 
-	walk_root(w, &w->fs->chunk_tree);
-	walk_root(w, &w->fs->root_tree);
-	*nsubvols = walk_root_items(w, &w->fs->root_tree, 0, subvols, max);
+	ub_fs_tree_root(w->fs, BTRFS_CHUNK_TREE_OBJECTID, &ct);
+	ub_fs_tree_root(w->fs, BTRFS_ROOT_TREE_OBJECTID, &rt);
+	walk_root(w, &ct);
+	walk_root(w, &rt);
+	*nsubvols = walk_root_items(w, &rt, 0, subvols, max);
 	if (lr.bytenr) {
 		walk_root(w, &lr);
 		walk_root_items(w, &lr, BTRFS_TREE_LOG_OBJECTID, NULL, 0);

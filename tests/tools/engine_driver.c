@@ -132,8 +132,8 @@ struct reach {
 static int reach_block(void *arg, const struct ub_eb *eb)
 {
 	struct reach *rc = arg;
-	int copies = ub_volume_num_copies(rc->e->vol, eb->start);
-	const struct ub_chunk *c = ub_volume_find_chunk(rc->e->vol, eb->start);
+	int copies = ub_volume_num_copies(rc->e->fs.vol, eb->start);
+	const struct ub_chunk *c = ub_volume_find_chunk(rc->e->fs.vol, eb->start);
 
 	/* parity profiles: the copies past the first are rebuilt, not stored */
 	if (c && c->profile && c->profile->nparity)
@@ -142,7 +142,7 @@ static int reach_block(void *arg, const struct ub_eb *eb)
 		uint64_t devid, phys;
 		const char *path;
 
-		if (ub_volume_map(rc->e->vol, eb->start, m, &devid, &phys, &path) || !path)
+		if (ub_volume_map(rc->e->fs.vol, eb->start, m, &devid, &phys, &path) || !path)
 			continue;
 		if (rc->n == rc->cap) {
 			size_t cap = rc->cap ? rc->cap * 2 : 4096;
@@ -160,19 +160,19 @@ static int reach_block(void *arg, const struct ub_eb *eb)
 static int walk_committed(struct ub_engine *e, struct reach *rc)
 {
 	struct ub_block_set seen = { 0 };
-	struct ub_root rt = e->root_tree->committed, ct = e->chunk_tree->committed;
+	struct ub_root rt = e->fs.root_tree->committed, ct = e->fs.chunk_tree->committed;
 	struct ub_key key = { 0, 0, 0 };
 	struct ub_path p;
 	int ret;
 
 	rc->e = e;
 	rc->n = 0;
-	ret = ub_tree_walk(&e->tc, &rt, &seen, 1, reach_block, rc);
+	ret = ub_tree_walk(&e->fs.tc, &rt, &seen, 1, reach_block, rc);
 	if (!ret)
-		ret = ub_tree_walk(&e->tc, &ct, &seen, 3, reach_block, rc);
+		ret = ub_tree_walk(&e->fs.tc, &ct, &seen, 3, reach_block, rc);
 	ub_path_init(&p);
 	if (!ret) {
-		ret = ub_tree_search(&e->tc, &rt, &key, &p);
+		ret = ub_tree_search(&e->fs.tc, &rt, &key, &p);
 		ret = ret == 2 ? (ub_eb_nritems(p.nodes[0]) ? 0 : 1) : ret == 1 ? 0 : ret;
 	}
 	while (ret == 0) {
@@ -187,7 +187,7 @@ static int walk_committed(struct ub_engine *e, struct reach *rc)
 					     (uint8_t)UB_GET(btrfs_root_item, level, d) };
 			/* snapshots share blocks: one set per tree */
 			struct ub_block_set own = { 0 };
-			ret = ub_tree_walk(&e->tc, &r, &own, key.objectid, reach_block, rc);
+			ret = ub_tree_walk(&e->fs.tc, &r, &own, key.objectid, reach_block, rc);
 			ub_block_set_free(&own);
 			if (ret)
 				break;
@@ -343,7 +343,7 @@ static int max_key(struct fsctx *c, uint64_t objectid, uint8_t type, uint64_t *o
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_le(&c->e->tc, &c->fs->root, &key, &p);
+	ret = ub_tree_search_le(&c->e->fs.tc, &c->fs->root, &key, &p);
 	if (ret == 0) {
 		ub_path_key(&p, &key);
 		*out = key.objectid == objectid && key.type == type ? key.offset : 0;
@@ -363,7 +363,7 @@ static int init_counters(struct fsctx *c)
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_le(&c->e->tc, &c->fs->root, &key, &p);
+	ret = ub_tree_search_le(&c->e->fs.tc, &c->fs->root, &key, &p);
 	if (ret < 0) {
 		ub_path_release(&p);
 		return ret;
@@ -388,7 +388,7 @@ static int touch_dir(struct fsctx *c, int64_t dsize, const struct ub_timespec *t
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&c->e->tc, ub_txn_ta(c->t), &c->fs->root, &key, &p, 0, true);
+	ret = ub_tree_search_slot(&c->e->fs.tc, ub_txn_ta(c->t), &c->fs->root, &key, &p, 0, true);
 	if (ret == 0) {
 		ii = ub_path_data_mut(&p, &size);
 		II_SET(size, ii, (uint64_t)((int64_t)UB_GET(btrfs_inode_item, size, ii) + dsize));
@@ -416,7 +416,7 @@ static void dir_item(uint8_t *d, uint64_t ino, uint64_t transid, const char *nam
 
 static int create_file(struct fsctx *c, const char *name)
 {
-	struct ub_tree_ctx *tc = &c->e->tc;
+	struct ub_tree_ctx *tc = &c->e->fs.tc;
 	struct ub_tree_alloc *ta = ub_txn_ta(c->t);
 	uint16_t len = (uint16_t)strlen(name);
 	uint32_t dsize = (uint32_t)sizeof(struct btrfs_dir_item) + len;
@@ -482,9 +482,9 @@ static int del_key(struct fsctx *c, const struct ub_key *key)
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&c->e->tc, ub_txn_ta(c->t), &c->fs->root, key, &p, -1, true);
+	ret = ub_tree_search_slot(&c->e->fs.tc, ub_txn_ta(c->t), &c->fs->root, key, &p, -1, true);
 	if (ret == 0)
-		ret = ub_tree_del_items(&c->e->tc, ub_txn_ta(c->t), &c->fs->root, &p, p.slots[0], 1);
+		ret = ub_tree_del_items(&c->e->fs.tc, ub_txn_ta(c->t), &c->fs->root, &p, p.slots[0], 1);
 	ub_path_release(&p);
 	return ret > 0 ? -ENOENT : ret;
 }
@@ -500,7 +500,7 @@ static int drop_inode_items(struct fsctx *c, uint64_t ino)
 		int ret;
 
 		ub_path_init(&p);
-		ret = ub_tree_search(&c->e->tc, &c->fs->root, &key, &p);
+		ret = ub_tree_search(&c->e->fs.tc, &c->fs->root, &key, &p);
 		if (ret == 0 || ret == 1) {
 			ub_path_key(&p, &k);
 			d = ub_path_data(&p, &size);
@@ -526,7 +526,7 @@ static int drop_inode_items(struct fsctx *c, uint64_t ino)
 
 static int delete_file(struct fsctx *c, const char *name)
 {
-	struct ub_tree_ctx *tc = &c->e->tc;
+	struct ub_tree_ctx *tc = &c->e->fs.tc;
 	struct ub_tree_alloc *ta = ub_txn_ta(c->t);
 	uint16_t len = (uint16_t)strlen(name);
 	struct ub_key key = { TOP_DIR, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) }, loc;
@@ -627,7 +627,7 @@ static int commit(struct fsctx *c)
 static int insert_dir_entry(struct fsctx *c, const char *name, const struct ub_key *loc, uint8_t type,
 			    uint64_t index)
 {
-	struct ub_tree_ctx *tc = &c->e->tc;
+	struct ub_tree_ctx *tc = &c->e->fs.tc;
 	struct ub_tree_alloc *ta = ub_txn_ta(c->t);
 	uint16_t len = (uint16_t)strlen(name);
 	uint32_t dsize = (uint32_t)sizeof(struct btrfs_dir_item) + len;
@@ -652,7 +652,7 @@ static int insert_dir_entry(struct fsctx *c, const char *name, const struct ub_k
 static int snapshot(struct fsctx *c, const char *name)
 {
 	struct ub_engine *e = c->e;
-	struct ub_tree_ctx *tc = &e->tc;
+	struct ub_tree_ctx *tc = &e->fs.tc;
 	struct ub_tree_alloc *ta;
 	struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, UINT64_MAX }, loc;
 	uint8_t ri[sizeof(struct btrfs_root_item)] = { 0 }, ref[sizeof(struct btrfs_root_ref) + 255];
@@ -673,7 +673,7 @@ static int snapshot(struct fsctx *c, const char *name)
 	ta = ub_txn_ta(c->t);
 	/* the new tree's id: one past the highest subvolume id in the root tree */
 	ub_path_init(&p);
-	ret = ub_tree_search_le(tc, &e->root_tree->root, &key, &p);
+	ret = ub_tree_search_le(tc, &e->fs.root_tree->root, &key, &p);
 	if (ret == 0)
 		ub_path_key(&p, &key);
 	ub_path_release(&p);
@@ -683,7 +683,7 @@ static int snapshot(struct fsctx *c, const char *name)
 	/* the source's ROOT_ITEM is the template (its inode, flags, byte limit) */
 	key = (struct ub_key){ BTRFS_FS_TREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, c->fs->item_offset };
 	ub_path_init(&p);
-	ret = ub_tree_lookup(tc, &e->root_tree->root, &key, &p, &d, &size);
+	ret = ub_tree_lookup(tc, &e->fs.root_tree->root, &key, &p, &d, &size);
 	if (ret == 0)
 		memcpy(ri, d, size < sizeof(ri) ? size : sizeof(ri));
 	ub_path_release(&p);
@@ -714,7 +714,7 @@ static int snapshot(struct fsctx *c, const char *name)
 	set_time(ri, offsetof(struct btrfs_root_item, otime), &ts);
 	memset(ri + offsetof(struct btrfs_root_item, stime), 0, 2 * sizeof(struct btrfs_timespec));
 	key = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, c->t->transid };
-	ret = ub_tree_insert_item(tc, ta, &e->root_tree->root, &key, ri, sizeof(ri));
+	ret = ub_tree_insert_item(tc, ta, &e->fs.root_tree->root, &key, ri, sizeof(ri));
 	if (!ret)
 		ret = ub_engine_add_root(e, &snap, c->t->transid, c->t->transid, &er);
 	if (ret)
@@ -725,11 +725,11 @@ static int snapshot(struct fsctx *c, const char *name)
 	UB_SET(btrfs_root_ref, name_len, ref, len);
 	memcpy(ref + sizeof(struct btrfs_root_ref), name, len);
 	key = (struct ub_key){ BTRFS_FS_TREE_OBJECTID, BTRFS_ROOT_REF_KEY, id };
-	ret = ub_tree_insert_item(tc, ta, &e->root_tree->root, &key, ref, (uint32_t)sizeof(struct btrfs_root_ref) + len);
+	ret = ub_tree_insert_item(tc, ta, &e->fs.root_tree->root, &key, ref, (uint32_t)sizeof(struct btrfs_root_ref) + len);
 	if (ret)
 		return ret;
 	key = (struct ub_key){ id, BTRFS_ROOT_BACKREF_KEY, BTRFS_FS_TREE_OBJECTID };
-	ret = ub_tree_insert_item(tc, ta, &e->root_tree->root, &key, ref, (uint32_t)sizeof(struct btrfs_root_ref) + len);
+	ret = ub_tree_insert_item(tc, ta, &e->fs.root_tree->root, &key, ref, (uint32_t)sizeof(struct btrfs_root_ref) + len);
 	if (ret)
 		return ret;
 	/* the name in the source's top directory (the snapshot does not hold itself: copied before) */

@@ -59,18 +59,18 @@ static void fill_cc(struct sctx *c)
 {
 	int n = 0;
 
-	for (struct ub_eroot *er = c->e->roots; er && n < 64; er = er->next)
-		if (er != c->e->chunk_tree)
+	for (struct ub_eroot *er = ub_roots_first(c->e->fs.roots); er && n < 64; er = ub_roots_next(er))
+		if (er != c->e->fs.chunk_tree && er->root.bytenr)
 			c->meta[n++] = &er->root;
 	c->cc = (struct ub_chunk_ctx){
-		.tc = &c->e->tc,
+		.tc = &c->e->fs.tc,
 		.ta = ub_txn_ta(c->t),
-		.vol = c->e->vol,
+		.vol = c->e->fs.vol,
 		.alloc = c->e->alloc,
-		.chunk_root = &c->e->chunk_tree->root,
+		.chunk_root = &c->e->fs.chunk_tree->root,
 		.dev_root = &c->dev->root,
-		.extent_root = &c->e->extent_tree->root,
-		.fst_root = c->e->fst_tree ? &c->e->fst_tree->root : NULL,
+		.extent_root = &c->e->fs.extent_tree->root,
+		.fst_root = c->e->fs.fst_tree ? &c->e->fs.fst_tree->root : NULL,
 		.meta_roots = c->meta,
 		.nmeta_roots = n,
 	};
@@ -111,7 +111,7 @@ static int commit(struct sctx *c, bool abort)
 
 static uint64_t op_bytes(struct sctx *c)
 {
-	return (uint64_t)c->e->vol->nodesize * ub_chunk_op_blocks(c->fs->root.level);
+	return (uint64_t)c->e->fs.vol->nodesize * ub_chunk_op_blocks(c->fs->root.level);
 }
 
 static int add_xattr(struct sctx *c, const char *name, size_t vlen)
@@ -131,7 +131,7 @@ static int add_xattr(struct sctx *c, const char *name, size_t vlen)
 	memcpy(d + sizeof(struct btrfs_dir_item), name, nlen);
 	for (size_t i = 0; i < vlen; i++)
 		d[sizeof(struct btrfs_dir_item) + nlen + i] = (uint8_t)name[i % nlen];
-	ret = ub_tree_insert_item(&c->e->tc, ub_txn_ta(c->t), &c->fs->root, &key, d, (uint32_t)isz);
+	ret = ub_tree_insert_item(&c->e->fs.tc, ub_txn_ta(c->t), &c->fs->root, &key, d, (uint32_t)isz);
 	free(d);
 	return ret;
 }
@@ -147,7 +147,7 @@ static int del_xattr(struct sctx *c, const char *name)
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_lookup(&c->e->tc, &c->fs->root, &key, &p, &d, &size);
+	ret = ub_tree_lookup(&c->e->fs.tc, &c->fs->root, &key, &p, &d, &size);
 	if (ret == 0 && (size < sizeof(struct btrfs_dir_item) + nlen ||
 			 UB_GET(btrfs_dir_item, name_len, d) != nlen ||
 			 memcmp(d + sizeof(struct btrfs_dir_item), name, nlen) != 0))
@@ -156,9 +156,9 @@ static int del_xattr(struct sctx *c, const char *name)
 	if (ret)
 		return ret;
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&c->e->tc, ub_txn_ta(c->t), &c->fs->root, &key, &p, -1, true);
+	ret = ub_tree_search_slot(&c->e->fs.tc, ub_txn_ta(c->t), &c->fs->root, &key, &p, -1, true);
 	if (ret == 0)
-		ret = ub_tree_del_items(&c->e->tc, ub_txn_ta(c->t), &c->fs->root, &p, p.slots[0], 1);
+		ret = ub_tree_del_items(&c->e->fs.tc, ub_txn_ta(c->t), &c->fs->root, &p, p.slots[0], 1);
 	ub_path_release(&p);
 	return ret > 0 ? -ENOENT : ret;
 }
@@ -305,9 +305,9 @@ int main(int argc, char **argv)
 	}
 	/* one xattr item must fit a leaf with its header (the kernel's BTRFS_MAX_XATTR_SIZE) */
 	if ((uint64_t)vlen + strlen(prefix) + 12 + sizeof(struct btrfs_dir_item) + UB_ITEM_SIZE + UB_HEADER_SIZE >
-	    c.e->vol->nodesize) {
+	    c.e->fs.vol->nodesize) {
 		fprintf(stderr, "space_driver: a value of %ld bytes does not fit a %u-byte leaf\n", vlen,
-			c.e->vol->nodesize);
+			c.e->fs.vol->nodesize);
 		ub_engine_close(c.e);
 		free(fbuf);
 		return 1;
@@ -327,7 +327,7 @@ int main(int argc, char **argv)
 		if (!kind)
 			usage();
 		for (long n = 0; n < to && !ret; n++) {
-			ret = ub_chunk_alloc(&c.cc, kind | ub_chunk_profile_for(c.e->alloc, c.e->vol, kind), NULL);
+			ret = ub_chunk_alloc(&c.cc, kind | ub_chunk_profile_for(c.e->alloc, c.e->fs.vol, kind), NULL);
 			if (ret == -ENOSPC) {
 				c.enospc++;
 				printf("enospc at %ld\n", n);

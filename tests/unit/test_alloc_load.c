@@ -35,6 +35,7 @@
 
 #include "ubtrfs/fs.h"
 #include "alloc/alloc_internal.h"
+#include "tree/roots.h"
 
 enum { IMG_DEFAULT, IMG_NOFST, IMG_MIXED, IMG_ROOTDIR, IMG_64K, IMG_KERNEL, IMG_R5, IMG_R6, IMG_R10, IMG_R0, NIMG };
 
@@ -332,8 +333,8 @@ static struct ub_fs *open_img(int img)
 
 static int load(struct ub_fs *fs, bool use_fst, struct ub_alloc **a)
 {
-	return ub_alloc_load(&fs->tc, fs->vol, &fs->extent_tree, use_fst && fs->fst_tree.bytenr ? &fs->fst_tree : NULL,
-			     a);
+	return ub_alloc_load(&fs->tc, fs->vol, &fs->extent_tree->committed,
+			     use_fst && fs->fst_tree ? &fs->fst_tree->committed : NULL, a);
 }
 
 /* The group's free set must be exactly the group minus the oracle's extents. */
@@ -436,7 +437,7 @@ static void check_setup(int img, const struct ub_fs *fs, const struct ub_alloc *
 		if (bi.flags & BTRFS_BLOCK_GROUP_DATA)
 			data_used += bi.used;
 	}
-	assert_int_equal(fs->fst_tree.bytenr != 0, img != IMG_NOFST);
+	assert_int_equal(fs->fst_tree != NULL, img != IMG_NOFST);
 	assert_int_equal(mixed, img == IMG_MIXED);
 	if (img == IMG_ROOTDIR || img == IMG_R5 || img == IMG_R10)
 		assert_true(data_used > 1000000);
@@ -474,7 +475,7 @@ static void check_image(int img, bool expect_bitmaps)
 		assert_int_equal(bi.used, o.bg_used[g]);
 		check_free_vs_extents(a, &o, g);
 		check_free_vs_extents(b, &o, g);
-		if (!fs->fst_tree.bytenr)
+		if (!fs->fst_tree)
 			continue;
 		/* the free space tree's own items for this group */
 		int k = -1;
@@ -614,8 +615,8 @@ static void patch_item(const char *img, const struct ub_root *(*pick)(struct ub_
 	free(blk);
 }
 
-static const struct ub_root *pick_extent(struct ub_fs *fs) { return &fs->extent_tree; }
-static const struct ub_root *pick_fst(struct ub_fs *fs) { return &fs->fst_tree; }
+static const struct ub_root *pick_extent(struct ub_fs *fs) { return &fs->extent_tree->committed; }
+static const struct ub_root *pick_fst(struct ub_fs *fs) { return &fs->fst_tree->committed; }
 
 static void used_less(uint8_t *d, uint32_t size)
 {

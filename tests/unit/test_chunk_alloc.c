@@ -74,14 +74,14 @@ static void fx_open(struct fx *f)
 	assert_int_equal(ub_engine_root(f->e, BTRFS_DEV_TREE_OBJECTID, &f->dev), 0);
 	assert_int_equal(ub_txn_start(f->e, &f->t), 0);
 	f->cc = (struct ub_chunk_ctx){
-		.tc = &f->e->tc,
+		.tc = &f->e->fs.tc,
 		.ta = ub_txn_ta(f->t),
-		.vol = f->e->vol,
+		.vol = f->e->fs.vol,
 		.alloc = f->e->alloc,
-		.chunk_root = &f->e->chunk_tree->root,
+		.chunk_root = &f->e->fs.chunk_tree->root,
 		.dev_root = &f->dev->root,
-		.extent_root = &f->e->extent_tree->root,
-		.fst_root = f->e->fst_tree ? &f->e->fst_tree->root : NULL,
+		.extent_root = &f->e->fs.extent_tree->root,
+		.fst_root = f->e->fs.fst_tree ? &f->e->fs.fst_tree->root : NULL,
 	};
 }
 
@@ -111,7 +111,7 @@ static int get_item(struct fx *f, const struct ub_root *root, uint64_t oid, uint
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_lookup(&f->e->tc, root, &k, &p, &d, &size);
+	ret = ub_tree_lookup(&f->e->fs.tc, root, &k, &p, &d, &size);
 	if (ret == 0) {
 		memcpy(out, d, size < cap ? size : cap);
 		ret = (int)size;
@@ -124,7 +124,7 @@ static uint64_t dev_bytes_used(struct fx *f, uint64_t devid)
 {
 	uint8_t di[sizeof(struct btrfs_dev_item)];
 
-	assert_int_equal(get_item(f, &f->e->chunk_tree->root, BTRFS_DEV_ITEMS_OBJECTID, BTRFS_DEV_ITEM_KEY, devid, di,
+	assert_int_equal(get_item(f, &f->e->fs.chunk_tree->root, BTRFS_DEV_ITEMS_OBJECTID, BTRFS_DEV_ITEM_KEY, devid, di,
 				  sizeof(di)),
 			 (int)sizeof(di));
 	return UB_GET(btrfs_dev_item, bytes_used, di);
@@ -132,9 +132,9 @@ static uint64_t dev_bytes_used(struct fx *f, uint64_t devid)
 
 static const struct ub_vdev *vdev(struct fx *f, uint64_t devid)
 {
-	for (int i = 0; i < f->e->vol->nvdevs; i++)
-		if (f->e->vol->vdevs[i].devid == devid)
-			return &f->e->vol->vdevs[i];
+	for (int i = 0; i < f->e->fs.vol->nvdevs; i++)
+		if (f->e->fs.vol->vdevs[i].devid == devid)
+			return &f->e->fs.vol->vdevs[i];
 	return NULL;
 }
 
@@ -147,14 +147,14 @@ static void check_chunk(struct fx *f, uint64_t type, const struct ub_chunk_plan 
 	struct ub_bg_info bi;
 	int size;
 
-	size = get_item(f, &f->e->chunk_tree->root, BTRFS_FIRST_CHUNK_TREE_OBJECTID, BTRFS_CHUNK_ITEM_KEY, logical,
+	size = get_item(f, &f->e->fs.chunk_tree->root, BTRFS_FIRST_CHUNK_TREE_OBJECTID, BTRFS_CHUNK_ITEM_KEY, logical,
 			item, sizeof(item));
 	assert_int_equal(size, (int)ub_chunk_item_size(plan->num_stripes));
 	assert_int_equal(UB_GET(btrfs_chunk, length, item), plan->length);
 	assert_int_equal(UB_GET(btrfs_chunk, type, item), type);
 	assert_int_equal(UB_GET(btrfs_chunk, owner, item), BTRFS_EXTENT_TREE_OBJECTID);
 	assert_int_equal(UB_GET(btrfs_chunk, stripe_len, item), 65536);
-	assert_int_equal(UB_GET(btrfs_chunk, sector_size, item), f->e->vol->sectorsize);
+	assert_int_equal(UB_GET(btrfs_chunk, sector_size, item), f->e->fs.vol->sectorsize);
 	assert_int_equal(UB_GET(btrfs_chunk, num_stripes, item), (uint64_t)plan->num_stripes);
 	for (int i = 0; i < plan->num_stripes; i++) {
 		const uint8_t *s = item + offsetof(struct btrfs_chunk, stripe) + (size_t)i * sizeof(struct btrfs_stripe);
@@ -171,18 +171,18 @@ static void check_chunk(struct fx *f, uint64_t type, const struct ub_chunk_plan 
 		assert_int_equal(UB_GET(btrfs_dev_extent, chunk_objectid, de), BTRFS_FIRST_CHUNK_TREE_OBJECTID);
 		assert_int_equal(UB_GET(btrfs_dev_extent, chunk_offset, de), logical);
 		assert_int_equal(UB_GET(btrfs_dev_extent, length, de), plan->stripe_size);
-		assert_memory_equal(UB_PTR(btrfs_dev_extent, chunk_tree_uuid, de), f->e->tc.chunk_tree_uuid,
+		assert_memory_equal(UB_PTR(btrfs_dev_extent, chunk_tree_uuid, de), f->e->fs.tc.chunk_tree_uuid,
 				    UB_UUID_SIZE);
 	}
 	/* each device's bytes_used grew by its stripes, in the chunk tree and in what its superblock will get */
-	for (int i = 0; i < f->e->vol->nvdevs; i++) {
-		uint64_t devid = f->e->vol->vdevs[i].devid, add = 0;
+	for (int i = 0; i < f->e->fs.vol->nvdevs; i++) {
+		uint64_t devid = f->e->fs.vol->vdevs[i].devid, add = 0;
 		for (int s = 0; s < plan->num_stripes; s++)
 			add += plan->stripes[s].devid == devid ? plan->stripe_size : 0;
 		assert_int_equal(dev_bytes_used(f, devid), used_before[i] + add);
-		assert_int_equal(UB_GET(btrfs_dev_item, bytes_used, f->e->vol->vdevs[i].item), used_before[i] + add);
+		assert_int_equal(UB_GET(btrfs_dev_item, bytes_used, f->e->fs.vol->vdevs[i].item), used_before[i] + add);
 	}
-	assert_int_equal(get_item(f, &f->e->extent_tree->root, logical, BTRFS_BLOCK_GROUP_ITEM_KEY, plan->length, bgi,
+	assert_int_equal(get_item(f, &f->e->fs.extent_tree->root, logical, BTRFS_BLOCK_GROUP_ITEM_KEY, plan->length, bgi,
 				  sizeof(bgi)),
 			 (int)sizeof(bgi));
 	assert_int_equal(UB_GET(btrfs_block_group_item, flags, bgi), type);
@@ -196,8 +196,8 @@ static void check_chunk(struct fx *f, uint64_t type, const struct ub_chunk_plan 
 				 0);
 	}
 	/* mapped at once, and the allocator serves it */
-	assert_non_null(ub_volume_find_chunk(f->e->vol, logical));
-	assert_int_equal(ub_volume_find_chunk(f->e->vol, logical)->length, plan->length);
+	assert_non_null(ub_volume_find_chunk(f->e->fs.vol, logical));
+	assert_int_equal(ub_volume_find_chunk(f->e->fs.vol, logical)->length, plan->length);
 	assert_int_equal(ub_alloc_bg_info(f->e->alloc, logical, &bi), 0);
 	assert_int_equal(bi.start, logical);
 	assert_int_equal(bi.length, plan->length);
@@ -207,8 +207,8 @@ static void check_chunk(struct fx *f, uint64_t type, const struct ub_chunk_plan 
 static uint64_t chunk_end(struct fx *f)
 {
 	uint64_t end = 0;
-	for (int i = 0; i < f->e->vol->nchunks; i++) {
-		const struct ub_chunk *c = f->e->vol->chunks[i];
+	for (int i = 0; i < f->e->fs.vol->nchunks; i++) {
+		const struct ub_chunk *c = f->e->fs.vol->chunks[i];
 		if (c->logical + c->length > end)
 			end = c->logical + c->length;
 	}
@@ -223,8 +223,8 @@ static uint64_t add_and_check(struct fx *f, uint64_t type)
 	uint64_t used[8], logical, expect_logical = chunk_end(f);
 	int nds;
 
-	for (int i = 0; i < f->e->vol->nvdevs; i++)
-		used[i] = dev_bytes_used(f, f->e->vol->vdevs[i].devid);
+	for (int i = 0; i < f->e->fs.vol->nvdevs; i++)
+		used[i] = dev_bytes_used(f, f->e->fs.vol->vdevs[i].devid);
 	assert_int_equal(ub_chunk_dev_space(&f->cc, &ds, &nds), 0);
 	/* the holes: every device minus the first MiB minus its extents, as bytes_used says */
 	for (int i = 0; i < nds; i++) {
@@ -253,21 +253,21 @@ static void metadata_dup_items_abort_commit(void **state)
 	(void)state;
 	fx_make(&f, 1, 512 * MiB, BTRFS_BLOCK_GROUP_DUP, 0);
 	fx_open(&f);
-	sys_size = UB_GET(ub_disk_super, sys_chunk_array_size, f.e->vol->super);
-	memcpy(sys_before, f.e->vol->super + offsetof(struct ub_disk_super, sys_chunk_array), sizeof(sys_before));
-	memcpy(used_before, f.e->vol->vdevs[0].item, sizeof(used_before));
-	assert_int_equal(ub_chunk_profile_for(f.e->alloc, f.e->vol, BTRFS_BLOCK_GROUP_METADATA), BTRFS_BLOCK_GROUP_DUP);
-	assert_int_equal(ub_chunk_profile_for(f.e->alloc, f.e->vol, BTRFS_BLOCK_GROUP_DATA), 0);
+	sys_size = UB_GET(ub_disk_super, sys_chunk_array_size, f.e->fs.vol->super);
+	memcpy(sys_before, f.e->fs.vol->super + offsetof(struct ub_disk_super, sys_chunk_array), sizeof(sys_before));
+	memcpy(used_before, f.e->fs.vol->vdevs[0].item, sizeof(used_before));
+	assert_int_equal(ub_chunk_profile_for(f.e->alloc, f.e->fs.vol, BTRFS_BLOCK_GROUP_METADATA), BTRFS_BLOCK_GROUP_DUP);
+	assert_int_equal(ub_chunk_profile_for(f.e->alloc, f.e->fs.vol, BTRFS_BLOCK_GROUP_DATA), 0);
 
 	/* a metadata chunk and a system chunk; the system chunk also lands in the sys chunk array */
 	logical = add_and_check(&f, BTRFS_BLOCK_GROUP_METADATA | BTRFS_BLOCK_GROUP_DUP);
-	assert_int_equal(UB_GET(ub_disk_super, sys_chunk_array_size, f.e->vol->super), sys_size);
+	assert_int_equal(UB_GET(ub_disk_super, sys_chunk_array_size, f.e->fs.vol->super), sys_size);
 	uint64_t sys_logical = add_and_check(&f, BTRFS_BLOCK_GROUP_SYSTEM | BTRFS_BLOCK_GROUP_DUP);
-	assert_int_equal(UB_GET(ub_disk_super, sys_chunk_array_size, f.e->vol->super),
+	assert_int_equal(UB_GET(ub_disk_super, sys_chunk_array_size, f.e->fs.vol->super),
 			 sys_size + UB_DISK_KEY_SIZE + ub_chunk_item_size(2));
 	{
 		struct ub_key k;
-		ub_key_read(&k, f.e->vol->super + offsetof(struct ub_disk_super, sys_chunk_array) + sys_size);
+		ub_key_read(&k, f.e->fs.vol->super + offsetof(struct ub_disk_super, sys_chunk_array) + sys_size);
 		assert_int_equal(k.type, BTRFS_CHUNK_ITEM_KEY);
 		assert_int_equal(k.offset, sys_logical);
 	}
@@ -280,10 +280,10 @@ static void metadata_dup_items_abort_commit(void **state)
 	f.t = NULL;
 	assert_int_equal(ub_alloc_bg_info(f.e->alloc, logical, &bi), -ENOENT);
 	assert_int_equal(ub_alloc_bg_info(f.e->alloc, sys_logical, &bi), -ENOENT);
-	assert_int_equal(UB_GET(ub_disk_super, sys_chunk_array_size, f.e->vol->super), sys_size);
-	assert_memory_equal(f.e->vol->super + offsetof(struct ub_disk_super, sys_chunk_array), sys_before,
+	assert_int_equal(UB_GET(ub_disk_super, sys_chunk_array_size, f.e->fs.vol->super), sys_size);
+	assert_memory_equal(f.e->fs.vol->super + offsetof(struct ub_disk_super, sys_chunk_array), sys_before,
 			    sizeof(sys_before));
-	assert_int_equal(UB_GET(btrfs_dev_item, bytes_used, f.e->vol->vdevs[0].item),
+	assert_int_equal(UB_GET(btrfs_dev_item, bytes_used, f.e->fs.vol->vdevs[0].item),
 			 UB_GET(btrfs_dev_item, bytes_used, used_before));
 	fx_close(&f);
 
@@ -298,9 +298,9 @@ static void metadata_dup_items_abort_commit(void **state)
 	assert_int_equal(ub_alloc_bg_info(f.e->alloc, logical, &bi), 0);
 	assert_int_equal(bi.flags, BTRFS_BLOCK_GROUP_METADATA | BTRFS_BLOCK_GROUP_DUP);
 	assert_int_equal(ub_alloc_bg_info(f.e->alloc, sys_logical, &bi), 0);
-	assert_int_equal(UB_GET(ub_disk_super, sys_chunk_array_size, f.e->vol->super),
+	assert_int_equal(UB_GET(ub_disk_super, sys_chunk_array_size, f.e->fs.vol->super),
 			 sys_size + UB_DISK_KEY_SIZE + ub_chunk_item_size(2));
-	assert_int_equal(UB_GET(btrfs_dev_item, bytes_used, f.e->vol->vdevs[0].item), dev_bytes_used(&f, 1));
+	assert_int_equal(UB_GET(btrfs_dev_item, bytes_used, f.e->fs.vol->vdevs[0].item), dev_bytes_used(&f, 1));
 	fx_close(&f);
 	fx_free(&f);
 }
@@ -324,7 +324,7 @@ static void raid_profiles_place_across_devices(void **state)
 
 		fx_make(&f, cases[c].ndev, 256 * MiB, cases[c].profile, cases[c].profile);
 		fx_open(&f);
-		assert_int_equal(ub_chunk_profile_for(f.e->alloc, f.e->vol, BTRFS_BLOCK_GROUP_DATA), cases[c].profile);
+		assert_int_equal(ub_chunk_profile_for(f.e->alloc, f.e->fs.vol, BTRFS_BLOCK_GROUP_DATA), cases[c].profile);
 		logical = add_and_check(&f, BTRFS_BLOCK_GROUP_DATA | cases[c].profile);
 		/* a data reservation lands in it once the old data group is full; here: it serves data */
 		struct ub_bg_info bi;

@@ -86,7 +86,7 @@ static uint64_t isize(struct ub_txn *t, uint64_t ino)
 
 	assert_int_equal(ub_engine_root(t->e, FS, &er), 0);
 	ub_path_init(&p);
-	assert_int_equal(ub_tree_lookup(&t->e->tc, &er->root, &k, &p, &d, &size), 0);
+	assert_int_equal(ub_tree_lookup(&t->e->fs.tc, &er->root, &k, &p, &d, &size), 0);
 	v = UB_GET(btrfs_inode_item, size, d);
 	ub_path_release(&p);
 	return v;
@@ -104,7 +104,7 @@ static int extent_type(struct ub_txn *t, uint64_t ino)
 
 	assert_int_equal(ub_engine_root(t->e, FS, &er), 0);
 	ub_path_init(&p);
-	if (ub_tree_lookup(&t->e->tc, &er->root, &k, &p, &d, &size) == 0)
+	if (ub_tree_lookup(&t->e->fs.tc, &er->root, &k, &p, &d, &size) == 0)
 		v = (int)UB_GET(btrfs_file_extent_item, type, d);
 	ub_path_release(&p);
 	return v;

@@ -99,8 +99,12 @@ static void env_open(struct env *e, uint32_t nodesize, const char *csum)
 	/* the fs's chunk tree uuid, from its chunk root's header */
 	{
 		struct ub_eb *eb;
-		struct ub_expect exp = ub_root_expect(&e->fs->chunk_tree);
-		assert_int_equal(ub_tree_read_block(&e->tc, e->fs->chunk_tree.bytenr, &exp, &eb), 0);
+		struct ub_root ct;
+		struct ub_expect exp;
+
+		assert_int_equal(ub_fs_tree_root(e->fs, BTRFS_CHUNK_TREE_OBJECTID, &ct), 0);
+		exp = ub_root_expect(&ct);
+		assert_int_equal(ub_tree_read_block(&e->tc, ct.bytenr, &exp, &eb), 0);
 		assert_true(e->tc.have_chunk_tree_uuid);
 		assert_memory_equal(e->tc.chunk_tree_uuid, UB_PTR(ub_disk_header, chunk_tree_uuid, eb->data), UB_UUID_SIZE);
 		ub_eb_put(&e->tc, eb);

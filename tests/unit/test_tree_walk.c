@@ -114,10 +114,19 @@ static int group_teardown(void **state)
 		}                                                                      \
 	} while (0)
 
-static struct ub_expect root_expect(const struct ub_root *r)
+static struct ub_expect root_expect(struct ub_root r)
 {
-	struct ub_expect e = { r->objectid, r->level, r->generation, NULL, NULL, 0, -1 };
+	struct ub_expect e = { r.objectid, r.level, r.generation, NULL, NULL, 0, -1 };
 	return e;
+}
+
+/* The committed root of a tree the test image must have. */
+static struct ub_root root_of(struct ub_fs *fs, uint64_t id)
+{
+	struct ub_root r = { 0 };
+
+	assert_int_equal(ub_fs_tree_root(fs, id, &r), 0);
+	return r;
 }
 
 static int read_with(struct ub_fs *fs, uint64_t bytenr, const struct ub_expect *e)
@@ -142,26 +151,26 @@ static void test_cached_block_other_owner(void **state)
 	(void)state;
 	NEED_MKFS();
 	fs = open_image(E.small, &s);
-	good = root_expect(&fs->root_tree);
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &good), 0); /* now cached */
+	good = root_expect(root_of(fs, BTRFS_ROOT_TREE_OBJECTID));
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &good), 0); /* now cached */
 	wrong = good;
 	wrong.owner = BTRFS_FS_TREE_OBJECTID;
 	s.len = 0;
 	s.text[0] = 0;
 	errs = s.errors;
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &wrong), -EUCLEAN);
-	snprintf(addr, sizeof(addr), "%" PRIu64, fs->root_tree.bytenr);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &wrong), -EUCLEAN);
+	snprintf(addr, sizeof(addr), "%" PRIu64, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr);
 	assert_non_null(strstr(s.text, addr));
 	assert_non_null(strstr(s.text, "owner ROOT_TREE"));
 	assert_int_equal(s.errors, errs + 1);
 	/* asked again the same wrong way: the same answer, not said again */
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &wrong), -EUCLEAN);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &wrong), -EUCLEAN);
 	assert_int_equal(s.errors, errs + 1);
 	/* a global tree accepts only its own blocks */
 	wrong.owner = BTRFS_EXTENT_TREE_OBJECTID;
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &wrong), -EUCLEAN);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &wrong), -EUCLEAN);
 	/* and the block is as good as ever for its real pointer */
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &good), 0);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &good), 0);
 	ub_fs_close(fs);
 }
 
@@ -177,8 +186,8 @@ static void test_cached_block_other_expectations(void **state)
 	(void)state;
 	NEED_MKFS();
 	fs = open_image(E.small, &s);
-	good = root_expect(&fs->root_tree);
-	assert_int_equal(ub_tree_read_block(&fs->tc, fs->root_tree.bytenr, &good, &eb), 0);
+	good = root_expect(root_of(fs, BTRFS_ROOT_TREE_OBJECTID));
+	assert_int_equal(ub_tree_read_block(&fs->tc, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &good, &eb), 0);
 	assert_true(ub_eb_nritems(eb) > 1);
 	ub_eb_item_key(eb, 0, &first);
 	ub_eb_item_key(eb, (int)ub_eb_nritems(eb) - 1, &last);
@@ -186,23 +195,23 @@ static void test_cached_block_other_expectations(void **state)
 
 	e = good;
 	e.level = good.level + 1;
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &e), -EUCLEAN);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &e), -EUCLEAN);
 	e = good;
 	e.generation = good.generation + 1;
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &e), -EUCLEAN);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &e), -EUCLEAN);
 	e = good;
 	e.first_key = &other;
 	s.len = 0;
 	s.text[0] = 0;
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &e), -EUCLEAN);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &e), -EUCLEAN);
 	assert_non_null(strstr(s.text, "first key"));
 	e.first_key = &first;
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &e), 0);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &e), 0);
 	/* the range ends at the next child's key: the block's last key must be below it */
 	e.end_key = &last;
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &e), -EUCLEAN);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &e), -EUCLEAN);
 	last.offset++;
-	assert_int_equal(read_with(fs, fs->root_tree.bytenr, &e), 0);
+	assert_int_equal(read_with(fs, root_of(fs, BTRFS_ROOT_TREE_OBJECTID).bytenr, &e), 0);
 	ub_fs_close(fs);
 }
 
@@ -217,9 +226,9 @@ static void test_wrong_parent_first(void **state)
 	(void)state;
 	NEED_MKFS();
 	fs = open_image(E.small, &s);
-	assert_non_null(fs->extent_tree.bytenr);
-	bytenr = fs->extent_tree.bytenr;
-	good = root_expect(&fs->extent_tree);
+	assert_non_null(root_of(fs, BTRFS_EXTENT_TREE_OBJECTID).bytenr);
+	bytenr = root_of(fs, BTRFS_EXTENT_TREE_OBJECTID).bytenr;
+	good = root_expect(root_of(fs, BTRFS_EXTENT_TREE_OBJECTID));
 	wrong = good;
 	wrong.owner = BTRFS_CSUM_TREE_OBJECTID;
 	assert_int_equal(read_with(fs, bytenr, &wrong), -EUCLEAN);
@@ -246,8 +255,8 @@ static void test_bad_block_remembered(void **state)
 	NEED_MKFS();
 	fs = open_image(E.small, &s);
 	/* mkfs puts the chunk tree's only block first in the system chunk; what follows it is never written */
-	bytenr = fs->chunk_tree.bytenr + fs->vol->nodesize;
-	e = (struct ub_expect){ BTRFS_CHUNK_TREE_OBJECTID, 0, 0, NULL, NULL, fs->chunk_tree.bytenr, 1 };
+	bytenr = root_of(fs, BTRFS_CHUNK_TREE_OBJECTID).bytenr + fs->vol->nodesize;
+	e = (struct ub_expect){ BTRFS_CHUNK_TREE_OBJECTID, 0, 0, NULL, NULL, root_of(fs, BTRFS_CHUNK_TREE_OBJECTID).bytenr, 1 };
 	errs = s.errors;
 	if (read_with(fs, bytenr, &e) == 0) {
 		fprintf(stderr, "logical %" PRIu64 " holds a valid block in this mkfs version: skipped\n", bytenr);
@@ -321,7 +330,7 @@ static void test_multilevel_walk_and_iteration(void **state)
 	(void)state;
 	NEED_MKFS();
 	fs = open_image(E.big, &s);
-	assert_int_equal(ub_fs_find_root(fs, BTRFS_FS_TREE_OBJECTID, &fst), 0);
+	assert_int_equal(ub_fs_tree_root(fs, BTRFS_FS_TREE_OBJECTID, &fst), 0);
 	assert_true(fst.level >= 2); /* the setup must reach nodes below the root */
 	assert_int_equal(ub_tree_walk(&fs->tc, &fst, &set, BTRFS_FS_TREE_OBJECTID, count_block, &c), 0);
 	assert_int_equal(set.n, c.blocks);
