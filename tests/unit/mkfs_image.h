@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One scratch image made by mkfs.btrfs (4 KiB nodes, 256 MiB) for a unit test
+ * group, in its own /tmp folder removed at the end; g_have is false without
+ * mkfs.btrfs, and the tests then skip.
+ */
+#ifndef UBTRFS_TESTS_MKFS_IMAGE_H
+#define UBTRFS_TESTS_MKFS_IMAGE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static char g_dir[64], g_img[128];
+static bool g_have;
+
+static int sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd);
+}
+
+/* `tag` names the folder (/tmp/ub-TAG-XXXXXX) so a leftover tells which test left it. */
+static int mkfs_image_setup(const char *tag)
+{
+	snprintf(g_dir, sizeof(g_dir), "/tmp/ub-%s-XXXXXX", tag);
+	if (!mkdtemp(g_dir))
+		return -1;
+	snprintf(g_img, sizeof(g_img), "%s/img", g_dir);
+	g_have = sh("command -v mkfs.btrfs >/dev/null 2>&1") == 0 &&
+		 sh("truncate -s 256M %s && mkfs.btrfs -q -f -n 4096 %s >/dev/null 2>&1", g_img, g_img) == 0;
+	return 0;
+}
+
+static int teardown_all(void **state)
+{
+	(void)state;
+	sh("rm -rf %s", g_dir);
+	return 0;
+}
+
+/* btrfs check's verdict on the image: 0 when it finds no error. */
+static int mkfs_image_check(void)
+{
+	if (sh("btrfs check --readonly %s >%s/check.log 2>&1", g_img, g_dir))
+		return -1;
+	return sh("grep -q 'no error found' %s/check.log", g_dir) ? -1 : 0;
+}
+
+#endif
