@@ -212,12 +212,10 @@ static void warn_features(struct ub_fs *fs)
 		ub_warn(&fs->log, "unknown incompatible feature flags 0x%llx: reading anyway", (unsigned long long)other);
 }
 
-int ub_fs_open_at(struct ub_fs *fs, const char *const *paths, struct ub_dev *const *devs, int npaths,
+int ub_fs_open_volume(struct ub_fs *fs, const char *const *paths, struct ub_dev *const *devs, int npaths,
 		  const struct ub_fs_opts *opts, const struct ub_log *log)
 {
 	struct ub_volume_opts vopts = { .writable = false, .super_mirror = -1 };
-	struct ub_root r;
-	const uint8_t *sb;
 	int ret;
 
 	if (log)
@@ -245,7 +243,18 @@ int ub_fs_open_at(struct ub_fs *fs, const char *const *paths, struct ub_dev *con
 	ret = ub_tree_ctx_init(&fs->tc, fs->vol, &fs->log);
 	if (ret)
 		goto fail;
-	sb = fs->vol->super;
+	return 0;
+fail:
+	ub_fs_fini(fs);
+	return ret;
+}
+
+int ub_fs_load_trees(struct ub_fs *fs)
+{
+	const uint8_t *sb = fs->vol->super;
+	struct ub_root r;
+	int ret;
+
 	fs->incompat = SB(incompat_flags, sb);
 	fs->compat_ro = SB(compat_ro_flags, sb);
 	/* the two trees the superblock points at come first in the table */
@@ -290,6 +299,14 @@ int ub_fs_open_at(struct ub_fs *fs, const char *const *paths, struct ub_dev *con
 fail:
 	ub_fs_fini(fs);
 	return ret;
+}
+
+int ub_fs_open_at(struct ub_fs *fs, const char *const *paths, struct ub_dev *const *devs, int npaths,
+		  const struct ub_fs_opts *opts, const struct ub_log *log)
+{
+	int ret = ub_fs_open_volume(fs, paths, devs, npaths, opts, log);
+
+	return ret ? ret : ub_fs_load_trees(fs);
 }
 
 /* From paths, or from devices already open when `devs` is set (then they are ours to close, whatever happens). */

@@ -109,17 +109,21 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 			ub_dev_close(devs[i]);
 		return -ENOMEM;
 	}
-	ret = ub_fs_open_at(&e->fs, paths, devs, n, &opts, log);
+	ret = ub_fs_open_volume(&e->fs, paths, devs, n, &opts, log);
 	if (ret) {
 		free(e);
 		return ret;
 	}
+	/* refused before any tree is read: the reader's warnings about the same features would only confuse */
 	sb = e->fs.vol->super;
 	ret = ub_engine_check_features(sb, why, sizeof(why));
 	if (ret) {
 		ub_err(&e->fs.log, "cannot open for writing: %s", why);
 		goto fail;
 	}
+	ret = ub_fs_load_trees(&e->fs);
+	if (ret)
+		goto fail; /* ub_fs_fini is safe twice */
 	e->incompat = SB(incompat_flags, sb);
 	e->compat_ro = SB(compat_ro_flags, sb);
 	e->generation = SB(generation, sb);
