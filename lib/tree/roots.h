@@ -24,6 +24,11 @@
  * abort with ub_roots_lock()/ub_roots_unlock() around its updates of
  * `committed` (and of `root` on abort). Block reads are the tree context's
  * business, not the table's.
+ *
+ * Readers load objects from the committed root tree, the writer from its live
+ * one; both agree because the writer changes a tree's root or ROOT_ITEM
+ * bookkeeping only through the tree's object (ub_engine_root first), and adds
+ * the object of a tree it creates right after inserting its ROOT_ITEM.
  */
 #ifndef UBTRFS_TREE_ROOTS_H
 #define UBTRFS_TREE_ROOTS_H
