@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Opening a filesystem for writing: the volume (writable), the chunk tree,
- * one root object per tree from the superblock and the root tree's
- * ROOT_ITEMs, and the allocator. Everything that the engine would leave
- * stale on disk is refused here, before anything is written.
+ * Opening a filesystem for writing: the ub_fs underneath (volume opened
+ * writable, chunk tree, the table of root objects, lib/tree/roots.h), then
+ * the allocator. Everything that the engine would leave stale on disk is
+ * refused here, before anything is written.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +12,6 @@
 #include "fs/fs_embed.h"
 
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)
-#define RI(field, p) UB_GET(btrfs_root_item, field, p)
 
 int ub_engine_root(struct ub_engine *e, uint64_t objectid, struct ub_eroot **out)
 {
