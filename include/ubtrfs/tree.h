@@ -5,6 +5,7 @@
 #ifndef UBTRFS_TREE_H
 #define UBTRFS_TREE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "ubtrfs/format.h"
@@ -14,8 +15,12 @@
  * One tree block in memory (refcounted, owned by the cache): verified when read,
  * or created by the write side (lib/tree/tree_write.h).
  *
- * Ownership and threading: a ub_tree_ctx and its blocks belong to one thread.
- * Only the transaction's single writer changes block contents, and only blocks
+ * Ownership and threading: several reader threads and the one writer thread
+ * may share a ub_tree_ctx. Its cache_lock guards the table, the LRU, every
+ * block's refs/hnext/lru/dirty links, the negative cache and the counters;
+ * reads from the device and checksum verification run without it. A block's
+ * data is immutable once published, except that
+ * only the transaction's single writer changes block contents, and only blocks
  * of its own transaction (generation == transid, not yet written), which are
  * reachable only from the roots it updates: a reader walking from committed
  * root values never meets one, so committed blocks in the cache stay exactly
@@ -108,6 +113,10 @@ struct ub_tree_ctx {
 	uint8_t metadata_uuid[UB_FSID_SIZE];
 	uint8_t chunk_tree_uuid[UB_UUID_SIZE];
 	bool have_chunk_tree_uuid;
+	/* ---- api: the cache is shared by reader threads and the writer (rule at struct ub_eb) ---- */
+	pthread_mutex_t cache_lock;
+	uint64_t hits, misses; /* lookups served from the table / that read the device */
+	/* ---- end api ---- */
 };
 
 int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_log *log);
@@ -122,6 +131,16 @@ void ub_tree_ctx_destroy(struct ub_tree_ctx *tc);
 int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp,
 		       struct ub_eb **out);
 void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb);
+
+/* The cache's size bound in bytes (default 64 MiB); unreferenced blocks beyond it are evicted now. */
+void ub_tree_set_cache_limit(struct ub_tree_ctx *tc, uint64_t bytes);
+struct ub_tree_cache_stats {
+	uint64_t hits, misses; /* since ub_tree_ctx_init */
+	uint64_t bytes;        /* held now, dirty and referenced blocks included */
+	uint64_t limit;
+	size_t dirty;          /* blocks of the running transaction (pinned) */
+};
+void ub_tree_cache_stats(struct ub_tree_ctx *tc, struct ub_tree_cache_stats *out);
 
 /* Header and item accessors for a verified block. */
 static inline uint8_t ub_eb_level(const struct ub_eb *eb) { return (uint8_t)UB_GET(ub_disk_header, level, eb->data); }

@@ -25,7 +25,14 @@ int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct
 	tc->hash = calloc(tc->hash_size, sizeof(*tc->hash));
 	tc->cache_limit = 64ULL << 20;
 	memcpy(tc->metadata_uuid, vol->metadata_uuid, UB_FSID_SIZE);
-	return tc->hash ? 0 : -ENOMEM;
+	if (!tc->hash)
+		return -ENOMEM;
+	if (pthread_mutex_init(&tc->cache_lock, NULL)) {
+		free(tc->hash);
+		tc->hash = NULL;
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 static void lru_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
@@ -83,6 +90,7 @@ void ub_tree_ctx_destroy(struct ub_tree_ctx *tc)
 	}
 	free(tc->hash);
 	tc->hash = NULL;
+	pthread_mutex_destroy(&tc->cache_lock);
 }
 
 static void evict(struct ub_tree_ctx *tc)
@@ -95,10 +103,9 @@ static void evict(struct ub_tree_ctx *tc)
 	}
 }
 
-void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
+/* Caller holds cache_lock. */
+static void put_locked(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
-	if (!eb)
-		return;
 	if (--eb->refs > 0)
 		return;
 	if (!eb->hashed) {
@@ -114,6 +121,34 @@ void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
 	if (!tc->lru_tail)
 		tc->lru_tail = eb;
 	evict(tc);
+}
+
+void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
+{
+	if (!eb)
+		return;
+	pthread_mutex_lock(&tc->cache_lock);
+	put_locked(tc, eb);
+	pthread_mutex_unlock(&tc->cache_lock);
+}
+
+void ub_tree_set_cache_limit(struct ub_tree_ctx *tc, uint64_t bytes)
+{
+	pthread_mutex_lock(&tc->cache_lock);
+	tc->cache_limit = bytes;
+	evict(tc);
+	pthread_mutex_unlock(&tc->cache_lock);
+}
+
+void ub_tree_cache_stats(struct ub_tree_ctx *tc, struct ub_tree_cache_stats *out)
+{
+	pthread_mutex_lock(&tc->cache_lock);
+	out->hits = tc->hits;
+	out->misses = tc->misses;
+	out->bytes = tc->cached_bytes;
+	out->limit = tc->cache_limit;
+	out->dirty = tc->ndirty;
+	pthread_mutex_unlock(&tc->cache_lock);
 }
 
 const char *ub_tree_name(uint64_t id, char *buf, size_t len)
@@ -294,14 +329,15 @@ static void describe_ref(const struct ub_expect *exp, char *buf, size_t len)
 		snprintf(buf, len, "tree unknown");
 }
 
-int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, struct ub_eb **out)
+/*
+ * A cached block at `bytenr` that fits `exp`, referenced for the caller: 0 and
+ * *out set, 1 if there is none, or -EUCLEAN for a dirty block the pointer does
+ * not fit. Caller holds cache_lock.
+ */
+static int find_cached(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, struct ub_eb **out)
 {
-	struct ub_volume *vol = tc->vol;
 	struct ub_eb *eb;
-	uint8_t *buf = NULL;
-	char why[320] = "", where[256], ref[160];
-	int copies, ret = -EIO, bad_mirror = 0;
-	bool intrinsic_only = true;
+	char why[320] = "", ref[160];
 
 	for (eb = tc->hash[(bytenr / 4096) % tc->hash_size]; eb; eb = eb->hnext) {
 		if (eb->start != bytenr)
@@ -323,15 +359,78 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		*out = eb;
 		return 0;
 	}
-	for (unsigned i = 0; i < 64; i++)
-		if (bad_matches(&tc->bad[i], bytenr, exp))
-			return tc->bad[i].err;
+	return 1;
+}
+
+static void remember_bad_locked(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err)
+{
+	pthread_mutex_lock(&tc->cache_lock);
+	remember_bad(tc, bytenr, exp, any, err);
+	pthread_mutex_unlock(&tc->cache_lock);
+}
+
+/* Publish a verified copy; a copy another thread published meanwhile wins and `eb` goes. Caller holds cache_lock. */
+static struct ub_eb *publish(struct ub_tree_ctx *tc, struct ub_eb *eb, const struct ub_expect *exp)
+{
+	struct ub_eb **pp = &tc->hash[(eb->start / 4096) % tc->hash_size];
+	struct ub_eb *old, *other = NULL;
+
+	if (find_cached(tc, eb->start, exp, &other) == 0) {
+		free(eb->data);
+		free(eb);
+		return other;
+	}
+	/* a stale entry for the same address (other expectations) is replaced */
+	for (old = *pp; old; old = old->hnext)
+		if (old->start == eb->start && old->refs == 0)
+			break;
+	if (old) {
+		lru_unlink(tc, old);
+		hash_unlink(tc, old);
+		eb_free(tc, old);
+	}
+	hash_link(tc, eb);
+	/* every block of a filesystem names the same chunk tree; new blocks copy it */
+	if (!tc->have_chunk_tree_uuid) {
+		memcpy(tc->chunk_tree_uuid, UB_PTR(ub_disk_header, chunk_tree_uuid, eb->data), UB_UUID_SIZE);
+		tc->have_chunk_tree_uuid = true;
+	}
+	tc->cached_bytes += eb->len;
+	return eb;
+}
+
+int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, struct ub_eb **out)
+{
+	struct ub_volume *vol = tc->vol;
+	struct ub_eb *eb;
+	uint8_t *buf = NULL;
+	char why[320] = "", where[256], ref[160];
+	int copies, ret = -EIO, bad_mirror = 0;
+	bool intrinsic_only = true;
+
+	pthread_mutex_lock(&tc->cache_lock);
+	ret = find_cached(tc, bytenr, exp, out);
+	if (ret <= 0) {
+		tc->hits += ret == 0;
+		pthread_mutex_unlock(&tc->cache_lock);
+		return ret;
+	}
+	ret = -EIO;
+	for (unsigned i = 0; i < 64; i++) {
+		if (bad_matches(&tc->bad[i], bytenr, exp)) {
+			int err = tc->bad[i].err;
+			pthread_mutex_unlock(&tc->cache_lock);
+			return err;
+		}
+	}
+	tc->misses++;
+	pthread_mutex_unlock(&tc->cache_lock);
 	describe_ref(exp, ref, sizeof(ref));
 	if (bytenr % vol->sectorsize) {
 		if (!tc->quiet)
 			ub_err(&tc->log, "tree block at logical %llu (%s): not aligned to sectorsize",
 			       (unsigned long long)bytenr, ref);
-		remember_bad(tc, bytenr, exp, true, -EUCLEAN);
+		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
 		return -EUCLEAN;
 	}
 	copies = ub_volume_num_copies(vol, bytenr);
@@ -340,7 +439,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		if (!tc->quiet)
 			ub_err(&tc->log, "tree block at logical %llu (%s): address is not in any chunk",
 			       (unsigned long long)bytenr, ref);
-		remember_bad(tc, bytenr, exp, true, -EUCLEAN);
+		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
 		return -EUCLEAN;
 	}
 	buf = malloc(vol->nodesize);
@@ -392,7 +491,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 				ub_err(&tc->log, "tree block at logical %llu (%s): the pointer is wrong: %s",
 				       (unsigned long long)bytenr, ref, why);
 		}
-		remember_bad(tc, bytenr, exp, intrinsic_only, ret);
+		remember_bad_locked(tc, bytenr, exp, intrinsic_only, ret);
 		free(buf);
 		return ret;
 	}
@@ -405,27 +504,9 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	eb->len = vol->nodesize;
 	eb->data = buf;
 	eb->refs = 1;
-	{
-		/* a stale entry for the same address (other expectations) is replaced */
-		struct ub_eb **pp = &tc->hash[(bytenr / 4096) % tc->hash_size];
-		struct ub_eb *old;
-		for (old = *pp; old; old = old->hnext)
-			if (old->start == bytenr && old->refs == 0)
-				break;
-		if (old) {
-			lru_unlink(tc, old);
-			hash_unlink(tc, old);
-			eb_free(tc, old);
-		}
-		hash_link(tc, eb);
-	}
-	/* every block of a filesystem names the same chunk tree; new blocks copy it */
-	if (!tc->have_chunk_tree_uuid) {
-		memcpy(tc->chunk_tree_uuid, UB_PTR(ub_disk_header, chunk_tree_uuid, buf), UB_UUID_SIZE);
-		tc->have_chunk_tree_uuid = true;
-	}
-	tc->cached_bytes += eb->len;
-	*out = eb;
+	pthread_mutex_lock(&tc->cache_lock);
+	*out = publish(tc, eb, exp);
+	pthread_mutex_unlock(&tc->cache_lock);
 	return 0;
 }
 
@@ -539,13 +620,25 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 		       (unsigned long long)bytenr, level, (unsigned long long)transid);
 		return -EINVAL;
 	}
+	eb = calloc(1, sizeof(*eb));
+	if (!eb)
+		return -ENOMEM;
+	eb->data = calloc(1, vol->nodesize);
+	if (!eb->data) {
+		free(eb);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&tc->cache_lock);
 	for (old = tc->hash[(bytenr / 4096) % tc->hash_size]; old; old = old->hnext) {
 		if (old->start != bytenr)
 			continue;
 		if (old->dirty) {
 			/* the allocator handed out an address still in use by this transaction */
+			pthread_mutex_unlock(&tc->cache_lock);
 			ub_err(&tc->log, "new tree block at logical %llu: the address holds a block of the running "
 			       "transaction", (unsigned long long)bytenr);
+			free(eb->data);
+			free(eb);
 			return -EEXIST;
 		}
 	}
@@ -561,14 +654,6 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 		}
 		old = next;
 	}
-	eb = calloc(1, sizeof(*eb));
-	if (!eb)
-		return -ENOMEM;
-	eb->data = calloc(1, vol->nodesize);
-	if (!eb->data) {
-		free(eb);
-		return -ENOMEM;
-	}
 	eb->start = bytenr;
 	eb->len = vol->nodesize;
 	eb->refs = 1;
@@ -583,17 +668,20 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 	hash_link(tc, eb);
 	dirty_link(tc, eb);
 	tc->cached_bytes += eb->len;
+	pthread_mutex_unlock(&tc->cache_lock);
 	*out = eb;
 	return 0;
 }
 
 void ub_tree_forget_block(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
-	if (!eb->dirty)
-		return;
-	dirty_unlink(tc, eb);
-	hash_unlink(tc, eb);
-	ub_eb_put(tc, eb); /* the dirty list's reference; freed with the last holder's */
+	pthread_mutex_lock(&tc->cache_lock);
+	if (eb->dirty) {
+		dirty_unlink(tc, eb);
+		hash_unlink(tc, eb);
+		put_locked(tc, eb); /* the dirty list's reference; freed with the last holder's */
+	}
+	pthread_mutex_unlock(&tc->cache_lock);
 }
 
 /* Zero what no item uses, so a block's bytes depend only on its items. */
@@ -654,8 +742,10 @@ int ub_tree_write_dirty(struct ub_tree_ctx *tc)
 			       strerror(-ret));
 			return ret;
 		}
+		pthread_mutex_lock(&tc->cache_lock);
 		dirty_unlink(tc, eb);
-		ub_eb_put(tc, eb);
+		put_locked(tc, eb);
+		pthread_mutex_unlock(&tc->cache_lock);
 	}
 	return 0;
 }
