@@ -27,10 +27,20 @@ int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct
 	memcpy(tc->metadata_uuid, vol->metadata_uuid, UB_FSID_SIZE);
 	if (!tc->hash)
 		return -ENOMEM;
-	if (pthread_mutex_init(&tc->cache_lock, NULL)) {
-		free(tc->hash);
-		tc->hash = NULL;
-		return -ENOMEM;
+	{
+		pthread_mutexattr_t attr;
+		int r;
+
+		/* held for a few table operations only: spinning a little beats sleeping in the kernel */
+		pthread_mutexattr_init(&attr);
+		pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+		r = pthread_mutex_init(&tc->cache_lock, &attr);
+		pthread_mutexattr_destroy(&attr);
+		if (r) {
+			free(tc->hash);
+			tc->hash = NULL;
+			return -ENOMEM;
+		}
 	}
 	return 0;
 }
