@@ -5,7 +5,6 @@
 #ifndef UBTRFS_TREE_H
 #define UBTRFS_TREE_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "ubtrfs/format.h"
@@ -16,9 +15,10 @@
  * or created by the write side (lib/tree/tree_write.h).
  *
  * Ownership and threading: several reader threads and the one writer thread
- * may share a ub_tree_ctx. Its cache_lock guards the table, the LRU, every
- * block's refs/hnext/lru/dirty links, the negative cache and the counters;
- * reads from the device and checksum verification run without it. A block's
+ * may share a ub_tree_ctx. Its cache's lock (lib/tree/cache.h) guards the
+ * table, the LRU, every block's refs/hnext/lru/dirty links, the negative
+ * cache and the counters; reads from the device and checksum verification
+ * run without it. A block's
  * data is immutable once published, except that
  * only the transaction's single writer changes block contents, and only blocks
  * of its own transaction (generation == transid, not yet written), which are
@@ -64,16 +64,6 @@ struct ub_expect {
 	bool exact_owner;
 };
 
-/* A block found bad, and under which expectation (`any`: bad whatever the parent says). */
-struct ub_bad_block {
-	uint64_t bytenr;
-	int err; /* 0: unused entry */
-	bool any, has_first, has_end, exact_owner;
-	int level;
-	uint64_t owner, generation;
-	struct ub_key first, end;
-};
-
 /* A set of block addresses, each with a tag naming who entered it first (a tree id, a subvolume id...). */
 struct ub_block_set {
 	uint64_t *addr, *tag;
@@ -90,20 +80,9 @@ const char *ub_tree_name(uint64_t id, char *buf, size_t len);
 struct ub_tree_ctx {
 	struct ub_volume *vol;
 	struct ub_log log;
-	struct ub_eb **hash;
-	unsigned hash_size;
-	struct ub_eb *lru_head, *lru_tail; /* unreferenced blocks, most recent first */
-	uint64_t cached_bytes, cache_limit;
+	struct ub_block_cache *cache; /* the blocks and what guards them: lib/tree/cache.h */
 	bool quiet; /* no messages for blocks that fail (callers probing) */
-	/*
-	 * Blocks already found bad, so a walk reports each once. A failure that
-	 * depends on what the parent expected is remembered with that
-	 * expectation: the block may be healthy for its real parent.
-	 */
-	struct ub_bad_block bad[64];
-	unsigned bad_next;
-	/* write side: blocks changed in the running transaction (each holds a reference) */
-	struct ub_eb *dirty_head;
+	/* write side: how many blocks the running transaction changed (the list is the cache's) */
 	size_t ndirty;
 	/*
 	 * What new block headers carry: metadata_uuid comes from the volume at
@@ -113,10 +92,6 @@ struct ub_tree_ctx {
 	uint8_t metadata_uuid[UB_FSID_SIZE];
 	uint8_t chunk_tree_uuid[UB_UUID_SIZE];
 	bool have_chunk_tree_uuid;
-	/* ---- api: the cache is shared by reader threads and the writer (rule at struct ub_eb) ---- */
-	pthread_mutex_t cache_lock;
-	uint64_t hits, misses; /* lookups served from the table / that read the device */
-	/* ---- end api ---- */
 };
 
 int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_log *log);

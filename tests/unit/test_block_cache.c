@@ -30,6 +30,7 @@
 
 #include "ubtrfs/fs.h"
 #include "tree/tree_write.h"
+#include "tree/cache.h"
 
 #define MAX_BLOCKS 4096
 
@@ -131,8 +132,8 @@ static unsigned copies_of(struct ub_tree_ctx *tc, uint64_t bytenr)
 {
 	unsigned n = 0;
 
-	for (unsigned i = 0; i < tc->hash_size; i++)
-		for (struct ub_eb *eb = tc->hash[i]; eb; eb = eb->hnext)
+	for (unsigned i = 0; i < tc->cache->hash_size; i++)
+		for (struct ub_eb *eb = tc->cache->hash[i]; eb; eb = eb->hnext)
 			n += eb->start == bytenr;
 	return n;
 }
