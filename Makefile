@@ -92,6 +92,18 @@ $(BUILD)/tests/tools/space_driver: tests/tools/space_driver.c $(BUILD)/libubtrfs
 tools: $(SPACE_DRIVER)
 # ---- end of the space driver block ----
 
+# ---- block cache benchmark (wt-api): cost per cached lookup, 1/2/4 threads, on a fresh mkfs.btrfs image ----
+$(BUILD)/bench/bench_cache: bench/bench_cache.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS) -lpthread
+bench-cache: $(BUILD)/bench/bench_cache
+	@set -e; d=$$(mktemp -d /tmp/ubtrfs-bench-cache-XXXXXX); trap 'rm -rf $$d' EXIT; \
+	mkdir $$d/src; for i in $$(seq 3000); do printf %s $$i > $$d/src/f-$$i; done; \
+	truncate -s 256M $$d/img; mkfs.btrfs -q -f -n 4096 --rootdir $$d/src $$d/img >/dev/null; \
+	$(BUILD)/bench/bench_cache $$d/img 4
+.PHONY: bench-cache
+# ---- end of the block cache benchmark block ----
+
 clean:
 	rm -rf build build-san build-fuzz
 

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 #include "cmd.h"
-#include "ubtrfs/print.h"
+#include "print.h"
 
 static const char help[] =
 	"usage: ubtrfs dump-super [OPTIONS] DEV...\n\n"

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 #include "cmd.h"
-#include "ubtrfs/print.h"
+#include "print.h"
 
 static const char help[] =
 	"usage: ubtrfs dump-tree [OPTIONS] DEV...\n\n"

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cmd.h"
+#include "ubtrfs/devinfo.h"
+#include "ubtrfs/fsinfo.h"
 
 static const char help[] =
 	"usage: ubtrfs filesystem show [OPTIONS] DEV...\n\n"
@@ -30,50 +32,36 @@ static void print_label_json(const char *label)
 	putchar('"');
 }
 
-static int by_devid(const void *a, const void *b)
-{
-	const struct ub_vdev *x = *(const struct ub_vdev *const *)a, *y = *(const struct ub_vdev *const *)b;
-
-	return x->devid < y->devid ? -1 : x->devid > y->devid;
-}
-
 static int show(const struct ub_volume *vol, bool json)
 {
 	char label[UB_LABEL_SIZE + 1], uuid[40];
-	int missing = 0;
-	/* devid order (the volume keeps them in the order they were found); a hostile chunk tree has many */
-	const struct ub_vdev **order = malloc(sizeof(*order) * (size_t)(vol->nvdevs ? vol->nvdevs : 1));
+	struct ub_volume_info info;
+	struct ub_device_info *devs;
+	int ndevs, missing;
 
-	if (!order) {
-		fprintf(stderr, "ubtrfs: error: out of memory listing %d devices\n", vol->nvdevs);
+	if (ub_volume_get_info(vol, &info) || ub_volume_list_devices(vol, &devs, &ndevs)) {
+		fprintf(stderr, "ubtrfs: error: out of memory listing the devices\n");
 		return EXIT_FATAL;
 	}
-	for (int i = 0; i < vol->nvdevs; i++)
-		order[i] = &vol->vdevs[i];
-	qsort(order, (size_t)vol->nvdevs, sizeof(*order), by_devid);
-
-	memcpy(label, UB_PTR(ub_disk_super, label, vol->super), UB_LABEL_SIZE);
-	label[UB_LABEL_SIZE] = 0;
+	memcpy(label, info.label, sizeof(label));
 	for (char *p = label; *p; p++)
 		if ((unsigned char)*p < 0x20)
 			*p = '?';
-	ub_uuid_str(vol->fsid, uuid);
-	for (int i = 0; i < vol->nvdevs; i++)
-		missing += vol->vdevs[i].missing;
+	ub_uuid_str(info.fsid, uuid);
+	missing = info.nmissing;
 	if (json) {
 		printf("{\"label\": ");
 		print_label_json(label);
 		printf(", \"uuid\": \"%s\", \"generation\": %llu, \"num_devices\": %llu, \"bytes_used\": %llu, "
 		       "\"devices\": [",
-		       uuid, (unsigned long long)vol->generation, (unsigned long long)vol->num_devices,
-		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, vol->super));
-		for (int i = 0; i < vol->nvdevs; i++) {
-			const struct ub_vdev *v = order[i];
+		       uuid, (unsigned long long)info.generation, (unsigned long long)info.num_devices,
+		       (unsigned long long)info.bytes_used);
+		for (int i = 0; i < ndevs; i++) {
 			printf("%s{\"devid\": %llu, \"size\": %llu, \"missing\": %s, \"path\": ", i ? ", " : "",
-			       (unsigned long long)v->devid, (unsigned long long)v->total_bytes,
-			       v->missing ? "true" : "false");
-			if (v->dev)
-				print_label_json(v->dev->path);
+			       (unsigned long long)devs[i].devid, (unsigned long long)devs[i].total_bytes,
+			       devs[i].missing ? "true" : "false");
+			if (devs[i].path)
+				print_label_json(devs[i].path);
 			else
 				printf("null");
 			printf("}");
@@ -81,26 +69,23 @@ static int show(const struct ub_volume *vol, bool json)
 		printf("]}\n");
 	} else {
 		printf("Label: %s  uuid: %s\n", label[0] ? label : "none", uuid);
-		printf("\tTotal devices %llu FS bytes used %llu generation %llu\n", (unsigned long long)vol->num_devices,
-		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, vol->super),
-		       (unsigned long long)vol->generation);
-		for (int i = 0; i < vol->nvdevs; i++) {
-			const struct ub_vdev *v = order[i];
-			printf("\tdevid %4llu size %llu path %s\n", (unsigned long long)v->devid,
-			       (unsigned long long)v->total_bytes, v->missing ? "<MISSING>" : v->dev->path);
-		}
+		printf("\tTotal devices %llu FS bytes used %llu generation %llu\n", (unsigned long long)info.num_devices,
+		       (unsigned long long)info.bytes_used, (unsigned long long)info.generation);
+		for (int i = 0; i < ndevs; i++)
+			printf("\tdevid %4llu size %llu path %s\n", (unsigned long long)devs[i].devid,
+			       (unsigned long long)devs[i].total_bytes, devs[i].path ? devs[i].path : "<MISSING>");
 		if (missing)
 			printf("\t*** Some devices missing (%d)\n", missing);
 	}
 	if (missing) {
-		const struct ub_vdev *first = NULL;
-		for (int i = 0; i < vol->nvdevs && !first; i++)
-			if (vol->vdevs[i].missing)
-				first = &vol->vdevs[i];
-		fprintf(stderr, "ubtrfs: error: %d of %d devices missing (devid %llu%s)\n", missing, vol->nvdevs,
-			(unsigned long long)first->devid, missing > 1 ? " and others" : "");
+		/* the lowest devid missing (the list is in devid order) */
+		int first = 0;
+		while (!devs[first].missing)
+			first++;
+		fprintf(stderr, "ubtrfs: error: %d of %d devices missing (devid %llu%s)\n", missing, ndevs,
+			(unsigned long long)devs[first].devid, missing > 1 ? " and others" : "");
 	}
-	free(order);
+	free(devs);
 	return missing ? EXIT_PROBLEMS : EXIT_OK;
 }
 
@@ -140,7 +125,7 @@ int cmd_filesystem(int argc, char **argv)
 		return usage_error("filesystem show", "no device given");
 	oa.no_log = true; /* devices only: no need to replay the fsync log */
 	if (open_fs(&oa, argv + optind, argc - optind, &fs) == 0) {
-		rc = show(fs->vol, json);
+		rc = show(ub_fs_volume(fs), json);
 		ub_fs_close(fs);
 		return final_rc(&oa, rc);
 	}

@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #include "ubtrfs/format.h"
-#include "ubtrfs/print.h"
+#include "print.h"
 
 /* Offset just past `field` of on-disk struct `stype`. */
 #define PR_END(stype, field) (offsetof(struct stype, field) + UB_FSIZE(stype, field))

@@ -14,8 +14,13 @@
  * One tree block in memory (refcounted, owned by the cache): verified when read,
  * or created by the write side (lib/tree/tree_write.h).
  *
- * Ownership and threading: a ub_tree_ctx and its blocks belong to one thread.
- * Only the transaction's single writer changes block contents, and only blocks
+ * Ownership and threading: several reader threads and the one writer thread
+ * may share a ub_tree_ctx. Its cache's lock (lib/tree/cache.h) guards the
+ * table, the LRU, every block's refs/hnext/lru/dirty links, the negative
+ * cache and the counters; reads from the device and checksum verification
+ * run without it. A block's
+ * data is immutable once published, except that
+ * only the transaction's single writer changes block contents, and only blocks
  * of its own transaction (generation == transid, not yet written), which are
  * reachable only from the roots it updates: a reader walking from committed
  * root values never meets one, so committed blocks in the cache stay exactly
@@ -59,16 +64,6 @@ struct ub_expect {
 	bool exact_owner;
 };
 
-/* A block found bad, and under which expectation (`any`: bad whatever the parent says). */
-struct ub_bad_block {
-	uint64_t bytenr;
-	int err; /* 0: unused entry */
-	bool any, has_first, has_end, exact_owner;
-	int level;
-	uint64_t owner, generation;
-	struct ub_key first, end;
-};
-
 /* A set of block addresses, each with a tag naming who entered it first (a tree id, a subvolume id...). */
 struct ub_block_set {
 	uint64_t *addr, *tag;
@@ -85,20 +80,9 @@ const char *ub_tree_name(uint64_t id, char *buf, size_t len);
 struct ub_tree_ctx {
 	struct ub_volume *vol;
 	struct ub_log log;
-	struct ub_eb **hash;
-	unsigned hash_size;
-	struct ub_eb *lru_head, *lru_tail; /* unreferenced blocks, most recent first */
-	uint64_t cached_bytes, cache_limit;
+	struct ub_block_cache *cache; /* the blocks and what guards them: lib/tree/cache.h */
 	bool quiet; /* no messages for blocks that fail (callers probing) */
-	/*
-	 * Blocks already found bad, so a walk reports each once. A failure that
-	 * depends on what the parent expected is remembered with that
-	 * expectation: the block may be healthy for its real parent.
-	 */
-	struct ub_bad_block bad[64];
-	unsigned bad_next;
-	/* write side: blocks changed in the running transaction (each holds a reference) */
-	struct ub_eb *dirty_head;
+	/* write side: how many blocks the running transaction changed (the list is the cache's) */
 	size_t ndirty;
 	/*
 	 * What new block headers carry: metadata_uuid comes from the volume at
@@ -122,6 +106,16 @@ void ub_tree_ctx_destroy(struct ub_tree_ctx *tc);
 int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp,
 		       struct ub_eb **out);
 void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb);
+
+/* The cache's size bound in bytes (default 64 MiB); unreferenced blocks beyond it are evicted now. */
+void ub_tree_set_cache_limit(struct ub_tree_ctx *tc, uint64_t bytes);
+struct ub_tree_cache_stats {
+	uint64_t hits, misses; /* since ub_tree_ctx_init */
+	uint64_t bytes;        /* held now, dirty and referenced blocks included */
+	uint64_t limit;
+	size_t dirty;          /* blocks of the running transaction (pinned) */
+};
+void ub_tree_cache_stats(struct ub_tree_ctx *tc, struct ub_tree_cache_stats *out);
 
 /* Header and item accessors for a verified block. */
 static inline uint8_t ub_eb_level(const struct ub_eb *eb) { return (uint8_t)UB_GET(ub_disk_header, level, eb->data); }

@@ -6,6 +6,7 @@
 #ifndef UBTRFS_VOLUME_H
 #define UBTRFS_VOLUME_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "ubtrfs/dev.h"
@@ -110,6 +111,17 @@ struct ub_volume {
 	int write_error;
 	/* device writes left out because the device is missing (degraded writes) */
 	uint64_t writes_skipped;
+	/*
+	 * ---- api: readers map through `chunks` from any thread while the writer
+	 * adds chunks (realloc, insertion). chunk_lock (set up by the first
+	 * ub_volume_add_chunk, before any reader can exist) is held for reading
+	 * across a lookup and for writing across a change; chunks themselves are
+	 * freed only at close, so a found chunk stays valid. The writer thread
+	 * alone changes the array, so its own loops over it need no lock. ----
+	 */
+	pthread_rwlock_t chunk_lock;
+	bool chunk_lock_ready;
+	/* ---- end api ---- */
 };
 
 /*

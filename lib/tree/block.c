@@ -6,6 +6,7 @@
 #include "ubtrfs/tree.h"
 #include "ubtrfs/tree_check.h"
 #include "tree/tree_write.h"
+#include "tree/cache.h"
 
 #define HDR(field, p) UB_GET(ub_disk_header, field, p)
 
@@ -18,32 +19,50 @@ static bool is_subvol_tree(uint64_t id)
 
 int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_log *log)
 {
+	struct ub_block_cache *c;
+	pthread_mutexattr_t attr;
+	int r;
+
 	memset(tc, 0, sizeof(*tc));
 	tc->vol = vol;
 	tc->log = log ? *log : vol->log;
-	tc->hash_size = 4096;
-	tc->hash = calloc(tc->hash_size, sizeof(*tc->hash));
-	tc->cache_limit = 64ULL << 20;
 	memcpy(tc->metadata_uuid, vol->metadata_uuid, UB_FSID_SIZE);
-	return tc->hash ? 0 : -ENOMEM;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->hash_size = 4096;
+	c->hash = calloc(c->hash_size, sizeof(*c->hash));
+	c->cache_limit = 64ULL << 20;
+	/* held for a few table operations only: spinning a little beats sleeping in the kernel */
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+	r = c->hash ? pthread_mutex_init(&c->lock, &attr) : -1;
+	pthread_mutexattr_destroy(&attr);
+	if (r) {
+		free(c->hash);
+		free(c);
+		return -ENOMEM;
+	}
+	tc->cache = c;
+	return 0;
 }
 
 static void lru_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
 	if (eb->lru_prev)
 		eb->lru_prev->lru_next = eb->lru_next;
-	else if (tc->lru_head == eb)
-		tc->lru_head = eb->lru_next;
+	else if (tc->cache->lru_head == eb)
+		tc->cache->lru_head = eb->lru_next;
 	if (eb->lru_next)
 		eb->lru_next->lru_prev = eb->lru_prev;
-	else if (tc->lru_tail == eb)
-		tc->lru_tail = eb->lru_prev;
+	else if (tc->cache->lru_tail == eb)
+		tc->cache->lru_tail = eb->lru_prev;
 	eb->lru_prev = eb->lru_next = NULL;
 }
 
 static void hash_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
-	struct ub_eb **pp = &tc->hash[(eb->start / 4096) % tc->hash_size];
+	struct ub_eb **pp = &tc->cache->hash[(eb->start / 4096) % tc->cache->hash_size];
 
 	while (*pp && *pp != eb)
 		pp = &(*pp)->hnext;
@@ -55,7 +74,7 @@ static void hash_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
 
 static void hash_link(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
-	struct ub_eb **pp = &tc->hash[(eb->start / 4096) % tc->hash_size];
+	struct ub_eb **pp = &tc->cache->hash[(eb->start / 4096) % tc->cache->hash_size];
 
 	eb->hnext = *pp;
 	*pp = eb;
@@ -64,41 +83,42 @@ static void hash_link(struct ub_tree_ctx *tc, struct ub_eb *eb)
 
 static void eb_free(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
-	tc->cached_bytes -= eb->len;
+	tc->cache->cached_bytes -= eb->len;
 	free(eb->data);
 	free(eb);
 }
 
 void ub_tree_ctx_destroy(struct ub_tree_ctx *tc)
 {
-	if (!tc->hash)
+	if (!tc->cache)
 		return;
-	for (unsigned i = 0; i < tc->hash_size; i++) {
-		struct ub_eb *eb = tc->hash[i];
+	for (unsigned i = 0; i < tc->cache->hash_size; i++) {
+		struct ub_eb *eb = tc->cache->hash[i];
 		while (eb) {
 			struct ub_eb *next = eb->hnext;
 			eb_free(tc, eb);
 			eb = next;
 		}
 	}
-	free(tc->hash);
-	tc->hash = NULL;
+	free(tc->cache->hash);
+	pthread_mutex_destroy(&tc->cache->lock);
+	free(tc->cache);
+	tc->cache = NULL;
 }
 
 static void evict(struct ub_tree_ctx *tc)
 {
-	while (tc->cached_bytes > tc->cache_limit && tc->lru_tail) {
-		struct ub_eb *eb = tc->lru_tail;
+	while (tc->cache->cached_bytes > tc->cache->cache_limit && tc->cache->lru_tail) {
+		struct ub_eb *eb = tc->cache->lru_tail;
 		lru_unlink(tc, eb);
 		hash_unlink(tc, eb);
 		eb_free(tc, eb);
 	}
 }
 
-void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
+/* Caller holds cache_lock. */
+static void put_locked(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
-	if (!eb)
-		return;
 	if (--eb->refs > 0)
 		return;
 	if (!eb->hashed) {
@@ -106,14 +126,42 @@ void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
 		eb_free(tc, eb);
 		return;
 	}
-	eb->lru_next = tc->lru_head;
+	eb->lru_next = tc->cache->lru_head;
 	eb->lru_prev = NULL;
-	if (tc->lru_head)
-		tc->lru_head->lru_prev = eb;
-	tc->lru_head = eb;
-	if (!tc->lru_tail)
-		tc->lru_tail = eb;
+	if (tc->cache->lru_head)
+		tc->cache->lru_head->lru_prev = eb;
+	tc->cache->lru_head = eb;
+	if (!tc->cache->lru_tail)
+		tc->cache->lru_tail = eb;
 	evict(tc);
+}
+
+void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
+{
+	if (!eb)
+		return;
+	pthread_mutex_lock(&tc->cache->lock);
+	put_locked(tc, eb);
+	pthread_mutex_unlock(&tc->cache->lock);
+}
+
+void ub_tree_set_cache_limit(struct ub_tree_ctx *tc, uint64_t bytes)
+{
+	pthread_mutex_lock(&tc->cache->lock);
+	tc->cache->cache_limit = bytes;
+	evict(tc);
+	pthread_mutex_unlock(&tc->cache->lock);
+}
+
+void ub_tree_cache_stats(struct ub_tree_ctx *tc, struct ub_tree_cache_stats *out)
+{
+	pthread_mutex_lock(&tc->cache->lock);
+	out->hits = tc->cache->hits;
+	out->misses = tc->cache->misses;
+	out->bytes = tc->cache->cached_bytes;
+	out->limit = tc->cache->cache_limit;
+	out->dirty = tc->ndirty;
+	pthread_mutex_unlock(&tc->cache->lock);
 }
 
 const char *ub_tree_name(uint64_t id, char *buf, size_t len)
@@ -258,7 +306,7 @@ static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct u
 	/* a quiet probe said nothing, so the next caller must still hear about it */
 	if (tc->quiet)
 		return;
-	b = &tc->bad[tc->bad_next++ % 64];
+	b = &tc->cache->bad[tc->cache->bad_next++ % 64];
 	memset(b, 0, sizeof(*b));
 	b->bytenr = bytenr;
 	b->err = err;
@@ -294,16 +342,17 @@ static void describe_ref(const struct ub_expect *exp, char *buf, size_t len)
 		snprintf(buf, len, "tree unknown");
 }
 
-int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, struct ub_eb **out)
+/*
+ * A cached block at `bytenr` that fits `exp`, referenced for the caller: 0 and
+ * *out set, 1 if there is none, or -EUCLEAN for a dirty block the pointer does
+ * not fit. Caller holds cache_lock.
+ */
+static int find_cached(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, struct ub_eb **out)
 {
-	struct ub_volume *vol = tc->vol;
 	struct ub_eb *eb;
-	uint8_t *buf = NULL;
-	char why[320] = "", where[256], ref[160];
-	int copies, ret = -EIO, bad_mirror = 0;
-	bool intrinsic_only = true;
+	char why[320] = "", ref[160];
 
-	for (eb = tc->hash[(bytenr / 4096) % tc->hash_size]; eb; eb = eb->hnext) {
+	for (eb = tc->cache->hash[(bytenr / 4096) % tc->cache->hash_size]; eb; eb = eb->hnext) {
 		if (eb->start != bytenr)
 			continue;
 		/* the cached copy was good for some pointer; it still has to fit this one */
@@ -323,15 +372,78 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		*out = eb;
 		return 0;
 	}
-	for (unsigned i = 0; i < 64; i++)
-		if (bad_matches(&tc->bad[i], bytenr, exp))
-			return tc->bad[i].err;
+	return 1;
+}
+
+static void remember_bad_locked(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err)
+{
+	pthread_mutex_lock(&tc->cache->lock);
+	remember_bad(tc, bytenr, exp, any, err);
+	pthread_mutex_unlock(&tc->cache->lock);
+}
+
+/* Publish a verified copy; a copy another thread published meanwhile wins and `eb` goes. Caller holds cache_lock. */
+static struct ub_eb *publish(struct ub_tree_ctx *tc, struct ub_eb *eb, const struct ub_expect *exp)
+{
+	struct ub_eb **pp = &tc->cache->hash[(eb->start / 4096) % tc->cache->hash_size];
+	struct ub_eb *old, *other = NULL;
+
+	if (find_cached(tc, eb->start, exp, &other) == 0) {
+		free(eb->data);
+		free(eb);
+		return other;
+	}
+	/* a stale entry for the same address (other expectations) is replaced */
+	for (old = *pp; old; old = old->hnext)
+		if (old->start == eb->start && old->refs == 0)
+			break;
+	if (old) {
+		lru_unlink(tc, old);
+		hash_unlink(tc, old);
+		eb_free(tc, old);
+	}
+	hash_link(tc, eb);
+	/* every block of a filesystem names the same chunk tree; new blocks copy it */
+	if (!tc->have_chunk_tree_uuid) {
+		memcpy(tc->chunk_tree_uuid, UB_PTR(ub_disk_header, chunk_tree_uuid, eb->data), UB_UUID_SIZE);
+		tc->have_chunk_tree_uuid = true;
+	}
+	tc->cache->cached_bytes += eb->len;
+	return eb;
+}
+
+int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, struct ub_eb **out)
+{
+	struct ub_volume *vol = tc->vol;
+	struct ub_eb *eb;
+	uint8_t *buf = NULL;
+	char why[320] = "", where[256], ref[160];
+	int copies, ret = -EIO, bad_mirror = 0;
+	bool intrinsic_only = true;
+
+	pthread_mutex_lock(&tc->cache->lock);
+	ret = find_cached(tc, bytenr, exp, out);
+	if (ret <= 0) {
+		tc->cache->hits += ret == 0;
+		pthread_mutex_unlock(&tc->cache->lock);
+		return ret;
+	}
+	ret = -EIO;
+	for (unsigned i = 0; i < 64; i++) {
+		if (bad_matches(&tc->cache->bad[i], bytenr, exp)) {
+			int err = tc->cache->bad[i].err;
+			pthread_mutex_unlock(&tc->cache->lock);
+			return err;
+		}
+	}
+	tc->cache->misses++;
+	pthread_mutex_unlock(&tc->cache->lock);
 	describe_ref(exp, ref, sizeof(ref));
 	if (bytenr % vol->sectorsize) {
 		if (!tc->quiet)
 			ub_err(&tc->log, "tree block at logical %llu (%s): not aligned to sectorsize",
 			       (unsigned long long)bytenr, ref);
-		remember_bad(tc, bytenr, exp, true, -EUCLEAN);
+		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
 		return -EUCLEAN;
 	}
 	copies = ub_volume_num_copies(vol, bytenr);
@@ -340,7 +452,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		if (!tc->quiet)
 			ub_err(&tc->log, "tree block at logical %llu (%s): address is not in any chunk",
 			       (unsigned long long)bytenr, ref);
-		remember_bad(tc, bytenr, exp, true, -EUCLEAN);
+		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
 		return -EUCLEAN;
 	}
 	buf = malloc(vol->nodesize);
@@ -392,7 +504,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 				ub_err(&tc->log, "tree block at logical %llu (%s): the pointer is wrong: %s",
 				       (unsigned long long)bytenr, ref, why);
 		}
-		remember_bad(tc, bytenr, exp, intrinsic_only, ret);
+		remember_bad_locked(tc, bytenr, exp, intrinsic_only, ret);
 		free(buf);
 		return ret;
 	}
@@ -405,27 +517,9 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	eb->len = vol->nodesize;
 	eb->data = buf;
 	eb->refs = 1;
-	{
-		/* a stale entry for the same address (other expectations) is replaced */
-		struct ub_eb **pp = &tc->hash[(bytenr / 4096) % tc->hash_size];
-		struct ub_eb *old;
-		for (old = *pp; old; old = old->hnext)
-			if (old->start == bytenr && old->refs == 0)
-				break;
-		if (old) {
-			lru_unlink(tc, old);
-			hash_unlink(tc, old);
-			eb_free(tc, old);
-		}
-		hash_link(tc, eb);
-	}
-	/* every block of a filesystem names the same chunk tree; new blocks copy it */
-	if (!tc->have_chunk_tree_uuid) {
-		memcpy(tc->chunk_tree_uuid, UB_PTR(ub_disk_header, chunk_tree_uuid, buf), UB_UUID_SIZE);
-		tc->have_chunk_tree_uuid = true;
-	}
-	tc->cached_bytes += eb->len;
-	*out = eb;
+	pthread_mutex_lock(&tc->cache->lock);
+	*out = publish(tc, eb, exp);
+	pthread_mutex_unlock(&tc->cache->lock);
 	return 0;
 }
 
@@ -507,10 +601,10 @@ static void dirty_link(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
 	eb->dirty = true;
 	eb->dirty_prev = NULL;
-	eb->dirty_next = tc->dirty_head;
-	if (tc->dirty_head)
-		tc->dirty_head->dirty_prev = eb;
-	tc->dirty_head = eb;
+	eb->dirty_next = tc->cache->dirty_head;
+	if (tc->cache->dirty_head)
+		tc->cache->dirty_head->dirty_prev = eb;
+	tc->cache->dirty_head = eb;
 	tc->ndirty++;
 	eb->refs++; /* the dirty list's: eviction never sees a dirty block */
 }
@@ -520,7 +614,7 @@ static void dirty_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
 	if (eb->dirty_prev)
 		eb->dirty_prev->dirty_next = eb->dirty_next;
 	else
-		tc->dirty_head = eb->dirty_next;
+		tc->cache->dirty_head = eb->dirty_next;
 	if (eb->dirty_next)
 		eb->dirty_next->dirty_prev = eb->dirty_prev;
 	eb->dirty_prev = eb->dirty_next = NULL;
@@ -539,18 +633,30 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 		       (unsigned long long)bytenr, level, (unsigned long long)transid);
 		return -EINVAL;
 	}
-	for (old = tc->hash[(bytenr / 4096) % tc->hash_size]; old; old = old->hnext) {
+	eb = calloc(1, sizeof(*eb));
+	if (!eb)
+		return -ENOMEM;
+	eb->data = calloc(1, vol->nodesize);
+	if (!eb->data) {
+		free(eb);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&tc->cache->lock);
+	for (old = tc->cache->hash[(bytenr / 4096) % tc->cache->hash_size]; old; old = old->hnext) {
 		if (old->start != bytenr)
 			continue;
 		if (old->dirty) {
 			/* the allocator handed out an address still in use by this transaction */
+			pthread_mutex_unlock(&tc->cache->lock);
 			ub_err(&tc->log, "new tree block at logical %llu: the address holds a block of the running "
 			       "transaction", (unsigned long long)bytenr);
+			free(eb->data);
+			free(eb);
 			return -EEXIST;
 		}
 	}
 	/* a stale copy of what was there before (freed in an earlier transaction) goes */
-	for (old = tc->hash[(bytenr / 4096) % tc->hash_size]; old;) {
+	for (old = tc->cache->hash[(bytenr / 4096) % tc->cache->hash_size]; old;) {
 		struct ub_eb *next = old->hnext;
 		if (old->start == bytenr) {
 			hash_unlink(tc, old);
@@ -560,14 +666,6 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 			}
 		}
 		old = next;
-	}
-	eb = calloc(1, sizeof(*eb));
-	if (!eb)
-		return -ENOMEM;
-	eb->data = calloc(1, vol->nodesize);
-	if (!eb->data) {
-		free(eb);
-		return -ENOMEM;
 	}
 	eb->start = bytenr;
 	eb->len = vol->nodesize;
@@ -582,18 +680,21 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 	memcpy(eb->data + offsetof(struct ub_disk_header, chunk_tree_uuid), tc->chunk_tree_uuid, UB_UUID_SIZE);
 	hash_link(tc, eb);
 	dirty_link(tc, eb);
-	tc->cached_bytes += eb->len;
+	tc->cache->cached_bytes += eb->len;
+	pthread_mutex_unlock(&tc->cache->lock);
 	*out = eb;
 	return 0;
 }
 
 void ub_tree_forget_block(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
-	if (!eb->dirty)
-		return;
-	dirty_unlink(tc, eb);
-	hash_unlink(tc, eb);
-	ub_eb_put(tc, eb); /* the dirty list's reference; freed with the last holder's */
+	pthread_mutex_lock(&tc->cache->lock);
+	if (eb->dirty) {
+		dirty_unlink(tc, eb);
+		hash_unlink(tc, eb);
+		put_locked(tc, eb); /* the dirty list's reference; freed with the last holder's */
+	}
+	pthread_mutex_unlock(&tc->cache->lock);
 }
 
 /* Zero what no item uses, so a block's bytes depend only on its items. */
@@ -618,8 +719,8 @@ int ub_tree_write_dirty(struct ub_tree_ctx *tc)
 {
 	struct ub_volume *vol = tc->vol;
 
-	while (tc->dirty_head) {
-		struct ub_eb *eb = tc->dirty_head;
+	while (tc->cache->dirty_head) {
+		struct ub_eb *eb = tc->cache->dirty_head;
 		uint8_t *buf = eb->data;
 		char why[320];
 		struct ub_check_ctx cctx = {
@@ -654,14 +755,16 @@ int ub_tree_write_dirty(struct ub_tree_ctx *tc)
 			       strerror(-ret));
 			return ret;
 		}
+		pthread_mutex_lock(&tc->cache->lock);
 		dirty_unlink(tc, eb);
-		ub_eb_put(tc, eb);
+		put_locked(tc, eb);
+		pthread_mutex_unlock(&tc->cache->lock);
 	}
 	return 0;
 }
 
 void ub_tree_drop_dirty(struct ub_tree_ctx *tc)
 {
-	while (tc->dirty_head)
-		ub_tree_forget_block(tc, tc->dirty_head);
+	while (tc->cache->dirty_head)
+		ub_tree_forget_block(tc, tc->cache->dirty_head);
 }

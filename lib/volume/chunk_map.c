@@ -129,10 +129,27 @@ int ub_volume_add_chunk(struct ub_volume *vol, uint64_t logical, const uint8_t *
 		memcpy(c->stripes[i].dev_uuid, UB_PTR(btrfs_stripe, dev_uuid, s), UB_UUID_SIZE);
 	}
 	ub_chunk_bind(vol, c);
+	if (!vol->chunk_lock_ready) {
+		pthread_rwlockattr_t attr;
+		int r;
+
+		/* busy readers must not starve the writer adding the chunk a transaction waits for */
+		pthread_rwlockattr_init(&attr);
+		pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+		r = pthread_rwlock_init(&vol->chunk_lock, &attr);
+		pthread_rwlockattr_destroy(&attr);
+		if (r) {
+			free(c);
+			return -ENOMEM;
+		}
+		vol->chunk_lock_ready = true;
+	}
+	pthread_rwlock_wrlock(&vol->chunk_lock);
 	if (vol->nchunks == vol->chunks_cap) {
 		int cap = vol->chunks_cap ? vol->chunks_cap * 2 : 64;
 		struct ub_chunk **n = realloc(vol->chunks, (size_t)cap * sizeof(*n));
 		if (!n) {
+			pthread_rwlock_unlock(&vol->chunk_lock);
 			free(c);
 			return -ENOMEM;
 		}
@@ -142,18 +159,24 @@ int ub_volume_add_chunk(struct ub_volume *vol, uint64_t logical, const uint8_t *
 	memmove(&vol->chunks[pos + 1], &vol->chunks[pos], (size_t)(vol->nchunks - pos) * sizeof(c));
 	vol->chunks[pos] = c;
 	vol->nchunks++;
+	pthread_rwlock_unlock(&vol->chunk_lock);
 	return 0;
 }
 
 const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical)
 {
-	int pos = chunk_cmp_find((struct ub_volume *)vol, logical);
-	const struct ub_chunk *c;
+	struct ub_volume *v = (struct ub_volume *)vol;
+	const struct ub_chunk *c = NULL;
+	int pos;
 
-	if (pos == 0)
-		return NULL;
-	c = vol->chunks[pos - 1];
-	return logical - c->logical < c->length ? c : NULL;
+	if (!vol->chunk_lock_ready)
+		return NULL; /* no chunk was ever added */
+	pthread_rwlock_rdlock(&v->chunk_lock);
+	pos = chunk_cmp_find(v, logical);
+	if (pos > 0 && logical - v->chunks[pos - 1]->logical < v->chunks[pos - 1]->length)
+		c = v->chunks[pos - 1];
+	pthread_rwlock_unlock(&v->chunk_lock);
+	return c;
 }
 
 int ub_chunk_num_copies(const struct ub_chunk *c)
@@ -185,4 +208,7 @@ void ub_chunks_free(struct ub_volume *vol)
 	free(vol->chunks);
 	vol->chunks = NULL;
 	vol->nchunks = vol->chunks_cap = 0;
+	if (vol->chunk_lock_ready)
+		pthread_rwlock_destroy(&vol->chunk_lock);
+	vol->chunk_lock_ready = false;
 }

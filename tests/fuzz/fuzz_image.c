@@ -52,7 +52,7 @@
 #include "ubtrfs/dev.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/fs.h"
-#include "ubtrfs/print.h"
+#include "print.h"
 #include "fuzz_util.h"
 
 #ifndef FUZZ_IMAGE_DIR

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "ubtrfs/format.h"
-#include "ubtrfs/print.h"
+#include "print.h"
 #include "ubtrfs/volume.h"
 #include "fuzz_util.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ubtrfs/log.h"
-#include "ubtrfs/print.h"
+#include "print.h"
 
 /* Far more than any superblock can print; more means a runaway loop in the printer. */
 #define FUZZ_PRINT_LIMIT (4U << 20)

@@ -16,6 +16,7 @@
  * plus a few placements worked out by hand as literals.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -710,6 +711,57 @@ static void test_many_chunks(void **state)
 	free_volume(vol);
 }
 
+/* ---- api: readers map through the chunk map while the writer adds chunks ---- */
+
+struct map_race {
+	struct ub_volume *vol;
+	volatile int stop;
+	int errors;
+};
+
+/* The chunks added before the readers start sit above everything the writer adds: always found, always the same. */
+#define RACE_HIGH (16ULL << 30)
+
+static void *map_reader(void *arg)
+{
+	struct map_race *r = arg;
+	int bad = 0;
+
+	while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+		for (uint64_t i = 0; i < 8; i++) {
+			const struct ub_chunk *c = ub_volume_find_chunk(r->vol, RACE_HIGH + i * 2 * MiB + 4096);
+			if (!c || c->logical != RACE_HIGH + i * 2 * MiB)
+				bad++;
+		}
+	}
+	__atomic_add_fetch(&r->errors, bad, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+static void test_find_while_adding(void **state)
+{
+	struct log_count lc = { 0 };
+	struct map_race r = { new_volume(&lc), 0, 0 };
+	struct item it = encode(1 * MiB, T_DATA, SL, 1, 1);
+	pthread_t th[4];
+	const int n = 1500;
+
+	for (uint64_t i = 0; i < 8; i++)
+		assert_int_equal(add(r.vol, RACE_HIGH + i * 2 * MiB, &it), 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, map_reader, &r), 0);
+	/* downwards: every insertion moves the whole array, and it grows (realloc) several times */
+	for (int i = n; i > 0; i--)
+		assert_int_equal(add(r.vol, (uint64_t)i * 2 * MiB, &it), 0);
+	__atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(r.errors, 0);
+	assert_int_equal(r.vol->nchunks, n + 8);
+	free_volume(r.vol);
+}
+/* ---- end api ---- */
+
 /* Stripes point at their device only when it is present. */
 static void test_bind_devices(void **state)
 {
@@ -756,6 +808,7 @@ int main(void)
 		cmocka_unit_test(test_find_chunk),
 		cmocka_unit_test(test_many_chunks),
 		cmocka_unit_test(test_bind_devices),
+		cmocka_unit_test(test_find_while_adding), /* api */
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

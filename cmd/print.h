@@ -3,8 +3,8 @@
  * Human-readable decoding of superblocks, tree block headers and items, in the
  * style of `btrfs inspect-internal dump-super` / `dump-tree`.
  */
-#ifndef UBTRFS_PRINT_H
-#define UBTRFS_PRINT_H
+#ifndef UBTRFS_CMD_PRINT_H
+#define UBTRFS_CMD_PRINT_H
 
 #include <stdbool.h>
 #include <stdint.h>

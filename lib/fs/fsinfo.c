@@ -1,0 +1,8 @@
+/* SPDX-License-Identifier: MIT */
+/* Accessors tools use instead of reading struct ub_fs's fields. */
+#include "ubtrfs/fsinfo.h"
+
+struct ub_volume *ub_fs_volume(const struct ub_fs *fs)
+{
+	return fs->vol;
+}

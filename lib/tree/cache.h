@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The block cache's structures, private to lib/tree (block.c). The rules are
+ * at struct ub_eb in include/ubtrfs/tree.h: one lock for everything below,
+ * never held across device I/O or checksum verification; one in-memory block
+ * per address (the first verified copy published wins); dirty blocks hold a
+ * reference for the dirty list, so eviction never sees them.
+ */
+#ifndef UBTRFS_TREE_CACHE_H
+#define UBTRFS_TREE_CACHE_H
+
+#include <pthread.h>
+#include "ubtrfs/tree.h"
+
+/* A block found bad, and under which expectation (`any`: bad whatever the parent says). */
+struct ub_bad_block {
+	uint64_t bytenr;
+	int err; /* 0: unused entry */
+	bool any, has_first, has_end, exact_owner;
+	int level;
+	uint64_t owner, generation;
+	struct ub_key first, end;
+};
+
+struct ub_block_cache {
+	pthread_mutex_t lock;
+	struct ub_eb **hash;
+	unsigned hash_size;
+	struct ub_eb *lru_head, *lru_tail; /* unreferenced blocks, most recent first */
+	uint64_t cached_bytes, cache_limit;
+	uint64_t hits, misses; /* lookups served from the table / that read the device */
+	/*
+	 * Blocks already found bad, so a walk reports each once. A failure that
+	 * depends on what the parent expected is remembered with that
+	 * expectation: the block may be healthy for its real parent.
+	 */
+	struct ub_bad_block bad[64];
+	unsigned bad_next;
+	/* write side: blocks changed in the running transaction (each holds a reference) */
+	struct ub_eb *dirty_head;
+};
+
+#endif
