@@ -42,6 +42,8 @@ struct ub_profile {
 };
 /* Profile of a chunk/block group type (only the profile bits are looked at). */
 const struct ub_profile *ub_profile_of(uint64_t type);
+/* raid: whether a chunk of `type` may have `num` stripes (`sub` sub_stripes); the one rule the volume and tree_check share */
+bool ub_profile_stripes_valid(uint64_t type, unsigned num, unsigned sub);
 
 /* ---- chunk map (lib/volume/chunk_map.c) ---- */
 

@@ -236,8 +236,12 @@ static int verify_expect(const uint8_t *buf, const struct ub_expect *exp, char *
 
 	if (!exp)
 		return 0;
-	/* the owner first: a block of another tree is the most telling reason */
-	if (exp->owner) {
+	/*
+	 * The owner first: a block of another tree is the most telling reason.
+	 * A relocation tree is a snapshot of its source, whose blocks (its root
+	 * too, as older kernels wrote it) it shares: the kernel checks no owner there.
+	 */
+	if (exp->owner && exp->owner != BTRFS_TREE_RELOC_OBJECTID) {
 		/* snapshots share blocks, so a subvolume tree may hold blocks another subvolume wrote */
 		bool shared = is_subvol_tree(exp->owner) && !exp->exact_owner;
 		bool ok = shared ? is_subvol_tree(owner) : owner == exp->owner;

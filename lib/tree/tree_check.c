@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "ubtrfs/tree_check.h"
+#include "ubtrfs/volume.h"
 
 /* Bit 7 of a dir entry's type byte is an encryption flag in newer kernels, not part of the type. */
 #define UB_DIR_TYPE_FLAG_MASK 0x80
@@ -443,8 +444,13 @@ static int check_root_item(const struct ck *c, const uint8_t *d, uint32_t size)
 
 	if (k->objectid == 0)
 		return fail(c, "invalid root id 0");
-	/* Only subvolume trees get relocation trees; the key offset names the subvolume. */
-	if (k->objectid == BTRFS_TREE_RELOC_OBJECTID && !is_fstree(k->offset))
+	/*
+	 * Only subvolume trees get relocation trees; the key offset names the
+	 * subvolume. Kernels before 5.16 also gave one to the data relocation
+	 * tree, and btrfs check accepts it (corpus tree_reloc_for_data_reloc).
+	 */
+	if (k->objectid == BTRFS_TREE_RELOC_OBJECTID && !is_fstree(k->offset) &&
+	    k->offset != BTRFS_DATA_RELOC_TREE_OBJECTID)
 		return fail(c, "relocation tree for %" PRIu64 ", which is not a subvolume tree", k->offset);
 	if (size != sizeof(struct btrfs_root_item) && size != UB_ROOT_ITEM_LEGACY_SIZE)
 		return fail(c, "invalid root item size %u, expect %zu or %u (legacy)", size,
@@ -517,18 +523,7 @@ static int check_chunk_item(const struct ck *c, const uint8_t *d, uint32_t size)
 	    !(c->ctx->incompat_flags & BTRFS_FEATURE_INCOMPAT_MIXED_GROUPS))
 		return fail(c, "mixed data+metadata chunk without the mixed-groups feature");
 
-	switch (profile) {
-	case 0: ok = num_stripes == 1; break;
-	case BTRFS_BLOCK_GROUP_DUP: ok = num_stripes == 2; break;
-	case BTRFS_BLOCK_GROUP_RAID0: ok = num_stripes >= 1; break;
-	case BTRFS_BLOCK_GROUP_RAID1: ok = num_stripes == 2; break;
-	case BTRFS_BLOCK_GROUP_RAID1C3: ok = num_stripes == 3; break;
-	case BTRFS_BLOCK_GROUP_RAID1C4: ok = num_stripes == 4; break;
-	case BTRFS_BLOCK_GROUP_RAID10: ok = num_stripes >= 2 && sub_stripes == 2; break;
-	case BTRFS_BLOCK_GROUP_RAID5: ok = num_stripes >= 2; break;
-	case BTRFS_BLOCK_GROUP_RAID6: ok = num_stripes >= 3; break;
-	default: ok = false; break;
-	}
+	ok = ub_profile_stripes_valid(type, num_stripes, sub_stripes);
 	if (!ok)
 		return fail(c, "invalid stripe count %u (sub_stripes %u) for profile %s", num_stripes, sub_stripes,
 			    ub_profile_name(type));

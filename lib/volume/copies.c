@@ -3,50 +3,36 @@
  * The layouts that store whole copies and no parity: mirrored (single, DUP,
  * RAID1, RAID1C3, RAID1C4: copy k is stripe k-1 at the same offset), RAID0
  * (64 KiB units round-robin over the stripes) and RAID10 (units round-robin
- * over pairs of stripes, each pair holding two copies). They share reading
- * and writing; only the mapping and what a missing device costs differ.
+ * over pairs of stripes, each pair holding two copies). They share mapping,
+ * reading, writing and what a missing device costs; only the stripe counts
+ * a chunk item may have differ.
  */
 #include <errno.h>
 #include "volume_internal.h"
 
+/*
+ * One striped layout covers the three: stripes form groups of `width` (the
+ * profile's copies: 1 for RAID0, 2 for RAID10, every stripe for mirrored),
+ * 64 KiB units go round-robin over the groups, and copy k of a unit is the
+ * group's stripe k-1. With a single group (mirrored) a copy runs to the end
+ * of the chunk.
+ */
+
 /* ---- mapping ---- */
 
-static int mirror_map(const struct ub_chunk *c, uint64_t off, int mirror, struct ub_map *m)
+static int striped_map(const struct ub_chunk *c, uint64_t off, int mirror, struct ub_map *m)
 {
-	if (mirror > c->num_stripes)
-		return -EINVAL;
-	m->stripe = mirror - 1;
-	m->physical = c->stripes[m->stripe].physical + off;
-	m->contig = c->length - off;
-	m->data_index = 0;
-	m->full_stripe = 0;
-	return 0;
-}
-
-static int raid0_map(const struct ub_chunk *c, uint64_t off, int mirror, struct ub_map *m)
-{
+	const int width = c->profile->ncopies;
+	const uint64_t groups = (uint64_t)(c->num_stripes / width);
 	uint64_t unit = off / c->stripe_len, in = off % c->stripe_len;
 
-	if (mirror != 1)
+	if (mirror < 1 || mirror > width)
 		return -EINVAL;
-	m->stripe = (int)(unit % c->num_stripes);
-	m->physical = c->stripes[m->stripe].physical + (unit / c->num_stripes) * c->stripe_len + in;
-	m->contig = c->stripe_len - in;
-	m->data_index = 0;
-	m->full_stripe = 0;
-	return 0;
-}
-
-static int raid10_map(const struct ub_chunk *c, uint64_t off, int mirror, struct ub_map *m)
-{
-	uint64_t unit = off / c->stripe_len, in = off % c->stripe_len;
-	uint64_t pairs = c->num_stripes / c->sub_stripes;
-
-	if (mirror > c->sub_stripes)
-		return -EINVAL;
-	m->stripe = (int)((unit % pairs) * c->sub_stripes + (uint64_t)(mirror - 1));
-	m->physical = c->stripes[m->stripe].physical + (unit / pairs) * c->stripe_len + in;
-	m->contig = c->stripe_len - in;
+	if (groups == 0)
+		return -EUCLEAN; /* refused when the chunk was added; never divide by it */
+	m->stripe = (int)((unit % groups) * (uint64_t)width + (uint64_t)(mirror - 1));
+	m->physical = c->stripes[m->stripe].physical + (unit / groups) * c->stripe_len + in;
+	m->contig = groups == 1 ? c->length - off : c->stripe_len - in;
 	m->data_index = 0;
 	m->full_stripe = 0;
 	return 0;
@@ -71,35 +57,25 @@ static bool raid0_stripes_valid(const struct ub_profile *p, unsigned num, unsign
 
 static bool raid10_stripes_valid(const struct ub_profile *p, unsigned num, unsigned sub)
 {
-	return num >= (unsigned)p->devs_min && sub == 2 && num % 2 == 0;
+	/* btrfs check refuses an odd count (the last stripe would hold nothing) */
+	return num >= (unsigned)p->devs_min && sub == (unsigned)p->sub_stripes && num % sub == 0;
 }
 
 /* ---- missing devices ---- */
 
-static int count_missing(const struct ub_chunk *c)
+/* Every group keeps one stripe. */
+static bool striped_readable(const struct ub_chunk *c)
 {
-	int missing = 0;
+	const int width = c->profile->ncopies;
 
-	for (int i = 0; i < c->num_stripes; i++)
-		missing += !c->stripes[i].dev;
-	return missing;
-}
+	for (int g = 0; g + width <= c->num_stripes; g += width) {
+		bool any = false;
 
-static bool mirror_readable(const struct ub_chunk *c)
-{
-	return count_missing(c) < c->num_stripes;
-}
-
-static bool raid0_readable(const struct ub_chunk *c)
-{
-	return count_missing(c) == 0;
-}
-
-static bool raid10_readable(const struct ub_chunk *c)
-{
-	for (int i = 0; i + 1 < c->num_stripes; i += 2)
-		if (!c->stripes[i].dev && !c->stripes[i + 1].dev)
+		for (int k = 0; k < width; k++)
+			any = any || c->stripes[g + k].dev;
+		if (!any)
 			return false;
+	}
 	return true;
 }
 
@@ -225,29 +201,11 @@ static int copies_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_
 	return 0;
 }
 
-const struct ub_layout ub_layout_mirror = {
-	.stripes_valid = mirror_stripes_valid,
-	.num_copies = ncopies,
-	.map = mirror_map,
-	.read = copies_read,
-	.write = copies_write,
-	.readable = mirror_readable,
-};
+/* Only the stripe counts differ between the three families. */
+#define STRIPED_LAYOUT(valid)                                                                                   \
+	{ .stripes_valid = (valid), .num_copies = ncopies, .map = striped_map, .read = copies_read,            \
+	  .write = copies_write, .readable = striped_readable }
 
-const struct ub_layout ub_layout_raid0 = {
-	.stripes_valid = raid0_stripes_valid,
-	.num_copies = ncopies,
-	.map = raid0_map,
-	.read = copies_read,
-	.write = copies_write,
-	.readable = raid0_readable,
-};
-
-const struct ub_layout ub_layout_raid10 = {
-	.stripes_valid = raid10_stripes_valid,
-	.num_copies = ncopies,
-	.map = raid10_map,
-	.read = copies_read,
-	.write = copies_write,
-	.readable = raid10_readable,
-};
+const struct ub_layout ub_layout_mirror = STRIPED_LAYOUT(mirror_stripes_valid);
+const struct ub_layout ub_layout_raid0 = STRIPED_LAYOUT(raid0_stripes_valid);
+const struct ub_layout ub_layout_raid10 = STRIPED_LAYOUT(raid10_stripes_valid);

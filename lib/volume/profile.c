@@ -29,3 +29,10 @@ const struct ub_profile *ub_profile_of(uint64_t type)
 			return &profiles[i];
 	return NULL; /* several profile bits at once: corrupt */
 }
+
+bool ub_profile_stripes_valid(uint64_t type, unsigned num, unsigned sub)
+{
+	const struct ub_profile *p = ub_profile_of(type);
+
+	return p && num > 0 && p->layout->stripes_valid(p, num, sub);
+}

@@ -994,6 +994,10 @@ static void test_root_rules(void **state)
 	blk_init(&b, 16384, BTRFS_ROOT_TREE_OBJECTID, 0);
 	add_root(&b, BTRFS_TREE_RELOC_OBJECTID, BTRFS_EXTENT_TREE_OBJECTID, sizeof(struct btrfs_root_item));
 	expect_bad(&b, "relocation tree for 2, which is not a subvolume tree");
+	/* older kernels gave the data relocation tree one too (corpus tree_reloc_for_data_reloc) */
+	blk_init(&b, 16384, BTRFS_ROOT_TREE_OBJECTID, 0);
+	add_root(&b, BTRFS_TREE_RELOC_OBJECTID, BTRFS_DATA_RELOC_TREE_OBJECTID, sizeof(struct btrfs_root_item));
+	expect_ok(&b);
 
 	/* root refs */
 	build_root_leaf(&b);
