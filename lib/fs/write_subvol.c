@@ -487,6 +487,8 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	if (ret == 0) {
 		uint8_t *m = ub_path_data_mut(&p, &size);
 		if (m && size >= offsetof(struct btrfs_root_item, refs) + 4) {
+			/* as the kernel's delete: SUBVOL_DEAD stops send and new snapshots of it */
+			UB_SET(btrfs_root_item, flags, m, UB_GET(btrfs_root_item, flags, m) | BTRFS_ROOT_SUBVOL_DEAD);
 			UB_SET(btrfs_root_item, refs, m, 0);
 			ub_path_mark_dirty(&p);
 		} else {

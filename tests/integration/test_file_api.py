@@ -525,6 +525,8 @@ def test_recipe(driver, casedir, ubtrfs_bin, name):
         # read-write mount, and what it leaves still passes btrfs check
         dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", str(ours[0])]).stdout.decode()
         assert dump.count("ORPHAN_ITEM") >= 2, dump[-3000:]
+        # as the kernel's delete, the dead roots carry BTRFS_ROOT_SUBVOL_DEAD (1 << 48)
+        assert len(re.findall(r"flags 0x1000000000000\b", dump)) >= 2, dump[-3000:]
         with T.mounted(ours, casedir / "mnt", options="commit=1", readonly=False) as m:
             T.run(["btrfs", "subvolume", "sync", str(m)], timeout=120)
         progs_check(ours)
