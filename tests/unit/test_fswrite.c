@@ -307,6 +307,14 @@ static void test_begin_op(void **state)
 	assert_int_equal(t->transid, gen + 2);
 	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "op2", 3, &ino, NULL), 0);
 	assert_int_equal(ub_engine_commit(e), 0);
+	/* the file API's per-kind entry point */
+	assert_true(ub_fsw_op_bytes(e, UB_FSW_OP_WRITE, 1 << 20) > ub_fsw_op_bytes(e, UB_FSW_OP_WRITE, 4096));
+	assert_int_equal(ub_fsw_begin(e, 0, 0, &t), -EINVAL);
+	assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_CREATE, 0, &t), 0);
+	mk(t, TOP, "op3", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_UNLINK, 0, &t2), 0);
+	assert_ptr_equal(t, t2);
+	assert_int_equal(ub_engine_commit(e), 0);
 	ub_engine_close(e);
 }
 
