@@ -151,4 +151,23 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,
 		     uint64_t *ino, uint8_t *type);
 
+/* ---- ops: reserving before each call (lib/fs/write_ops.c) ---- */
+
+struct ub_engine;
+enum {
+	UB_FSW_OP_CREATE = 1, /* create, mkdir, mknod, symlink */
+	UB_FSW_OP_LINK,
+	UB_FSW_OP_UNLINK,     /* unlink, rmdir */
+	UB_FSW_OP_RENAME,
+	UB_FSW_OP_SETATTR,
+	UB_FSW_OP_XATTR,
+	UB_FSW_OP_WRITE,      /* len: the bytes written */
+	UB_FSW_OP_TRUNCATE,   /* truncate, punch hole; len: the bytes dropped */
+	UB_FSW_OP_SUBVOL,     /* subvolume create, snapshot, delete */
+};
+/* The new metadata an operation of `kind` over len bytes may need (the kernel's per-item rule). */
+uint64_t ub_fsw_op_bytes(const struct ub_engine *e, int kind, uint64_t len);
+/* ub_engine_begin_op with that estimate: the transaction to make the call in; -ENOSPC, -EINVAL for a bad kind. */
+int ub_fsw_begin(struct ub_engine *e, int kind, uint64_t len, struct ub_txn **out);
+
 #endif

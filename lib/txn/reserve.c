@@ -54,3 +54,42 @@ int ub_txn_prepare(struct ub_txn *t, uint64_t op_bytes, int op)
 
 	return ret ? ret : ub_chunk_prepare(&cc, op_bytes, op);
 }
+
+/* ---- ops: operations that prepare and commit by themselves ---- */
+
+int ub_engine_commit(struct ub_engine *e)
+{
+	return e->running ? ub_txn_commit(e->running) : 0;
+}
+
+int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out)
+{
+	/*
+	 * Space a transaction frees is pinned until its commit, so a refusal
+	 * while it holds changes may be lifted by committing: one more try from
+	 * a fresh transaction; a refusal there is final.
+	 */
+	for (int attempt = 0; attempt < 2; attempt++) {
+		bool fresh = !e->running;
+		int ret;
+
+		if (fresh) {
+			struct ub_txn *t;
+
+			ret = ub_txn_start(e, &t);
+			if (ret)
+				return ret;
+		}
+		ret = ub_txn_prepare(e->running, op_bytes, op);
+		if (!ret) {
+			*out = e->running;
+			return 0;
+		}
+		if ((ret != -EAGAIN && ret != -ENOSPC) || (fresh && ret == -ENOSPC) || attempt)
+			return ret;
+		ret = ub_engine_commit(e);
+		if (ret)
+			return ret;
+	}
+	return -ENOSPC;
+}

@@ -106,4 +106,16 @@ int ub_txn_run_refs(struct ub_txn *t);
 /* BLOCK_GROUP_ITEMs and the free space tree for every changed block group. */
 int ub_txn_write_space(struct ub_txn *t);
 
+/* ---- ops: operations that prepare and commit by themselves (reserve.c) ---- */
+
+/*
+ * Join the running transaction or start one, then ub_txn_prepare(op_bytes,
+ * op); when that refuses while the transaction holds changes, commit and ask
+ * once more from a fresh one. -ENOSPC (fs consistent, last commit on disk or
+ * the joined transaction untouched) or another error; *out is e->running.
+ */
+int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out);
+/* Commit the running transaction if there is one. */
+int ub_engine_commit(struct ub_engine *e);
+
 #endif

@@ -255,6 +255,43 @@ static void test_snapshot_freeze(void **state)
 	ub_engine_close(e);
 }
 
+/* ops: ub_engine_begin_op joins the running transaction, ub_engine_commit ends it */
+static void test_begin_op(void **state)
+{
+	struct ub_engine *e;
+	struct ub_txn *t, *t2;
+	uint64_t gen, ino;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	e = open_engine();
+	gen = e->generation;
+	assert_int_equal(ub_engine_commit(e), 0); /* nothing running: nothing to do */
+	assert_int_equal(e->generation, gen);
+	assert_int_equal(ub_engine_begin_op(e, 64 * 1024, UB_CHUNK_OP_ADD, &t), 0);
+	mk(t, TOP, "op1", S_IFREG | 0644);
+	assert_int_equal(ub_engine_begin_op(e, 64 * 1024, UB_CHUNK_OP_ADD, &t2), 0);
+	assert_ptr_equal(t, t2);
+	mk(t2, TOP, "op2", S_IFREG | 0644);
+	assert_int_equal(ub_engine_commit(e), 0);
+	assert_null(e->running);
+	assert_int_equal(e->generation, gen + 1);
+	assert_int_equal(ub_engine_begin_op(e, 64 * 1024, UB_CHUNK_OP_FREE, &t), 0);
+	assert_int_equal(t->transid, gen + 2);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "op2", 3, &ino, NULL), 0);
+	assert_int_equal(ub_engine_commit(e), 0);
+	/* the file API's per-kind entry point */
+	assert_true(ub_fsw_op_bytes(e, UB_FSW_OP_WRITE, 1 << 20) > ub_fsw_op_bytes(e, UB_FSW_OP_WRITE, 4096));
+	assert_int_equal(ub_fsw_begin(e, 0, 0, &t), -EINVAL);
+	assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_CREATE, 0, &t), 0);
+	mk(t, TOP, "op3", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_UNLINK, 0, &t2), 0);
+	assert_ptr_equal(t, t2);
+	assert_int_equal(ub_engine_commit(e), 0);
+	ub_engine_close(e);
+}
+
 static void test_check_clean(void **state)
 {
 	(void)state;
@@ -270,6 +307,7 @@ int main(void)
 		cmocka_unit_test(test_xattrs),
 		cmocka_unit_test(test_data_layout),
 		cmocka_unit_test(test_snapshot_freeze),
+		cmocka_unit_test(test_begin_op),
 		cmocka_unit_test(test_check_clean),
 	};
 	return cmocka_run_group_tests(tests, setup_all, teardown_all);
