@@ -40,9 +40,9 @@ static uint64_t kind_items(int kind, uint64_t len, uint32_t sectorsize, uint32_t
 
 uint64_t ub_fsw_op_bytes(const struct ub_engine *e, int kind, uint64_t len)
 {
-	uint32_t nodesize = e->vol->nodesize;
+	uint32_t nodesize = e->fs.vol->nodesize;
 
-	return kind_items(kind, len, e->vol->sectorsize, nodesize) * nodesize * MAX_LEVEL * 2;
+	return kind_items(kind, len, e->fs.vol->sectorsize, nodesize) * nodesize * MAX_LEVEL * 2;
 }
 
 int ub_fsw_begin(struct ub_engine *e, int kind, uint64_t len, struct ub_txn **out)
