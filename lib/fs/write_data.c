@@ -231,7 +231,8 @@ static uint32_t csum_item_max(const struct fsw *w)
 	return (w->e->vol->nodesize - UB_HEADER_SIZE - 2 * UB_ITEM_SIZE) / w->e->vol->csum_size - 1;
 }
 
-static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint64_t len)
+/* pre: the sums already computed (ub_fsw_compress_extent), or NULL */
+static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint64_t len, const uint8_t *pre)
 {
 	uint32_t cs = w->e->vol->csum_size, max = csum_item_max(w);
 	uint64_t ss = ss_of(w), n = len / ss, done = 0;
@@ -247,6 +248,10 @@ static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint
 		return -ENOMEM;
 	for (uint64_t i = 0; i < n && !ret; i++) {
 		uint8_t c[UB_CSUM_SIZE_MAX];
+		if (pre) {
+			memcpy(sums, pre, n * cs);
+			break;
+		}
 		ret = ub_csum(w->e->vol->csum_type, data + i * ss, ss, c);
 		memcpy(sums + i * cs, c, cs);
 	}
@@ -549,8 +554,8 @@ static void note_compression(struct fsw *w, int ctype)
 }
 
 /* one new extent of n bytes at file offset pos: disk holds dbuf (dlen bytes; compressed when ctype) */
-static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *dbuf, uint64_t dlen,
-		      uint64_t n, int ctype, uint8_t type)
+static int add_extent_sums(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *dbuf,
+			   uint64_t dlen, uint64_t n, int ctype, uint8_t type, const uint8_t *sums)
 {
 	bool sum = type == BTRFS_FILE_EXTENT_REG && !(II_GET(flags, ii) & UB_INODE_NODATASUM);
 	uint8_t fe[UB_FE_SIZE];
@@ -586,10 +591,16 @@ static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, co
 	/* from here the queue owns the reservation (unreserved at commit if every ref cancels) */
 	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &k, fe, UB_FE_SIZE);
 	if (!ret && sum)
-		ret = csum_insert(w, start, dbuf, dlen);
+		ret = csum_insert(w, start, dbuf, dlen, sums);
 	if (!ret)
 		II_SET(nbytes, ii, II_GET(nbytes, ii) + n);
 	return ret;
+}
+
+static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *dbuf, uint64_t dlen,
+		      uint64_t n, int ctype, uint8_t type)
+{
+	return add_extent_sums(w, ino, ii, pos, dbuf, dlen, n, ctype, type, NULL);
 }
 
 /* the kernel's BTRFS_MAX_UNCOMPRESSED: file bytes per compressed extent */
@@ -1016,3 +1027,115 @@ int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 	fsw_inode_touch(&w, ii, true, true);
 	return fsw_inode_put(&w, ino, ii);
 }
+
+/* ---- helper "rootdir": extents prepared outside the transaction ---- */
+
+int ub_fsw_compress_extent(int compress, int level, uint32_t sectorsize, int csum_type, const void *in, size_t len,
+			   void *out, uint8_t *sums, struct ub_fsw_extent *x)
+{
+	unsigned cs = csum_type >= 0 ? ub_csum_size((unsigned)csum_type) : 0;
+	size_t clen = 0;
+	int ret;
+
+	if (!sectorsize || !len || len % sectorsize || compress < 0 || compress > UB_COMPRESS_ZSTD ||
+	    len > (compress ? UB_FSW_COMPRESSED_MAX : UB_FSW_EXTENT_MAX) || (csum_type >= 0 && (!cs || !sums)))
+		return -EINVAL;
+	*x = (struct ub_fsw_extent){ .ram_bytes = len, .disk_bytes = len, .data = in };
+	if (compress) {
+		ret = fsw_compress(compress, level, in, len, sectorsize, out, &clen);
+		if (ret == 0) {
+			x->disk_bytes = (clen + sectorsize - 1) / sectorsize * sectorsize;
+			memset((uint8_t *)out + clen, 0, x->disk_bytes - clen);
+			x->compression = compress;
+			x->data = out;
+		} else if (ret != -E2BIG) {
+			return ret;
+		}
+	}
+	if (csum_type < 0)
+		return 0;
+	for (uint64_t i = 0; i < x->disk_bytes / sectorsize; i++) {
+		uint8_t c[UB_CSUM_SIZE_MAX];
+
+		ret = ub_csum((unsigned)csum_type, (const uint8_t *)x->data + i * sectorsize, sectorsize, c);
+		if (ret)
+			return ret;
+		memcpy(sums + i * cs, c, cs);
+	}
+	x->csums = sums;
+	return 0;
+}
+
+/* one prepared extent at pos; a plain one is split in halves when no free space holds it whole, as write_extents */
+static int add_encoded(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const struct ub_fsw_extent *x)
+{
+	uint64_t ss = ss_of(w), cs = w->e->vol->csum_size, done = 0;
+	const uint8_t *d = x->data;
+	int ret = 0;
+
+	if (x->compression)
+		return add_extent_sums(w, ino, ii, pos, d, x->disk_bytes, x->ram_bytes, x->compression,
+				       BTRFS_FILE_EXTENT_REG, x->csums);
+	while (!ret && done < x->ram_bytes) {
+		uint64_t n = x->ram_bytes - done;
+
+		for (;;) {
+			ret = add_extent_sums(w, ino, ii, pos + done, d + done, n, n, UB_COMPRESS_NONE,
+					      BTRFS_FILE_EXTENT_REG, x->csums ? x->csums + done / ss * cs : NULL);
+			if (ret != -ENOSPC || n <= ss)
+				break;
+			n = round_up_ss(w, n / 2);
+		}
+		done += n;
+	}
+	return ret;
+}
+
+int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len,
+			 const struct ub_fsw_extent *x, size_t n)
+{
+	uint64_t total = 0, isize, nsize, pos;
+	uint8_t ii[UB_II_SIZE];
+	struct fsw w;
+	bool inl;
+	int ret;
+
+	ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = fsw_inode_get(&w, ino, ii);
+	if (!ret)
+		ret = regular(&w, ino, ii);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n; i++) {
+		if (!x[i].data || !x[i].ram_bytes || x[i].ram_bytes % ss_of(&w) || !x[i].disk_bytes ||
+		    x[i].disk_bytes % ss_of(&w) || x[i].compression < 0 || x[i].compression > UB_COMPRESS_ZSTD ||
+		    (x[i].compression ? x[i].ram_bytes > UB_FSW_COMPRESSED_MAX || x[i].disk_bytes >= x[i].ram_bytes
+				      : x[i].disk_bytes != x[i].ram_bytes) ||
+		    total + x[i].ram_bytes < total)
+			return -EINVAL;
+		total += x[i].ram_bytes;
+	}
+	if (!len || off % ss_of(&w) || total != round_up_ss(&w, len) || off + total < off || off + total > (1ULL << 62))
+		return -EINVAL;
+	isize = II_GET(size, ii);
+	nsize = off + len > isize ? off + len : isize;
+	ret = has_inline(&w, ino, &inl);
+	if (ret)
+		return ret;
+	if (nsize <= max_inline(&w) && (inl || isize == 0))
+		return -EINVAL;
+	if (inl)
+		ret = uninline(&w, ino, ii);
+	if (!ret)
+		ret = fsw_drop_extents(&w, ino, ii, off, off + total);
+	pos = off;
+	for (size_t i = 0; !ret && i < n; pos += x[i].ram_bytes, i++)
+		ret = add_encoded(&w, ino, ii, pos, &x[i]);
+	if (ret)
+		return ret;
+	II_SET(size, ii, nsize);
+	fsw_inode_touch(&w, ii, true, true);
+	return fsw_inode_put(&w, ino, ii);
+}
+/* ---- end of helper "rootdir" ---- */
