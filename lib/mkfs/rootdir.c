@@ -673,6 +673,8 @@ static int look_ahead(struct rd *r, int dfd, struct dent *ents, size_t n, size_t
 		if (ret)
 			return ret;
 	}
+	if (r->pipe)
+		rd_pipe_kick(r->pipe);
 	*upto = i;
 	return 0;
 }

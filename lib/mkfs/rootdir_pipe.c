@@ -30,6 +30,8 @@ struct rd_piece {
 	uint64_t off, len, cost;
 	bool holes;
 	int state, err;
+	uint8_t *block; /* buf, cbuf and sums, cut from one allocation of block_size */
+	size_t block_size;
 	uint8_t *buf, *cbuf, *sums;
 	struct rd_seg *segs;
 	size_t nsegs, segs_cap;
@@ -39,7 +41,12 @@ struct rd_piece {
 
 struct rd_pipe {
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	/* few wake-ups (each one costs more than reading a small file): workers sleep on work_cv until
+	 * rd_pipe_kick or a release frees budget they wait for; the writer on done_cv for one piece */
+	pthread_cond_t work_cv, done_cv;
+	struct rd_piece *awaited;
+	int idle;
+	bool budget_wait;
 	pthread_t *th;
 	int nth;
 	bool stop;
@@ -48,7 +55,57 @@ struct rd_pipe {
 	uint32_t ss;
 	int csum_type, compress, level;
 	unsigned csize;
+	/* blocks of released pieces by size class (2^i bytes), for the next pieces: fresh memory costs a page
+	 * fault per page, more than reading the data */
+	void *pool[64];
+	uint64_t pooled;
 };
+
+/* blocks below this come from malloc's heap, which reuses them by itself */
+#define POOL_MIN 4096U
+
+static unsigned size_class(size_t size)
+{
+	unsigned c = 0;
+
+	while (((size_t)1 << c) < size)
+		c++;
+	return c;
+}
+
+static uint8_t *get_block(struct rd_pipe *p, size_t *size)
+{
+	unsigned c;
+	void *b;
+
+	if (*size < POOL_MIN)
+		return malloc(*size);
+	c = size_class(*size);
+	*size = (size_t)1 << c;
+	pthread_mutex_lock(&p->mu);
+	b = p->pool[c];
+	if (b) {
+		p->pool[c] = *(void **)b;
+		p->pooled -= *size;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return b ? b : malloc(*size);
+}
+
+/* under p->mu */
+static void put_block(struct rd_pipe *p, uint8_t *b, size_t size)
+{
+	unsigned c;
+
+	if (!b || size < POOL_MIN || p->pooled + size > p->budget) {
+		free(b);
+		return;
+	}
+	c = size_class(size);
+	*(void **)b = p->pool[c];
+	p->pool[c] = b;
+	p->pooled += size;
+}
 
 int rd_data_ranges(int fd, uint64_t pos, uint64_t size, int (*cb)(void *arg, uint64_t start, uint64_t end),
 		   void *arg)
@@ -178,11 +235,13 @@ static int run_piece(struct rd_pipe *p, struct rd_piece *pc)
 	uint64_t alen = round_up(pc->len, p->ss);
 	int ret;
 
-	pc->buf = malloc(alen);
-	pc->sums = malloc(alen / p->ss * p->csize + 1);
-	pc->cbuf = p->compress ? malloc(alen) : NULL;
-	if (!pc->buf || !pc->sums || (p->compress && !pc->cbuf))
+	pc->block_size = alen * (p->compress ? 2 : 1) + alen / p->ss * p->csize + 1;
+	pc->block = get_block(p, &pc->block_size);
+	if (!pc->block)
 		return -ENOMEM;
+	pc->buf = pc->block;
+	pc->cbuf = p->compress ? pc->buf + alen : NULL;
+	pc->sums = pc->buf + alen * (p->compress ? 2 : 1);
 	c.fd = openat(pc->dfd, pc->name, O_RDONLY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC);
 	if (c.fd < 0 && errno == EPERM)
 		c.fd = openat(pc->dfd, pc->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -212,7 +271,10 @@ static void *worker(void *arg)
 		if (p->stop)
 			break;
 		if (!pc || (p->held && p->held + pc->cost > p->budget)) {
-			pthread_cond_wait(&p->cv, &p->mu);
+			p->budget_wait |= pc != NULL;
+			p->idle++;
+			pthread_cond_wait(&p->work_cv, &p->mu);
+			p->idle--;
 			continue;
 		}
 		p->next_start = pc->next;
@@ -222,7 +284,8 @@ static void *worker(void *arg)
 		pc->err = run_piece(p, pc);
 		pthread_mutex_lock(&p->mu);
 		pc->state = DONE;
-		pthread_cond_broadcast(&p->cv);
+		if (p->awaited == pc)
+			pthread_cond_signal(&p->done_cv);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
@@ -231,9 +294,7 @@ static void *worker(void *arg)
 static void free_piece(struct rd_piece *pc)
 {
 	free(pc->name);
-	free(pc->buf);
-	free(pc->cbuf);
-	free(pc->sums);
+	free(pc->block);
 	free(pc->segs);
 	free(pc->x);
 	free(pc);
@@ -255,7 +316,8 @@ int rd_pipe_start(int threads, uint64_t budget, uint32_t sectorsize, int csum_ty
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->cv, NULL);
+	pthread_cond_init(&p->work_cv, NULL);
+	pthread_cond_init(&p->done_cv, NULL);
 	p->budget = budget;
 	p->ss = sectorsize;
 	p->csum_type = csum_type;
@@ -279,7 +341,7 @@ void rd_pipe_stop(struct rd_pipe *p)
 		return;
 	pthread_mutex_lock(&p->mu);
 	p->stop = true;
-	pthread_cond_broadcast(&p->cv);
+	pthread_cond_broadcast(&p->work_cv);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 0; i < p->nth; i++)
 		pthread_join(p->th[i], NULL);
@@ -289,7 +351,15 @@ void rd_pipe_stop(struct rd_pipe *p)
 		free_piece(p->head);
 		p->head = n;
 	}
-	pthread_cond_destroy(&p->cv);
+	for (int c = 0; c < 64; c++)
+		while (p->pool[c]) {
+			void *b = p->pool[c];
+
+			p->pool[c] = *(void **)b;
+			free(b);
+		}
+	pthread_cond_destroy(&p->work_cv);
+	pthread_cond_destroy(&p->done_cv);
 	pthread_mutex_destroy(&p->mu);
 	free(p->th);
 	free(p);
@@ -318,17 +388,36 @@ int rd_pipe_submit(struct rd_pipe *p, int dfd, const char *name, uint64_t off, u
 	p->tail = pc;
 	if (!p->next_start)
 		p->next_start = pc;
-	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	*out = pc;
 	return 0;
 }
 
+void rd_pipe_kick(struct rd_pipe *p)
+{
+	pthread_mutex_lock(&p->mu);
+	if (p->idle && p->next_start)
+		pthread_cond_broadcast(&p->work_cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* under p->mu */
+static void await(struct rd_pipe *p, struct rd_piece *pc)
+{
+	while (pc->state != DONE) {
+		/* a piece not started yet may wait for a worker that sleeps */
+		if (pc->state == QUEUED && p->idle)
+			pthread_cond_broadcast(&p->work_cv);
+		p->awaited = pc;
+		pthread_cond_wait(&p->done_cv, &p->mu);
+	}
+	p->awaited = NULL;
+}
+
 int rd_pipe_wait(struct rd_pipe *p, struct rd_piece *pc, const struct rd_seg **segs, size_t *nsegs)
 {
 	pthread_mutex_lock(&p->mu);
-	while (pc->state != DONE)
-		pthread_cond_wait(&p->cv, &p->mu);
+	await(p, pc);
 	pthread_mutex_unlock(&p->mu);
 	*segs = pc->segs;
 	*nsegs = pc->nsegs;
@@ -340,8 +429,7 @@ void rd_pipe_release(struct rd_pipe *p, struct rd_piece *pc)
 	struct rd_piece **pp;
 
 	pthread_mutex_lock(&p->mu);
-	while (pc->state != DONE)
-		pthread_cond_wait(&p->cv, &p->mu);
+	await(p, pc);
 	for (pp = &p->head; *pp && *pp != pc; pp = &(*pp)->next)
 		;
 	if (*pp) {
@@ -353,7 +441,12 @@ void rd_pipe_release(struct rd_pipe *p, struct rd_piece *pc)
 		}
 	}
 	p->held -= pc->cost;
-	pthread_cond_broadcast(&p->cv);
+	put_block(p, pc->block, pc->block_size);
+	pc->block = NULL;
+	if (p->budget_wait) {
+		p->budget_wait = false;
+		pthread_cond_broadcast(&p->work_cv);
+	}
 	pthread_mutex_unlock(&p->mu);
 	free_piece(pc);
 }

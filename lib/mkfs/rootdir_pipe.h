@@ -38,6 +38,8 @@ void rd_pipe_stop(struct rd_pipe *p);
  */
 int rd_pipe_submit(struct rd_pipe *p, int dfd, const char *name, uint64_t off, uint64_t len, bool holes,
 		   struct rd_piece **out);
+/* wake the workers for what was queued since (a wake-up per piece would cost more than small files' reads) */
+void rd_pipe_kick(struct rd_pipe *p);
 /* wait for a piece: 0 and its segments (a file that shrank has fewer bytes), or the -errno reading it met */
 int rd_pipe_wait(struct rd_pipe *p, struct rd_piece *pc, const struct rd_seg **segs, size_t *nsegs);
 /* done with a piece (waits for it if a worker holds it) */
