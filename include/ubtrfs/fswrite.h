@@ -185,6 +185,14 @@ int ub_fsw_compress_extent(int compress, int level, uint32_t sectorsize, int csu
  */
 int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len,
 			 const struct ub_fsw_extent *x, size_t n);
+/*
+ * chattr(1)'s btrfs flags, with the kernel's rules: `set` and `clear` hold
+ * UB_INODE_NODATACOW / NOCOMPRESS / NODUMP / NOATIME / SYNC (others:
+ * -EOPNOTSUPP). NODATACOW on a regular file changes only while it is empty
+ * (then NODATASUM follows it), elsewhere it is kept as it is, as the kernel.
+ * A NODATACOW file's writes go in place where the kernel's would (ub_fsw_write).
+ */
+int ub_fsw_set_flags(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t set, uint64_t clear);
 /* ---- end of helper "rootdir" ---- */
 
 #endif

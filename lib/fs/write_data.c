@@ -731,12 +731,15 @@ static int regular(struct fsw *w, uint64_t ino, uint8_t *ii)
 	return 0;
 }
 
+static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *buf, uint64_t len,
+		       bool *done);
+
 /* the write itself; ii updated (size, nbytes), not stored */
 static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
 {
 	uint64_t isize = II_GET(size, ii), nsize = off + len > isize ? off + len : isize, a0, a1;
+	bool inl, inplace = false;
 	uint8_t *win;
-	bool inl;
 	int ret;
 
 	ret = has_inline(w, ino, &inl);
@@ -766,9 +769,11 @@ static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, cons
 		ret = read_range(w, ino, ii, a1 - ss_of(w), win + (a1 - a0) - ss_of(w), ss_of(w));
 	if (!ret) {
 		memcpy(win + (off - a0), buf, len);
-		ret = fsw_drop_extents(w, ino, ii, a0, a1);
+		ret = nocow_write(w, ino, ii, a0, win, a1 - a0, &inplace);
 	}
-	if (!ret)
+	if (!ret && !inplace)
+		ret = fsw_drop_extents(w, ino, ii, a0, a1);
+	if (!ret && !inplace)
 		ret = write_extents(w, ino, ii, a0, win, a1 - a0);
 	free(win);
 	if (!ret)
@@ -1136,6 +1141,146 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
 		return ret;
 	II_SET(size, ii, nsize);
 	fsw_inode_touch(&w, ii, true, true);
+	return fsw_inode_put(&w, ino, ii);
+}
+
+/*
+ * NODATACOW: the kernel overwrites a regular extent in place when nothing
+ * else can see its old bytes (can_nocow_extent): one reference, created after
+ * the subvolume's last snapshot, no checksums in the range, uncompressed. Not
+ * on RAID5/6: a partial stripe rewrite would open the write hole, so those
+ * writes stay copy-on-write. PREALLOC extents are not converted in place yet
+ * (they take the COW path, which keeps the file right).
+ */
+static int extent_unshared(struct fsw *w, uint64_t bytenr, uint64_t num_bytes, bool *yes)
+{
+	const struct ub_dref_head *h = ub_dref_find(w->t->refs, bytenr);
+	uint64_t gen = w->t->transid;
+	int64_t refs = 0;
+	int ret = 0;
+
+	if (!h || !h->new_extent) {
+		struct ub_key k = { bytenr, BTRFS_EXTENT_ITEM_KEY, num_bytes };
+		struct ub_path p;
+		const uint8_t *d;
+		uint32_t size;
+
+		ub_path_init(&p);
+		ret = ub_tree_lookup(w->tc, &w->e->extent_tree->root, &k, &p, &d, &size);
+		if (ret == 0 && size >= sizeof(struct btrfs_extent_item)) {
+			refs = (int64_t)UB_GET(btrfs_extent_item, refs, d);
+			gen = UB_GET(btrfs_extent_item, generation, d);
+		} else if (ret == 0) {
+			ret = -EUCLEAN;
+		}
+		ub_path_release(&p);
+		if (ret)
+			return ret == -ENOENT ? -EUCLEAN : ret;
+	}
+	if (h)
+		refs += h->total_delta;
+	*yes = refs == 1 && gen > w->fs->last_snapshot;
+	return 0;
+}
+
+static int csums_in(struct fsw *w, uint64_t start, uint64_t len, bool *yes)
+{
+	struct ub_key k = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, start + len - 1 };
+	struct ub_eroot *cr;
+	struct ub_path p;
+	uint32_t size = 0;
+	int ret;
+
+	ret = csum_root(w, &cr);
+	if (ret)
+		return ret;
+	ub_path_init(&p);
+	ret = ub_tree_search_le(w->tc, &cr->root, &k, &p);
+	if (ret == 0) {
+		ub_path_key(&p, &k);
+		ub_path_data(&p, &size);
+	}
+	ub_path_release(&p);
+	if (ret < 0)
+		return ret;
+	/* items never overlap: only the last one starting below the end can reach into the range */
+	*yes = ret == 0 && k.objectid == BTRFS_EXTENT_CSUM_OBJECTID && k.type == BTRFS_EXTENT_CSUM_KEY &&
+	       k.offset + (uint64_t)(size / w->e->vol->csum_size) * ss_of(w) > start;
+	return 0;
+}
+
+static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *buf, uint64_t len,
+		       bool *done)
+{
+	uint8_t fe[UB_FE_SIZE + 4096]; /* what extent_at copies at most */
+	const struct ub_chunk *c;
+	uint64_t bytenr, at;
+	struct ub_key k;
+	uint32_t fsize;
+	bool ok;
+	int ret;
+
+	*done = false;
+	if (!(II_GET(flags, ii) & UB_INODE_NODATACOW) || fsw_frozen(w->t, w->subvol))
+		return 0;
+	ret = extent_at(w, ino, pos, &k, fe, &fsize);
+	if (ret)
+		return ret > 0 ? 0 : ret;
+	if (fsize < UB_FE_SIZE || FE_GET(type, fe) != BTRFS_FILE_EXTENT_REG || FE_GET(compression, fe) ||
+	    FE_GET(encryption, fe) || FE_GET(other_encoding, fe) || !(bytenr = FE_GET(disk_bytenr, fe)) ||
+	    k.offset > pos || k.offset + FE_GET(num_bytes, fe) < pos + len)
+		return 0;
+	at = bytenr + FE_GET(offset, fe) + (pos - k.offset);
+	if (at < bytenr || at + len > bytenr + FE_GET(disk_num_bytes, fe))
+		return -EUCLEAN;
+	c = ub_volume_find_chunk(w->e->vol, at);
+	if (!c || (c->type & (BTRFS_BLOCK_GROUP_RAID5 | BTRFS_BLOCK_GROUP_RAID6)))
+		return 0;
+	ret = extent_unshared(w, bytenr, FE_GET(disk_num_bytes, fe), &ok);
+	if (ret || !ok)
+		return ret;
+	ret = csums_in(w, bytenr, FE_GET(disk_num_bytes, fe), &ok);
+	if (ret || ok)
+		return ret;
+	ret = ub_volume_write(w->e->vol, at, len, buf);
+	*done = !ret;
+	return ret;
+}
+
+int ub_fsw_set_flags(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t set, uint64_t clear)
+{
+	const uint64_t allowed = UB_INODE_NODATACOW | UB_INODE_NOCOMPRESS | UB_INODE_NODUMP | UB_INODE_NOATIME |
+				 UB_INODE_SYNC;
+	const uint64_t cow = UB_INODE_NODATACOW | UB_INODE_NODATASUM;
+	uint8_t ii[UB_II_SIZE];
+	uint64_t flags, nflags;
+	struct fsw w;
+	int ret;
+
+	if ((set | clear) & ~allowed)
+		return -EOPNOTSUPP;
+	if (set & clear)
+		return -EINVAL;
+	ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = fsw_inode_get(&w, ino, ii);
+	if (ret)
+		return ret;
+	flags = II_GET(flags, ii);
+	nflags = (flags | (set & ~UB_INODE_NODATACOW)) & ~(clear & ~UB_INODE_NODATACOW);
+	if ((set | clear) & UB_INODE_NODATACOW) {
+		bool on = set & UB_INODE_NODATACOW;
+
+		/* a file with data keeps the state its extents have (checksummed or not) */
+		if (((uint32_t)II_GET(mode, ii) & S_IFMT) == S_IFREG) {
+			if (II_GET(size, ii) == 0)
+				nflags = on ? nflags | cow : nflags & ~cow;
+		} else {
+			nflags = on ? nflags | UB_INODE_NODATACOW : nflags & ~UB_INODE_NODATACOW;
+		}
+	}
+	II_SET(flags, ii, nflags);
+	fsw_inode_touch(&w, ii, false, true);
 	return fsw_inode_put(&w, ino, ii);
 }
 /* ---- end of helper "rootdir" ---- */
