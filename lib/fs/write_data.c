@@ -13,7 +13,9 @@
  *    transaction's delayed-ref queue (EXTENT_DATA_REF root / inode / key
  *    offset - extent offset), checksummed per sector into the csum tree
  *    unless the inode is NODATASUM. nbytes = sum of num_bytes.
- *  - Writes are copy-on-write: the old items over the range are trimmed or
+ *  - Writes are copy-on-write (except where the kernel writes in place:
+ *    PREALLOC extents and NODATACOW files' unshared extents, see nocow_write
+ *    at the end): the old items over the range are trimmed or
  *    split (a split adds one reference: two items now use the extent), and a
  *    wholly covered item is deleted with its reference. When an extent's
  *    references (its committed count plus this transaction's queued changes)
@@ -29,6 +31,7 @@
 
 #include "fs/write.h"
 #include "ubtrfs/compress.h"
+#include "txn/backref.h"
 
 #define II_GET(f, p) UB_GET(btrfs_inode_item, f, p)
 #define II_SET(f, p, v) UB_SET(btrfs_inode_item, f, p, v)
@@ -1145,31 +1148,44 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
 }
 
 /*
- * NODATACOW: the kernel overwrites a regular extent in place when nothing
- * else can see its old bytes (can_nocow_extent): one reference, created after
- * the subvolume's last snapshot, no checksums in the range, uncompressed. Not
- * on RAID5/6: a partial stripe rewrite would open the write hole, so those
- * writes stay copy-on-write. PREALLOC extents are not converted in place yet
- * (they take the COW path, which keeps the file right).
+ * Writes in place, where the kernel's go (can_nocow_extent): into a PREALLOC
+ * extent (any file), or over a regular uncompressed extent of a NODATACOW
+ * file that has no checksums in the range; either only when nothing else can
+ * see the old bytes: one reference, created after the subvolume's last
+ * snapshot. Not on RAID5/6: a partial stripe rewrite would open the write
+ * hole, so those writes stay copy-on-write. A written PREALLOC range becomes
+ * a regular item of the same extent (the item split around it, one more
+ * reference), checksummed unless NODATASUM.
  */
-static int extent_unshared(struct fsw *w, uint64_t bytenr, uint64_t num_bytes, bool *yes)
+/*
+ * The kernel's cross-reference check: the extent is this file's alone when
+ * every reference is the one EXTENT_DATA_REF (subvolume, inode, file offset -
+ * extent offset) of the item being written (split items of one extent share
+ * it) and the extent is newer than the subvolume's last snapshot.
+ */
+static int extent_unshared(struct fsw *w, uint64_t bytenr, uint64_t num_bytes, uint64_t ino, uint64_t refoff,
+			   bool *yes)
 {
 	const struct ub_dref_head *h = ub_dref_find(w->t->refs, bytenr);
 	uint64_t gen = w->t->transid;
-	int64_t refs = 0;
+	int64_t refs = 0, ours = 0;
 	int ret = 0;
 
+	*yes = false;
 	if (!h || !h->new_extent) {
 		struct ub_key k = { bytenr, BTRFS_EXTENT_ITEM_KEY, num_bytes };
+		struct ub_ref r = { .type = BTRFS_EXTENT_DATA_REF_KEY, .root = w->subvol, .owner = ino, .offset = refoff };
 		struct ub_path p;
 		const uint8_t *d;
-		uint32_t size;
+		uint32_t size, pos, count = 0;
 
 		ub_path_init(&p);
 		ret = ub_tree_lookup(w->tc, &w->e->extent_tree->root, &k, &p, &d, &size);
-		if (ret == 0 && size >= sizeof(struct btrfs_extent_item)) {
+		if (ret == 0 && size >= UB_EXTENT_ITEM_SIZE) {
 			refs = (int64_t)UB_GET(btrfs_extent_item, refs, d);
 			gen = UB_GET(btrfs_extent_item, generation, d);
+			if (ub_inline_ref_find(d, size, &r, &pos, &count) == 0)
+				ours = count;
 		} else if (ret == 0) {
 			ret = -EUCLEAN;
 		}
@@ -1177,9 +1193,17 @@ static int extent_unshared(struct fsw *w, uint64_t bytenr, uint64_t num_bytes, b
 		if (ret)
 			return ret == -ENOENT ? -EUCLEAN : ret;
 	}
+	for (int i = 0; h && i < h->nrefs; i++) {
+		const struct ub_dref *d = &h->refs[i];
+
+		if (d->type != BTRFS_EXTENT_DATA_REF_KEY || d->root != w->subvol || d->objectid != ino ||
+		    d->offset != refoff)
+			return 0;
+		ours += d->delta;
+	}
 	if (h)
 		refs += h->total_delta;
-	*yes = refs == 1 && gen > w->fs->last_snapshot;
+	*yes = refs > 0 && ours == refs && gen > w->fs->last_snapshot;
 	return 0;
 }
 
@@ -1209,6 +1233,34 @@ static int csums_in(struct fsw *w, uint64_t start, uint64_t len, bool *yes)
 	return 0;
 }
 
+/* [pos, pos + len) of the PREALLOC item at k (copy fe), just written at `at`, becomes a regular item */
+static int prealloc_written(struct fsw *w, uint64_t ino, uint8_t *ii, const struct ub_key *k, const uint8_t *fe,
+			    uint64_t pos, uint64_t at, const uint8_t *buf, uint64_t len)
+{
+	uint64_t bytenr = FE_GET(disk_bytenr, fe), dlen = FE_GET(disk_num_bytes, fe), eoff = FE_GET(offset, fe);
+	struct ub_key nk = { ino, BTRFS_EXTENT_DATA_KEY, pos };
+	uint8_t nfe[UB_FE_SIZE];
+	int ret;
+
+	/* the new item's reference first, so dropping the old range never frees the extent */
+	ret = ub_dref_add_data(w->t->refs, bytenr, dlen, w->subvol, ino, k->offset - eoff, 0, 1, 0);
+	if (!ret)
+		ret = fsw_drop_extents(w, ino, ii, pos, pos + len);
+	if (ret)
+		return ret;
+	memcpy(nfe, fe, UB_FE_SIZE);
+	FE_SET(generation, nfe, w->t->transid);
+	FE_SET(type, nfe, BTRFS_FILE_EXTENT_REG);
+	FE_SET(offset, nfe, eoff + (pos - k->offset));
+	FE_SET(num_bytes, nfe, len);
+	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &nk, nfe, UB_FE_SIZE);
+	if (!ret && !(II_GET(flags, ii) & UB_INODE_NODATASUM))
+		ret = csum_insert(w, at, buf, len, NULL);
+	if (!ret)
+		II_SET(nbytes, ii, II_GET(nbytes, ii) + len);
+	return ret;
+}
+
 static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *buf, uint64_t len,
 		       bool *done)
 {
@@ -1217,16 +1269,19 @@ static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, c
 	uint64_t bytenr, at;
 	struct ub_key k;
 	uint32_t fsize;
-	bool ok;
+	bool ok, prealloc;
 	int ret;
 
 	*done = false;
-	if (!(II_GET(flags, ii) & UB_INODE_NODATACOW) || fsw_frozen(w->t, w->subvol))
+	if (fsw_frozen(w->t, w->subvol))
 		return 0;
 	ret = extent_at(w, ino, pos, &k, fe, &fsize);
 	if (ret)
 		return ret > 0 ? 0 : ret;
-	if (fsize < UB_FE_SIZE || FE_GET(type, fe) != BTRFS_FILE_EXTENT_REG || FE_GET(compression, fe) ||
+	prealloc = fsize >= UB_FE_SIZE && FE_GET(type, fe) == BTRFS_FILE_EXTENT_PREALLOC;
+	if (!prealloc && !(II_GET(flags, ii) & UB_INODE_NODATACOW))
+		return 0;
+	if (fsize < UB_FE_SIZE || (!prealloc && FE_GET(type, fe) != BTRFS_FILE_EXTENT_REG) || FE_GET(compression, fe) ||
 	    FE_GET(encryption, fe) || FE_GET(other_encoding, fe) || !(bytenr = FE_GET(disk_bytenr, fe)) ||
 	    k.offset > pos || k.offset + FE_GET(num_bytes, fe) < pos + len)
 		return 0;
@@ -1236,13 +1291,17 @@ static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, c
 	c = ub_volume_find_chunk(w->e->vol, at);
 	if (!c || (c->type & (BTRFS_BLOCK_GROUP_RAID5 | BTRFS_BLOCK_GROUP_RAID6)))
 		return 0;
-	ret = extent_unshared(w, bytenr, FE_GET(disk_num_bytes, fe), &ok);
+	ret = extent_unshared(w, bytenr, FE_GET(disk_num_bytes, fe), ino, k.offset - FE_GET(offset, fe), &ok);
 	if (ret || !ok)
 		return ret;
-	ret = csums_in(w, bytenr, FE_GET(disk_num_bytes, fe), &ok);
-	if (ret || ok)
-		return ret;
+	if (!prealloc) {
+		ret = csums_in(w, bytenr, FE_GET(disk_num_bytes, fe), &ok);
+		if (ret || ok)
+			return ret;
+	}
 	ret = ub_volume_write(w->e->vol, at, len, buf);
+	if (!ret && prealloc)
+		ret = prealloc_written(w, ino, ii, &k, fe, pos, at, buf, len);
 	*done = !ret;
 	return ret;
 }

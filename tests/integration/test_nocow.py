@@ -9,6 +9,8 @@ ub_fsw_set_flags, writes of one byte value, snapshot, commit) on images made by
     bytenr; a normal file's overwrite in the same run moves (COW);
   - after a snapshot the extent is shared: the next write is COW and the
     snapshot keeps the old bytes;
+  - a write into a PREALLOC extent (any file) lands in it: the item is split
+    around the written range, which becomes a regular item of the same extent;
   - on RAID5 data the write stays COW (no partial-stripe rewrite: write hole);
   - btrfs check is clean after every run and the kernel's read-only mount
     shows exactly the model.
@@ -55,18 +57,26 @@ def script(driver, work, imgs, lines):
     assert cp.returncode == 0, cp.stderr.decode("utf-8", "replace")[-3000:]
 
 
-def extents(imgs, tree="5"):
-    """(inode, file offset) -> disk bytenr of every regular extent item."""
+def extents(imgs, tree="5", types=False):
+    """(inode, file offset) -> disk bytenr (with types: (type, disk bytenr, extent offset, length))
+    of every regular and prealloc extent item."""
     out = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", tree, imgs[0]]).stdout.decode()
-    got, key = {}, None
+    got, key, typ, pending = {}, None, None, None
     for line in out.splitlines():
         m = re.search(r"key \((\d+) EXTENT_DATA (\d+)\)", line)
         if m:
             key = (int(m.group(1)), int(m.group(2)))
-        m = re.search(r"extent data disk byte (\d+)", line)
+        m = re.search(r"generation \d+ type (\d+)", line)
+        if m and key:
+            typ = int(m.group(1))
+        m = re.search(r"(?:extent|prealloc) data disk byte (\d+) nr \d+", line)
         if m and key:
             got[key] = int(m.group(1))
+            pending = key
             key = None
+        m = re.search(r"(?:extent|prealloc) data offset (\d+) nr (\d+)", line)
+        if m and types and pending in got:
+            got[pending] = (typ, got[pending], int(m.group(1)), int(m.group(2)))
     return got
 
 
@@ -119,6 +129,25 @@ def test_nocow_in_place(driver, work):
     check_clean(imgs)
     view = kernel_view(work, imgs, ["f", "s/f"])
     assert view["f"] == bytes(m.files["f"]) and view["s/f"] == old_f
+
+
+def test_prealloc_written_in_place(driver, work):
+    imgs = images(work, 1)
+    T.run([T.ubtrfs_binary(), "mkfs", "-q", "-f", *imgs])
+    m = Model()
+    m.files["p"] = bytearray(MiB)
+    script(driver, work, imgs, ["create p", "fallocate p 0 %d" % MiB, "commit",
+                                m.write("p", 8192, 12288, 17), m.write("p", 100000, 3000, 34), "commit"])
+    got = extents(imgs, types=True)
+    (ino,) = {k[0] for k in got}
+    items = sorted((k[1],) + v for k, v in got.items())
+    bytenr = items[0][2]
+    # prealloc [0, 8K), written [8K, 20K), prealloc, written sector(s) around 100000, prealloc to the end
+    assert all(i[2] == bytenr and i[3] == i[0] for i in items), items
+    assert [(i[0], i[1]) for i in items] == [(0, 2), (8192, 1), (20480, 2), (98304, 1), (106496, 2)], items
+    assert items[-1][0] + items[-1][4] == MiB
+    check_clean(imgs)
+    assert kernel_view(work, imgs, ["p"]) == {"p": bytes(m.files["p"])}
 
 
 def test_nocow_raid5_stays_cow(driver, work):

@@ -5,7 +5,7 @@
  *   nocow_driver SCRIPT DEV...
  *
  * SCRIPT, one command a line, on names in the top directory of subvolume 5:
- *   create NAME | nocow NAME | write NAME OFF LEN BYTE | snapshot NAME | commit
+ *   create NAME | nocow NAME | write NAME OFF LEN BYTE | fallocate NAME OFF LEN | snapshot NAME | commit
  * (write fills with one byte value). The verdict is the test's: where the
  * extents lie (dump-tree), btrfs check and the kernel's mount.
  */
@@ -53,6 +53,8 @@ static int run(struct ub_engine *e, struct ub_txn **t, char *line)
 		return ret;
 	if (!strcmp(cmd, "nocow"))
 		return ub_fsw_set_flags(*t, FS, ino, UB_INODE_NODATACOW, 0);
+	if (!strcmp(cmd, "fallocate") && n >= 4)
+		return ub_fsw_fallocate(*t, FS, ino, off, len, 0);
 	if (!strcmp(cmd, "write") && n == 5) {
 		uint8_t *buf = malloc(len ? len : 1);
 
