@@ -42,7 +42,7 @@
 #define UB_ROOTDIR_BUF (8U << 20)
 /* a reader's unit of a big file: copy_data's buffer, so both make the same writes; the bytes readers may hold */
 #define UB_ROOTDIR_PIECE ((uint64_t)UB_ROOTDIR_BUF)
-#define UB_ROOTDIR_INFLIGHT (32ULL << 20)
+#define UB_ROOTDIR_INFLIGHT (16ULL << 20)
 #define FS_TREE 5ULL
 #define ROOT_INO 256ULL
 
@@ -391,6 +391,9 @@ static int copy_data(struct rd *r, int dfd, const char *name, uint64_t ino, cons
 	struct copy_ctx c = { r, ino, -1, false };
 	int ret;
 
+	/* the buffer of the single-thread copy, also for what the readers were not given (a file that grew) */
+	if (!r->buf && !(r->buf = malloc(UB_ROOTDIR_BUF)))
+		return -ENOMEM;
 	c.fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC);
 	if (c.fd < 0 && errno == EPERM)
 		c.fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -805,11 +808,6 @@ int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int c
 		if (dfd >= 0)
 			close(dfd);
 		return ret;
-	}
-	r.buf = malloc(UB_ROOTDIR_BUF);
-	if (!r.buf) {
-		close(dfd);
-		return -ENOMEM;
 	}
 	ret = ub_engine_open(paths, npaths, log, &r.e);
 	if (ret) {

@@ -97,7 +97,8 @@ static void put_block(struct rd_pipe *p, uint8_t *b, size_t size)
 {
 	unsigned c;
 
-	if (!b || size < POOL_MIN || p->pooled + size > p->budget) {
+	/* pooled and held together within the budget: the pool only saves page faults */
+	if (!b || size < POOL_MIN || p->pooled + p->held + size > p->budget) {
 		free(b);
 		return;
 	}
