@@ -89,7 +89,9 @@ int ub_fsw_getxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
 		    size_t size, size_t *vlen);
 
 /*
- * Data. write: COW, as the kernel's writeback would leave it: a file that
+ * Data. write: COW (in place only where the kernel writes in place: into
+ * unshared PREALLOC extents, and a NODATACOW file's unshared extents; never
+ * on RAID5/6), as the kernel's writeback would leave it: a file that
  * stays within max_inline bytes (UB_FSW_MAX_INLINE_DEFAULT, and below
  * sectorsize) from offset 0 is one inline extent; anything else regular
  * extents in data block groups (checksummed unless the inode is NODATASUM),
