@@ -281,6 +281,79 @@ static void test_snapshot_freeze(void **state)
 	ub_engine_close(e);
 }
 
+/* helper "rootdir": extents prepared outside the transaction read back as ub_fsw_write_ex's; chattr's rules */
+static uint64_t iflags(struct ub_txn *t, uint64_t ino)
+{
+	struct ub_key k = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+	struct ub_eroot *er;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	uint64_t v;
+
+	assert_int_equal(ub_engine_root(t->e, FS, &er), 0);
+	ub_path_init(&p);
+	assert_int_equal(ub_tree_lookup(&t->e->tc, &er->root, &k, &p, &d, &size), 0);
+	v = UB_GET(btrfs_inode_item, flags, d);
+	ub_path_release(&p);
+	return v;
+}
+
+static void test_encoded_and_flags(void **state)
+{
+	static uint8_t buf[300000 + 4096], back[300000], out[300000 + 4096], sums[(300000 / 4096 + 1) * 32];
+	struct ub_fsw_extent x[4];
+	const size_t len = 300000, step = UB_FSW_COMPRESSED_MAX;
+	struct ub_engine *e;
+	struct ub_txn *t;
+	uint64_t a, b, c;
+	size_t got, n = 0;
+	unsigned ct;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(i % 251 < 120 ? 'a' + i % 7 : i * 2654435761U >> 13);
+	memset(buf + len, 0, sizeof(buf) - len);
+	e = open_engine();
+	ct = e->vol->csum_type;
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	a = mk(t, TOP, "enc_a", S_IFREG | 0644);
+	b = mk(t, TOP, "enc_b", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_write_ex(t, FS, a, 0, buf, len, UB_COMPRESS_ZSTD, 0), 0);
+	for (size_t o = 0; o < len; o += step, n++) {
+		size_t piece = len - o < step ? (len - o + 4095) / 4096 * 4096 : step;
+
+		assert_int_equal(ub_fsw_compress_extent(UB_COMPRESS_ZSTD, 0, 4096, (int)ct, buf + o, piece, out + o,
+							sums + o / 4096 * ub_csum_size(ct), &x[n]), 0);
+	}
+	assert_int_equal(ub_fsw_write_encoded(t, FS, b, 4096 + 1, len, x, n), -EINVAL); /* unaligned */
+	assert_int_equal(ub_fsw_write_encoded(t, FS, b, 0, len + 8192, x, n), -EINVAL); /* extents too short */
+	assert_int_equal(ub_fsw_write_encoded(t, FS, b, 0, len, x, n), 0);
+	assert_int_equal(isize(t, b), len);
+	assert_int_equal(ub_fsw_read(t, FS, b, 0, back, len, &got), 0);
+	assert_int_equal(got, len);
+	assert_memory_equal(back, buf, len);
+	/* a file ub_fsw_write keeps inline is not for write_encoded */
+	c = mk(t, TOP, "enc_c", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_compress_extent(0, 0, 4096, (int)ct, buf, 4096, out, sums, &x[0]), 0);
+	assert_int_equal(ub_fsw_write_encoded(t, FS, c, 0, 100, x, 1), -EINVAL);
+	/* chattr +C: only while the file is empty (then nodatasum too), ignored after */
+	assert_int_equal(ub_fsw_set_flags(t, FS, c, UB_INODE_IMMUTABLE, 0), -EOPNOTSUPP);
+	assert_int_equal(ub_fsw_set_flags(t, FS, c, UB_INODE_NODATACOW, 0), 0);
+	assert_int_equal(iflags(t, c) & (UB_INODE_NODATACOW | UB_INODE_NODATASUM),
+			 UB_INODE_NODATACOW | UB_INODE_NODATASUM);
+	assert_int_equal(ub_fsw_set_flags(t, FS, a, UB_INODE_NODATACOW, 0), 0);
+	assert_int_equal(iflags(t, a) & UB_INODE_NODATACOW, 0);
+	assert_int_equal(ub_txn_commit(t), 0);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_read(t, FS, a, 0, back, len, &got), 0);
+	assert_memory_equal(back, buf, len);
+	ub_txn_abort(t);
+	ub_engine_close(e);
+}
+
 static void test_check_clean(void **state)
 {
 	(void)state;
@@ -297,6 +370,7 @@ int main(void)
 		cmocka_unit_test(test_xattrs),
 		cmocka_unit_test(test_data_layout),
 		cmocka_unit_test(test_snapshot_freeze),
+		cmocka_unit_test(test_encoded_and_flags),
 		cmocka_unit_test(test_check_clean),
 	};
 	return cmocka_run_group_tests(tests, setup_all, teardown_all);
