@@ -593,16 +593,9 @@ static int add_piece(struct rd *r, struct dent *de, int dfd, uint64_t off, uint6
 	struct rd_piece *pc;
 	int ret;
 
-	if (de->npcs == de->pcs_cap) {
-		size_t cap = de->pcs_cap ? de->pcs_cap * 2 : 4;
-		struct rd_piece **n = realloc(de->pcs, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		de->pcs = n;
-		de->pcs_cap = cap;
-	}
-	ret = rd_pipe_submit(r->pipe, dfd, de->name, off, len, holes, &pc);
+	ret = rd_grow(&de->pcs, &de->pcs_cap, de->npcs, sizeof(*de->pcs));
+	if (!ret)
+		ret = rd_pipe_submit(r->pipe, dfd, de->name, off, len, holes, &pc);
 	if (!ret)
 		de->pcs[de->npcs++] = pc;
 	return ret;

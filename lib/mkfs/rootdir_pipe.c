@@ -153,19 +153,31 @@ static uint64_t round_up(uint64_t v, uint64_t a)
 	return (v + a - 1) / a * a;
 }
 
+int rd_grow(void *arr, size_t *cap, size_t n, size_t elem)
+{
+	void *a, *m;
+	size_t c;
+
+	if (n < *cap)
+		return 0;
+	c = *cap ? *cap * 2 : 8;
+	/* the caller's pointer is of its own type: read and written as bytes */
+	memcpy(&a, arr, sizeof(a));
+	m = realloc(a, c * elem);
+	if (!m)
+		return -ENOMEM;
+	memcpy(arr, &m, sizeof(m));
+	*cap = c;
+	return 0;
+}
+
 static int add_x(struct rd_piece *pc, const struct ub_fsw_extent *x)
 {
-	if (pc->nx == pc->x_cap) {
-		size_t cap = pc->x_cap ? pc->x_cap * 2 : 8;
-		struct ub_fsw_extent *n = realloc(pc->x, cap * sizeof(*n));
+	int ret = rd_grow(&pc->x, &pc->x_cap, pc->nx, sizeof(*pc->x));
 
-		if (!n)
-			return -ENOMEM;
-		pc->x = n;
-		pc->x_cap = cap;
-	}
-	pc->x[pc->nx++] = *x;
-	return 0;
+	if (!ret)
+		pc->x[pc->nx++] = *x;
+	return ret;
 }
 
 struct read_ctx {
@@ -200,15 +212,9 @@ static int read_range(void *arg, uint64_t start, uint64_t end)
 		return 1;
 	xlen = round_up(got, p->ss);
 	memset(b + got, 0, xlen - got);
-	if (pc->nsegs == pc->segs_cap) {
-		size_t cap = pc->segs_cap ? pc->segs_cap * 2 : 4;
-		struct rd_seg *n = realloc(pc->segs, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		pc->segs = n;
-		pc->segs_cap = cap;
-	}
+	ret = rd_grow(&pc->segs, &pc->segs_cap, pc->nsegs, sizeof(*pc->segs));
+	if (ret)
+		return ret;
 	s = &pc->segs[pc->nsegs++];
 	*s = (struct rd_seg){ .off = start, .len = got, .raw = b, .nx = pc->nx };
 	/* a file within one sector may go inline: the writer takes the bytes */

@@ -11,6 +11,7 @@
 #define UBTRFS_MKFS_ROOTDIR_PIPE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "ubtrfs/fswrite.h"
 
@@ -44,6 +45,8 @@ void rd_pipe_kick(struct rd_pipe *p);
 int rd_pipe_wait(struct rd_pipe *p, struct rd_piece *pc, const struct rd_seg **segs, size_t *nsegs);
 /* done with a piece (waits for it if a worker holds it) */
 void rd_pipe_release(struct rd_pipe *p, struct rd_piece *pc);
+/* room for element n of a growing array *arr (a pointer to the array pointer) of *cap elements: 0 or -ENOMEM */
+int rd_grow(void *arr, size_t *cap, size_t n, size_t elem);
 /* the data ranges of fd within [pos, size) as ub_mkfs_rootdir copies them (whole sectors, clipped at size):
  * cb for each; 0 or -errno */
 int rd_data_ranges(int fd, uint64_t pos, uint64_t size, int (*cb)(void *arg, uint64_t start, uint64_t end),

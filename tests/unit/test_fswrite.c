@@ -75,21 +75,29 @@ static uint64_t mk(struct ub_txn *t, uint64_t dir, const char *name, uint32_t mo
 	return ino;
 }
 
-static uint64_t isize(struct ub_txn *t, uint64_t ino)
+/* a copy of the inode item, through the running transaction */
+static void inode_item(struct ub_txn *t, uint64_t ino, uint8_t ii[sizeof(struct btrfs_inode_item)])
 {
 	struct ub_key k = { ino, BTRFS_INODE_ITEM_KEY, 0 };
 	struct ub_eroot *er;
 	struct ub_path p;
 	const uint8_t *d;
 	uint32_t size;
-	uint64_t v;
 
 	assert_int_equal(ub_engine_root(t->e, FS, &er), 0);
 	ub_path_init(&p);
 	assert_int_equal(ub_tree_lookup(&t->e->tc, &er->root, &k, &p, &d, &size), 0);
-	v = UB_GET(btrfs_inode_item, size, d);
+	assert_true(size >= sizeof(struct btrfs_inode_item));
+	memcpy(ii, d, sizeof(struct btrfs_inode_item));
 	ub_path_release(&p);
-	return v;
+}
+
+static uint64_t isize(struct ub_txn *t, uint64_t ino)
+{
+	uint8_t ii[sizeof(struct btrfs_inode_item)];
+
+	inode_item(t, ino, ii);
+	return UB_GET(btrfs_inode_item, size, ii);
 }
 
 /* the file extent type at offset 0 (inline / regular), -1 none */
@@ -284,19 +292,10 @@ static void test_snapshot_freeze(void **state)
 /* helper "rootdir": extents prepared outside the transaction read back as ub_fsw_write_ex's; chattr's rules */
 static uint64_t iflags(struct ub_txn *t, uint64_t ino)
 {
-	struct ub_key k = { ino, BTRFS_INODE_ITEM_KEY, 0 };
-	struct ub_eroot *er;
-	struct ub_path p;
-	const uint8_t *d;
-	uint32_t size;
-	uint64_t v;
+	uint8_t ii[sizeof(struct btrfs_inode_item)];
 
-	assert_int_equal(ub_engine_root(t->e, FS, &er), 0);
-	ub_path_init(&p);
-	assert_int_equal(ub_tree_lookup(&t->e->tc, &er->root, &k, &p, &d, &size), 0);
-	v = UB_GET(btrfs_inode_item, flags, d);
-	ub_path_release(&p);
-	return v;
+	inode_item(t, ino, ii);
+	return UB_GET(btrfs_inode_item, flags, ii);
 }
 
 static void test_encoded_and_flags(void **state)
