@@ -234,6 +234,24 @@ static uint32_t csum_item_max(const struct fsw *w)
 	return (w->e->vol->nodesize - UB_HEADER_SIZE - 2 * UB_ITEM_SIZE) / w->e->vol->csum_size - 1;
 }
 
+/* the key and size of the item at or before csum key offset `at` (0; 1: none) */
+static int csum_item_le(struct fsw *w, struct ub_eroot *cr, uint64_t at, struct ub_key *k, uint32_t *size)
+{
+	struct ub_path p;
+	int ret;
+
+	*k = (struct ub_key){ BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, at };
+	*size = 0;
+	ub_path_init(&p);
+	ret = ub_tree_search_le(w->tc, &cr->root, k, &p);
+	if (ret == 0) {
+		ub_path_key(&p, k);
+		ub_path_data(&p, size);
+	}
+	ub_path_release(&p);
+	return ret;
+}
+
 /* pre: the sums already computed (ub_fsw_compress_extent), or NULL */
 static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint64_t len, const uint8_t *pre)
 {
@@ -260,17 +278,11 @@ static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint
 	}
 	/* extend the item that ends where this extent starts, as the kernel does */
 	if (!ret) {
-		struct ub_key k = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, bytenr - 1 };
+		struct ub_key k;
 		struct ub_path p;
 		uint32_t size;
 
-		ub_path_init(&p);
-		ret = ub_tree_search_le(w->tc, &cr->root, &k, &p);
-		if (ret == 0) {
-			ub_path_key(&p, &k);
-			ub_path_data(&p, &size);
-		}
-		ub_path_release(&p);
+		ret = csum_item_le(w, cr, bytenr - 1, &k, &size);
 		if (ret == 0 && k.objectid == BTRFS_EXTENT_CSUM_OBJECTID && k.type == BTRFS_EXTENT_CSUM_KEY &&
 		    size % cs == 0 && k.offset + (uint64_t)(size / cs) * ss == bytenr && size / cs < max) {
 			uint64_t take = max - size / cs;
@@ -737,6 +749,18 @@ static int regular(struct fsw *w, uint64_t ino, uint8_t *ii)
 static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *buf, uint64_t len,
 		       bool *done);
 
+/* a change to the data of regular file ino: w set up, its inode item in ii */
+static int regular_inode(struct fsw *w, struct ub_txn *t, uint64_t subvol, uint64_t ino, uint8_t *ii)
+{
+	int ret = fsw_init(w, t, subvol);
+
+	if (!ret)
+		ret = fsw_inode_get(w, ino, ii);
+	if (!ret)
+		ret = regular(w, ino, ii);
+	return ret;
+}
+
 /* the write itself; ii updated (size, nbytes), not stored */
 static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
 {
@@ -925,11 +949,7 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 
 	if (mode & ~UB_FSW_FALLOC_KEEP_SIZE)
 		return -EOPNOTSUPP;
-	ret = fsw_init(&w, t, subvol);
-	if (!ret)
-		ret = fsw_inode_get(&w, ino, ii);
-	if (!ret)
-		ret = regular(&w, ino, ii);
+	ret = regular_inode(&w, t, subvol, ino, ii);
 	if (ret)
 		return ret;
 	if (len == 0)
@@ -989,11 +1009,7 @@ int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 	bool inl;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
-	if (!ret)
-		ret = fsw_inode_get(&w, ino, ii);
-	if (!ret)
-		ret = regular(&w, ino, ii);
+	ret = regular_inode(&w, t, subvol, ino, ii);
 	if (ret)
 		return ret;
 	if (off + len < off)
@@ -1108,11 +1124,7 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
 	bool inl;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
-	if (!ret)
-		ret = fsw_inode_get(&w, ino, ii);
-	if (!ret)
-		ret = regular(&w, ino, ii);
+	ret = regular_inode(&w, t, subvol, ino, ii);
 	if (ret)
 		return ret;
 	for (size_t i = 0; i < n; i++) {
@@ -1209,22 +1221,14 @@ static int extent_unshared(struct fsw *w, uint64_t bytenr, uint64_t num_bytes, u
 
 static int csums_in(struct fsw *w, uint64_t start, uint64_t len, bool *yes)
 {
-	struct ub_key k = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, start + len - 1 };
 	struct ub_eroot *cr;
-	struct ub_path p;
-	uint32_t size = 0;
+	struct ub_key k;
+	uint32_t size;
 	int ret;
 
 	ret = csum_root(w, &cr);
-	if (ret)
-		return ret;
-	ub_path_init(&p);
-	ret = ub_tree_search_le(w->tc, &cr->root, &k, &p);
-	if (ret == 0) {
-		ub_path_key(&p, &k);
-		ub_path_data(&p, &size);
-	}
-	ub_path_release(&p);
+	if (!ret)
+		ret = csum_item_le(w, cr, start + len - 1, &k, &size);
 	if (ret < 0)
 		return ret;
 	/* items never overlap: only the last one starting below the end can reach into the range */
