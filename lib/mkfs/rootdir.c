@@ -11,7 +11,10 @@
  * ub_fsw_link calls, and the times of such inodes are set once more at the end
  * (a link moves ctime). Regular files are copied by their data ranges
  * (SEEK_DATA / SEEK_HOLE, widened to whole sectors) and then truncated to
- * their size, so holes stay holes.
+ * their size, so holes stay holes. The data is read, compressed and
+ * checksummed by reader threads ahead of this one (rootdir_pipe.h), which
+ * owns the transaction; without them (UBTRFS_ROOTDIR_THREADS=-1) it reads
+ * here, and both ways make the same calls' worth of items.
  *
  * Space: the file API allocates from the block groups that exist; this code
  * asks the chunk allocator first (ub_chunk_prepare before every operation,
