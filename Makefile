@@ -111,3 +111,11 @@ clean:
 # keep the fuzz objects between targets and runs
 .SECONDARY:
 -include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:build-fuzz/%=build-fuzz/obj/%.d)
+
+# ---- nocow driver (helper rootdir): tests/integration/test_nocow.py builds and runs it ----
+NOCOW_DRIVER := $(BUILD)/tests/tools/nocow_driver
+$(BUILD)/tests/tools/nocow_driver: tests/tools/nocow_driver.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+tools: $(NOCOW_DRIVER)
+# ---- end of the nocow driver block ----

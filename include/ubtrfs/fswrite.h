@@ -89,7 +89,9 @@ int ub_fsw_getxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
 		    size_t size, size_t *vlen);
 
 /*
- * Data. write: COW, as the kernel's writeback would leave it: a file that
+ * Data. write: COW (in place only where the kernel writes in place: into
+ * unshared PREALLOC extents, and a NODATACOW file's unshared extents; never
+ * on RAID5/6), as the kernel's writeback would leave it: a file that
  * stays within max_inline bytes (UB_FSW_MAX_INLINE_DEFAULT, and below
  * sectorsize) from offset 0 is one inline extent; anything else regular
  * extents in data block groups (checksummed unless the inode is NODATASUM),
@@ -169,5 +171,48 @@ enum {
 uint64_t ub_fsw_op_bytes(const struct ub_engine *e, int kind, uint64_t len);
 /* ub_engine_begin_op with that estimate: the transaction to make the call in; -ENOSPC, -EINVAL for a bad kind. */
 int ub_fsw_begin(struct ub_engine *e, int kind, uint64_t len, struct ub_txn **out);
+/* ---- helper "rootdir": data prepared outside the transaction ---- */
+/*
+ * One data extent as it goes to disk, made by ub_fsw_compress_extent on any
+ * thread (no engine, no transaction) and handed to ub_fsw_write_encoded, so
+ * that reading, checksumming and compressing run beside the single writer.
+ */
+/* the file bytes one extent of ub_fsw_write_ex holds at most: plain, compressed */
+#define UB_FSW_EXTENT_MAX (1U << 20)
+#define UB_FSW_COMPRESSED_MAX (128U << 10)
+struct ub_fsw_extent {
+	uint64_t ram_bytes;   /* file bytes it holds: a multiple of the sectorsize */
+	uint64_t disk_bytes;  /* bytes of data: a multiple of the sectorsize */
+	int compression;      /* UB_COMPRESS_* of data (0: data is the file bytes) */
+	const void *data;
+	const uint8_t *csums; /* disk_bytes / sectorsize sums of data in the filesystem's algorithm, or NULL */
+};
+/*
+ * The worker step of ub_fsw_write_ex: `len` file bytes at `in` (a multiple
+ * of the sectorsize, zero past EOF; at most 128 KiB when `compress`) become
+ * one extent: compressed into `out` (room for len bytes) when that saves a
+ * sector, else x->data = in, as the kernel decides. csum_type >= 0: the sums
+ * of what goes to disk into `sums` (len / sectorsize * the algorithm's size).
+ */
+int ub_fsw_compress_extent(int compress, int level, uint32_t sectorsize, int csum_type, const void *in, size_t len,
+			   void *out, uint8_t *sums, struct ub_fsw_extent *x);
+/*
+ * ub_fsw_write of [off, off + len) from n extents laid one after the other
+ * (off sector aligned; the ram_bytes add up to len rounded up to a sector,
+ * bytes past len zero): the same items as ub_fsw_write_ex with the same
+ * compression and extent sizes. Sums missing (csums NULL) are computed here.
+ * -EINVAL for a write ub_fsw_write would keep inline (use that for it).
+ */
+int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len,
+			 const struct ub_fsw_extent *x, size_t n);
+/*
+ * chattr(1)'s btrfs flags, with the kernel's rules: `set` and `clear` hold
+ * UB_INODE_NODATACOW / NOCOMPRESS / NODUMP / NOATIME / SYNC (others:
+ * -EOPNOTSUPP). NODATACOW on a regular file changes only while it is empty
+ * (then NODATASUM follows it), elsewhere it is kept as it is, as the kernel.
+ * A NODATACOW file's writes go in place where the kernel's would (ub_fsw_write).
+ */
+int ub_fsw_set_flags(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t set, uint64_t clear);
+/* ---- end of helper "rootdir" ---- */
 
 #endif

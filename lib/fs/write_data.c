@@ -13,7 +13,9 @@
  *    transaction's delayed-ref queue (EXTENT_DATA_REF root / inode / key
  *    offset - extent offset), checksummed per sector into the csum tree
  *    unless the inode is NODATASUM. nbytes = sum of num_bytes.
- *  - Writes are copy-on-write: the old items over the range are trimmed or
+ *  - Writes are copy-on-write (except where the kernel writes in place:
+ *    PREALLOC extents and NODATACOW files' unshared extents, see nocow_write
+ *    at the end): the old items over the range are trimmed or
  *    split (a split adds one reference: two items now use the extent), and a
  *    wholly covered item is deleted with its reference. When an extent's
  *    references (its committed count plus this transaction's queued changes)
@@ -29,6 +31,7 @@
 
 #include "fs/write.h"
 #include "ubtrfs/compress.h"
+#include "txn/backref.h"
 
 #define II_GET(f, p) UB_GET(btrfs_inode_item, f, p)
 #define II_SET(f, p, v) UB_SET(btrfs_inode_item, f, p, v)
@@ -231,7 +234,26 @@ static uint32_t csum_item_max(const struct fsw *w)
 	return (w->e->fs.vol->nodesize - UB_HEADER_SIZE - 2 * UB_ITEM_SIZE) / w->e->fs.vol->csum_size - 1;
 }
 
-static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint64_t len)
+/* the key and size of the item at or before csum key offset `at` (0; 1: none) */
+static int csum_item_le(struct fsw *w, struct ub_eroot *cr, uint64_t at, struct ub_key *k, uint32_t *size)
+{
+	struct ub_path p;
+	int ret;
+
+	*k = (struct ub_key){ BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, at };
+	*size = 0;
+	ub_path_init(&p);
+	ret = ub_tree_search_le(w->tc, &cr->root, k, &p);
+	if (ret == 0) {
+		ub_path_key(&p, k);
+		ub_path_data(&p, size);
+	}
+	ub_path_release(&p);
+	return ret;
+}
+
+/* pre: the sums already computed (ub_fsw_compress_extent), or NULL */
+static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint64_t len, const uint8_t *pre)
 {
 	uint32_t cs = w->e->fs.vol->csum_size, max = csum_item_max(w);
 	uint64_t ss = ss_of(w), n = len / ss, done = 0;
@@ -247,22 +269,20 @@ static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint
 		return -ENOMEM;
 	for (uint64_t i = 0; i < n && !ret; i++) {
 		uint8_t c[UB_CSUM_SIZE_MAX];
+		if (pre) {
+			memcpy(sums, pre, n * cs);
+			break;
+		}
 		ret = ub_csum(w->e->fs.vol->csum_type, data + i * ss, ss, c);
 		memcpy(sums + i * cs, c, cs);
 	}
 	/* extend the item that ends where this extent starts, as the kernel does */
 	if (!ret) {
-		struct ub_key k = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, bytenr - 1 };
+		struct ub_key k;
 		struct ub_path p;
 		uint32_t size;
 
-		ub_path_init(&p);
-		ret = ub_tree_search_le(w->tc, &cr->root, &k, &p);
-		if (ret == 0) {
-			ub_path_key(&p, &k);
-			ub_path_data(&p, &size);
-		}
-		ub_path_release(&p);
+		ret = csum_item_le(w, cr, bytenr - 1, &k, &size);
 		if (ret == 0 && k.objectid == BTRFS_EXTENT_CSUM_OBJECTID && k.type == BTRFS_EXTENT_CSUM_KEY &&
 		    size % cs == 0 && k.offset + (uint64_t)(size / cs) * ss == bytenr && size / cs < max) {
 			uint64_t take = max - size / cs;
@@ -549,8 +569,8 @@ static void note_compression(struct fsw *w, int ctype)
 }
 
 /* one new extent of n bytes at file offset pos: disk holds dbuf (dlen bytes; compressed when ctype) */
-static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *dbuf, uint64_t dlen,
-		      uint64_t n, int ctype, uint8_t type)
+static int add_extent_sums(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *dbuf,
+			   uint64_t dlen, uint64_t n, int ctype, uint8_t type, const uint8_t *sums)
 {
 	bool sum = type == BTRFS_FILE_EXTENT_REG && !(II_GET(flags, ii) & UB_INODE_NODATASUM);
 	uint8_t fe[UB_FE_SIZE];
@@ -586,10 +606,16 @@ static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, co
 	/* from here the queue owns the reservation (unreserved at commit if every ref cancels) */
 	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &k, fe, UB_FE_SIZE);
 	if (!ret && sum)
-		ret = csum_insert(w, start, dbuf, dlen);
+		ret = csum_insert(w, start, dbuf, dlen, sums);
 	if (!ret)
 		II_SET(nbytes, ii, II_GET(nbytes, ii) + n);
 	return ret;
+}
+
+static int add_extent(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *dbuf, uint64_t dlen,
+		      uint64_t n, int ctype, uint8_t type)
+{
+	return add_extent_sums(w, ino, ii, pos, dbuf, dlen, n, ctype, type, NULL);
 }
 
 /* the kernel's BTRFS_MAX_UNCOMPRESSED: file bytes per compressed extent */
@@ -720,12 +746,27 @@ static int regular(struct fsw *w, uint64_t ino, uint8_t *ii)
 	return 0;
 }
 
+static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *buf, uint64_t len,
+		       bool *done);
+
+/* a change to the data of regular file ino: w set up, its inode item in ii */
+static int regular_inode(struct fsw *w, struct ub_txn *t, uint64_t subvol, uint64_t ino, uint8_t *ii)
+{
+	int ret = fsw_init(w, t, subvol);
+
+	if (!ret)
+		ret = fsw_inode_get(w, ino, ii);
+	if (!ret)
+		ret = regular(w, ino, ii);
+	return ret;
+}
+
 /* the write itself; ii updated (size, nbytes), not stored */
 static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
 {
 	uint64_t isize = II_GET(size, ii), nsize = off + len > isize ? off + len : isize, a0, a1;
+	bool inl, inplace = false;
 	uint8_t *win;
-	bool inl;
 	int ret;
 
 	ret = has_inline(w, ino, &inl);
@@ -755,9 +796,11 @@ static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, cons
 		ret = read_range(w, ino, ii, a1 - ss_of(w), win + (a1 - a0) - ss_of(w), ss_of(w));
 	if (!ret) {
 		memcpy(win + (off - a0), buf, len);
-		ret = fsw_drop_extents(w, ino, ii, a0, a1);
+		ret = nocow_write(w, ino, ii, a0, win, a1 - a0, &inplace);
 	}
-	if (!ret)
+	if (!ret && !inplace)
+		ret = fsw_drop_extents(w, ino, ii, a0, a1);
+	if (!ret && !inplace)
 		ret = write_extents(w, ino, ii, a0, win, a1 - a0);
 	free(win);
 	if (!ret)
@@ -906,11 +949,7 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 
 	if (mode & ~UB_FSW_FALLOC_KEEP_SIZE)
 		return -EOPNOTSUPP;
-	ret = fsw_init(&w, t, subvol);
-	if (!ret)
-		ret = fsw_inode_get(&w, ino, ii);
-	if (!ret)
-		ret = regular(&w, ino, ii);
+	ret = regular_inode(&w, t, subvol, ino, ii);
 	if (ret)
 		return ret;
 	if (len == 0)
@@ -970,11 +1009,7 @@ int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 	bool inl;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
-	if (!ret)
-		ret = fsw_inode_get(&w, ino, ii);
-	if (!ret)
-		ret = regular(&w, ino, ii);
+	ret = regular_inode(&w, t, subvol, ino, ii);
 	if (ret)
 		return ret;
 	if (off + len < off)
@@ -1016,3 +1051,299 @@ int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 	fsw_inode_touch(&w, ii, true, true);
 	return fsw_inode_put(&w, ino, ii);
 }
+
+/* ---- helper "rootdir": extents prepared outside the transaction ---- */
+
+int ub_fsw_compress_extent(int compress, int level, uint32_t sectorsize, int csum_type, const void *in, size_t len,
+			   void *out, uint8_t *sums, struct ub_fsw_extent *x)
+{
+	unsigned cs = csum_type >= 0 ? ub_csum_size((unsigned)csum_type) : 0;
+	size_t clen = 0;
+	int ret;
+
+	if (!sectorsize || !len || len % sectorsize || compress < 0 || compress > UB_COMPRESS_ZSTD ||
+	    len > (compress ? UB_FSW_COMPRESSED_MAX : UB_FSW_EXTENT_MAX) || (csum_type >= 0 && (!cs || !sums)))
+		return -EINVAL;
+	*x = (struct ub_fsw_extent){ .ram_bytes = len, .disk_bytes = len, .data = in };
+	if (compress) {
+		ret = fsw_compress(compress, level, in, len, sectorsize, out, &clen);
+		if (ret == 0) {
+			x->disk_bytes = (clen + sectorsize - 1) / sectorsize * sectorsize;
+			memset((uint8_t *)out + clen, 0, x->disk_bytes - clen);
+			x->compression = compress;
+			x->data = out;
+		} else if (ret != -E2BIG) {
+			return ret;
+		}
+	}
+	if (csum_type < 0)
+		return 0;
+	for (uint64_t i = 0; i < x->disk_bytes / sectorsize; i++) {
+		uint8_t c[UB_CSUM_SIZE_MAX];
+
+		ret = ub_csum((unsigned)csum_type, (const uint8_t *)x->data + i * sectorsize, sectorsize, c);
+		if (ret)
+			return ret;
+		memcpy(sums + i * cs, c, cs);
+	}
+	x->csums = sums;
+	return 0;
+}
+
+/* one prepared extent at pos; a plain one is split in halves when no free space holds it whole, as write_extents */
+static int add_encoded(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const struct ub_fsw_extent *x)
+{
+	uint64_t ss = ss_of(w), cs = w->e->fs.vol->csum_size, done = 0;
+	const uint8_t *d = x->data;
+	int ret = 0;
+
+	if (x->compression)
+		return add_extent_sums(w, ino, ii, pos, d, x->disk_bytes, x->ram_bytes, x->compression,
+				       BTRFS_FILE_EXTENT_REG, x->csums);
+	while (!ret && done < x->ram_bytes) {
+		uint64_t n = x->ram_bytes - done;
+
+		for (;;) {
+			ret = add_extent_sums(w, ino, ii, pos + done, d + done, n, n, UB_COMPRESS_NONE,
+					      BTRFS_FILE_EXTENT_REG, x->csums ? x->csums + done / ss * cs : NULL);
+			if (ret != -ENOSPC || n <= ss)
+				break;
+			n = round_up_ss(w, n / 2);
+		}
+		done += n;
+	}
+	return ret;
+}
+
+int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len,
+			 const struct ub_fsw_extent *x, size_t n)
+{
+	uint64_t total = 0, isize, nsize, pos;
+	uint8_t ii[UB_II_SIZE];
+	struct fsw w;
+	bool inl;
+	int ret;
+
+	ret = regular_inode(&w, t, subvol, ino, ii);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n; i++) {
+		if (!x[i].data || !x[i].ram_bytes || x[i].ram_bytes % ss_of(&w) || !x[i].disk_bytes ||
+		    x[i].disk_bytes % ss_of(&w) || x[i].compression < 0 || x[i].compression > UB_COMPRESS_ZSTD ||
+		    (x[i].compression ? x[i].ram_bytes > UB_FSW_COMPRESSED_MAX || x[i].disk_bytes >= x[i].ram_bytes
+				      : x[i].disk_bytes != x[i].ram_bytes) ||
+		    total + x[i].ram_bytes < total)
+			return -EINVAL;
+		total += x[i].ram_bytes;
+	}
+	if (!len || off % ss_of(&w) || total != round_up_ss(&w, len) || off + total < off || off + total > (1ULL << 62))
+		return -EINVAL;
+	isize = II_GET(size, ii);
+	nsize = off + len > isize ? off + len : isize;
+	ret = has_inline(&w, ino, &inl);
+	if (ret)
+		return ret;
+	if (nsize <= max_inline(&w) && (inl || isize == 0))
+		return -EINVAL;
+	if (inl)
+		ret = uninline(&w, ino, ii);
+	if (!ret)
+		ret = fsw_drop_extents(&w, ino, ii, off, off + total);
+	pos = off;
+	for (size_t i = 0; !ret && i < n; pos += x[i].ram_bytes, i++)
+		ret = add_encoded(&w, ino, ii, pos, &x[i]);
+	if (ret)
+		return ret;
+	II_SET(size, ii, nsize);
+	fsw_inode_touch(&w, ii, true, true);
+	return fsw_inode_put(&w, ino, ii);
+}
+
+/*
+ * Writes in place, where the kernel's go (can_nocow_extent): into a PREALLOC
+ * extent (any file), or over a regular uncompressed extent of a NODATACOW
+ * file that has no checksums in the range; either only when nothing else can
+ * see the old bytes: one reference, created after the subvolume's last
+ * snapshot. Not on RAID5/6: a partial stripe rewrite would open the write
+ * hole, so those writes stay copy-on-write. A written PREALLOC range becomes
+ * a regular item of the same extent (the item split around it, one more
+ * reference), checksummed unless NODATASUM.
+ */
+/*
+ * The kernel's cross-reference check: the extent is this file's alone when
+ * every reference is the one EXTENT_DATA_REF (subvolume, inode, file offset -
+ * extent offset) of the item being written (split items of one extent share
+ * it) and the extent is newer than the subvolume's last snapshot.
+ */
+static int extent_unshared(struct fsw *w, uint64_t bytenr, uint64_t num_bytes, uint64_t ino, uint64_t refoff,
+			   bool *yes)
+{
+	const struct ub_dref_head *h = ub_dref_find(w->t->refs, bytenr);
+	uint64_t gen = w->t->transid;
+	int64_t refs = 0, ours = 0;
+	int ret = 0;
+
+	*yes = false;
+	if (!h || !h->new_extent) {
+		struct ub_key k = { bytenr, BTRFS_EXTENT_ITEM_KEY, num_bytes };
+		struct ub_ref r = { .type = BTRFS_EXTENT_DATA_REF_KEY, .root = w->subvol, .owner = ino, .offset = refoff };
+		struct ub_path p;
+		const uint8_t *d;
+		uint32_t size, pos, count = 0;
+
+		ub_path_init(&p);
+		ret = ub_tree_lookup(w->tc, &w->e->fs.extent_tree->root, &k, &p, &d, &size);
+		if (ret == 0 && size >= UB_EXTENT_ITEM_SIZE) {
+			refs = (int64_t)UB_GET(btrfs_extent_item, refs, d);
+			gen = UB_GET(btrfs_extent_item, generation, d);
+			if (ub_inline_ref_find(d, size, &r, &pos, &count) == 0)
+				ours = count;
+		} else if (ret == 0) {
+			ret = -EUCLEAN;
+		}
+		ub_path_release(&p);
+		if (ret)
+			return ret == -ENOENT ? -EUCLEAN : ret;
+	}
+	for (int i = 0; h && i < h->nrefs; i++) {
+		const struct ub_dref *d = &h->refs[i];
+
+		if (d->type != BTRFS_EXTENT_DATA_REF_KEY || d->root != w->subvol || d->objectid != ino ||
+		    d->offset != refoff)
+			return 0;
+		ours += d->delta;
+	}
+	if (h)
+		refs += h->total_delta;
+	*yes = refs > 0 && ours == refs && gen > w->fs->last_snapshot;
+	return 0;
+}
+
+static int csums_in(struct fsw *w, uint64_t start, uint64_t len, bool *yes)
+{
+	struct ub_eroot *cr;
+	struct ub_key k;
+	uint32_t size;
+	int ret;
+
+	ret = csum_root(w, &cr);
+	if (!ret)
+		ret = csum_item_le(w, cr, start + len - 1, &k, &size);
+	if (ret < 0)
+		return ret;
+	/* items never overlap: only the last one starting below the end can reach into the range */
+	*yes = ret == 0 && k.objectid == BTRFS_EXTENT_CSUM_OBJECTID && k.type == BTRFS_EXTENT_CSUM_KEY &&
+	       k.offset + (uint64_t)(size / w->e->fs.vol->csum_size) * ss_of(w) > start;
+	return 0;
+}
+
+/* [pos, pos + len) of the PREALLOC item at k (copy fe), just written at `at`, becomes a regular item */
+static int prealloc_written(struct fsw *w, uint64_t ino, uint8_t *ii, const struct ub_key *k, const uint8_t *fe,
+			    uint64_t pos, uint64_t at, const uint8_t *buf, uint64_t len)
+{
+	uint64_t bytenr = FE_GET(disk_bytenr, fe), dlen = FE_GET(disk_num_bytes, fe), eoff = FE_GET(offset, fe);
+	struct ub_key nk = { ino, BTRFS_EXTENT_DATA_KEY, pos };
+	uint8_t nfe[UB_FE_SIZE];
+	int ret;
+
+	/* the new item's reference first, so dropping the old range never frees the extent */
+	ret = ub_dref_add_data(w->t->refs, bytenr, dlen, w->subvol, ino, k->offset - eoff, 0, 1, 0);
+	if (!ret)
+		ret = fsw_drop_extents(w, ino, ii, pos, pos + len);
+	if (ret)
+		return ret;
+	memcpy(nfe, fe, UB_FE_SIZE);
+	FE_SET(generation, nfe, w->t->transid);
+	FE_SET(type, nfe, BTRFS_FILE_EXTENT_REG);
+	FE_SET(offset, nfe, eoff + (pos - k->offset));
+	FE_SET(num_bytes, nfe, len);
+	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &nk, nfe, UB_FE_SIZE);
+	if (!ret && !(II_GET(flags, ii) & UB_INODE_NODATASUM))
+		ret = csum_insert(w, at, buf, len, NULL);
+	if (!ret)
+		II_SET(nbytes, ii, II_GET(nbytes, ii) + len);
+	return ret;
+}
+
+static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, const uint8_t *buf, uint64_t len,
+		       bool *done)
+{
+	uint8_t fe[UB_FE_SIZE + 4096]; /* what extent_at copies at most */
+	const struct ub_chunk *c;
+	uint64_t bytenr, at;
+	struct ub_key k;
+	uint32_t fsize;
+	bool ok, prealloc;
+	int ret;
+
+	*done = false;
+	if (fsw_frozen(w->t, w->subvol))
+		return 0;
+	ret = extent_at(w, ino, pos, &k, fe, &fsize);
+	if (ret)
+		return ret > 0 ? 0 : ret;
+	prealloc = fsize >= UB_FE_SIZE && FE_GET(type, fe) == BTRFS_FILE_EXTENT_PREALLOC;
+	if (!prealloc && !(II_GET(flags, ii) & UB_INODE_NODATACOW))
+		return 0;
+	if (fsize < UB_FE_SIZE || (!prealloc && FE_GET(type, fe) != BTRFS_FILE_EXTENT_REG) || FE_GET(compression, fe) ||
+	    FE_GET(encryption, fe) || FE_GET(other_encoding, fe) || !(bytenr = FE_GET(disk_bytenr, fe)) ||
+	    k.offset > pos || k.offset + FE_GET(num_bytes, fe) < pos + len)
+		return 0;
+	at = bytenr + FE_GET(offset, fe) + (pos - k.offset);
+	if (at < bytenr || at + len > bytenr + FE_GET(disk_num_bytes, fe))
+		return -EUCLEAN;
+	c = ub_volume_find_chunk(w->e->fs.vol, at);
+	if (!c || (c->type & (BTRFS_BLOCK_GROUP_RAID5 | BTRFS_BLOCK_GROUP_RAID6)))
+		return 0;
+	ret = extent_unshared(w, bytenr, FE_GET(disk_num_bytes, fe), ino, k.offset - FE_GET(offset, fe), &ok);
+	if (ret || !ok)
+		return ret;
+	if (!prealloc) {
+		ret = csums_in(w, bytenr, FE_GET(disk_num_bytes, fe), &ok);
+		if (ret || ok)
+			return ret;
+	}
+	ret = ub_volume_write(w->e->fs.vol, at, len, buf);
+	if (!ret && prealloc)
+		ret = prealloc_written(w, ino, ii, &k, fe, pos, at, buf, len);
+	*done = !ret;
+	return ret;
+}
+
+int ub_fsw_set_flags(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t set, uint64_t clear)
+{
+	const uint64_t allowed = UB_INODE_NODATACOW | UB_INODE_NOCOMPRESS | UB_INODE_NODUMP | UB_INODE_NOATIME |
+				 UB_INODE_SYNC;
+	const uint64_t cow = UB_INODE_NODATACOW | UB_INODE_NODATASUM;
+	uint8_t ii[UB_II_SIZE];
+	uint64_t flags, nflags;
+	struct fsw w;
+	int ret;
+
+	if ((set | clear) & ~allowed)
+		return -EOPNOTSUPP;
+	if (set & clear)
+		return -EINVAL;
+	ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = fsw_inode_get(&w, ino, ii);
+	if (ret)
+		return ret;
+	flags = II_GET(flags, ii);
+	nflags = (flags | (set & ~UB_INODE_NODATACOW)) & ~(clear & ~UB_INODE_NODATACOW);
+	if ((set | clear) & UB_INODE_NODATACOW) {
+		bool on = set & UB_INODE_NODATACOW;
+
+		/* a file with data keeps the state its extents have (checksummed or not) */
+		if (((uint32_t)II_GET(mode, ii) & S_IFMT) == S_IFREG) {
+			if (II_GET(size, ii) == 0)
+				nflags = on ? nflags | cow : nflags & ~cow;
+		} else {
+			nflags = on ? nflags | UB_INODE_NODATACOW : nflags & ~UB_INODE_NODATACOW;
+		}
+	}
+	II_SET(flags, ii, nflags);
+	fsw_inode_touch(&w, ii, false, true);
+	return fsw_inode_put(&w, ino, ii);
+}
+/* ---- end of helper "rootdir" ---- */

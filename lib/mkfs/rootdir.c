@@ -11,7 +11,10 @@
  * ub_fsw_link calls, and the times of such inodes are set once more at the end
  * (a link moves ctime). Regular files are copied by their data ranges
  * (SEEK_DATA / SEEK_HOLE, widened to whole sectors) and then truncated to
- * their size, so holes stay holes.
+ * their size, so holes stay holes. The data is read, compressed and
+ * checksummed by reader threads ahead of this one (rootdir_pipe.h), which
+ * owns the transaction; without them (UBTRFS_ROOTDIR_THREADS=-1) it reads
+ * here, and both ways make the same calls' worth of items.
  *
  * Space: the file API allocates from the block groups that exist; this code
  * asks the chunk allocator first (ub_chunk_prepare before every operation,
@@ -32,6 +35,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 #include "alloc/chunk_alloc.h"
+#include "mkfs/rootdir_pipe.h"
 #include "txn/txn.h"
 #include "ubtrfs/fswrite.h"
 #include "ubtrfs/mkfs.h"
@@ -39,6 +43,9 @@
 #define UB_ROOTDIR_COMMIT_BYTES (64ULL << 20)
 #define UB_ROOTDIR_COMMIT_OPS 20000
 #define UB_ROOTDIR_BUF (8U << 20)
+/* a reader's unit of a big file: copy_data's buffer, so both make the same writes; the bytes readers may hold */
+#define UB_ROOTDIR_PIECE ((uint64_t)UB_ROOTDIR_BUF)
+#define UB_ROOTDIR_INFLIGHT (16ULL << 20)
 #define FS_TREE 5ULL
 #define ROOT_INO 256ULL
 
@@ -61,6 +68,7 @@ struct rd {
 	struct link_ent *links;
 	size_t nlinks, links_cap; /* cap a power of two */
 	struct ub_rootdir_stats *stats;
+	struct rd_pipe *pipe; /* NULL: data read on this thread */
 	int compress, level;
 	char path[8192];          /* the entry being copied, for messages */
 };
@@ -310,99 +318,159 @@ out_full:
 	return ret;
 }
 
+/* Room for a data write of len bytes at the file's offset: its metadata, then its data chunks. */
+static int prepare_write(struct rd *r, uint64_t len)
+{
+	/* a compressed extent holds at most 128 KiB: an item and a csum change each */
+	int ret = prepare(r, 4 + 2 * (unsigned)(len / (128 << 10)));
+
+	if (!ret)
+		ret = prepare_data(r, (len + 2 * 4096 - 1) / 4096 * 4096);
+	return ret;
+}
+
+static void count_data(struct rd *r, uint64_t len)
+{
+	r->pending_bytes += len;
+	if (r->stats)
+		r->stats->data_bytes += len;
+}
+
+struct copy_ctx {
+	struct rd *r;
+	uint64_t ino;
+	int fd;
+	bool reported;
+};
+
+/* one data range [dstart, dend) of the file, read on this thread (1 on a short read: the file shrank) */
+static int copy_range(void *arg, uint64_t dstart, uint64_t dend)
+{
+	struct copy_ctx *c = arg;
+	struct rd *r = c->r;
+	int ret;
+
+	while (dstart < dend) {
+		uint64_t want = dend - dstart < UB_ROOTDIR_BUF ? dend - dstart : UB_ROOTDIR_BUF;
+		ssize_t got = pread(c->fd, r->buf, want, (off_t)dstart);
+
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			ret = -errno;
+			report(r, "reading", ret);
+			c->reported = true;
+			return ret;
+		}
+		if (got == 0)
+			return 1; /* shrunk while copying: what was read stays, the size is the one stat saw */
+		ret = prepare_write(r, (uint64_t)got);
+		if (!ret)
+			ret = ub_fsw_write_ex(r->t, FS_TREE, c->ino, dstart, r->buf, (size_t)got, r->compress, r->level);
+		if (ret) {
+			report(r, "writing data", ret);
+			c->reported = true;
+			return ret;
+		}
+		count_data(r, (uint64_t)got);
+		dstart += (uint64_t)got;
+	}
+	return 0;
+}
+
+static int set_size(struct rd *r, uint64_t ino, uint64_t size)
+{
+	int ret = prepare(r, 2);
+
+	if (!ret)
+		ret = ub_fsw_truncate(r->t, FS_TREE, ino, size);
+	if (ret)
+		report(r, "setting the size", ret);
+	return ret;
+}
+
 static int copy_data(struct rd *r, int dfd, const char *name, uint64_t ino, const struct stat *st)
 {
-	const uint64_t ss = 4096;
-	uint64_t size = (uint64_t)st->st_size, pos = 0;
-	int fd, ret = 0;
+	struct copy_ctx c = { r, ino, -1, false };
+	int ret;
 
-	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC);
-	if (fd < 0 && errno == EPERM)
-		fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
+	/* the buffer of the single-thread copy, also for what the readers were not given (a file that grew) */
+	if (!r->buf && !(r->buf = malloc(UB_ROOTDIR_BUF)))
+		return -ENOMEM;
+	c.fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC);
+	if (c.fd < 0 && errno == EPERM)
+		c.fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (c.fd < 0) {
 		ret = -errno;
 		report(r, "cannot open", ret);
 		return ret;
 	}
-	while (pos < size) {
-		off_t d = lseek(fd, (off_t)pos, SEEK_DATA), h;
-		uint64_t dstart, dend;
-
-		if (d < 0) {
-			if (errno == ENXIO)
-				break; /* only a hole is left */
-			if (errno != EINVAL) {
-				ret = -errno;
-				report(r, "seeking data", ret);
-				goto out;
-			}
-			d = (off_t)pos; /* no SEEK_DATA: all data */
-			h = (off_t)size;
-		} else {
-			h = lseek(fd, d, SEEK_HOLE);
-			if (h < 0)
-				h = (off_t)size;
-		}
-		dstart = (uint64_t)d / ss * ss;
-		if (dstart < pos)
-			dstart = pos;
-		dend = ((uint64_t)h + ss - 1) / ss * ss;
-		if (dend > size)
-			dend = size;
-		if (dend <= dstart) {
-			pos = (uint64_t)h > pos ? (uint64_t)h : pos + ss;
-			continue;
-		}
-		while (dstart < dend) {
-			uint64_t want = dend - dstart < UB_ROOTDIR_BUF ? dend - dstart : UB_ROOTDIR_BUF;
-			ssize_t got = pread(fd, r->buf, want, (off_t)dstart);
-
-			if (got < 0) {
-				if (errno == EINTR)
-					continue;
-				ret = -errno;
-				report(r, "reading", ret);
-				goto out;
-			}
-			if (got == 0) {
-				/* shrunk while copying: what was read stays, the size is the one stat saw */
-				dend = dstart;
-				size = dstart;
-				break;
-			}
-			/* a compressed extent holds at most 128 KiB: an item and a csum change each */
-			ret = prepare(r, 4 + 2 * (unsigned)((uint64_t)got / (128 << 10)));
-			if (!ret)
-				ret = prepare_data(r, ((uint64_t)got + 2 * ss - 1) / ss * ss);
-			if (!ret)
-				ret = ub_fsw_write_ex(r->t, FS_TREE, ino, dstart, r->buf, (size_t)got, r->compress,
-						      r->level);
-			if (ret) {
-				report(r, "writing data", ret);
-				goto out;
-			}
-			r->pending_bytes += (uint64_t)got;
-			if (r->stats)
-				r->stats->data_bytes += (uint64_t)got;
-			dstart += (uint64_t)got;
-		}
-		pos = dend;
+	ret = rd_data_ranges(c.fd, 0, (uint64_t)st->st_size, copy_range, &c);
+	close(c.fd);
+	if (ret < 0) {
+		if (!c.reported)
+			report(r, "seeking data", ret);
+		return ret;
 	}
-	ret = prepare(r, 2);
-	if (!ret)
-		ret = ub_fsw_truncate(r->t, FS_TREE, ino, (uint64_t)st->st_size);
-	if (ret)
-		report(r, "setting the size", ret);
-out:
-	close(fd);
-	return ret;
+	return set_size(r, ino, (uint64_t)st->st_size);
+}
+
+/* The same from pieces the readers prepared (released here as they are written). */
+static int copy_data_piped(struct rd *r, uint64_t ino, const struct stat *st, struct rd_piece **pcs, size_t npcs)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < npcs && !ret; i++) {
+		const struct rd_seg *segs;
+		size_t nsegs;
+
+		ret = rd_pipe_wait(r->pipe, pcs[i], &segs, &nsegs);
+		if (ret)
+			report(r, "reading", ret);
+		for (size_t k = 0; k < nsegs && !ret; k++) {
+			ret = prepare_write(r, segs[k].len);
+			if (!ret && segs[k].nx)
+				ret = ub_fsw_write_encoded(r->t, FS_TREE, ino, segs[k].off, segs[k].len, segs[k].x,
+							   segs[k].nx);
+			else if (!ret)
+				ret = ub_fsw_write_ex(r->t, FS_TREE, ino, segs[k].off, segs[k].raw, (size_t)segs[k].len,
+						      r->compress, r->level);
+			if (ret)
+				report(r, "writing data", ret);
+			else
+				count_data(r, segs[k].len);
+		}
+		rd_pipe_release(r->pipe, pcs[i]);
+		pcs[i] = NULL;
+	}
+	return ret ? ret : set_size(r, ino, (uint64_t)st->st_size);
 }
 
 static int copy_dir(struct rd *r, int dfd, uint64_t dino, size_t plen);
 
-/* One entry `name` of directory dfd (btrfs inode dino). */
-static int copy_entry(struct rd *r, int dfd, uint64_t dino, const char *name, size_t plen)
+/* One name of a directory being copied: its stat (taken before the readers are given its data) and pieces. */
+struct dent {
+	char *name;
+	struct stat st;
+	int stat_err;
+	bool statted;
+	struct rd_piece **pcs;
+	size_t npcs, pcs_cap;
+};
+
+static void drop_pieces(struct rd *r, struct dent *de)
 {
+	for (size_t k = 0; k < de->npcs; k++)
+		if (de->pcs[k]) {
+			rd_pipe_release(r->pipe, de->pcs[k]);
+			de->pcs[k] = NULL;
+		}
+}
+
+/* One entry `de` of directory dfd (btrfs inode dino). */
+static int copy_entry(struct rd *r, int dfd, uint64_t dino, struct dent *de, size_t plen)
+{
+	const char *name = de->name;
 	size_t nlen = strlen(name);
 	struct link_ent *le = NULL;
 	struct stat st;
@@ -416,11 +484,11 @@ static int copy_entry(struct rd *r, int dfd, uint64_t dino, const char *name, si
 	}
 	r->path[plen] = '/';
 	memcpy(r->path + plen + 1, name, nlen + 1);
-	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW)) {
-		ret = -errno;
-		report(r, "cannot stat", ret);
-		return ret;
+	if (de->stat_err) {
+		report(r, "cannot stat", de->stat_err);
+		return de->stat_err;
 	}
+	st = de->st;
 	if (!S_ISDIR(st.st_mode) && st.st_nlink > 1) {
 		if (r->nlinks * 2 >= r->links_cap) {
 			ret = links_grow(r);
@@ -429,6 +497,9 @@ static int copy_entry(struct rd *r, int dfd, uint64_t dino, const char *name, si
 		}
 		le = link_slot(r, st.st_dev, st.st_ino);
 		if (le->bino) {
+			/* two names of one file in a directory: its data went with the first (held pieces
+			 * would stop the readers) */
+			drop_pieces(r, de);
 			ret = prepare(r, 4);
 			if (!ret)
 				ret = ub_fsw_link(r->t, FS_TREE, le->bino, dino, name, nlen);
@@ -493,7 +564,7 @@ static int copy_entry(struct rd *r, int dfd, uint64_t dino, const char *name, si
 		r->nlinks++;
 	}
 	if (S_ISREG(st.st_mode) && st.st_size > 0) {
-		ret = copy_data(r, dfd, name, ino, &st);
+		ret = de->npcs ? copy_data_piped(r, ino, &st, de->pcs, de->npcs) : copy_data(r, dfd, name, ino, &st);
 		if (ret)
 			return ret;
 	}
@@ -520,28 +591,123 @@ static int copy_entry(struct rd *r, int dfd, uint64_t dino, const char *name, si
 	return set_attrs(r, ino, &st, !S_ISLNK(st.st_mode));
 }
 
-static int copy_dir(struct rd *r, int dfd, uint64_t dino, size_t plen)
+static int add_piece(struct rd *r, struct dent *de, int dfd, uint64_t off, uint64_t len, bool holes)
 {
-	int fd2 = dup(dfd), ret = 0;
-	struct dirent *de;
-	DIR *d;
+	struct rd_piece *pc;
+	int ret;
 
-	if (fd2 < 0) {
-		ret = -errno;
-		report(r, "cannot read the directory", ret);
-		return ret;
+	ret = rd_grow(&de->pcs, &de->pcs_cap, de->npcs, sizeof(*de->pcs));
+	if (!ret)
+		ret = rd_pipe_submit(r->pipe, dfd, de->name, off, len, holes, &pc);
+	if (!ret)
+		de->pcs[de->npcs++] = pc;
+	return ret;
+}
+
+struct split_ctx {
+	struct rd *r;
+	struct dent *de;
+	int dfd;
+};
+
+/* a data range of a big file in pieces counted from its start, so extents are cut where copy_data cuts them */
+static int split_range(void *arg, uint64_t start, uint64_t end)
+{
+	struct split_ctx *c = arg;
+	int ret = 0;
+
+	for (uint64_t o = start; o < end && !ret; o += UB_ROOTDIR_PIECE)
+		ret = add_piece(c->r, c->de, c->dfd, o, end - o < UB_ROOTDIR_PIECE ? end - o : UB_ROOTDIR_PIECE, false);
+	return ret;
+}
+
+/* Hand a regular file's data to the readers: small files whole (holes found there), big ones in pieces. */
+static int submit_file(struct rd *r, int dfd, struct dent *de)
+{
+	uint64_t size = (uint64_t)de->st.st_size;
+	struct split_ctx c = { r, de, dfd };
+	int fd, ret;
+
+	if (size <= UB_ROOTDIR_PIECE)
+		return add_piece(r, de, dfd, 0, size, true);
+	fd = openat(dfd, de->name, O_RDONLY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC);
+	if (fd < 0 && errno == EPERM)
+		fd = openat(dfd, de->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return 0; /* copy_data reports it */
+	ret = rd_data_ranges(fd, 0, size, split_range, &c);
+	close(fd);
+	return ret;
+}
+
+/*
+ * Stat the entries from `from` on and give the readers their data, up to and
+ * including the next directory: the writer enters it before the files after
+ * it, and the readers must start pieces in the order the writer takes them.
+ */
+static int look_ahead(struct rd *r, int dfd, struct dent *ents, size_t n, size_t from, size_t *upto)
+{
+	size_t i;
+	int ret;
+
+	for (i = from; i < n; i++) {
+		struct dent *de = &ents[i];
+		struct link_ent *le;
+
+		de->statted = true;
+		if (fstatat(dfd, de->name, &de->st, AT_SYMLINK_NOFOLLOW)) {
+			de->stat_err = -errno;
+			continue;
+		}
+		if (S_ISDIR(de->st.st_mode)) {
+			i++;
+			break;
+		}
+		if (!r->pipe || !S_ISREG(de->st.st_mode) || de->st.st_size <= 0)
+			continue;
+		le = de->st.st_nlink > 1 && r->links_cap ? link_slot(r, de->st.st_dev, de->st.st_ino) : NULL;
+		if (le && le->bino)
+			continue; /* another name of a file already copied */
+		ret = submit_file(r, dfd, de);
+		if (ret)
+			return ret;
 	}
-	d = fdopendir(fd2);
-	if (!d) {
+	if (r->pipe)
+		rd_pipe_kick(r->pipe);
+	*upto = i;
+	return 0;
+}
+
+static void free_dents(struct rd *r, struct dent *ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		drop_pieces(r, &ents[i]);
+		free(ents[i].pcs);
+		free(ents[i].name);
+	}
+	free(ents);
+}
+
+/* the names of a directory, in readdir order */
+static int read_names(struct rd *r, int dfd, size_t plen, struct dent **out, size_t *nout)
+{
+	struct dent *ents = NULL;
+	size_t n = 0, cap = 0;
+	int fd2 = dup(dfd), ret = 0;
+	struct dirent *d;
+	DIR *dir;
+
+	if (fd2 < 0 || !(dir = fdopendir(fd2))) {
 		ret = -errno;
-		close(fd2);
+		if (fd2 >= 0)
+			close(fd2);
 		report(r, "cannot read the directory", ret);
 		return ret;
 	}
 	for (;;) {
 		errno = 0;
-		de = readdir(d);
-		if (!de) {
+		d = readdir(dir);
+		if (!d) {
 			if (errno) {
 				ret = -errno;
 				r->path[plen] = 0;
@@ -549,14 +715,70 @@ static int copy_dir(struct rd *r, int dfd, uint64_t dino, size_t plen)
 			}
 			break;
 		}
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+		if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, ".."))
 			continue;
-		ret = copy_entry(r, dfd, dino, de->d_name, plen);
-		if (ret)
+		if (n == cap) {
+			struct dent *m = realloc(ents, (cap = cap ? cap * 2 : 64) * sizeof(*m));
+
+			if (!m) {
+				ret = -ENOMEM;
+				break;
+			}
+			ents = m;
+		}
+		memset(&ents[n], 0, sizeof(ents[n]));
+		ents[n].name = strdup(d->d_name);
+		if (!ents[n++].name) {
+			ret = -ENOMEM;
 			break;
+		}
 	}
-	closedir(d);
+	closedir(dir);
+	*out = ents;
+	*nout = n;
+	return ret;
+}
+
+static int copy_dir(struct rd *r, int dfd, uint64_t dino, size_t plen)
+{
+	struct dent *ents = NULL;
+	size_t n = 0, ahead = 0;
+	int ret;
+
+	ret = read_names(r, dfd, plen, &ents, &n);
+	for (size_t i = 0; !ret && i < n; i++) {
+		if (i >= ahead)
+			ret = look_ahead(r, dfd, ents, n, i, &ahead);
+		if (ret) {
+			report(r, "reading ahead", ret);
+			break;
+		}
+		ret = copy_entry(r, dfd, dino, &ents[i], plen);
+	}
+	free_dents(r, ents, n);
 	r->path[plen] = 0;
+	return ret;
+}
+
+/* UBTRFS_ROOTDIR_THREADS: readers beside the writer (default: one per CPU, at most 8; -1 or 0: none) */
+static int start_readers(struct rd *r)
+{
+	const char *env = getenv("UBTRFS_ROOTDIR_THREADS");
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	int ret;
+
+	if (env && *env)
+		n = strtol(env, NULL, 10);
+	if (n > 8)
+		n = 8;
+	if (n <= 0)
+		return 0;
+	ret = rd_pipe_start((int)n, UB_ROOTDIR_INFLIGHT, r->e->fs.vol->sectorsize, (int)r->e->fs.vol->csum_type, r->compress,
+			    r->level, &r->pipe);
+	if (ret == -EAGAIN)
+		return 0; /* no thread: the copy reads on this one */
+	if (ret)
+		ub_logf(r->log, UB_LOG_ERROR, "starting the readers: %s", strerror(-ret));
 	return ret;
 }
 
@@ -583,11 +805,6 @@ int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int c
 			close(dfd);
 		return ret;
 	}
-	r.buf = malloc(UB_ROOTDIR_BUF);
-	if (!r.buf) {
-		close(dfd);
-		return -ENOMEM;
-	}
 	ret = ub_engine_open(paths, npaths, log, &r.e);
 	if (ret) {
 		ub_logf(log, UB_LOG_ERROR, "cannot open the new filesystem for writing: %s", strerror(-ret));
@@ -598,6 +815,9 @@ int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int c
 		ub_logf(log, UB_LOG_ERROR, "new filesystem: no device tree: %s", strerror(-ret));
 		goto out;
 	}
+	ret = start_readers(&r);
+	if (ret)
+		goto out;
 	ret = copy_xattrs(&r, dfd, ".", ROOT_INO);
 	if (!ret) {
 		struct ub_fsw_attr a = { .valid = UB_FSW_ATTR_UID | UB_FSW_ATTR_GID, .uid = st.st_uid, .gid = st.st_gid };
@@ -622,6 +842,7 @@ int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int c
 			ub_logf(log, UB_LOG_ERROR, "committing the copy: %s", strerror(-ret));
 	}
 out:
+	rd_pipe_stop(r.pipe);
 	if (r.t)
 		ub_txn_abort(r.t);
 	if (r.e)

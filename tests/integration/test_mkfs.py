@@ -21,6 +21,7 @@ import os
 import random
 import re
 import subprocess
+import uuid
 
 import pytest
 
@@ -226,11 +227,20 @@ def read_back(images, want):
         assert rc == 0 and got == h, "ubtrfs cat %s: %s" % (p, T.describe(cpc))
 
 
+# -U takes a fresh UUID at each run: a fixed one makes two concurrent runs (or ours and the oracle's image)
+# one filesystem to the kernel's device scan; the test id stays fixed, so xdist workers collect alike
+RANDOM_UUID = "RANDOM-UUID"
+
+
+def with_fresh_uuid(opts):
+    return [str(uuid.uuid4()) if o == RANDOM_UUID else o for o in opts]
+
+
 # (name, devices, options): the CI slice; FILL: MiB written beyond the first data chunk
 CASES = [
     ("one-default", 1, []),
     ("one-n4k-xxhash", 1, ["-n", "4096", "--csum", "xxhash"]),
-    ("one-noholes-off", 1, ["-O", "^no-holes", "-L", "a label", "-U", "0b7a2f3c-1d2e-4f50-8a6b-7c8d9e0f1a2b"]),
+    ("one-noholes-off", 1, ["-O", "^no-holes", "-L", "a label", "-U", RANDOM_UUID]),
     ("two-raid1", 2, ["-d", "raid1", "-m", "raid1"]),
     ("two-raid0-raid1", 2, ["-d", "raid0", "-m", "raid1"]),
     ("three-raid5-raid1c3", 3, ["-d", "raid5", "-m", "raid1c3"]),
@@ -262,6 +272,7 @@ def profiles_in(opts, ndev):
 def run_case(scratch, name, ndev, opts, oracle=True, seed=1):
     size = SIZE_MIB.get(name, 256) * MiB
     imgs = _images(scratch, name, ndev, size)
+    case_opts, opts = opts, with_fresh_uuid(opts)
     cp = T.ubtrfs("mkfs", "-q", *opts, *imgs)
     assert cp.returncode == 0, T.describe(cp)
     assert cp.stdout == b"", "-q printed something: %r" % cp.stdout[:300]
@@ -275,7 +286,7 @@ def run_case(scratch, name, ndev, opts, oracle=True, seed=1):
         assert sb["fsid"] == opts[opts.index("-U") + 1]
     if oracle:
         ref_imgs = _images(scratch, name + "-ref", ndev, size)
-        mkfs_btrfs(ref_imgs, opts)
+        mkfs_btrfs(ref_imgs, with_fresh_uuid(case_opts))
         with Attached(ref_imgs) as loops:
             theirs = structure(inspect(loops, ["dump-tree"]))
         for p in ref_imgs:
