@@ -92,6 +92,14 @@ $(BUILD)/tests/tools/space_driver: tests/tools/space_driver.c $(BUILD)/libubtrfs
 tools: $(SPACE_DRIVER)
 # ---- end of the space driver block ----
 
+# ---- log commit driver (wt-logrw): tests/integration/test_log_commit.py builds and runs it ----
+LOGCOMMIT_DRIVER := $(BUILD)/tests/tools/logcommit_driver
+$(BUILD)/tests/tools/logcommit_driver: tests/tools/logcommit_driver.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+tools: $(LOGCOMMIT_DRIVER)
+# ---- end of the log commit driver block ----
+
 clean:
 	rm -rf build build-san build-fuzz
 

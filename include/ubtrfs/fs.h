@@ -32,6 +32,10 @@ struct ub_fs {
 	/* roots found lately: every inode lookup needs its subvolume's root, and reads never move it */
 	struct ub_root root_cache[16];
 	unsigned root_cache_next;
+	bool tc_ready;
+	/* logrw: opened over the write engine's volume (ub_fs_open_volume): the volume is not ours to close */
+	bool vol_borrowed;
+	struct ub_block_set log_blocks; /* then: every block of the log trees, once checked */
 };
 
 int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,

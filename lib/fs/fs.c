@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "ubtrfs/fs.h"
-#include "items.h"
+#include "log_replay.h"
 
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)
 #define RI(field, p) UB_GET(btrfs_root_item, field, p)
@@ -220,7 +220,10 @@ static int check_log(struct ub_fs *fs)
 			       (unsigned long long)lc.subvols[i], (unsigned long long)lc.roots[i].bytenr,
 			       lc.roots[i].level, strerror(-ret));
 	}
-	ub_block_set_free(&seen);
+	if (fs->vol_borrowed && !ret)
+		fs->log_blocks = seen; /* logrw: the replay's commit keeps these blocks from being reused */
+	else
+		ub_block_set_free(&seen);
 	free(lc.roots);
 	free(lc.subvols);
 	return ret;
@@ -248,13 +251,14 @@ static void warn_features(struct ub_fs *fs)
 		ub_warn(&fs->log, "unknown incompatible feature flags 0x%llx: reading anyway", (unsigned long long)other);
 }
 
+static int fs_load(struct ub_fs *fs);
+
 /* From paths, or from devices already open when `devs` is set (then they are ours to close, whatever happens). */
 static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npaths, const struct ub_fs_opts *opts,
 		   const struct ub_log *log, struct ub_fs **out)
 {
 	struct ub_volume_opts vopts = { .writable = false, .super_mirror = -1 };
 	struct ub_fs *fs;
-	const uint8_t *sb;
 	int ret;
 
 	fs = calloc(1, sizeof(*fs));
@@ -278,9 +282,35 @@ static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npa
 		   : ub_volume_open(paths, npaths, &vopts, &fs->log, &fs->vol);
 	if (ret)
 		goto fail;
-	ret = ub_tree_ctx_init(&fs->tc, fs->vol, &fs->log);
+	ret = fs_load(fs);
 	if (ret)
 		goto fail;
+	/* a failed replay is reported and reading goes on without the log */
+	if (!fs->opts.no_log && SB(log_root, fs->vol->super)) {
+		ret = check_log(fs);
+		if (ret)
+			ub_err(&fs->log, "the fsync log tree (root at logical %llu) is corrupt: %s; reading without it",
+			       (unsigned long long)SB(log_root, fs->vol->super), strerror(-ret));
+		else
+			ub_replay_log(fs);
+	}
+	*out = fs;
+	return 0;
+fail:
+	ub_fs_close(fs);
+	return ret;
+}
+
+/* Everything of an open after the volume: trees, chunks, global roots. */
+static int fs_load(struct ub_fs *fs)
+{
+	const uint8_t *sb;
+	int ret;
+
+	ret = ub_tree_ctx_init(&fs->tc, fs->vol, &fs->log);
+	if (ret)
+		return ret;
+	fs->tc_ready = true;
 	sb = fs->vol->super;
 	fs->incompat = SB(incompat_flags, sb);
 	fs->compat_ro = SB(compat_ro_flags, sb);
@@ -293,7 +323,7 @@ static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npa
 	if (ret) {
 		ub_err(&fs->log, "cannot read the chunk tree: %s", strerror(-ret));
 		ub_volume_check_devices(fs->vol);
-		goto fail;
+		return ret;
 	}
 	/* too many missing devices is not fatal: whatever survives can still be read */
 	ub_volume_check_devices(fs->vol);
@@ -308,20 +338,7 @@ static int fs_open(const char *const *paths, struct ub_dev *const *devs, int npa
 	find_global(fs, BTRFS_QUOTA_TREE_OBJECTID, &fs->quota_tree, false);
 	find_global(fs, BTRFS_RAID_STRIPE_TREE_OBJECTID, &fs->rst_tree,
 		    fs->incompat & BTRFS_FEATURE_INCOMPAT_RAID_STRIPE_TREE);
-	/* a failed replay is reported and reading goes on without the log */
-	if (!fs->opts.no_log && SB(log_root, sb)) {
-		ret = check_log(fs);
-		if (ret)
-			ub_err(&fs->log, "the fsync log tree (root at logical %llu) is corrupt: %s; reading without it",
-			       (unsigned long long)SB(log_root, sb), strerror(-ret));
-		else
-			ub_replay_log(fs);
-	}
-	*out = fs;
 	return 0;
-fail:
-	ub_fs_close(fs);
-	return ret;
 }
 
 int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
@@ -341,7 +358,36 @@ void ub_fs_close(struct ub_fs *fs)
 	if (!fs)
 		return;
 	ub_replay_free(fs->replay);
-	ub_tree_ctx_destroy(&fs->tc);
-	ub_volume_close(fs->vol);
+	if (fs->tc_ready)
+		ub_tree_ctx_destroy(&fs->tc);
+	ub_block_set_free(&fs->log_blocks);
+	if (!fs->vol_borrowed)
+		ub_volume_close(fs->vol);
 	free(fs);
+}
+
+/* logrw: the log replayed in memory over a volume the write engine holds, every failure an error */
+int ub_fs_open_volume(struct ub_volume *vol, const struct ub_log *log, struct ub_fs **out)
+{
+	struct ub_fs *fs = calloc(1, sizeof(*fs));
+	int ret;
+
+	if (!fs)
+		return -ENOMEM;
+	fs->log = *log;
+	fs->opts.super_mirror = -1;
+	fs->vol = vol;
+	fs->vol_borrowed = true;
+	ret = fs_load(fs);
+	if (ret == 0 && SB(log_root, vol->super)) {
+		ret = check_log(fs);
+		if (ret == 0)
+			ret = ub_replay_log(fs);
+	}
+	if (ret) {
+		ub_fs_close(fs);
+		return ret;
+	}
+	*out = fs;
+	return 0;
 }

@@ -233,15 +233,11 @@ static uint32_t csum_item_max(const struct fsw *w)
 
 static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint64_t len)
 {
-	uint32_t cs = w->e->vol->csum_size, max = csum_item_max(w);
-	uint64_t ss = ss_of(w), n = len / ss, done = 0;
-	struct ub_eroot *cr;
+	uint32_t cs = w->e->vol->csum_size;
+	uint64_t ss = ss_of(w), n = len / ss;
 	uint8_t *sums;
-	int ret;
+	int ret = 0;
 
-	ret = csum_root(w, &cr);
-	if (ret)
-		return ret;
 	sums = malloc(n * cs);
 	if (!sums)
 		return -ENOMEM;
@@ -250,8 +246,24 @@ static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint
 		ret = ub_csum(w->e->vol->csum_type, data + i * ss, ss, c);
 		memcpy(sums + i * cs, c, cs);
 	}
+	if (!ret)
+		ret = fsw_csum_put(w, bytenr, sums, n);
+	free(sums);
+	return ret;
+}
+
+int fsw_csum_put(struct fsw *w, uint64_t bytenr, const uint8_t *sums, uint64_t n)
+{
+	uint32_t cs = w->e->vol->csum_size, max = csum_item_max(w);
+	uint64_t ss = ss_of(w), done = 0;
+	struct ub_eroot *cr;
+	int ret;
+
+	ret = csum_root(w, &cr);
+	if (ret)
+		return ret;
 	/* extend the item that ends where this extent starts, as the kernel does */
-	if (!ret) {
+	{
 		struct ub_key k = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, bytenr - 1 };
 		struct ub_path p;
 		uint32_t size;
@@ -300,7 +312,6 @@ static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint
 		ret = ub_tree_insert_item(w->tc, w->ta, &cr->root, &k, sums + done * cs, (uint32_t)(take * cs));
 		done += take;
 	}
-	free(sums);
 	return ret;
 }
 
@@ -375,6 +386,11 @@ static int csum_delete(struct fsw *w, uint64_t start, uint64_t len)
 		if (ret)
 			return ret > 0 ? -EUCLEAN : ret;
 	}
+}
+
+int fsw_csum_delete(struct fsw *w, uint64_t start, uint64_t len)
+{
+	return csum_delete(w, start, len);
 }
 
 /* after dropping a reference: if nothing references the extent any more, its checksums go */

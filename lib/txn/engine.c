@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "txn.h"
+#include "fs/log_commit.h" /* logrw */
 
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)
 #define RI(field, p) UB_GET(btrfs_root_item, field, p)
@@ -195,7 +196,7 @@ static int check_pending_work(struct ub_engine *e)
 }
 
 static int engine_open(const char *const *paths, struct ub_dev *const *devs, int n, const struct ub_log *log,
-		       struct ub_engine **out)
+		       unsigned flags, struct ub_engine **out)
 {
 	struct ub_volume_opts vopts = { .writable = true, .super_mirror = -1 };
 	struct ub_engine *e = calloc(1, sizeof(*e));
@@ -294,6 +295,16 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 			(unsigned long long)ub_alloc_bytes_used(e->alloc));
 		e->bytes_used = ub_alloc_bytes_used(e->alloc);
 	}
+	/* logrw: a pending fsync log is replayed into the trees and committed, as the kernel's mount does */
+	if (SB(log_root, sb) && (flags & UB_ENGINE_OPEN_NO_LOG_REPLAY)) {
+		ub_err(&e->log, "cannot open for writing: the filesystem has a pending fsync log (log root at logical "
+		       "%llu) and its replay was not asked for", (unsigned long long)SB(log_root, sb));
+		ret = -EOPNOTSUPP;
+		goto fail;
+	}
+	ret = ub_log_commit(e);
+	if (ret)
+		goto fail;
 	*out = e;
 	return 0;
 fail:
@@ -303,12 +314,19 @@ fail:
 
 int ub_engine_open(const char *const *paths, int npaths, const struct ub_log *log, struct ub_engine **out)
 {
-	return engine_open(paths, NULL, npaths, log, out);
+	return engine_open(paths, NULL, npaths, log, 0, out);
+}
+
+/* logrw */
+int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
+		      struct ub_engine **out)
+{
+	return engine_open(paths, NULL, npaths, log, flags, out);
 }
 
 int ub_engine_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_log *log, struct ub_engine **out)
 {
-	return engine_open(NULL, devs, ndevs, log, out);
+	return engine_open(NULL, devs, ndevs, log, 0, out);
 }
 
 void ub_engine_close(struct ub_engine *e)

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The fsync log replay, shared by the read-only overlay (the sets are read
+ * through struct ub_icur) and the read-write replay (log_commit.c writes the
+ * same sets into the subvolume trees): one set of decisions, two consumers.
+ */
+#ifndef UBTRFS_FS_LOG_REPLAY_H
+#define UBTRFS_FS_LOG_REPLAY_H
+
+#include "items.h"
+
+/* The replayed inodes, sorted by (subvolume, inode): each set is the inode's every item after the replay. */
+size_t ub_replay_nsets(const struct ub_fs *fs);
+const struct ub_itemset *ub_replay_set(const struct ub_fs *fs, size_t i);
+/* Each run of logged data checksums (start: logical address of its first sector), in log order. */
+int ub_replay_for_each_csum(const struct ub_fs *fs,
+			    int (*fn)(void *arg, uint64_t start, const uint8_t *csums, uint32_t bytes), void *arg);
+
+/* The log replayed in memory over the write engine's volume (fs.c); any log problem is an error. */
+int ub_fs_open_volume(struct ub_volume *vol, const struct ub_log *log, struct ub_fs **out);
+
+#endif

@@ -1,0 +1,163 @@
+# SPDX-License-Identifier: MIT
+"""A read-write open replays the fsync log into the trees and commits it.
+
+The crash images are test_fsync_log.py's scenarios (a baseline committed, a
+change fsynced, the still-mounted image copied). On a copy of each, the write
+engine's open (tests/tools/logcommit_driver) replays the log and commits;
+then `btrfs check` must be clean, the superblock's log_root 0, and the
+kernel's read-only view of the result must equal the kernel's view after its
+own mount-time replay of another copy. A refused open (--no-replay, a corrupt
+log) must leave the image byte for byte as it was.
+
+CI: 8 representative scenarios (about 45 s with SAN=1, -n 2, loaded machine);
+every scenario with UBTRFS_LONG_TESTS=1.
+"""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import fsynclog_lib as L
+import test_fsync_log as F
+import ubtrfs_testlib as T
+
+CI_SCENARIOS = ("new_file", "overwrite_middle", "truncate_longer_then_write", "rename_over_existing",
+                "unlink_fsync_parent", "hardlink_add", "xattrs", "subvolume")
+LONG = os.environ.get("UBTRFS_LONG_TESTS") == "1"
+NAMES = sorted(F.SCENARIOS) if LONG else list(CI_SCENARIOS)
+COMMITTED = re.compile(rb"replayed the fsync log into the trees: (\d+) inodes?, (\d+) checksum runs?, "
+                       rb"committed as transaction (\d+)")
+
+
+def _group(name):
+    return pytest.mark.xdist_group("logcommit-" + name)
+
+
+PARAMS = [pytest.param(n, id=n, marks=_group(n)) for n in NAMES]
+
+
+@pytest.fixture(scope="module")
+def driver():
+    return T.test_tool("logcommit_driver")
+
+
+@pytest.fixture(scope="module")
+def built(scratch):
+    """name -> F.Built with a crash image whose log the kernel's replay sees (or a skip reason)."""
+    cache = {}
+    base = Path(scratch) / "log_commit"
+
+    def get(name):
+        if name not in cache:
+            sc = F.SCENARIOS[name]
+            why = None
+            for attempt in range(F.BUILD_ATTEMPTS):
+                work = base / name
+                T.rmtree(work)
+                crash = L.make_crash(work, sc.baseline, sc.action, mount_options=sc.mount_options,
+                                     mkfs_options=sc.mkfs_options)
+                b = F.Built(sc, crash)
+                why = F._unmet(b)
+                if why is None:
+                    break
+                why = "%s (%d attempts)" % (why, attempt + 1)
+            cache[name] = why if why else b
+        if isinstance(cache[name], str):
+            pytest.skip("%s: setup did not reach its state: %s" % (name, cache[name]))
+        return cache[name]
+
+    yield get
+    L.remove_workdir(base)
+
+
+def _copy(b, name):
+    dst = b.crash.workdir / name
+    T.copy_sparse(b.crash.image, dst)
+    return dst
+
+
+def _check(image):
+    cp = T.run(["btrfs", "check", "--readonly", str(image)], check=False, timeout=600)
+    return cp.returncode, (cp.stdout + cp.stderr).decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("name", PARAMS)
+def test_rw_open_replays_and_commits(ubtrfs_bin, driver, built, name):
+    b = built(name)
+    before = L.image_digest(b.crash.image)
+    img = _copy(b, "ub-replay.img")
+    try:
+        cp = T.run([driver, img], check=False)
+        err = cp.stderr.decode("utf-8", "replace")
+        assert cp.returncode == 0, "%s: the read-write open failed\n%s" % (name, err)
+        m = COMMITTED.search(cp.stderr)
+        assert m and int(m.group(1)) >= 1, "%s: no replay reported\n%s" % (name, err)
+        assert int(m.group(3)) == b.crash.generation + 1, "%s: %s" % (name, m.group(0))
+        sup = L.dump_super(img)
+        assert int(sup.get("log_root", "-1")) == 0, "%s: log_root %s after the replay" % (name, sup.get("log_root"))
+        assert int(sup.get("generation", "0")) == b.crash.generation + 1
+        rc, out = _check(img)
+        assert rc == 0, "%s: btrfs check after the replay:\n%s" % (name, out[-3000:])
+        got = T.kernel_view([img], b.crash.workdir / "mnt_ub")
+        kv = b.replayed
+        problems = L.compare(kv.entries, got.entries, L.BASE_KEYS)
+        assert not problems, F._fail(b, "the kernel's view of ubtrfs' replay differs from its own replay", problems)
+        problems = L.compare_times(kv.entries, got.entries, b.sc.timed)
+        assert not problems, F._fail(b, "times differ from the kernel's replay", problems)
+        assert got.hashes == kv.hashes, F._fail(b, "file contents differ from the kernel's replay", [
+            "%r: kernel %r ubtrfs %r" % (p, kv.hashes.get(p), got.hashes.get(p))
+            for p in sorted(set(kv.hashes) | set(got.hashes)) if kv.hashes.get(p) != got.hashes.get(p)][:20])
+        # a second open finds no log and writes nothing
+        digest = L.image_digest(img)
+        cp = T.run([driver, img], check=False)
+        assert cp.returncode == 0 and not COMMITTED.search(cp.stderr), T.describe(cp)
+        assert L.image_digest(img) == digest, "%s: an open without a log changed the image" % name
+    finally:
+        os.unlink(img)
+    assert L.image_digest(b.crash.image) == before
+
+
+def _metadata_copies(image, logical):
+    """Physical offsets of every copy of the tree block at `logical` in a single-device
+    SINGLE/DUP metadata chunk, from progs' chunk tree dump (btrfs-map-logical wants an
+    extent item, which log tree blocks never have)."""
+    cp = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", str(image)])
+    text = cp.stdout.decode("utf-8", "replace")
+    for m in re.finditer(r"CHUNK_ITEM (\d+)\) itemoff \d+ itemsize \d+\n\s*length (\d+) .*?type (\S+)"
+                         r"(.*?)(?=\n\s*item |\Z)", text, re.S):
+        start, length = int(m.group(1)), int(m.group(2))
+        if start <= logical < start + length:
+            assert "RAID" not in m.group(3), m.group(3)
+            return [int(o) + logical - start for o in re.findall(r"stripe \d+ devid \d+ offset (\d+)", m.group(4))]
+    return []
+
+
+@_group("overwrite_middle")
+def test_refused_log_leaves_image_untouched(ubtrfs_bin, driver, built):
+    b = built("overwrite_middle")
+    img = _copy(b, "ub-refuse.img")
+    try:
+        digest = L.image_digest(img)
+        cp = T.run([driver, "--no-replay", img], check=False)
+        assert cp.returncode == 1 and b"pending fsync log" in cp.stderr, T.describe(cp)
+        assert L.image_digest(img) == digest, "a refused open changed the image"
+        # a log tree block that fails its checksum in every copy: refused, named, nothing written
+        log_tree = sorted(b.crash.log_trees().values())[0]
+        copies = _metadata_copies(img, log_tree)
+        assert copies, "btrfs-map-logical found no copy of %d" % log_tree
+        with open(img, "r+b") as f:
+            for phys in copies:
+                f.seek(phys + 200)
+                byte = f.read(1)
+                f.seek(phys + 200)
+                f.write(bytes([byte[0] ^ 0xff]))
+        digest = L.image_digest(img)
+        cp = T.run([driver, img], check=False)
+        err = cp.stderr.decode("utf-8", "replace")
+        assert cp.returncode == 1, "%s: a corrupt log was accepted\n%s" % (img, err)
+        assert "cannot be replayed" in err and "nothing written" in err, err
+        assert L.image_digest(img) == digest, "a refused replay changed the image"
+    finally:
+        os.unlink(img)
