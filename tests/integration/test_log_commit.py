@@ -98,6 +98,12 @@ def test_rw_open_replays_and_commits(ubtrfs_bin, driver, built, name):
         sup = L.dump_super(img)
         assert int(sup.get("log_root", "-1")) == 0, "%s: log_root %s after the replay" % (name, sup.get("log_root"))
         assert int(sup.get("generation", "0")) == b.crash.generation + 1
+        # the replay's commit wrote nowhere near the log: a crash during it would still find it whole
+        blocks = _log_blocks(b.crash)
+        assert blocks, "%s: no log tree blocks found in progs' dump" % name
+        changed = [blk for blk in blocks for phys in _metadata_copies(img, blk)
+                   if _read(img, phys, 4096) != _read(b.crash.image, phys, 4096)]
+        assert not changed, "%s: the replay overwrote log tree blocks %r before giving them back" % (name, changed)
         rc, out = _check(img)
         assert rc == 0, "%s: btrfs check after the replay:\n%s" % (name, out[-3000:])
         got = T.kernel_view([img], b.crash.workdir / "mnt_ub")
@@ -117,6 +123,17 @@ def test_rw_open_replays_and_commits(ubtrfs_bin, driver, built, name):
     finally:
         os.unlink(img)
     assert L.image_digest(b.crash.image) == before
+
+
+def _log_blocks(crash):
+    """Every block of the log root tree and the log trees (progs' dump, nodes followed)."""
+    return sorted({int(x) for x in re.findall(r"^(?:leaf|node) (\d+) ", crash.dump_log(), re.M)})
+
+
+def _read(path, offset, length):
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
 
 
 def _metadata_copies(image, logical):
