@@ -22,6 +22,8 @@ import pytest
 import fsynclog_lib as L
 import test_fsync_log as F
 import ubtrfs_testlib as T
+# the crash images, built (and rebuilt until the log shows) as test_fsync_log.py builds them
+from test_fsync_log import built  # noqa: F401 (a fixture)
 
 CI_SCENARIOS = ("new_file", "overwrite_middle", "truncate_longer_then_write", "rename_over_existing",
                 "unlink_fsync_parent", "hardlink_add", "xattrs", "subvolume")
@@ -41,35 +43,6 @@ PARAMS = [pytest.param(n, id=n, marks=_group(n)) for n in NAMES]
 @pytest.fixture(scope="module")
 def driver():
     return T.test_tool("logcommit_driver")
-
-
-@pytest.fixture(scope="module")
-def built(scratch):
-    """name -> F.Built with a crash image whose log the kernel's replay sees (or a skip reason)."""
-    cache = {}
-    base = Path(scratch) / "log_commit"
-
-    def get(name):
-        if name not in cache:
-            sc = F.SCENARIOS[name]
-            why = None
-            for attempt in range(F.BUILD_ATTEMPTS):
-                work = base / name
-                T.rmtree(work)
-                crash = L.make_crash(work, sc.baseline, sc.action, mount_options=sc.mount_options,
-                                     mkfs_options=sc.mkfs_options)
-                b = F.Built(sc, crash)
-                why = F._unmet(b)
-                if why is None:
-                    break
-                why = "%s (%d attempts)" % (why, attempt + 1)
-            cache[name] = why if why else b
-        if isinstance(cache[name], str):
-            pytest.skip("%s: setup did not reach its state: %s" % (name, cache[name]))
-        return cache[name]
-
-    yield get
-    L.remove_workdir(base)
 
 
 def _copy(b, name):
