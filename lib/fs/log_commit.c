@@ -92,17 +92,20 @@ static uint64_t set_nbytes(const struct ub_itemset *s)
 	return n;
 }
 
-static int put_item(struct fsw *w, const struct ub_itemset *s, const struct ub_item *it)
+/* dir_nbytes: a directory's committed nbytes (UINT64_MAX: the directory is new) */
+static int put_item(struct fsw *w, const struct ub_itemset *s, const struct ub_item *it, uint64_t dir_nbytes)
 {
 	uint8_t ii[UB_II_SIZE];
 	const uint8_t *d = it->data;
 	uint64_t b, len, off;
 	int ret;
 
-	if (it->key.type == BTRFS_INODE_ITEM_KEY && it->size == UB_II_SIZE &&
-	    !S_ISDIR(UB_GET(btrfs_inode_item, mode, it->data))) {
+	if (it->key.type == BTRFS_INODE_ITEM_KEY && it->size == UB_II_SIZE) {
+		bool dir = S_ISDIR(UB_GET(btrfs_inode_item, mode, it->data));
 		memcpy(ii, it->data, UB_II_SIZE);
-		UB_SET(btrfs_inode_item, nbytes, ii, set_nbytes(s));
+		/* a logged directory's nbytes is not kept up to date: the kernel's replay keeps the committed one */
+		if (!dir || dir_nbytes != UINT64_MAX)
+			UB_SET(btrfs_inode_item, nbytes, ii, dir ? dir_nbytes : set_nbytes(s));
 		d = ii;
 	}
 	if (fe_on_disk(&it->key, it->data, it->size, &b, &len, &off)) {
@@ -137,6 +140,8 @@ static int apply_set(struct ub_txn *t, const struct ub_itemset *s)
 {
 	struct ub_key k = { s->ino, BTRFS_INODE_ITEM_KEY, 0 };
 	const struct ub_item *ii = ub_itemset_find(s, &k);
+	uint8_t old[UB_II_SIZE];
+	uint64_t dir_nbytes = UINT64_MAX;
 	struct fsw w;
 	bool gone;
 	int ret = fsw_init(&w, t, s->subvol);
@@ -146,11 +151,16 @@ static int apply_set(struct ub_txn *t, const struct ub_itemset *s)
 	/* a file whose last name the log dropped: the kernel's orphan cleanup removes it at the same mount */
 	gone = ii && ii->size == UB_II_SIZE && !UB_GET(btrfs_inode_item, nlink, ii->data) &&
 	       !S_ISDIR(UB_GET(btrfs_inode_item, mode, ii->data));
+	ret = fsw_inode_get(&w, s->ino, old);
+	if (ret == 0)
+		dir_nbytes = UB_GET(btrfs_inode_item, nbytes, old);
+	else if (ret != -ENOENT)
+		return ret;
 	ret = drop_old_refs(&w, s->ino);
 	if (!ret)
 		ret = fsw_del_all(&w, s->ino, 0, 255);
 	for (size_t i = 0; i < s->n && !ret && !gone; i++)
-		ret = put_item(&w, s, &s->items[i]);
+		ret = put_item(&w, s, &s->items[i], dir_nbytes);
 	return ret;
 }
 

@@ -826,7 +826,9 @@ static int replay_items(struct replay_ctx *rc, const struct ub_itemset *log)
 			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, NULL);
 			if (!ret)
 				ret = drop_extents(s, li->key.offset, end, ss);
-			if (!ret)
+			/* the log names holes; with no-holes the kernel's replay only punches them */
+			if (!ret && !((rc->fs->incompat & BTRFS_FEATURE_INCOMPAT_NO_HOLES) &&
+				      FE(type, li->data) == BTRFS_FILE_EXTENT_REG && !FE(disk_bytenr, li->data)))
 				ret = ub_itemset_put(s, &li->key, li->data, li->size);
 			break;
 		}

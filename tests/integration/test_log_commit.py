@@ -89,6 +89,9 @@ def test_rw_open_replays_and_commits(ubtrfs_bin, driver, built, name):
         assert got.hashes == kv.hashes, F._fail(b, "file contents differ from the kernel's replay", [
             "%r: kernel %r ubtrfs %r" % (p, kv.hashes.get(p), got.hashes.get(p))
             for p in sorted(set(kv.hashes) | set(got.hashes)) if kv.hashes.get(p) != got.hashes.get(p)][:20])
+        # item for item: inode items, file extents, data extents with their back references, checksums
+        problems = _compare_state(_tree_state(_kernel_replayed_copy(b)), _tree_state(img))
+        assert not problems, F._fail(b, "the trees differ from the kernel's replay", problems)
         # a second open finds no log and writes nothing
         digest = L.image_digest(img)
         cp = T.run([driver, img], check=False)
@@ -97,6 +100,69 @@ def test_rw_open_replays_and_commits(ubtrfs_bin, driver, built, name):
     finally:
         os.unlink(img)
     assert L.image_digest(b.crash.image) == before
+
+
+ITEM = re.compile(r"^\titem \d+ key \((\S+) (\S+) (\S+)\) itemoff \d+ itemsize \d+$")
+TREE = re.compile(r"^(?:fs|file|extent|checksum) tree key \((\S+) ROOT_ITEM")
+INODE = re.compile(r"size (\d+) nbytes (\d+)\n\s*block group \d+ mode (\d+) links (\d+) uid (\d+) gid (\d+) "
+                   r"rdev (\d+)\n\s*sequence \d+ flags (\S+)")
+
+
+def _tree_state(image):
+    """What a replay decides, from progs' dump of the subvolume, extent and csum trees:
+    {("inode", tree, ino): fields, ("file extent", tree, ino, offset): item text,
+     ("data extent", bytenr, len): refs and back references, ("csum", sector): checksum}."""
+    text = T.run(["btrfs", "inspect-internal", "dump-tree", str(image)]).stdout.decode("utf-8", "replace")
+    out, tree, key, body = {}, None, None, []
+
+    def flush():
+        if key is None or tree is None:
+            return
+        obj, typ, off = key
+        b = "\n".join(body)
+        if typ == "INODE_ITEM" and tree not in ("EXTENT_TREE", "CSUM_TREE"):
+            m = INODE.search(b)
+            out[("inode", tree, obj)] = m.groups() if m else b
+        elif typ == "EXTENT_DATA":
+            out[("file extent", tree, obj, off)] = b.strip()
+        elif typ == "EXTENT_ITEM" and tree == "EXTENT_TREE" and "flags DATA" in b:
+            # the generation an extent item was inserted in is each replay's own
+            out[("data extent", obj, off)] = re.sub(r"gen \d+ ", "", b.strip())
+        elif typ == "EXTENT_CSUM" and tree == "CSUM_TREE":
+            for sector, csum in re.findall(r"\[(\d+)\] (0x[0-9a-f]+)", b):
+                out[("csum", int(sector))] = csum
+
+    for line in text.splitlines():
+        m = TREE.match(line)
+        if m:
+            flush()
+            tree, key, body = m.group(1), None, []
+            continue
+        m = ITEM.match(line)
+        if m:
+            flush()
+            key, body = m.groups(), []
+        elif line.startswith("\t\t"):
+            body.append(line.strip())
+        elif not line.startswith("\t"):
+            flush()
+            key, body = None, []
+    flush()
+    return out
+
+
+def _compare_state(kernel, ours, limit=30):
+    problems = ["%r: kernel %r, ubtrfs %r" % (k, kernel.get(k), ours.get(k))
+                for k in sorted(set(kernel) | set(ours), key=repr) if kernel.get(k) != ours.get(k)]
+    return problems[:limit] + (["... %d more" % (len(problems) - limit)] if len(problems) > limit else [])
+
+
+def _kernel_replayed_copy(b):
+    """A copy of the crash image after the kernel's own mount-time replay (mounted, unmounted)."""
+    k = _copy(b, "kernel-replay-trees.img")
+    with T.mounted([k], b.crash.workdir / "mnt_kreplay", options="noatime", readonly=False):
+        pass
+    return k
 
 
 def _log_blocks(crash):
