@@ -9,8 +9,9 @@ kernel's read-only view of the result must equal the kernel's view after its
 own mount-time replay of another copy. A refused open (--no-replay, a corrupt
 log) must leave the image byte for byte as it was.
 
-CI: 8 representative scenarios, the refusals and test_hostile.py's four damaged logs (about 10 s
-with SAN=1, -n 2, on this machine; allow 20 s loaded);
+CI: 8 representative scenarios, the refusals, test_hostile.py's four damaged logs and the crash
+points of two replays (about 21 s
+with SAN=1, -n 2, on this machine; allow 40 s loaded);
 every scenario with UBTRFS_LONG_TESTS=1.
 """
 
@@ -243,3 +244,36 @@ def test_hostile_log_refused(ubtrfs_bin, driver, built, case):
         assert L.image_digest(img) == digest, "%s: a refused replay changed the image" % what
     finally:
         os.unlink(img)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=_group(n)) for n in ("overwrite_middle", "subvolume")])
+def test_crash_during_replay(ubtrfs_bin, driver, built, name):
+    """Every disk state a crash during the replay's commit can leave (at each flush, all or a
+    random part of the unflushed writes landed) shows the fsynced state: the old superblock with
+    its log still whole, or the new one without it."""
+    b = built(name)
+    work = _copy(b, "ub-crash-work.img")
+    out = b.crash.workdir / "crashpt"
+    made = []
+    try:
+        cp = T.run([driver, "crash", work, b.crash.image, out], check=False, timeout=600)
+        assert cp.returncode == 0, T.describe(cp)
+        points = [int(x) for x in cp.stdout.split()]
+        assert len(points) >= 2, "%s: crash points %r" % (name, points)
+        made = [Path("%s.%d%s.img" % (out, k, v)) for k in points for v in ("", ".v")]
+        saw_old = saw_new = False
+        for img in made:
+            lr = int(L.dump_super(img).get("log_root", "-1"))
+            assert lr in (0, b.crash.log_root), "%s: log_root %d" % (img.name, lr)
+            saw_old |= lr != 0
+            saw_new |= lr == 0
+            ub = L.ubtrfs_view(img)
+            problems = L.compare(b.replayed.entries, ub.entries, L.BASE_KEYS)
+            assert not problems, F._fail(b, "crash point %s differs from the kernel's replay" % img.name, problems)
+            problems = L.compare_contents(img, b.replayed.hashes)
+            assert not problems, F._fail(b, "crash point %s: contents differ" % img.name, problems)
+        assert saw_old and saw_new, "%s: crash points never/always had the new superblock" % name
+    finally:
+        for p in made + [work]:
+            if os.path.exists(p):
+                os.unlink(p)
