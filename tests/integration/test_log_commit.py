@@ -7,12 +7,14 @@ engine's open (tests/tools/logcommit_driver) replays the log and commits;
 then `btrfs check` must be clean, the superblock's log_root 0, and the
 kernel's read-only view of the result must equal the kernel's view after its
 own mount-time replay of another copy. A refused open (--no-replay, a corrupt
-log) must leave the image byte for byte as it was.
+log) must leave the image byte for byte as it was. Item for item, the
+inode items, file extents, data extents with their back references and the
+checksums must be the kernel's. A crash anywhere in the replay's commit must
+leave a disk that shows the fsynced state.
 
-CI: 8 representative scenarios, the refusals, test_hostile.py's four damaged logs and the crash
-points of two replays (about 21 s
-with SAN=1, -n 2, on this machine; allow 40 s loaded);
-every scenario with UBTRFS_LONG_TESTS=1.
+CI: 8 representative scenarios, the refusals, test_hostile.py's four damaged
+logs and the crash points of two replays: about 21 s with SAN=1, -n 2 on this
+machine (allow 40 s loaded). Every scenario with UBTRFS_LONG_TESTS=1.
 """
 
 import os
