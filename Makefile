@@ -103,6 +103,13 @@ bench-cache: $(BUILD)/bench/bench_cache
 	$(BUILD)/bench/bench_cache $$d/img 4
 .PHONY: bench-cache
 # ---- end of the block cache benchmark block ----
+# ---- log commit driver (wt-logrw): tests/integration/test_log_commit.py builds and runs it ----
+LOGCOMMIT_DRIVER := $(BUILD)/tests/tools/logcommit_driver
+$(BUILD)/tests/tools/logcommit_driver: tests/tools/logcommit_driver.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+tools: $(LOGCOMMIT_DRIVER)
+# ---- end of the log commit driver block ----
 
 clean:
 	rm -rf build build-san build-fuzz

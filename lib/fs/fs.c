@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "ubtrfs/fs.h"
-#include "items.h"
 #include "fs_embed.h"
+#include "log_replay.h"
 #include "tree/roots.h"
 
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)
@@ -161,7 +161,8 @@ static int log_tree_leaf(void *arg, const struct ub_eb *eb)
  * only this tells a log tree that points into the log root tree or into
  * another log tree), and each holds only the items its kind may hold.
  */
-static int check_log(struct ub_fs *fs)
+/* keep: where the log's block set goes when it checks out (NULL: dropped) */
+static int check_log(struct ub_fs *fs, struct ub_block_set *keep)
 {
 	const uint8_t *sb = fs->vol->super;
 	/* the kernel writes the log in the transaction after the superblock's */
@@ -184,7 +185,10 @@ static int check_log(struct ub_fs *fs)
 			       (unsigned long long)lc.subvols[i], (unsigned long long)lc.roots[i].bytenr,
 			       lc.roots[i].level, strerror(-ret));
 	}
-	ub_block_set_free(&seen);
+	if (keep && !ret)
+		*keep = seen;
+	else
+		ub_block_set_free(&seen);
 	free(lc.roots);
 	free(lc.subvols);
 	return ret;
@@ -288,7 +292,7 @@ int ub_fs_load_trees(struct ub_fs *fs)
 		    fs->incompat & BTRFS_FEATURE_INCOMPAT_RAID_STRIPE_TREE);
 	/* a failed replay is reported and reading goes on without the log */
 	if (!fs->opts.no_log && SB(log_root, sb)) {
-		ret = check_log(fs);
+		ret = check_log(fs, NULL);
 		if (ret)
 			ub_err(&fs->log, "the fsync log tree (root at logical %llu) is corrupt: %s; reading without it",
 			       (unsigned long long)SB(log_root, sb), strerror(-ret));
@@ -355,6 +359,29 @@ void ub_fs_fini(struct ub_fs *fs)
 		free(fs->roots);
 		fs->roots = NULL;
 	}
+}
+
+int ub_fs_replay_log_strict(struct ub_fs *fs, struct ub_block_set *blocks)
+{
+	int ret;
+
+	memset(blocks, 0, sizeof(*blocks));
+	if (!SB(log_root, fs->vol->super))
+		return 0;
+	ret = check_log(fs, blocks);
+	if (ret == 0)
+		ret = ub_replay_log(fs);
+	if (ret) {
+		ub_fs_drop_replay(fs);
+		ub_block_set_free(blocks);
+	}
+	return ret;
+}
+
+void ub_fs_drop_replay(struct ub_fs *fs)
+{
+	ub_replay_free(fs->replay);
+	fs->replay = NULL;
 }
 
 void ub_fs_close(struct ub_fs *fs)

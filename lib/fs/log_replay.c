@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include "items.h"
+#include "log_replay.h"
 
 #define FE(field, p) UB_GET(btrfs_file_extent_item, field, p)
 #define DIR_HDR ((uint32_t)sizeof(struct btrfs_dir_item))
@@ -826,7 +826,9 @@ static int replay_items(struct replay_ctx *rc, const struct ub_itemset *log)
 			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, NULL);
 			if (!ret)
 				ret = drop_extents(s, li->key.offset, end, ss);
-			if (!ret)
+			/* the log names holes; with no-holes the kernel's replay only punches them */
+			if (!ret && !((rc->fs->incompat & BTRFS_FEATURE_INCOMPAT_NO_HOLES) &&
+				      FE(type, li->data) == BTRFS_FILE_EXTENT_REG && !FE(disk_bytenr, li->data)))
 				ret = ub_itemset_put(s, &li->key, li->data, li->size);
 			break;
 		}
@@ -1029,8 +1031,8 @@ int ub_replay_log(struct ub_fs *fs)
 	}
 	ub_path_release(&p);
 	if (ret < 0) {
-		ub_err(&fs->log, "the fsync log tree (root at logical %llu) cannot be replayed: %s; reading without it",
-		       (unsigned long long)logroot.bytenr, strerror(-ret));
+		ub_err(&fs->log, "the fsync log tree (root at logical %llu) cannot be replayed: %s%s",
+		       (unsigned long long)logroot.bytenr, strerror(-ret), fs->vol_borrowed ? "" : "; reading without it");
 		fs->replay = NULL;
 		ub_replay_free(rp);
 		return ret;
@@ -1059,4 +1061,27 @@ void ub_replay_csums(const struct ub_fs *fs, uint64_t logical, uint64_t nsec, ui
 			have[(at - logical) / ss] = 1;
 		}
 	}
+}
+
+/* ---- for the read-write replay (log_commit.c) ---------------------------- */
+
+size_t ub_replay_nsets(const struct ub_fs *fs)
+{
+	return fs->replay ? fs->replay->n : 0;
+}
+
+const struct ub_itemset *ub_replay_set(const struct ub_fs *fs, size_t i)
+{
+	return fs->replay->sets[i];
+}
+
+int ub_replay_for_each_csum(const struct ub_fs *fs,
+			    int (*fn)(void *arg, uint64_t start, const uint8_t *csums, uint32_t bytes), void *arg)
+{
+	const struct ub_replay *rp = fs->replay;
+	int ret = 0;
+
+	for (size_t i = 0; rp && i < rp->ncsums && !ret; i++)
+		ret = fn(arg, rp->csums[i].start, rp->csums[i].csums, rp->csums[i].bytes);
+	return ret;
 }

@@ -255,29 +255,40 @@ static int csum_item_le(struct fsw *w, struct ub_eroot *cr, uint64_t at, struct 
 /* pre: the sums already computed (ub_fsw_compress_extent), or NULL */
 static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint64_t len, const uint8_t *pre)
 {
-	uint32_t cs = w->e->fs.vol->csum_size, max = csum_item_max(w);
-	uint64_t ss = ss_of(w), n = len / ss, done = 0;
-	struct ub_eroot *cr;
+	uint32_t cs = w->e->fs.vol->csum_size;
+	uint64_t ss = ss_of(w), n = len / ss;
 	uint8_t *sums;
-	int ret;
+	int ret = 0;
 
-	ret = csum_root(w, &cr);
-	if (ret)
-		return ret;
+	if (pre)
+		return fsw_csum_put(w, bytenr, pre, n);
 	sums = malloc(n * cs);
 	if (!sums)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < n && !ret; i++) {
 		uint8_t c[UB_CSUM_SIZE_MAX];
-		if (pre) {
-			memcpy(sums, pre, n * cs);
-			break;
-		}
+
 		ret = ub_csum(w->e->fs.vol->csum_type, data + i * ss, ss, c);
 		memcpy(sums + i * cs, c, cs);
 	}
+	if (!ret)
+		ret = fsw_csum_put(w, bytenr, sums, n);
+	free(sums);
+	return ret;
+}
+
+int fsw_csum_put(struct fsw *w, uint64_t bytenr, const uint8_t *sums, uint64_t n)
+{
+	uint32_t cs = w->e->fs.vol->csum_size, max = csum_item_max(w);
+	uint64_t ss = ss_of(w), done = 0;
+	struct ub_eroot *cr;
+	int ret;
+
+	ret = csum_root(w, &cr);
+	if (ret)
+		return ret;
 	/* extend the item that ends where this extent starts, as the kernel does */
-	if (!ret) {
+	{
 		struct ub_key k;
 		struct ub_path p;
 		uint32_t size;
@@ -320,7 +331,6 @@ static int csum_insert(struct fsw *w, uint64_t bytenr, const uint8_t *data, uint
 		ret = ub_tree_insert_item(w->tc, w->ta, &cr->root, &k, sums + done * cs, (uint32_t)(take * cs));
 		done += take;
 	}
-	free(sums);
 	return ret;
 }
 
@@ -395,6 +405,11 @@ static int csum_delete(struct fsw *w, uint64_t start, uint64_t len)
 		if (ret)
 			return ret > 0 ? -EUCLEAN : ret;
 	}
+}
+
+int fsw_csum_delete(struct fsw *w, uint64_t start, uint64_t len)
+{
+	return csum_delete(w, start, len);
 }
 
 /* after dropping a reference: if nothing references the extent any more, its checksums go */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include "txn.h"
 #include "fs/fs_embed.h"
+#include "fs/log_commit.h"
 
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)
 
@@ -93,7 +94,7 @@ static int check_pending_work(struct ub_engine *e)
 }
 
 static int engine_open(const char *const *paths, struct ub_dev *const *devs, int n, const struct ub_log *log,
-		       struct ub_engine **out)
+		       unsigned flags, struct ub_engine **out)
 {
 	/* the engine refuses a pending log itself (ub_engine_check_features), so it is not replayed for reading */
 	struct ub_fs_opts opts = { .writable = true, .super_mirror = -1, .no_log = true };
@@ -174,6 +175,16 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 			(unsigned long long)ub_alloc_bytes_used(e->alloc));
 		e->bytes_used = ub_alloc_bytes_used(e->alloc);
 	}
+	/* logrw: a pending fsync log is replayed into the trees and committed, as the kernel's mount does */
+	if (SB(log_root, sb) && (flags & UB_ENGINE_OPEN_NO_LOG_REPLAY)) {
+		ub_err(&e->log, "cannot open for writing: the filesystem has a pending fsync log (log root at logical "
+		       "%llu) and its replay was not asked for", (unsigned long long)SB(log_root, sb));
+		ret = -EOPNOTSUPP;
+		goto fail;
+	}
+	ret = ub_log_commit(e);
+	if (ret)
+		goto fail;
 	*out = e;
 	return 0;
 fail:
@@ -183,12 +194,19 @@ fail:
 
 int ub_engine_open(const char *const *paths, int npaths, const struct ub_log *log, struct ub_engine **out)
 {
-	return engine_open(paths, NULL, npaths, log, out);
+	return engine_open(paths, NULL, npaths, log, 0, out);
+}
+
+/* logrw */
+int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
+		      struct ub_engine **out)
+{
+	return engine_open(paths, NULL, npaths, log, flags, out);
 }
 
 int ub_engine_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_log *log, struct ub_engine **out)
 {
-	return engine_open(NULL, devs, ndevs, log, out);
+	return engine_open(NULL, devs, ndevs, log, 0, out);
 }
 
 void ub_engine_close(struct ub_engine *e)

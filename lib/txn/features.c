@@ -90,11 +90,5 @@ int ub_engine_check_features(const uint8_t *sb, char *why, size_t len)
 		snprintf(why, len, "an fsid change was interrupted (btrfstune must finish it first)");
 		return -EOPNOTSUPP;
 	}
-	if (SB(log_root, sb)) {
-		snprintf(why, len, "the filesystem has a pending fsync log (log root at logical %llu): mount it with "
-				   "the kernel once to replay it; the write engine does not replay logs yet",
-			 (unsigned long long)SB(log_root, sb));
-		return -EOPNOTSUPP;
-	}
 	return 0;
 }

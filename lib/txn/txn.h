@@ -58,8 +58,10 @@ struct ub_txn {
  * Open a filesystem for writing. Refuses (-EOPNOTSUPP, naming the feature)
  * what the engine does not keep up to date: quotas, the block group tree, the
  * raid-stripe tree, extent-tree-v2, mixed block groups, metadata without
- * skinny extents, any unknown incompat or compat_ro bit; and (-EOPNOTSUPP) a
- * pending fsync log, which is not yet replayed into the trees.
+ * skinny extents, any unknown incompat or compat_ro bit. A pending fsync log
+ * is replayed into the trees and committed before the open returns, as the
+ * kernel's mount does (lib/fs/log_commit.c; an info line says what it did);
+ * a log that cannot be replayed fails the open (-EUCLEAN) with nothing written.
  */
 int ub_engine_open(const char *const *paths, int npaths, const struct ub_log *log, struct ub_engine **out);
 /* The same over devices already open (taken over, closed with the engine or on failure). */
@@ -117,5 +119,10 @@ int ub_txn_write_space(struct ub_txn *t);
 int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out);
 /* Commit the running transaction if there is one. */
 int ub_engine_commit(struct ub_engine *e);
+
+/* ---- logrw: open flags ---- */
+#define UB_ENGINE_OPEN_NO_LOG_REPLAY (1U << 0) /* refuse (-EOPNOTSUPP) a pending fsync log instead of replaying it */
+int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
+		      struct ub_engine **out);
 
 #endif
