@@ -67,7 +67,7 @@ build-fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS)
 
 fuzz: $(FUZZ_BINS)
 
-# ---- write engine test driver (wt-txn): tests/integration/test_engine.py builds and runs it ----
+# ---- write engine test driver: tests/integration/test_engine.py builds and runs it ----
 ENGINE_DRIVER := $(BUILD)/tests/tools/engine_driver
 $(BUILD)/tests/tools/engine_driver: tests/tools/engine_driver.c $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
@@ -76,7 +76,7 @@ tools: $(ENGINE_DRIVER)
 .PHONY: tools
 # ---- end of the engine driver block ----
 
-# ---- file API driver (wt-fileapi): tests/integration/test_file_api.py builds and runs it ----
+# ---- file API driver: tests/integration/test_file_api.py builds and runs it ----
 FILEAPI_DRIVER := $(BUILD)/tests/tools/fileapi_driver
 $(BUILD)/tests/tools/fileapi_driver: tests/tools/fileapi_driver.c $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
@@ -84,7 +84,7 @@ $(BUILD)/tests/tools/fileapi_driver: tests/tools/fileapi_driver.c $(BUILD)/libub
 tools: $(FILEAPI_DRIVER)
 # ---- end of the file API driver block ----
 
-# ---- space driver (wt-chunks): tests/integration/test_enospc.py builds and runs it ----
+# ---- space driver: tests/integration/test_enospc.py builds and runs it ----
 SPACE_DRIVER := $(BUILD)/tests/tools/space_driver
 $(BUILD)/tests/tools/space_driver: tests/tools/space_driver.c $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
@@ -92,7 +92,7 @@ $(BUILD)/tests/tools/space_driver: tests/tools/space_driver.c $(BUILD)/libubtrfs
 tools: $(SPACE_DRIVER)
 # ---- end of the space driver block ----
 
-# ---- block cache benchmark (wt-api): cost per cached lookup, 1/2/4 threads, on a fresh mkfs.btrfs image ----
+# ---- block cache benchmark: cost per cached lookup, 1/2/4 threads, on a fresh mkfs.btrfs image ----
 $(BUILD)/bench/bench_cache: bench/bench_cache.c $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS) -lpthread
@@ -103,7 +103,7 @@ bench-cache: $(BUILD)/bench/bench_cache
 	$(BUILD)/bench/bench_cache $$d/img 4
 .PHONY: bench-cache
 # ---- end of the block cache benchmark block ----
-# ---- log commit driver (wt-logrw): tests/integration/test_log_commit.py builds and runs it ----
+# ---- log commit driver: tests/integration/test_log_commit.py builds and runs it ----
 LOGCOMMIT_DRIVER := $(BUILD)/tests/tools/logcommit_driver
 $(BUILD)/tests/tools/logcommit_driver: tests/tools/logcommit_driver.c $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
@@ -119,7 +119,7 @@ clean:
 .SECONDARY:
 -include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:build-fuzz/%=build-fuzz/obj/%.d)
 
-# ---- nocow driver (helper rootdir): tests/integration/test_nocow.py builds and runs it ----
+# ---- nocow driver: tests/integration/test_nocow.py builds and runs it ----
 NOCOW_DRIVER := $(BUILD)/tests/tools/nocow_driver
 $(BUILD)/tests/tools/nocow_driver: tests/tools/nocow_driver.c $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)

@@ -153,7 +153,7 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,
 		     uint64_t *ino, uint8_t *type);
 
-/* ---- ops: reserving before each call (lib/fs/write_ops.c) ---- */
+/* ---- reserving before each call (lib/fs/write_ops.c) ---- */
 
 struct ub_engine;
 enum {
@@ -171,7 +171,7 @@ enum {
 uint64_t ub_fsw_op_bytes(const struct ub_engine *e, int kind, uint64_t len);
 /* ub_engine_begin_op with that estimate: the transaction to make the call in; -ENOSPC, -EINVAL for a bad kind. */
 int ub_fsw_begin(struct ub_engine *e, int kind, uint64_t len, struct ub_txn **out);
-/* ---- helper "rootdir": data prepared outside the transaction ---- */
+/* ---- data prepared outside the transaction ---- */
 /*
  * One data extent as it goes to disk, made by ub_fsw_compress_extent on any
  * thread (no engine, no transaction) and handed to ub_fsw_write_encoded, so
@@ -213,6 +213,6 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
  * A NODATACOW file's writes go in place where the kernel's would (ub_fsw_write).
  */
 int ub_fsw_set_flags(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t set, uint64_t clear);
-/* ---- end of helper "rootdir" ---- */
+/* ---- end of the data prepared outside the transaction ---- */
 
 #endif

@@ -145,7 +145,7 @@ int ub_chunk_ensure_data(struct ub_chunk_ctx *cc, uint64_t len);
 /* Statistics since the allocator was made (tests): chunks added per kind (data, metadata, system). */
 void ub_chunk_stats(const struct ub_alloc *a, uint64_t added[3]);
 
-/* ---- helper "cleaner" ---- */
+/* ---- which block group the cleaner may remove (chunk_remove.c) ---- */
 /* The first block group at or after `pos` the kernel's rule lets the cleaner remove (chunk_remove.c):
  * 0 with *start, 1 when none is left. */
 int ub_chunk_next_removable(const struct ub_alloc *a, uint64_t pos, uint64_t *start);

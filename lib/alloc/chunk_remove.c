@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Which block group the cleaner may remove (helper "cleaner"; the removal
+ * Which block group the cleaner may remove (the removal
  * itself, ub_chunk_remove, is not written yet).
  *
  * The kernel's btrfs_delete_unused_bgs rule: nothing used, reserved or pinned

@@ -1032,7 +1032,7 @@ int ub_replay_log(struct ub_fs *fs)
 	ub_path_release(&p);
 	if (ret < 0) {
 		ub_err(&fs->log, "the fsync log tree (root at logical %llu) cannot be replayed: %s%s",
-		       (unsigned long long)logroot.bytenr, strerror(-ret), fs->vol_borrowed ? "" : "; reading without it");
+		       (unsigned long long)logroot.bytenr, strerror(-ret), fs->opts.writable ? "" : "; reading without it");
 		fs->replay = NULL;
 		ub_replay_free(rp);
 		return ret;

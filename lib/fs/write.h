@@ -71,7 +71,7 @@ int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, u
 int fsw_compress(int type, int level, const uint8_t *in, size_t len, uint32_t sectorsize, uint8_t *out, size_t *olen);
 int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size);
 
-/* logrw: checksums as given (n sectors from bytenr) into the csum tree; every checksum of a range out of it */
+/* checksums as given (n sectors from bytenr) into the csum tree; every checksum of a range out of it */
 int fsw_csum_put(struct fsw *w, uint64_t bytenr, const uint8_t *sums, uint64_t n);
 int fsw_csum_delete(struct fsw *w, uint64_t start, uint64_t len);
 

@@ -1067,7 +1067,7 @@ int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 	return fsw_inode_put(&w, ino, ii);
 }
 
-/* ---- helper "rootdir": extents prepared outside the transaction ---- */
+/* ---- extents prepared outside the transaction ---- */
 
 int ub_fsw_compress_extent(int compress, int level, uint32_t sectorsize, int csum_type, const void *in, size_t len,
 			   void *out, uint8_t *sums, struct ub_fsw_extent *x)
@@ -1361,4 +1361,4 @@ int ub_fsw_set_flags(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t s
 	fsw_inode_touch(&w, ii, false, true);
 	return fsw_inode_put(&w, ino, ii);
 }
-/* ---- end of helper "rootdir" ---- */
+/* ---- end of the extents prepared outside the transaction ---- */

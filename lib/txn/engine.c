@@ -175,9 +175,9 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 			(unsigned long long)ub_alloc_bytes_used(e->alloc));
 		e->bytes_used = ub_alloc_bytes_used(e->alloc);
 	}
-	/* logrw: a pending fsync log is replayed into the trees and committed, as the kernel's mount does */
+	/* a pending fsync log is replayed into the trees and committed, as the kernel's mount does */
 	if (SB(log_root, sb) && (flags & UB_ENGINE_OPEN_NO_LOG_REPLAY)) {
-		ub_err(&e->log, "cannot open for writing: the filesystem has a pending fsync log (log root at logical "
+		ub_err(&e->fs.log, "cannot open for writing: the filesystem has a pending fsync log (log root at logical "
 		       "%llu) and its replay was not asked for", (unsigned long long)SB(log_root, sb));
 		ret = -EOPNOTSUPP;
 		goto fail;
@@ -197,7 +197,7 @@ int ub_engine_open(const char *const *paths, int npaths, const struct ub_log *lo
 	return engine_open(paths, NULL, npaths, log, 0, out);
 }
 
-/* logrw */
+/* ub_engine_open with UB_ENGINE_OPEN_* flags */
 int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
 		      struct ub_engine **out)
 {

@@ -55,7 +55,7 @@ int ub_txn_prepare(struct ub_txn *t, uint64_t op_bytes, int op)
 	return ret ? ret : ub_chunk_prepare(&cc, op_bytes, op);
 }
 
-/* ---- ops: operations that prepare and commit by themselves ---- */
+/* Operations that prepare and commit by themselves. */
 
 int ub_engine_commit(struct ub_engine *e)
 {

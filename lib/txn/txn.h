@@ -108,7 +108,7 @@ int ub_txn_run_refs(struct ub_txn *t);
 /* BLOCK_GROUP_ITEMs and the free space tree for every changed block group. */
 int ub_txn_write_space(struct ub_txn *t);
 
-/* ---- ops: operations that prepare and commit by themselves (reserve.c) ---- */
+/* ---- operations that prepare and commit by themselves (reserve.c) ---- */
 
 /*
  * Join the running transaction or start one, then ub_txn_prepare(op_bytes,
@@ -120,7 +120,7 @@ int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub
 /* Commit the running transaction if there is one. */
 int ub_engine_commit(struct ub_engine *e);
 
-/* ---- logrw: open flags ---- */
+/* ---- open flags ---- */
 #define UB_ENGINE_OPEN_NO_LOG_REPLAY (1U << 0) /* refuse (-EOPNOTSUPP) a pending fsync log instead of replaying it */
 int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
 		      struct ub_engine **out);

@@ -9,7 +9,7 @@
  *    once;
  *  - readers in four threads and the writer creating and dropping blocks of a
  *    transaction share one cache (run under ASan by make SAN=1; the locking
- *    was also run once under -fsanitize=thread, see the report of wt-api).
+ *    was also run once under -fsanitize=thread).
  *
  * Needs mkfs.btrfs (skipped without it). About 3 s with SAN=1 on a loaded machine.
  */

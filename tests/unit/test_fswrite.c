@@ -289,7 +289,7 @@ static void test_snapshot_freeze(void **state)
 	ub_engine_close(e);
 }
 
-/* helper "rootdir": extents prepared outside the transaction read back as ub_fsw_write_ex's; chattr's rules */
+/* extents prepared outside the transaction read back as ub_fsw_write_ex's; chattr's rules */
 static uint64_t iflags(struct ub_txn *t, uint64_t ino)
 {
 	uint8_t ii[sizeof(struct btrfs_inode_item)];
@@ -353,7 +353,7 @@ static void test_encoded_and_flags(void **state)
 	ub_engine_close(e);
 }
 
-/* ops: ub_engine_begin_op joins the running transaction, ub_engine_commit ends it */
+/* ub_engine_begin_op joins the running transaction, ub_engine_commit ends it */
 static void test_begin_op(void **state)
 {
 	struct ub_engine *e;
