@@ -603,6 +603,25 @@ void ub_alloc_unpin(struct ub_alloc *a)
 
 void ub_alloc_abort(struct ub_alloc *a)
 {
+	/*
+	 * Nothing committed references a reservation of the aborted transaction
+	 * (its extent items were never written), so every one is free space the
+	 * next transaction may use at once. Reserved ranges lie inside committed
+	 * free and outside the superblock stripes and pins, so they join avail
+	 * as they are.
+	 */
+	for (int i = 0; i < a->nbgs; i++) {
+		struct ub_bg *bg = a->bgs[i];
+		struct ub_range r;
+		uint64_t pos = 0;
+
+		while (ub_rs_next(&bg->reserved, pos, &r) == 0) {
+			pos = r.start + r.len;
+			if (ub_rs_add_union(&bg->avail, r.start, r.len))
+				ub_err(&a->log, "allocator: out of memory returning an aborted reservation");
+		}
+		ub_rs_clear(&bg->reserved);
+	}
 	ub_rs_clear(&a->pinned);
 	for (int i = 0; i < a->nbgs; i++)
 		a->bgs[i]->pinned = 0;

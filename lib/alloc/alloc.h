@@ -130,12 +130,16 @@ int ub_alloc_pin(struct ub_alloc *a, uint64_t start, uint64_t len);
 /* Every pinned range -> avail; ends the transaction for the allocator (closes open RAID5/6 stripes). */
 void ub_alloc_unpin(struct ub_alloc *a);
 /*
- * Abort of the running transaction: pins and open stripes are dropped
- * without freeing anything (pinned space stays unusable, which is safe).
- * Accounting already done for the aborted transaction is NOT undone: the
- * in-memory used/free no longer match the disk, so after an abort the
- * allocator may serve no further commit; the filesystem goes read-only
- * and a reopen reloads the truth from the last commit.
+ * Abort of the running transaction: every reservation goes back to avail
+ * (nothing committed points there), so the next transaction can use that
+ * space; the chunks it added are taken out; pins and open stripes are
+ * dropped without freeing anything (pinned space stays unusable, which is
+ * safe). Accounting happens only inside a commit, so an abort before one
+ * leaves the allocator exactly as the last commit did. Accounting already
+ * done by a commit that then failed is NOT undone: the in-memory used/free
+ * no longer match the disk, so after a failed commit the allocator may
+ * serve no further commit; the engine is read-only and a reopen reloads the
+ * truth from the last commit.
  */
 void ub_alloc_abort(struct ub_alloc *a);
 

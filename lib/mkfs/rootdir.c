@@ -20,8 +20,8 @@
  * asks the chunk allocator first (ub_chunk_prepare before every operation,
  * ub_chunk_reserve_data before data), so chunks are added as the kernel would
  * add them. The engine keeps every dirty block in memory until the commit, so
- * a transaction is committed every UB_ROOTDIR_COMMIT_BYTES of data or
- * UB_ROOTDIR_COMMIT_OPS operations.
+ * a transaction is committed once its dirty memory reaches the engine's
+ * budget (lib/txn/txn.h "dirty budget").
  */
 #include <dirent.h>
 #include <errno.h>
@@ -40,8 +40,6 @@
 #include "ubtrfs/fswrite.h"
 #include "ubtrfs/mkfs.h"
 
-#define UB_ROOTDIR_COMMIT_BYTES (64ULL << 20)
-#define UB_ROOTDIR_COMMIT_OPS 20000
 #define UB_ROOTDIR_BUF (8U << 20)
 /* a reader's unit of a big file: copy_data's buffer, so both make the same writes; the bytes readers may hold */
 #define UB_ROOTDIR_PIECE ((uint64_t)UB_ROOTDIR_BUF)
@@ -64,7 +62,6 @@ struct rd {
 	struct ub_chunk_ctx cc;
 	const struct ub_log *log;
 	uint8_t *buf;
-	uint64_t pending_bytes, pending_ops;
 	struct link_ent *links;
 	size_t nlinks, links_cap; /* cap a power of two */
 	struct ub_rootdir_stats *stats;
@@ -108,7 +105,6 @@ static int commit(struct rd *r)
 	}
 	ret = ub_txn_commit(r->t);
 	r->t = NULL;
-	r->pending_bytes = r->pending_ops = 0;
 	if (!ret && r->stats)
 		r->stats->commits++;
 	return ret;
@@ -135,7 +131,7 @@ static int prepare(struct rd *r, unsigned items)
 	uint64_t bytes;
 	int ret;
 
-	if (r->t && (r->pending_bytes >= UB_ROOTDIR_COMMIT_BYTES || r->pending_ops >= UB_ROOTDIR_COMMIT_OPS)) {
+	if (r->t && ub_txn_dirty_bytes(r->t) >= ub_engine_dirty_budget(r->e)) {
 		ret = commit(r);
 		if (ret)
 			return ret;
@@ -159,7 +155,6 @@ static int prepare(struct rd *r, unsigned items)
 		if (ret)
 			return ret;
 	}
-	r->pending_ops += items;
 	return ret;
 }
 
@@ -331,7 +326,6 @@ static int prepare_write(struct rd *r, uint64_t len)
 
 static void count_data(struct rd *r, uint64_t len)
 {
-	r->pending_bytes += len;
 	if (r->stats)
 		r->stats->data_bytes += len;
 }

@@ -8,6 +8,7 @@
  * the way the kernel's would.
  */
 #include <errno.h>
+#include <unistd.h>
 #include "txn.h"
 
 int ub_txn_chunk_ctx(struct ub_txn *t, struct ub_chunk_ctx *cc)
@@ -55,15 +56,52 @@ int ub_txn_prepare(struct ub_txn *t, uint64_t op_bytes, int op)
 	return ret ? ret : ub_chunk_prepare(&cc, op_bytes, op);
 }
 
-/* Operations that prepare and commit by themselves. */
+/*
+ * Operations that prepare and commit by themselves: on a refusal that a
+ * commit may lift (below), and when the transaction's dirty memory reaches
+ * the engine's budget (txn.h "dirty budget").
+ */
 
 int ub_engine_commit(struct ub_engine *e)
 {
 	return e->running ? ub_txn_commit(e->running) : 0;
 }
 
+uint64_t ub_txn_dirty_bytes(const struct ub_txn *t)
+{
+	const struct ub_engine *e = t->e;
+
+	return (uint64_t)e->fs.tc.ndirty * e->fs.vol->nodesize + ub_dref_count(t->refs) * sizeof(struct ub_dref_head);
+}
+
+void ub_engine_set_dirty_budget(struct ub_engine *e, uint64_t bytes)
+{
+	e->dirty_budget = bytes;
+}
+
+uint64_t ub_engine_dirty_budget(const struct ub_engine *e)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	uint64_t cap;
+
+	if (e->dirty_budget)
+		return e->dirty_budget;
+	if (pages <= 0 || psize <= 0)
+		return UB_ENGINE_DIRTY_BUDGET;
+	/* a small machine must not spend more than an eighth of its memory on one transaction */
+	cap = (uint64_t)pages * (uint64_t)psize / 8;
+	return cap < UB_ENGINE_DIRTY_BUDGET ? cap : UB_ENGINE_DIRTY_BUDGET;
+}
+
 int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out)
 {
+	if (e->running && ub_txn_dirty_bytes(e->running) >= ub_engine_dirty_budget(e)) {
+		int ret = ub_engine_commit(e);
+
+		if (ret)
+			return ret;
+		e->auto_commits++;
+	}
 	/*
 	 * Space a transaction frees is pinned until its commit, so a refusal
 	 * while it holds changes may be lifted by committing: one more try from

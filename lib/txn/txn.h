@@ -42,6 +42,9 @@ struct ub_engine {
 	uint64_t bytes_used;     /* the superblock's, kept as extents are accounted */
 	struct ub_txn *running;
 	int broken;              /* 0, or the error that made the engine read-only */
+	/* ---- dirty budget (reserve.c) ---- */
+	uint64_t dirty_budget;   /* 0: the default (UB_ENGINE_DIRTY_BUDGET, at most RAM / 8) */
+	uint64_t auto_commits;   /* commits ub_engine_begin_op made because the budget was passed */
 };
 
 struct ub_txn {
@@ -111,7 +114,8 @@ int ub_txn_write_space(struct ub_txn *t);
 /* ---- operations that prepare and commit by themselves (reserve.c) ---- */
 
 /*
- * Join the running transaction or start one, then ub_txn_prepare(op_bytes,
+ * Join the running transaction (committed first when its dirty memory has
+ * reached the budget, below) or start one, then ub_txn_prepare(op_bytes,
  * op); when that refuses while the transaction holds changes, commit and ask
  * once more from a fresh one. -ENOSPC (fs consistent, last commit on disk or
  * the joined transaction untouched) or another error; *out is e->running.
@@ -119,6 +123,23 @@ int ub_txn_write_space(struct ub_txn *t);
 int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out);
 /* Commit the running transaction if there is one. */
 int ub_engine_commit(struct ub_engine *e);
+
+/*
+ * ---- dirty budget ----
+ * A transaction keeps every block it changed in memory until its commit; data
+ * goes to disk as it is written (lib/fs/write_data.c) and is not held. So
+ * ub_engine_begin_op commits the running transaction before handing it out
+ * again once its dirty memory reaches the engine's budget: a long run of
+ * operations commits by itself, each commit a consistent state. Callers must
+ * hold nothing of a transaction (paths, snapshot sources) across begin_op.
+ */
+#define UB_ENGINE_DIRTY_BUDGET (64ULL << 20)
+/* Memory the transaction holds until its commit: dirty tree blocks and queued reference changes. */
+uint64_t ub_txn_dirty_bytes(const struct ub_txn *t);
+/* The budget in bytes (0: back to the default); the next ub_engine_begin_op applies it. */
+void ub_engine_set_dirty_budget(struct ub_engine *e, uint64_t bytes);
+/* The budget in force. */
+uint64_t ub_engine_dirty_budget(const struct ub_engine *e);
 
 /* ---- open flags ---- */
 #define UB_ENGINE_OPEN_NO_LOG_REPLAY (1U << 0) /* refuse (-EOPNOTSUPP) a pending fsync log instead of replaying it */

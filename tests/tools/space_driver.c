@@ -24,16 +24,20 @@
  *       then gives them back, and commits: data chunk creation only
  *   opts: --abort-on-enospc   after an -ENOSPC, abort the running transaction
  *                             instead of committing it
- *         --no-retry          an -ENOSPC refusal is final (by default a
- *                             transaction holding changes commits and the
- *                             operation asks once more, as chunk_alloc.h says;
- *                             -EAGAIN always commits and asks again)
+ *         --no-retry          an -ENOSPC refusal is final: one ub_txn_prepare
+ *                             on the running transaction (-EAGAIN still
+ *                             commits and asks once from a fresh one). By
+ *                             default every operation enters through
+ *                             ub_fsw_begin / ub_engine_begin_op, which commit
+ *                             and ask again as chunk_alloc.h says
+ *         --budget BYTES      the engine's dirty budget (ub_engine_set_dirty_budget)
  * An -ENOSPC from inside an operation (the allocator failed under it) always
  * aborts the transaction: it is half done.
  *
  * The value of user.NAME is NAME repeated to VALSIZE bytes. A name whose hash
  * collides with an earlier one is skipped ("skip NAME"). Last line:
- * "done added A deleted D enospc E chunks DATA META SYS generation G".
+ * "done added A deleted D enospc E chunks DATA META SYS generation G auto C"
+ * (C: the commits the dirty budget made).
  * Exit: 0 done (also after an ENOSPC), 1 failure, 2 the engine refused to open.
  */
 #include <errno.h>
@@ -86,6 +90,16 @@ static int start(struct sctx *c)
 	if (!ret)
 		fill_cc(c);
 	return ret;
+}
+
+/* The engine's running transaction after ub_engine_begin_op (it may have committed and started another). */
+static void follow(struct sctx *c)
+{
+	if (c->t != c->e->running) {
+		c->t = c->e->running;
+		if (c->t)
+			fill_cc(c);
+	}
 }
 
 static int commit(struct sctx *c, bool abort)
@@ -242,7 +256,7 @@ int main(int argc, char **argv)
 	const char *op, *prefix = "";
 	long from = 0, to = 0, every = 1, vlen = 0, fsize = 0;
 	uint8_t *fbuf = NULL;
-	uint64_t dlen = 0;
+	uint64_t dlen = 0, budget = 0;
 	int i = 1, ret;
 
 	while (i < argc && strncmp(argv[i], "--", 2) == 0) {
@@ -250,6 +264,8 @@ int main(int argc, char **argv)
 			abort_on_enospc = true;
 		else if (strcmp(argv[i], "--no-retry") == 0)
 			no_retry = true;
+		else if (strcmp(argv[i], "--budget") == 0 && i + 1 < argc)
+			budget = strtoull(argv[++i], NULL, 0);
 		else
 			usage();
 		i++;
@@ -303,6 +319,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "space_driver: cannot open for writing: %s\n", strerror(-ret));
 		return 2;
 	}
+	ub_engine_set_dirty_budget(c.e, budget);
 	/* one xattr item must fit a leaf with its header (the kernel's BTRFS_MAX_XATTR_SIZE) */
 	if ((uint64_t)vlen + strlen(prefix) + 12 + sizeof(struct btrfs_dir_item) + UB_ITEM_SIZE + UB_HEADER_SIZE >
 	    c.e->fs.vol->nodesize) {
@@ -347,22 +364,41 @@ int main(int argc, char **argv)
 				snprintf(name, sizeof(name), "%s%07ld", prefix, n);
 			else
 				snprintf(name, sizeof(name), "user.%s%07ld", prefix, n);
-			ret = start(&c);
-			if (ret)
-				break;
-			ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
-			if ((ret == -EAGAIN || (ret == -ENOSPC && !no_retry)) && ops) {
-				/* what this transaction freed comes back once it commits: commit, ask again */
-				ops = 0;
-				ret = commit(&c, false);
-				if (ret) {
-					fprintf(stderr, "space_driver: commit before retrying %s: %s\n", name, strerror(-ret));
-					break;
-				}
-				committed_upto = n;
+			uint64_t gen = c.e->generation, bytes;
+			struct ub_txn *t; /* the engine's running transaction: follow() takes it */
+			int cop = add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE;
+
+			if (!files)
+				bytes = op_bytes(&c);
+			else if (add)
+				bytes = ub_fsw_op_bytes(c.e, UB_FSW_OP_CREATE, 0) +
+					ub_fsw_op_bytes(c.e, UB_FSW_OP_WRITE, (uint64_t)fsize);
+			else
+				bytes = ub_fsw_op_bytes(c.e, UB_FSW_OP_UNLINK, 0);
+			if (no_retry) {
 				ret = start(&c);
 				if (!ret)
-					ret = ub_chunk_prepare(&c.cc, op_bytes(&c), add ? UB_CHUNK_OP_ADD : UB_CHUNK_OP_FREE);
+					ret = ub_txn_prepare(c.t, bytes, cop);
+				if (ret == -EAGAIN && ops) {
+					/* this transaction's share of the reserve ran short: commit, ask once more */
+					ret = commit(&c, false);
+					if (ret) {
+						fprintf(stderr, "space_driver: commit before retrying %s: %s\n", name,
+							strerror(-ret));
+						break;
+					}
+					ret = ub_engine_begin_op(c.e, bytes, cop, &t);
+				}
+			} else if (files) {
+				ret = add ? ub_engine_begin_op(c.e, bytes, cop, &t)
+					  : ub_fsw_begin(c.e, UB_FSW_OP_UNLINK, 0, &t);
+			} else {
+				ret = ub_engine_begin_op(c.e, bytes, cop, &t);
+			}
+			follow(&c);
+			if (c.e->generation != gen) {
+				ops = 0; /* the engine committed (a refusal to lift, or the dirty budget) */
+				committed_upto = n;
 			}
 			if (ret == -EAGAIN)
 				ret = -ENOSPC;
@@ -410,9 +446,10 @@ int main(int argc, char **argv)
 	{
 		uint64_t ch[3];
 		ub_chunk_stats(c.e->alloc, ch);
-		printf("done added %llu deleted %llu enospc %llu chunks %llu %llu %llu generation %llu\n", c.added,
-		       c.deleted, c.enospc, (unsigned long long)ch[0], (unsigned long long)ch[1],
-		       (unsigned long long)ch[2], (unsigned long long)c.e->generation);
+		printf("done added %llu deleted %llu enospc %llu chunks %llu %llu %llu generation %llu auto %llu\n",
+		       c.added, c.deleted, c.enospc, (unsigned long long)ch[0], (unsigned long long)ch[1],
+		       (unsigned long long)ch[2], (unsigned long long)c.e->generation,
+		       (unsigned long long)c.e->auto_commits);
 	}
 	ub_engine_close(c.e);
 	free(fbuf);
