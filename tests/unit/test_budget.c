@@ -119,6 +119,67 @@ static void test_abort_gives_space_back(void **state)
 	assert_int_equal(mkfs_image_check(), 0);
 }
 
+/*
+ * An operation that runs out of metadata inside (no prepare asked first) leaves
+ * a half-done transaction: its abort gives the space back and the same
+ * engine goes on, no reopen needed.
+ */
+static void test_enospc_inside_then_abort(void **state)
+{
+	struct ub_space_info m0, m1;
+	struct ub_engine *e;
+	struct ub_txn *t;
+	uint64_t gen, ino, start, held = 0;
+	int ret = 0, made = 0;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	e = open_engine();
+	gen = e->generation;
+	ub_alloc_space_info(e->alloc, BTRFS_BLOCK_GROUP_METADATA, &m0);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	for (; made < 200; made++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "full-%06d", made);
+		assert_int_equal(ub_fsw_create(t, FS, TOP, name, strlen(name), S_IFREG | 0644, 0, 0, 0, &ino), 0);
+	}
+	/* every free metadata block taken straight from the allocator: no chunk is added */
+	while (ub_alloc_reserve(e->alloc, BTRFS_BLOCK_GROUP_METADATA, e->fs.vol->nodesize, 0, &start) == 0)
+		held += e->fs.vol->nodesize;
+	assert_true(held > 0);
+	for (int i = made; i < 100000 && !ret; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "full-%06d", i);
+		ret = ub_fsw_create(t, FS, TOP, name, strlen(name), S_IFREG | 0644, 0, 0, 0, &ino);
+		made += !ret;
+	}
+	assert_int_equal(ret, -ENOSPC);
+	assert_int_not_equal(t->error, 0); /* failed inside: only an abort may follow */
+	ub_txn_abort(t);
+	ub_alloc_space_info(e->alloc, BTRFS_BLOCK_GROUP_METADATA, &m1);
+	assert_int_equal(m1.reserved, m0.reserved);
+	assert_int_equal(m1.avail, m0.avail);
+	/* the same engine: as many files as the full transaction held fit again, committed */
+	for (int i = 0; i < made; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "back-%06d", i);
+		assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_CREATE, 0, &t), 0);
+		assert_int_equal(ub_fsw_create(t, FS, TOP, name, strlen(name), S_IFREG | 0644, 0, 0, 0, &ino), 0);
+	}
+	assert_int_equal(ub_engine_commit(e), 0);
+	assert_true(e->generation > gen);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "full-000000", 11, &ino, NULL), -ENOENT);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "back-000000", 11, &ino, NULL), 0);
+	ub_txn_abort(t);
+	ub_engine_close(e);
+	assert_int_equal(mkfs_image_check(), 0);
+}
+
 /* a long run of operations with a small budget commits by itself, every commit complete */
 static void test_budget_commits(void **state)
 {
@@ -181,6 +242,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_abort_gives_space_back),
+		cmocka_unit_test(test_enospc_inside_then_abort),
 		cmocka_unit_test(test_budget_commits),
 	};
 	return cmocka_run_group_tests(tests, setup_all, teardown_all);
