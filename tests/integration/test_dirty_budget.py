@@ -13,28 +13,12 @@ Budget: one run of a few seconds under ASan.
 import hashlib
 import os
 import re
-from pathlib import Path
-
-import pytest
 
 import ubtrfs_testlib as T
-from test_enospc import file_bytes, make_images, mkfs, progs_check, run_driver
+# the space driver and its scratch folder, as test_enospc.py uses them
+from test_enospc import casedir, driver, file_bytes, make_images, mkfs, progs_check, run_driver  # noqa: F401
 
 MiB = T.MiB
-
-
-@pytest.fixture(scope="module")
-def driver():
-    return T.test_tool("space_driver")
-
-
-@pytest.fixture
-def casedir(scratch, request):
-    d = Path(scratch) / ("budget-" + re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name))
-    d.mkdir(parents=True, exist_ok=True)
-    yield d
-    if os.environ.get("UBTRFS_KEEP_IMAGES") != "1":
-        T.rmtree(d)
 
 
 def super_info(img):
