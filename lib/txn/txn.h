@@ -124,6 +124,11 @@ int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub
 /* Commit the running transaction if there is one. */
 int ub_engine_commit(struct ub_engine *e);
 
+/* ---- open flags ---- */
+#define UB_ENGINE_OPEN_NO_LOG_REPLAY (1U << 0) /* refuse (-EOPNOTSUPP) a pending fsync log instead of replaying it */
+int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
+		      struct ub_engine **out);
+
 /*
  * ---- dirty budget ----
  * A transaction keeps every block it changed in memory until its commit; data
@@ -140,10 +145,5 @@ uint64_t ub_txn_dirty_bytes(const struct ub_txn *t);
 void ub_engine_set_dirty_budget(struct ub_engine *e, uint64_t bytes);
 /* The budget in force. */
 uint64_t ub_engine_dirty_budget(const struct ub_engine *e);
-
-/* ---- open flags ---- */
-#define UB_ENGINE_OPEN_NO_LOG_REPLAY (1U << 0) /* refuse (-EOPNOTSUPP) a pending fsync log instead of replaying it */
-int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
-		      struct ub_engine **out);
 
 #endif
