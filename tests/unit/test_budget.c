@@ -26,7 +26,7 @@
 static int setup_all(void **state)
 {
 	(void)state;
-	return mkfs_image_setup("budget");
+	return mkfs_image_setup("dirty-budget");
 }
 
 static struct ub_engine *open_engine(void)
