@@ -29,8 +29,6 @@ struct fsw {
 /* fsw_init: for a change (-EROFS in a read-only subvolume); fsw_init_ro: for a look */
 int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol);
 int fsw_init_ro(struct fsw *w, struct ub_txn *t, uint64_t subvol);
-/* snapshotted (source or snapshot) in the running transaction: no change before the commit */
-bool fsw_frozen(const struct ub_txn *t, uint64_t id);
 
 /* inode item copies: get (-ENOENT), put (the item exists) */
 int fsw_inode_get(struct fsw *w, uint64_t ino, uint8_t ii[UB_II_SIZE]);

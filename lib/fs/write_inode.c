@@ -69,8 +69,6 @@ int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol)
 
 	if (ret)
 		return ret;
-	if (fsw_frozen(t, subvol))
-		return -EAGAIN; /* snapshotted in this transaction: see write_subvol.c */
 	key = (struct ub_key){ subvol, BTRFS_ROOT_ITEM_KEY, w->fs->item_offset };
 	ub_path_init(&p);
 	ret = ub_tree_lookup(w->tc, &w->e->fs.root_tree->root, &key, &p, &d, &size);
