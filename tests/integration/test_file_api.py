@@ -523,6 +523,9 @@ def snapshots_in_one_transaction():
           "write /sv/f 0 20000 209", "!30 write /s3/f 0 1 1",
           "snapshot /sv /s4", "write /s4/f 100 100 210", "write /s4/m/f011 0 9000 211", "subvoldel /s4",
           "truncate /s2/d/g 10", "write /sv/m/f012 0 9000 212",
+          # a source deleted right after its snapshot changed both
+          "subvol /w", "create /w/f 644", "write /w/f 0 20000 213", "snapshot /w /w2", "write /w/f 0 5000 214",
+          "write /w2/f 5000 5000 215", "subvoldel /w",
           "commit"]
     return s
 
@@ -568,7 +571,7 @@ def test_recipe(driver, casedir, ubtrfs_bin, name):
             items[int(m.group(1))] = (int(m.group(2)), f)
         uuids = {f["uuid"] for _, f in items.values()}
         snaps = [(off, f) for off, f in items.values() if off and f["refs"] == "1"]
-        assert len(snaps) == 3, dump[-3000:]
+        assert len(snaps) == 4, dump[-3000:]
         for off, f in snaps:
             assert int(f["otransid"]) == off and int(f["last_snapshot"]) == off, f
             assert f["generation_v2"] == f["generation"] and f["parent_uuid"] in uuids, f
