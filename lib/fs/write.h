@@ -54,6 +54,9 @@ int fsw_get_dir(struct fsw *w, uint64_t dir, uint8_t ii[UB_II_SIZE]);
 int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index);
 /* name in dir: 0 and the dir item's location key (INODE_ITEM, or ROOT_ITEM for a subvolume) and type */
 int fsw_lookup(struct fsw *w, uint64_t dir, const char *name, size_t len, struct ub_key *loc, uint8_t *type);
+/* the same from outside: the name checked, dir a directory of subvol (for a look, no change) */
+int fsw_lookup_name(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+		    struct ub_key *loc, uint8_t *type);
 /* DIR_ITEM + DIR_INDEX of a name, the directory's size and times */
 int fsw_add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, const struct ub_key *loc, uint8_t type,
 		  uint64_t index);

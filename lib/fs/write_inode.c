@@ -1044,11 +1044,10 @@ int ub_fsw_setattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const struct
 	return fsw_inode_put(&w, ino, ii);
 }
 
-int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *ino,
-		  uint8_t *type)
+int fsw_lookup_name(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+		    struct ub_key *loc, uint8_t *type)
 {
-	uint8_t dii[UB_II_SIZE], ty;
-	struct ub_key loc;
+	uint8_t dii[UB_II_SIZE];
 	struct fsw w;
 	int ret;
 
@@ -1058,7 +1057,17 @@ int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
 	if (!ret)
 		ret = fsw_get_dir(&w, dir, dii);
 	if (!ret)
-		ret = fsw_lookup(&w, dir, name, len, &loc, &ty);
+		ret = fsw_lookup(&w, dir, name, len, loc, type);
+	return ret;
+}
+
+int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *ino,
+		  uint8_t *type)
+{
+	struct ub_key loc;
+	uint8_t ty;
+	int ret = fsw_lookup_name(t, subvol, dir, name, len, &loc, &ty);
+
 	if (ret)
 		return ret;
 	if (ino)

@@ -471,18 +471,10 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,
 		     uint64_t *ino, uint8_t *type)
 {
-	uint8_t dii[UB_II_SIZE], ty;
 	struct ub_key loc;
-	struct fsw w;
-	int ret;
+	uint8_t ty;
+	int ret = fsw_lookup_name(t, subvol, dir, name, len, &loc, &ty);
 
-	ret = fsw_init_ro(&w, t, subvol);
-	if (!ret)
-		ret = fsw_check_name(name, len);
-	if (!ret)
-		ret = fsw_get_dir(&w, dir, dii);
-	if (!ret)
-		ret = fsw_lookup(&w, dir, name, len, &loc, &ty);
 	if (ret)
 		return ret;
 	if (loc.type == BTRFS_ROOT_ITEM_KEY) {
