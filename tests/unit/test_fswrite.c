@@ -352,11 +352,35 @@ static void test_snapshot_in_transaction(void **state)
 	assert_int_equal(sh("btrfs check --readonly --check-data-csum %s >%s/check.log 2>&1 || "
 			    "{ cat %s/check.log; false; }", g_img, g_dir, g_dir), 0);
 	e = open_engine();
+	/* an aborted transaction leaves no trace of its snapshot; the id is taken again */
 	assert_int_equal(ub_txn_start(e, &t), 0);
+	put_tagged(t, FS, ino[6], 'H', 6, 100);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &s3), 0);
+	put_tagged(t, FS, ino[6], 'I', 6, 100);
+	put_tagged(t, s3, ino[7], 'J', 7, 100);
+	ub_txn_abort(t);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "s9", 2, &x, NULL), -ENOENT);
+	expect_tagged(t, FS, "f006", 'B', 6);
 	expect_tagged(t, FS, "f005", 'G', 5);
 	expect_tagged(t, s1, "f005", 'A', 5);
+	put_tagged(t, FS, ino[6], 'H', 6, 100);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &x), 0);
+	assert_int_equal(x, s3);
+	put_tagged(t, FS, ino[6], 'I', 6, 100);
+	put_tagged(t, x, ino[7], 'J', 7, 100);
+	expect_tagged(t, x, "f006", 'H', 6);
 	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s1", 2), 0);
 	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s2", 2), 0);
+	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+	e = open_engine();
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	expect_tagged(t, FS, "f006", 'I', 6);
+	expect_tagged(t, FS, "f007", 'B', 7);
+	expect_tagged(t, x, "f006", 'H', 6);
+	expect_tagged(t, x, "f007", 'J', 7);
+	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s9", 2), 0);
 	assert_int_equal(ub_txn_commit(t), 0);
 	ub_engine_close(e);
 }
