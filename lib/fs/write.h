@@ -48,6 +48,9 @@ int fsw_dir_item_add(struct fsw *w, const struct ub_key *key, const uint8_t *rec
 /* remove `name`'s record from the item at key (the item goes with its last record) */
 int fsw_dir_item_del(struct fsw *w, const struct ub_key *key, const char *name, size_t len);
 
+/* the next inode number of w's subvolume; take: hand it out, else start counting afresh from the tree as it is */
+int fsw_next_ino(struct fsw *w, bool take, uint64_t *ino);
+
 /* names (write_inode.c) */
 int fsw_check_name(const char *name, size_t len);
 int fsw_get_dir(struct fsw *w, uint64_t dir, uint8_t ii[UB_II_SIZE]);

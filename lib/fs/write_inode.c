@@ -321,7 +321,9 @@ static uint8_t ftype(uint32_t mode)
  * time, never reusing a number freed meanwhile (so a number names one inode
  * for the life of the engine, which NFS-style handles and the FUSE mount rely
  * on). Remembered per engine and tree in a small table; a forgotten entry
- * only means a fresh start from the tree's highest objectid.
+ * only means a fresh start from the tree's highest objectid. A new snapshot
+ * starts counting when it is made (the kernel loads its root then), so names
+ * its source unlinks before the first create there do not lower the count.
  */
 #define INO_CACHE 64
 static struct {
@@ -331,7 +333,7 @@ static struct {
 static unsigned g_ino_victim;
 static pthread_mutex_t g_ino_lock = PTHREAD_MUTEX_INITIALIZER; /* engines of other threads share the table */
 
-static int next_ino(struct fsw *w, uint64_t *ino)
+int fsw_next_ino(struct fsw *w, bool take, uint64_t *ino)
 {
 	struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, 255, UINT64_MAX };
 	struct ub_path p;
@@ -356,10 +358,10 @@ static int next_ino(struct fsw *w, uint64_t *ino)
 		g_ino[slot].subvol = w->subvol;
 		g_ino[slot].next = 0;
 	}
-	if (g_ino[slot].next > n)
+	if (take && g_ino[slot].next > n)
 		n = g_ino[slot].next;
 	if (n <= BTRFS_LAST_FREE_OBJECTID)
-		g_ino[slot].next = n + 1;
+		g_ino[slot].next = take ? n + 1 : n;
 	pthread_mutex_unlock(&g_ino_lock);
 	if (n > BTRFS_LAST_FREE_OBJECTID)
 		return -EOVERFLOW;
@@ -653,7 +655,7 @@ static int new_inode(struct fsw *w, uint64_t dir, const char *name, size_t len, 
 		return -EEXIST;
 	if (ret != -ENOENT)
 		return ret;
-	ret = next_ino(w, &ino);
+	ret = fsw_next_ino(w, true, &ino);
 	if (ret)
 		return ret;
 	memset(ii, 0, sizeof(ii));

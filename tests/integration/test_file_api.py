@@ -568,8 +568,9 @@ def snapshots_random(seed=7, nops=400):
                 s.append("create /%s/%s 644" % (sub, name))
                 files.add(name)
         elif r < 0.32:
-            # no unlink: inode numbers in snapshots then follow another rule than the kernel's (to look at)
-            s.append("truncate /%s/%s 0" % (sub, rnd.choice(sorted(files))))
+            name = rnd.choice(sorted(files))
+            s.append("unlink /%s/%s" % (sub, name))
+            files.discard(name)
         elif r < 0.40:
             s.append("truncate /%s/%s %d" % (sub, rnd.choice(sorted(files)), rnd.randrange(20000)))
         else:
