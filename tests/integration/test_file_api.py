@@ -3,8 +3,9 @@
 
 tests/tools/fileapi_driver.c applies a seeded random sequence of create, mkdir, mknod, symlink, link,
 unlink, rmdir, rename (over existing names, RENAME_EXCHANGE, RENAME_NOREPLACE), write (inline and
-regular extents, overwrites that split and trim extents), truncate, setxattr / removexattr and chmod to
-an image made by mkfs.btrfs, committing every few operations, checks every call's result (and every
+regular extents, overwrites that split and trim extents), truncate, setxattr / removexattr, chmod and
+snapshots of the FS tree (taken in the running transaction, no commit first) to an image made by
+mkfs.btrfs, committing every few operations, checks every call's result (and every
 file's contents read back through the transaction) against its model, and writes the model as JSON.
 Then:
   - `btrfs check --readonly` is clean (nlink, nbytes, isize, dir isize, dir index, refs, csums, extent
@@ -12,6 +13,9 @@ Then:
   - the kernel's read-only mount shows exactly the model: every path, type, permission bits, size,
     sha256 of contents, link count, inode number, symlink target, device numbers, xattrs;
   - `ubtrfs ls --json` lists the same paths and types.
+Recipes run a script through the file API and the same script through the kernel's VFS, and compare
+the two images; the snapshot recipes (one seeded) snapshot, change both sides and delete in one
+transaction, then let the kernel delete either side and check again.
 
 Budget: about a minute under ASan for the CI slice; UBTRFS_LONG_TESTS=1 runs more seeds and longer
 sequences. UBTRFS_FILEAPI_SEED / UBTRFS_FILEAPI_OPS / UBTRFS_FILEAPI_EVERY override the CI slice.
