@@ -325,7 +325,7 @@ static uint8_t ftype(uint32_t mode)
  * starts counting when it is made (the kernel loads its root then), so names
  * its source unlinks before the first create there do not lower the count.
  */
-#define INO_CACHE 64
+#define INO_CACHE 256
 static struct {
 	const struct ub_engine *e;
 	uint64_t subvol, next;

@@ -325,7 +325,7 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 	if (!ret && memcmp(ri + offsetof(struct btrfs_root_item, received_uuid), zero, 16))
 		ret = uuid_tree_change(&w, ri + offsetof(struct btrfs_root_item, received_uuid),
 				       BTRFS_UUID_KEY_RECEIVED_SUBVOL, id, true);
-	if (!ret) {
+	if (!ret && !readonly) {
 		/* as the kernel, which loads the new root at once: inode numbers count from its highest now */
 		struct fsw sw;
 		uint64_t ino;
