@@ -128,12 +128,14 @@ int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
  * the kernel's free objectid there); its ROOT_ITEM, ROOT_REF / ROOT_BACKREF,
  * the name in `dir` of `subvol` (location: the tree's ROOT_ITEM key) and, when
  * the filesystem has a UUID tree, its UUID entry are added as the kernel does.
- * A snapshot shares the source's tree (ub_tree_copy_root) as it stands in the
- * running transaction; readonly sets BTRFS_ROOT_SUBVOL_RDONLY.
- * The source must be unchanged in the running transaction (-EAGAIN: commit
- * first), and the source and the snapshot take no change until the commit
- * (-EAGAIN): their shared blocks would otherwise change under both (the tree
- * layer has no FORCE_COW; the kernel snapshots inside its commit).
+ * A snapshot shares the source's tree (ub_tree_copy_root) and holds the
+ * source as it is at the call, changes of the running transaction included
+ * (the kernel takes it inside the commit its ioctl forces, which userspace
+ * sees as the same thing); readonly sets BTRFS_ROOT_SUBVOL_RDONLY. Both trees
+ * take changes at once: a shared block, even one made in this transaction, is
+ * copied at its first change in either (the kernel's FORCE_COW). Snapshots of
+ * snapshots and deletes in the same transaction work alike. A deleted source
+ * is -ENOENT.
  */
 int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
 			 uint64_t *new_id);

@@ -36,6 +36,8 @@ struct ub_eb {
 	struct ub_eb *dirty_prev, *dirty_next;
 	bool dirty;  /* changed in the running transaction, not yet written (on tc's dirty list) */
 	bool hashed; /* findable by address; a block dropped from the cache lives until its last put */
+	/* ---- shared blocks of the running transaction ---- */
+	uint64_t born; /* the writer's count of new blocks when this one was made (0: read from a device) */
 };
 
 /* Where a tree starts. */
@@ -44,6 +46,10 @@ struct ub_root {
 	uint64_t bytenr;
 	uint64_t generation;
 	uint8_t level;
+	/* ---- shared blocks of the running transaction ---- */
+	/* blocks the writer made up to this count (ub_eb.born) may be shared with a snapshot of this
+	 * transaction: they are copied before they change (the kernel's BTRFS_ROOT_FORCE_COW) */
+	uint64_t shared_upto;
 };
 
 /*
@@ -92,6 +98,8 @@ struct ub_tree_ctx {
 	uint8_t metadata_uuid[UB_FSID_SIZE];
 	uint8_t chunk_tree_uuid[UB_UUID_SIZE];
 	bool have_chunk_tree_uuid;
+	/* ---- shared blocks of the running transaction ---- */
+	uint64_t births; /* new blocks made so far (ub_eb.born); only grows */
 };
 
 int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_log *log);

@@ -29,8 +29,6 @@ struct fsw {
 /* fsw_init: for a change (-EROFS in a read-only subvolume); fsw_init_ro: for a look */
 int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol);
 int fsw_init_ro(struct fsw *w, struct ub_txn *t, uint64_t subvol);
-/* snapshotted (source or snapshot) in the running transaction: no change before the commit */
-bool fsw_frozen(const struct ub_txn *t, uint64_t id);
 
 /* inode item copies: get (-ENOENT), put (the item exists) */
 int fsw_inode_get(struct fsw *w, uint64_t ino, uint8_t ii[UB_II_SIZE]);
@@ -50,12 +48,18 @@ int fsw_dir_item_add(struct fsw *w, const struct ub_key *key, const uint8_t *rec
 /* remove `name`'s record from the item at key (the item goes with its last record) */
 int fsw_dir_item_del(struct fsw *w, const struct ub_key *key, const char *name, size_t len);
 
+/* the next inode number of w's subvolume; take: hand it out, else start counting afresh from the tree as it is */
+int fsw_next_ino(struct fsw *w, bool take, uint64_t *ino);
+
 /* names (write_inode.c) */
 int fsw_check_name(const char *name, size_t len);
 int fsw_get_dir(struct fsw *w, uint64_t dir, uint8_t ii[UB_II_SIZE]);
 int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index);
 /* name in dir: 0 and the dir item's location key (INODE_ITEM, or ROOT_ITEM for a subvolume) and type */
 int fsw_lookup(struct fsw *w, uint64_t dir, const char *name, size_t len, struct ub_key *loc, uint8_t *type);
+/* the same from outside: the name checked, dir a directory of subvol (for a look, no change) */
+int fsw_lookup_name(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+		    struct ub_key *loc, uint8_t *type);
 /* DIR_ITEM + DIR_INDEX of a name, the directory's size and times */
 int fsw_add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, const struct ub_key *loc, uint8_t type,
 		  uint64_t index);

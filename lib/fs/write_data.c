@@ -1292,8 +1292,6 @@ static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, c
 	int ret;
 
 	*done = false;
-	if (fsw_frozen(w->t, w->subvol))
-		return 0;
 	ret = extent_at(w, ino, pos, &k, fe, &fsize);
 	if (ret)
 		return ret > 0 ? 0 : ret;

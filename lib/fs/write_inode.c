@@ -69,8 +69,6 @@ int fsw_init(struct fsw *w, struct ub_txn *t, uint64_t subvol)
 
 	if (ret)
 		return ret;
-	if (fsw_frozen(t, subvol))
-		return -EAGAIN; /* snapshotted in this transaction: see write_subvol.c */
 	key = (struct ub_key){ subvol, BTRFS_ROOT_ITEM_KEY, w->fs->item_offset };
 	ub_path_init(&p);
 	ret = ub_tree_lookup(w->tc, &w->e->fs.root_tree->root, &key, &p, &d, &size);
@@ -323,9 +321,11 @@ static uint8_t ftype(uint32_t mode)
  * time, never reusing a number freed meanwhile (so a number names one inode
  * for the life of the engine, which NFS-style handles and the FUSE mount rely
  * on). Remembered per engine and tree in a small table; a forgotten entry
- * only means a fresh start from the tree's highest objectid.
+ * only means a fresh start from the tree's highest objectid. A new snapshot
+ * starts counting when it is made (the kernel loads its root then), so names
+ * its source unlinks before the first create there do not lower the count.
  */
-#define INO_CACHE 64
+#define INO_CACHE 256
 static struct {
 	const struct ub_engine *e;
 	uint64_t subvol, next;
@@ -333,7 +333,7 @@ static struct {
 static unsigned g_ino_victim;
 static pthread_mutex_t g_ino_lock = PTHREAD_MUTEX_INITIALIZER; /* engines of other threads share the table */
 
-static int next_ino(struct fsw *w, uint64_t *ino)
+int fsw_next_ino(struct fsw *w, bool take, uint64_t *ino)
 {
 	struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, 255, UINT64_MAX };
 	struct ub_path p;
@@ -358,10 +358,10 @@ static int next_ino(struct fsw *w, uint64_t *ino)
 		g_ino[slot].subvol = w->subvol;
 		g_ino[slot].next = 0;
 	}
-	if (g_ino[slot].next > n)
+	if (take && g_ino[slot].next > n)
 		n = g_ino[slot].next;
 	if (n <= BTRFS_LAST_FREE_OBJECTID)
-		g_ino[slot].next = n + 1;
+		g_ino[slot].next = take ? n + 1 : n;
 	pthread_mutex_unlock(&g_ino_lock);
 	if (n > BTRFS_LAST_FREE_OBJECTID)
 		return -EOVERFLOW;
@@ -655,7 +655,7 @@ static int new_inode(struct fsw *w, uint64_t dir, const char *name, size_t len, 
 		return -EEXIST;
 	if (ret != -ENOENT)
 		return ret;
-	ret = next_ino(w, &ino);
+	ret = fsw_next_ino(w, true, &ino);
 	if (ret)
 		return ret;
 	memset(ii, 0, sizeof(ii));
@@ -1046,11 +1046,10 @@ int ub_fsw_setattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const struct
 	return fsw_inode_put(&w, ino, ii);
 }
 
-int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *ino,
-		  uint8_t *type)
+int fsw_lookup_name(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
+		    struct ub_key *loc, uint8_t *type)
 {
-	uint8_t dii[UB_II_SIZE], ty;
-	struct ub_key loc;
+	uint8_t dii[UB_II_SIZE];
 	struct fsw w;
 	int ret;
 
@@ -1060,7 +1059,17 @@ int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
 	if (!ret)
 		ret = fsw_get_dir(&w, dir, dii);
 	if (!ret)
-		ret = fsw_lookup(&w, dir, name, len, &loc, &ty);
+		ret = fsw_lookup(&w, dir, name, len, loc, type);
+	return ret;
+}
+
+int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *ino,
+		  uint8_t *type)
+{
+	struct ub_key loc;
+	uint8_t ty;
+	int ret = fsw_lookup_name(t, subvol, dir, name, len, &loc, &ty);
+
 	if (ret)
 		return ret;
 	if (ino)

@@ -10,7 +10,6 @@
  *   uuid tree:  (uuid low, UUID_KEY_SUBVOL, uuid high) -> id, when the tree exists
  */
 #include <errno.h>
-#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <uuid/uuid.h>
@@ -22,59 +21,6 @@
 #define II_SET(f, p, v) UB_SET(btrfs_inode_item, f, p, v)
 #define RI_SIZE ((uint32_t)sizeof(struct btrfs_root_item))
 #define RREF_SIZE ((uint32_t)sizeof(struct btrfs_root_ref))
-
-/*
- * The tree layer copies a block before changing it only when the block is
- * older than the running transaction (there is no FORCE_COW yet). A snapshot
- * shares the source's blocks, so it must not share blocks of the running
- * transaction, which would then change under both trees: the source must be
- * unchanged in the transaction when the snapshot is taken (else -EAGAIN:
- * commit first), and both trees stay frozen until the commit (the kernel
- * takes snapshots inside its commit for the same reason). Frozen trees are
- * remembered here per engine and transaction (a few at a time).
- */
-#define FROZEN_MAX 32
-static struct {
-	const struct ub_engine *e;
-	uint64_t transid, id;
-} g_frozen[FROZEN_MAX];
-
-static pthread_mutex_t g_frozen_lock = PTHREAD_MUTEX_INITIALIZER; /* engines of other threads share it */
-
-static int freeze(const struct ub_txn *t, uint64_t id)
-{
-	int free_slot = -1, ret = 0;
-
-	pthread_mutex_lock(&g_frozen_lock);
-	for (int i = 0; i < FROZEN_MAX; i++) {
-		if (g_frozen[i].e == t->e && g_frozen[i].transid == t->transid && g_frozen[i].id == id) {
-			pthread_mutex_unlock(&g_frozen_lock);
-			return 0;
-		}
-		if (free_slot < 0 && (g_frozen[i].e != t->e || g_frozen[i].transid != t->transid))
-			free_slot = i;
-	}
-	if (free_slot < 0) {
-		ret = -EAGAIN;
-	} else {
-		g_frozen[free_slot].e = t->e;
-		g_frozen[free_slot].transid = t->transid;
-		g_frozen[free_slot].id = id;
-	}
-	pthread_mutex_unlock(&g_frozen_lock);
-	return ret;
-}
-
-bool fsw_frozen(const struct ub_txn *t, uint64_t id)
-{
-	bool found = false;
-
-	pthread_mutex_lock(&g_frozen_lock);
-	for (int i = 0; i < FROZEN_MAX && !found; i++)
-		found = g_frozen[i].e == t->e && g_frozen[i].transid == t->transid && g_frozen[i].id == id;
-	pthread_mutex_unlock(&g_frozen_lock);
-	return found;
-}
 
 static int next_root_id(struct fsw *w, uint64_t *id)
 {
@@ -303,9 +249,44 @@ static int root_item_get(struct fsw *w, uint64_t id, uint64_t offset, uint8_t *r
 	return ret;
 }
 
+/*
+ * The snapshot's ROOT_ITEM from the source's, as the kernel's
+ * create_pending_snapshot fills it: the source's inode, ctransid, ctime and
+ * flags stay (rdonly as asked); a new uuid with the source's as parent_uuid;
+ * the snapshot transid as otransid, generation_v2 and last_snapshot (which the
+ * source's item gets too, at commit); a writable snapshot drops what a receive
+ * left (received_uuid, stransid, rtransid, stime, rtime).
+ */
+static void snapshot_item(uint8_t *ri, const struct ub_root *snap, const uint8_t *uuid, bool readonly,
+			  const struct fsw *w)
+{
+	uint64_t flags = RI_GET(flags, ri) & ~(uint64_t)BTRFS_ROOT_SUBVOL_RDONLY;
+
+	memcpy(ri + offsetof(struct btrfs_root_item, parent_uuid), ri + offsetof(struct btrfs_root_item, uuid), 16);
+	memcpy(ri + offsetof(struct btrfs_root_item, uuid), uuid, 16);
+	RI_SET(bytenr, ri, snap->bytenr);
+	RI_SET(generation, ri, snap->generation);
+	RI_SET(generation_v2, ri, w->t->transid);
+	RI_SET(level, ri, snap->level);
+	RI_SET(refs, ri, 1);
+	RI_SET(last_snapshot, ri, w->t->transid);
+	RI_SET(flags, ri, flags | (readonly ? BTRFS_ROOT_SUBVOL_RDONLY : 0));
+	RI_SET(drop_level, ri, 0);
+	memset(ri + offsetof(struct btrfs_root_item, drop_progress), 0, sizeof(struct btrfs_disk_key));
+	RI_SET(otransid, ri, w->t->transid);
+	set_time(ri, offsetof(struct btrfs_root_item, otime), &w->now);
+	if (!readonly) {
+		memset(ri + offsetof(struct btrfs_root_item, received_uuid), 0, 16);
+		RI_SET(stransid, ri, 0);
+		RI_SET(rtransid, ri, 0);
+		memset(ri + offsetof(struct btrfs_root_item, stime), 0, 2 * sizeof(struct btrfs_timespec));
+	}
+}
+
 int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t dir, const char *name, size_t len,
 		    bool readonly, uint64_t *new_id)
 {
+	static const uint8_t zero[16];
 	uint8_t ri[RI_SIZE];
 	struct ub_eroot *ser, *er;
 	struct ub_root snap;
@@ -320,36 +301,19 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 		ret = check_new_name(&w, dir, name, len);
 	if (!ret)
 		ret = ub_engine_root(w.e, src, &ser);
-	if (!ret && (ser->root.generation >= t->transid || fsw_frozen(t, src)))
-		ret = -EAGAIN; /* changed in this transaction: commit, then snapshot */
 	if (!ret)
 		ret = root_item_get(&w, src, ser->item_offset, ri);
+	if (!ret && (RI_GET(refs, ri) == 0 || (RI_GET(flags, ri) & BTRFS_ROOT_SUBVOL_DEAD)))
+		ret = -ENOENT; /* deleted, waiting for the cleaner */
 	if (!ret)
 		ret = next_root_id(&w, &id);
+	/* the source as it is now, changes of this transaction included (the tree layer keeps them apart) */
 	if (!ret)
 		ret = ub_tree_copy_root(w.tc, w.ta, &ser->root, id, &snap);
 	if (ret)
 		return ret;
 	uuid_generate(uuid);
-	memcpy(ri + offsetof(struct btrfs_root_item, parent_uuid), ri + offsetof(struct btrfs_root_item, uuid), 16);
-	memcpy(ri + offsetof(struct btrfs_root_item, uuid), uuid, 16);
-	memset(ri + offsetof(struct btrfs_root_item, received_uuid), 0, 16);
-	RI_SET(bytenr, ri, snap.bytenr);
-	RI_SET(generation, ri, snap.generation);
-	RI_SET(generation_v2, ri, snap.generation);
-	RI_SET(level, ri, snap.level);
-	RI_SET(refs, ri, 1);
-	RI_SET(last_snapshot, ri, t->transid);
-	RI_SET(flags, ri, readonly ? BTRFS_ROOT_SUBVOL_RDONLY : 0);
-	RI_SET(drop_level, ri, 0);
-	memset(ri + offsetof(struct btrfs_root_item, drop_progress), 0, sizeof(struct btrfs_disk_key));
-	RI_SET(ctransid, ri, t->transid);
-	RI_SET(otransid, ri, t->transid);
-	RI_SET(stransid, ri, 0);
-	RI_SET(rtransid, ri, 0);
-	set_time(ri, offsetof(struct btrfs_root_item, ctime), &w.now);
-	set_time(ri, offsetof(struct btrfs_root_item, otime), &w.now);
-	memset(ri + offsetof(struct btrfs_root_item, stime), 0, 2 * sizeof(struct btrfs_timespec));
+	snapshot_item(ri, &snap, uuid, readonly, &w);
 	key = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, t->transid };
 	ret = ub_tree_insert_item(w.tc, w.ta, &w.e->fs.root_tree->root, &key, ri, RI_SIZE);
 	if (!ret)
@@ -358,10 +322,18 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 		ret = link_subvol(&w, dir, name, len, id);
 	if (!ret)
 		ret = uuid_tree_change(&w, uuid, BTRFS_UUID_KEY_SUBVOL, id, true);
-	if (!ret)
-		ret = freeze(t, src);
-	if (!ret)
-		ret = freeze(t, id);
+	if (!ret && memcmp(ri + offsetof(struct btrfs_root_item, received_uuid), zero, 16))
+		ret = uuid_tree_change(&w, ri + offsetof(struct btrfs_root_item, received_uuid),
+				       BTRFS_UUID_KEY_RECEIVED_SUBVOL, id, true);
+	if (!ret && !readonly) {
+		/* as the kernel, which loads the new root at once: inode numbers count from its highest now */
+		struct fsw sw;
+		uint64_t ino;
+
+		ret = fsw_init_ro(&sw, t, id);
+		if (!ret)
+			ret = fsw_next_ino(&sw, false, &ino);
+	}
 	if (!ret && new_id)
 		*new_id = id;
 	return ret;
@@ -508,18 +480,10 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,
 		     uint64_t *ino, uint8_t *type)
 {
-	uint8_t dii[UB_II_SIZE], ty;
 	struct ub_key loc;
-	struct fsw w;
-	int ret;
+	uint8_t ty;
+	int ret = fsw_lookup_name(t, subvol, dir, name, len, &loc, &ty);
 
-	ret = fsw_init_ro(&w, t, subvol);
-	if (!ret)
-		ret = fsw_check_name(name, len);
-	if (!ret)
-		ret = fsw_get_dir(&w, dir, dii);
-	if (!ret)
-		ret = fsw_lookup(&w, dir, name, len, &loc, &ty);
 	if (ret)
 		return ret;
 	if (loc.type == BTRFS_ROOT_ITEM_KEY) {

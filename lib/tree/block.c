@@ -674,6 +674,7 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 	eb->start = bytenr;
 	eb->len = vol->nodesize;
 	eb->refs = 1;
+	eb->born = ++tc->births;
 	UB_SET(ub_disk_header, bytenr, eb->data, bytenr);
 	UB_SET(ub_disk_header, owner, eb->data, owner);
 	UB_SET(ub_disk_header, level, eb->data, (uint64_t)level);

@@ -167,10 +167,22 @@ static void node_move(struct ub_eb *dst, uint32_t dslot, struct ub_eb *src, uint
 
 /* ---- copy on write ---- */
 
+/* A block the writer made up to root->shared_upto may be shared with a snapshot of this transaction. */
+static bool maybe_shared(const struct ub_root *root, const struct ub_eb *eb)
+{
+	return root && eb->born <= root->shared_upto;
+}
+
+/*
+ * Blocks of the running transaction change in place, except those a snapshot
+ * taken in this transaction may share: they are copied like committed ones
+ * (the kernel's FORCE_COW, decided per block: what the tree made after its
+ * last snapshot is its own).
+ */
 static bool must_cow(const struct wctx *w, const struct ub_eb *eb)
 {
 	return !eb->dirty || ub_eb_generation(eb) != w->ta->transid ||
-	       (HDR(flags, eb->data) & BTRFS_HEADER_FLAG_WRITTEN);
+	       (HDR(flags, eb->data) & BTRFS_HEADER_FLAG_WRITTEN) || maybe_shared(w->root, eb);
 }
 
 static int new_block(struct wctx *w, int level, struct ub_eb **out)
@@ -192,6 +204,7 @@ static int cow_eb(struct wctx *w, struct ub_eb **ebp, struct ub_eb *parent, uint
 {
 	struct ub_eb *eb = *ebp, *copy;
 	uint64_t flags;
+	bool keep;
 	int ret;
 
 	if (!must_cow(w, eb))
@@ -210,11 +223,12 @@ static int cow_eb(struct wctx *w, struct ub_eb **ebp, struct ub_eb *parent, uint
 	memcpy(copy->data + offsetof(struct ub_disk_header, fsid), w->tc->metadata_uuid, UB_FSID_SIZE);
 	memcpy(copy->data + offsetof(struct ub_disk_header, chunk_tree_uuid), w->tc->chunk_tree_uuid, UB_UUID_SIZE);
 	ret = w->ta->cow_block(w->ta->arg, w->root->objectid, eb, copy, parent ? parent->start : 0);
-	if (ret) {
+	if (ret < 0) {
 		ub_tree_forget_block(w->tc, copy);
 		ub_eb_put(w->tc, copy);
 		return ret;
 	}
+	keep = ret > 0;
 	if (parent) {
 		struct ub_key k;
 		ub_eb_item_key(parent, (int)pslot, &k);
@@ -224,8 +238,8 @@ static int cow_eb(struct wctx *w, struct ub_eb **ebp, struct ub_eb *parent, uint
 		w->root->generation = w->ta->transid;
 		w->root->level = (uint8_t)level_of(copy);
 	}
-	/* a transaction block replaced again (written mid-commit) is no longer wanted */
-	if (eb->dirty)
+	/* a transaction block replaced again (written mid-commit) is no longer wanted, unless another tree holds it */
+	if (eb->dirty && !keep)
 		ub_tree_forget_block(w->tc, eb);
 	ub_eb_put(w->tc, eb);
 	*ebp = copy;
@@ -1125,7 +1139,7 @@ uint8_t *ub_path_data_mut(struct ub_path *p, uint32_t *size)
 {
 	struct ub_eb *l = p->nodes[0];
 
-	if (!l || !l->dirty || (uint32_t)p->slots[0] >= nritems(l))
+	if (!l || !l->dirty || maybe_shared(p->root, l) || (uint32_t)p->slots[0] >= nritems(l))
 		return NULL;
 	return (uint8_t *)ub_eb_item_data(l, p->slots[0], size);
 }
@@ -1160,14 +1174,14 @@ int ub_tree_create_root(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta, uint64
 	return 0;
 }
 
-int ub_tree_copy_root(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta, const struct ub_root *src,
+int ub_tree_copy_root(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta, struct ub_root *src,
 		      uint64_t new_root_id, struct ub_root *out)
 {
 	struct ub_root r = { .objectid = new_root_id };
 	struct wctx w = { tc, ta, &r };
 	struct ub_expect exp = ub_root_expect(src);
 	struct ub_eb *old, *copy;
-	uint64_t flags;
+	uint64_t flags, made = tc->births; /* every block made so far may now be in both trees */
 	int ret = check_ta(tc, ta);
 
 	if (ret)
@@ -1197,6 +1211,8 @@ int ub_tree_copy_root(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta, const st
 	r.bytenr = copy->start;
 	r.generation = ta->transid;
 	r.level = (uint8_t)level_of(copy);
+	r.shared_upto = made;
+	src->shared_upto = made;
 	ub_eb_put(tc, copy);
 	*out = r;
 out:

@@ -6,7 +6,8 @@
  * Rules:
  *  - One writer per ub_tree_ctx at a time (the running transaction); nothing
  *    here locks. The writer changes in place only blocks of its transaction
- *    (generation == ta->transid and not yet written); any other block is
+ *    (generation == ta->transid and not yet written) that no snapshot of the
+ *    transaction may share (ub_root.shared_upto); any other block is
  *    copied first (ta->alloc_block + ta->cow_block), its parent's pointer and
  *    generation updated up to the root, and the caller's struct ub_root
  *    updated in place when the root block moves.
@@ -39,7 +40,8 @@ struct ub_tree_alloc {
 	/* `old` is replaced by `copy` (already filled, same items) in tree `root_id`; `parent` is the
 	 * node pointing at it (0 for a root). The callee does the reference bookkeeping of a COW
 	 * (shared blocks, full back references, as the kernel's update_ref_for_cow) and drops
-	 * `old`'s reference from this tree (pinned until commit). */
+	 * `old`'s reference from this tree (pinned until commit). 0, or 1 when `old` is a block
+	 * of this transaction that other trees still hold (it stays dirty, to be written). */
 	int (*cow_block)(void *arg, uint64_t root_id, const struct ub_eb *old, const struct ub_eb *copy, uint64_t parent);
 	/* `eb` left tree `root_id` (merged away, root shrunk): drop its reference */
 	int (*free_block)(void *arg, uint64_t root_id, const struct ub_eb *eb, uint64_t parent);
@@ -75,14 +77,17 @@ int ub_tree_extend_item(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta, struct
 /* shrink the item at p (from a cow search) to new_size: from_end keeps its first new_size bytes,
  * else its last ones */
 void ub_tree_truncate_item(struct ub_tree_ctx *tc, struct ub_path *p, uint32_t new_size, bool from_end);
-/* writable item data at p (its leaf is dirty in this transaction); NULL if the leaf is not */
+/* writable item data at p (its leaf is dirty in this transaction); NULL if the leaf is not, or if a
+ * snapshot of this transaction may share it (search with cow first) */
 uint8_t *ub_path_data_mut(struct ub_path *p, uint32_t *size);
 /* The leaf at p was changed through ub_path_data_mut: it must be one of the transaction's. */
 void ub_path_mark_dirty(struct ub_path *p);
 /* a new tree: one empty leaf, owner root_id, level 0 */
 int ub_tree_create_root(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta, uint64_t root_id, struct ub_root *out);
-/* snapshot: a copy of src's root block owned by new_root_id (calls ta->copy_root) */
-int ub_tree_copy_root(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta, const struct ub_root *src,
+/* snapshot: a copy of src's root block owned by new_root_id (calls ta->copy_root). src may be
+ * changed in this transaction: both roots' shared_upto then make every block made so far copied
+ * before it changes in either tree, so the snapshot keeps src as it is at the call. */
+int ub_tree_copy_root(struct ub_tree_ctx *tc, struct ub_tree_alloc *ta, struct ub_root *src,
 		      uint64_t new_root_id, struct ub_root *out);
 
 /*

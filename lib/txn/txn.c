@@ -124,15 +124,18 @@ static int block_ref_info(struct ub_txn *t, const struct ub_eb *eb, uint64_t *re
 {
 	struct ub_engine *e = t->e;
 	struct ub_key key = { eb->start, BTRFS_METADATA_ITEM_KEY, ub_eb_level(eb) };
-	const struct ub_dref_head *h;
+	const struct ub_dref_head *h = ub_dref_find(t->refs, eb->start);
 	const uint8_t *d;
 	uint32_t size;
 	struct ub_path p;
 	int ret;
 
+	*refs = *flags = 0;
 	ub_path_init(&p);
 	ret = ub_tree_lookup(&e->fs.tc, &e->fs.extent_tree->root, &key, &p, &d, &size);
-	if (ret == 0 && size >= sizeof(struct btrfs_extent_item)) {
+	if (ret == -ENOENT && h && h->new_extent) {
+		ret = 0; /* made in this transaction (shared by a snapshot of it): only queued references */
+	} else if (ret == 0 && size >= sizeof(struct btrfs_extent_item)) {
 		*refs = UB_GET(btrfs_extent_item, refs, d);
 		*flags = UB_GET(btrfs_extent_item, flags, d);
 	} else if (ret == 0 || ret == -ENOENT) {
@@ -144,7 +147,6 @@ static int block_ref_info(struct ub_txn *t, const struct ub_eb *eb, uint64_t *re
 	ub_path_release(&p);
 	if (ret)
 		return ret;
-	h = ub_dref_find(t->refs, eb->start);
 	if (h) {
 		if ((int64_t)*refs + h->total_delta < 0)
 			return -EUCLEAN;
@@ -157,6 +159,19 @@ static int block_ref_info(struct ub_txn *t, const struct ub_eb *eb, uint64_t *re
 		return -EUCLEAN;
 	}
 	return 0;
+}
+
+/*
+ * A subvolume tree's block not newer than its last snapshot, except its root
+ * (a snapshot copies the root, so roots are never shared). The ROOT_ITEM's
+ * block stands for the root only while it is older than this transaction:
+ * a tree made in this transaction keeps its first block as a child.
+ */
+static bool may_be_shared(const struct ub_txn *t, const struct ub_eroot *er, const struct ub_eb *old)
+{
+	if (!er->shareable || ub_eb_generation(old) > er->last_snapshot || old->start == er->root.bytenr)
+		return false;
+	return old->start != er->item_bytenr || ub_eb_generation(old) == t->transid;
 }
 
 /*
@@ -180,7 +195,7 @@ static int cow_block(void *arg, uint64_t root_id, const struct ub_eb *old, const
 
 	if (!er)
 		return fail(t, -EINVAL);
-	if (er->shareable && old->start != er->item_bytenr && ub_eb_generation(old) <= er->last_snapshot) {
+	if (may_be_shared(t, er, old)) {
 		ret = block_ref_info(t, old, &refs, &flags);
 		if (ret)
 			return fail(t, ret);
@@ -209,7 +224,8 @@ static int cow_block(void *arg, uint64_t root_id, const struct ub_eb *old, const
 		return fail(t, ret);
 	(void)parent;
 	t->blocks_cowed++;
-	return 0;
+	/* a block of this transaction another tree still holds must still be written */
+	return refs > 1 && ub_eb_generation(old) == t->transid;
 }
 
 static int free_block(void *arg, uint64_t root_id, const struct ub_eb *eb, uint64_t parent)
@@ -231,22 +247,13 @@ static int copy_root(void *arg, uint64_t new_root_id, const struct ub_eb *src, c
 {
 	struct ub_txn *t = arg;
 	struct ub_eroot *er = txn_root(t, ub_eb_owner(src));
-	char n[64];
 	int ret;
 
 	/*
-	 * Blocks of the running transaction are changed in place, so a source
-	 * changed in this transaction would go on changing under the snapshot
-	 * (the kernel forces copies then; the tree layer does not): snapshot
-	 * only what the last commit holds. A source root of an older generation
-	 * has only older blocks below it (copies are made top-down).
+	 * From now on the source's blocks may be shared, this transaction's
+	 * too (the tree layer copies those before they change): the first
+	 * change to each must check its references.
 	 */
-	if (ub_eb_generation(src) == t->transid) {
-		ub_err(&t->e->fs.log, "transaction %llu: snapshot of tree %s, which this transaction already changed: "
-		       "commit first", (unsigned long long)t->transid, ub_tree_name(ub_eb_owner(src), n, sizeof(n)));
-		return fail(t, -EINVAL);
-	}
-	/* from now on the source's blocks may be shared: the first change to each must check */
 	if (er)
 		er->last_snapshot = t->transid;
 	ret = change_child_refs(t, copy, new_root_id, false, 1);

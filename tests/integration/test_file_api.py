@@ -3,8 +3,9 @@
 
 tests/tools/fileapi_driver.c applies a seeded random sequence of create, mkdir, mknod, symlink, link,
 unlink, rmdir, rename (over existing names, RENAME_EXCHANGE, RENAME_NOREPLACE), write (inline and
-regular extents, overwrites that split and trim extents), truncate, setxattr / removexattr and chmod to
-an image made by mkfs.btrfs, committing every few operations, checks every call's result (and every
+regular extents, overwrites that split and trim extents), truncate, setxattr / removexattr, chmod and
+snapshots of the FS tree (taken in the running transaction, no commit first) to an image made by
+mkfs.btrfs, committing every few operations, checks every call's result (and every
 file's contents read back through the transaction) against its model, and writes the model as JSON.
 Then:
   - `btrfs check --readonly` is clean (nlink, nbytes, isize, dir isize, dir index, refs, csums, extent
@@ -12,6 +13,9 @@ Then:
   - the kernel's read-only mount shows exactly the model: every path, type, permission bits, size,
     sha256 of contents, link count, inode number, symlink target, device numbers, xattrs;
   - `ubtrfs ls --json` lists the same paths and types.
+Recipes run a script through the file API and the same script through the kernel's VFS, and compare
+the two images; the snapshot recipes (one seeded) snapshot, change both sides and delete in one
+transaction, then let the kernel delete either side and check again.
 
 Budget: about a minute under ASan for the CI slice; UBTRFS_LONG_TESTS=1 runs more seeds and longer
 sequences. UBTRFS_FILEAPI_SEED / UBTRFS_FILEAPI_OPS / UBTRFS_FILEAPI_EVERY override the CI slice.
@@ -491,8 +495,8 @@ RECIPES["fallocate_and_punch"] = [
 ]
 RECIPES["subvolumes_snapshots_delete"] = [
     "subvol /sv", "create /sv/f 644", "write /sv/f 0 50000 30", "mkdir /sv/d 755", "create /sv/d/g 600",
-    "write /sv/d/g 0 1000 31", "setxattr /sv/f user.a 6869", "commit", "snapshot /sv /snap1", "@!11 write /sv/f 0 1 1",
-    "@!11 write /snap1/f 0 1 1", "commit", "write /sv/f 10000 5000 32",
+    "write /sv/d/g 0 1000 31", "setxattr /sv/f user.a 6869", "snapshot /sv /snap1", "write /sv/f 0 1 1",
+    "write /snap1/f 0 1 1", "commit", "write /sv/f 10000 5000 32",
     "unlink /sv/d/g", "commit", "write /snap1/f 40000 100 33", "truncate /snap1/d/g 10",
     "commit", "snapshot /sv /snap2 ro", "commit", "!30 create /snap2/new 644", "!30 write /snap2/f 0 10 1",
     "!30 unlink /snap2/f", "snapshot /snap2 /snap2rw", "commit", "write /snap2rw/f 0 10 1", "commit",
@@ -503,6 +507,83 @@ RECIPES["subvolumes_snapshots_delete"] = [
     "rename /inner2 /dd/inner3",
 ]
 RECIPES["hash_collisions_xattr_and_names"] = collision_script()
+
+
+def snapshots_in_one_transaction():
+    """Snapshots of trees changed in the same transaction, of each other, changed on both sides and one
+    deleted, all before one commit; the trees have several levels (4K nodes), so shared nodes of the
+    transaction are copied on both sides."""
+    s = ["subvol /sv", "mkdir /sv/m 755"]
+    for i in range(150):
+        s += ["create /sv/m/f%03d 644" % i, "write /sv/m/f%03d 0 %d %d" % (i, 300 if i % 10 else 9000, i + 1)]
+    s += ["create /sv/f 644", "write /sv/f 0 50000 200", "mkdir /sv/d 755", "create /sv/d/g 600",
+          "write /sv/d/g 0 1000 201", "setxattr /sv/f user.a 6869",
+          "snapshot /sv /s1",
+          "write /sv/f 10000 5000 202", "write /s1/f 20000 3000 203", "unlink /sv/d/g", "create /s1/d/new 644",
+          "write /sv/m/f005 0 100 204", "write /s1/m/f006 0 100 205", "unlink /sv/m/f007", "unlink /s1/m/f008",
+          "snapshot /s1 /s2",
+          "write /s1/f 0 100 206", "write /s2/f 30000 10 207", "write /s2/m/f009 0 9000 208",
+          "snapshot /sv /s3 ro",
+          "write /sv/f 0 20000 209", "!30 write /s3/f 0 1 1",
+          "snapshot /sv /s4", "write /s4/f 100 100 210", "write /s4/m/f011 0 9000 211", "subvoldel /s4",
+          "truncate /s2/d/g 10", "write /sv/m/f012 0 9000 212",
+          # a source deleted right after its snapshot changed both
+          "subvol /w", "create /w/f 644", "write /w/f 0 20000 213", "snapshot /w /w2", "write /w/f 0 5000 214",
+          "write /w2/f 5000 5000 215", "subvoldel /w",
+          "commit"]
+    return s
+
+
+RECIPES["snapshots_in_one_transaction"] = snapshots_in_one_transaction()
+
+
+def snapshots_random(seed=7, nops=400):
+    """Seeded: writes, truncates, creates and unlinks in every subvolume, snapshots of any of them (some
+    read-only) and deletes, commits now and then; the kernel runs the same script as the reference."""
+    import random
+    rnd = random.Random(seed)
+    s = ["subvol /sv"]
+    for i in range(120):
+        s += ["create /sv/f%03d 644" % i, "write /sv/f%03d 0 %d %d" % (i, 200 if i % 8 else 9000, i + 1)]
+    live = {"sv": {"f%03d" % i for i in range(120)}}
+    ro, n = set(), 0
+    for k in range(nops):
+        r = rnd.random()
+        sub = rnd.choice(sorted(live))
+        files = live[sub]
+        if r < 0.08 and len(live) < 12:
+            n += 1
+            new = "n%d" % n
+            s.append("snapshot /%s /%s" % (sub, new) + (" ro" if rnd.random() < 0.2 else ""))
+            if s[-1].endswith(" ro"):
+                ro.add(new)
+            live[new] = set(files)
+        elif r < 0.11 and len(live) > 2:
+            s.append("subvoldel /%s" % sub)
+            del live[sub]
+        elif r < 0.14:
+            s.append("commit")
+        elif sub in ro:
+            if files:
+                s.append("!30 write /%s/%s 0 1 1" % (sub, rnd.choice(sorted(files))))
+        elif r < 0.25 or not files:
+            name = "g%03d" % rnd.randrange(1000)
+            if name not in files:
+                s.append("create /%s/%s 644" % (sub, name))
+                files.add(name)
+        elif r < 0.32:
+            name = rnd.choice(sorted(files))
+            s.append("unlink /%s/%s" % (sub, name))
+            files.discard(name)
+        elif r < 0.40:
+            s.append("truncate /%s/%s %d" % (sub, rnd.choice(sorted(files)), rnd.randrange(20000)))
+        else:
+            s.append("write /%s/%s %d %d %d" % (sub, rnd.choice(sorted(files)), rnd.randrange(30000),
+                                                rnd.choice((1, 300, 4096, 9000)), k + 1000))
+    return s + ["commit"]
+
+
+RECIPES["snapshots_random"] = snapshots_random()
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -532,3 +613,28 @@ def test_recipe(driver, casedir, ubtrfs_bin, name):
         progs_check(ours)
         dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", str(ours[0])]).stdout.decode()
         assert "ORPHAN_ITEM" not in dump, dump[-3000:]
+    if name == "snapshots_random":
+        T.run(["btrfs", "check", "--readonly", "--check-data-csum", str(ours[0])], timeout=600)
+    if name == "snapshots_in_one_transaction":
+        T.run(["btrfs", "check", "--readonly", "--check-data-csum", str(ours[0])], timeout=600)
+        dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", str(ours[0])]).stdout.decode()
+        # the root items as the kernel's snapshot writes them: key offset, otransid and last_snapshot the
+        # snapshot's transaction, generation_v2 current, parent_uuid the source's uuid
+        items = {}
+        for m in re.finditer(r"key \((\d+) ROOT_ITEM (\d+)\)[^\n]*\n((?:\t\t[^\n]*\n)+)", dump):
+            f = dict(re.findall(r"(\w+) (\S+)", m.group(3)))
+            items[int(m.group(1))] = (int(m.group(2)), f)
+        uuids = {f["uuid"] for _, f in items.values()}
+        snaps = [(off, f) for off, f in items.values() if off and f["refs"] == "1"]
+        assert len(snaps) == 4, dump[-3000:]
+        for off, f in snaps:
+            assert int(f["otransid"]) == off and int(f["last_snapshot"]) == off, f
+            assert f["generation_v2"] == f["generation"] and f["parent_uuid"] in uuids, f
+        # the kernel's cleaner drops the deleted one; deleting either side of a shared tree then frees
+        # exactly what that side alone used
+        for gone in (["/sv", "/s2"], ["/s1", "/s3"]):
+            with T.mounted(ours, casedir / "mnt", options="commit=1", readonly=False) as m:
+                for sub in gone:
+                    T.run(["btrfs", "subvolume", "delete", str(m) + sub])
+                T.run(["btrfs", "subvolume", "sync", str(m)], timeout=120)
+            T.run(["btrfs", "check", "--readonly", "--check-data-csum", str(ours[0])], timeout=600)

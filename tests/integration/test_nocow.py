@@ -130,6 +130,14 @@ def test_nocow_in_place(driver, work):
     view = kernel_view(work, imgs, ["f", "s/f"])
     assert view["f"] == bytes(m.files["f"]) and view["s/f"] == old_f
 
+    # a snapshot in the transaction that wrote f holds f as the call found it
+    first_write = m.write("f", 0, 4096, 102)
+    mid_f = bytes(m.files["f"])
+    script(driver, work, imgs, [first_write, "snapshot s2", m.write("f", 0, 4096, 119), "commit"])
+    check_clean(imgs)
+    view = kernel_view(work, imgs, ["f", "s2/f"])
+    assert view["f"] == bytes(m.files["f"]) and view["s2/f"] == mid_f
+
 
 def test_prealloc_written_in_place(driver, work):
     imgs = images(work, 1)

@@ -2,9 +2,9 @@
 /*
  * The file API's rules, call by call, on an image made by mkfs.btrfs (skipped
  * without it): argument checks and errno answers, what an abort leaves, the
- * inline / regular extent choice, directory sizes, xattr flags, the snapshot
- * freeze, data read back after commit and reopen; `btrfs check` judges the
- * image at the end. End-to-end comparisons with the kernel live in
+ * inline / regular extent choice, directory sizes, xattr flags, snapshots of
+ * trees changed in the same transaction, data read back after commit and
+ * reopen; `btrfs check` judges the image at the end. End-to-end comparisons with the kernel live in
  * tests/integration/test_file_api.py.
  */
 #include <errno.h>
@@ -260,31 +260,127 @@ static void test_data_layout(void **state)
 	ub_engine_close(e);
 }
 
-static void test_snapshot_freeze(void **state)
+/* file i of a subvolume holds "<tag><i>", padded to `len` bytes */
+static void put_tagged(struct ub_txn *t, uint64_t subvol, uint64_t ino, char tag, int i, size_t len)
 {
+	static char buf[8192];
+
+	memset(buf, tag, sizeof(buf));
+	snprintf(buf, 16, "%c%03d", tag, i);
+	assert_int_equal(ub_fsw_write(t, subvol, ino, 0, buf, len), 0);
+}
+
+static void expect_tagged(struct ub_txn *t, uint64_t subvol, const char *name, char tag, int i)
+{
+	char want[16], got[16];
+	uint64_t ino;
+	size_t n;
+
+	assert_int_equal(ub_fsw_lookup(t, subvol, TOP, name, strlen(name), &ino, NULL), 0);
+	assert_int_equal(ub_fsw_read(t, subvol, ino, 0, got, 4, &n), 0);
+	snprintf(want, sizeof(want), "%c%03d", tag, i);
+	assert_int_equal(n, 4);
+	assert_memory_equal(got, want, 4);
+}
+
+/* snapshots of trees this transaction changed: each keeps its source as it was at the call */
+#define SNAP_FILES 200
+static void test_snapshot_in_transaction(void **state)
+{
+	uint64_t ino[SNAP_FILES], s1, s2, s3, x;
 	struct ub_engine *e;
 	struct ub_txn *t;
-	uint64_t id, ino;
+	char name[16];
 
 	(void)state;
 	if (!g_have)
 		skip();
 	e = open_engine();
 	assert_int_equal(ub_txn_start(e, &t), 0);
-	mk(t, TOP, "before", S_IFREG | 0644);
-	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "snap", 4, false, &id), -EAGAIN);
+	/* enough files for a tree of several levels, every block of this transaction */
+	for (int i = 0; i < SNAP_FILES; i++) {
+		snprintf(name, sizeof(name), "f%03d", i);
+		ino[i] = mk(t, TOP, name, S_IFREG | 0644);
+		put_tagged(t, FS, ino[i], 'A', i, i % 20 ? 100 : 8192);
+	}
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s1", 2, false, &s1), 0);
+	for (int i = 0; i < SNAP_FILES; i++)
+		put_tagged(t, FS, ino[i], 'B', i, i % 20 ? 100 : 8192);
+	mk(t, TOP, "after", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_unlink(t, FS, TOP, "f000", 4), 0);
+	assert_int_equal(ub_fsw_lookup(t, s1, TOP, "after", 5, &x, NULL), -ENOENT);
+	assert_int_equal(ub_fsw_lookup(t, s1, TOP, "s1", 2, &x, NULL), -ENOENT);
+	expect_tagged(t, s1, "f000", 'A', 0);
+	expect_tagged(t, s1, "f005", 'A', 5);
+	for (int i = 10; i < 30; i++)
+		put_tagged(t, s1, ino[i], 'C', i, i % 20 ? 100 : 8192);
+	/* a snapshot of the snapshot, then a second one of the source, all before a commit */
+	assert_int_equal(ub_fsw_snapshot(t, s1, FS, TOP, "s2", 2, true, &s2), 0);
+	put_tagged(t, s1, ino[10], 'D', 10, 100);
+	put_tagged(t, s1, ino[20], 'D', 20, 8192);
+	assert_int_equal(ub_fsw_create(t, s2, TOP, "x", 1, S_IFREG | 0644, 0, 0, 0, &x), -EROFS);
+	expect_tagged(t, s2, "f010", 'C', 10);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s3", 2, false, &s3), 0);
+	put_tagged(t, FS, ino[100], 'E', 100, 8192);
+	put_tagged(t, s3, ino[101], 'F', 101, 100);
+	expect_tagged(t, s3, "f100", 'B', 100);
+	expect_tagged(t, FS, "f101", 'B', 101);
+	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s3", 2), 0);
 	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+	/* reopened: what each tree held */
+	e = open_engine();
 	assert_int_equal(ub_txn_start(e, &t), 0);
-	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "snap", 4, true, &id), 0);
-	assert_int_equal(ub_fsw_create(t, FS, TOP, "after", 5, S_IFREG | 0644, 0, 0, 0, &ino), -EAGAIN);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "f000", 4, &x, NULL), -ENOENT);
+	expect_tagged(t, FS, "f005", 'B', 5);
+	expect_tagged(t, FS, "f100", 'E', 100);
+	expect_tagged(t, FS, "f101", 'B', 101);
+	expect_tagged(t, s1, "f000", 'A', 0);
+	expect_tagged(t, s1, "f009", 'A', 9);
+	expect_tagged(t, s1, "f010", 'D', 10);
+	expect_tagged(t, s1, "f011", 'C', 11);
+	expect_tagged(t, s1, "f020", 'D', 20);
+	expect_tagged(t, s1, "f100", 'A', 100);
+	expect_tagged(t, s2, "f010", 'C', 10);
+	expect_tagged(t, s2, "f020", 'C', 20);
+	expect_tagged(t, s2, "f030", 'A', 30);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "s3", 2, &x, NULL), -ENOENT);
+	/* changed again in the next transaction: copies as for any committed snapshot */
+	put_tagged(t, FS, ino[5], 'G', 5, 100);
 	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+	assert_int_equal(sh("btrfs check --readonly --check-data-csum %s >%s/check.log 2>&1 || "
+			    "{ cat %s/check.log; false; }", g_img, g_dir, g_dir), 0);
+	e = open_engine();
+	/* an aborted transaction leaves no trace of its snapshot; the id is taken again */
 	assert_int_equal(ub_txn_start(e, &t), 0);
-	assert_int_equal(ub_fsw_create(t, FS, TOP, "after", 5, S_IFREG | 0644, 0, 0, 0, &ino), 0);
-	assert_int_equal(ub_fsw_create(t, id, TOP, "x", 1, S_IFREG | 0644, 0, 0, 0, &ino), -EROFS);
-	assert_int_equal(ub_fsw_lookup(t, id, TOP, "before", 6, &ino, NULL), 0);
-	assert_int_equal(ub_fsw_unlink(t, FS, TOP, "snap", 4), -EPERM);
-	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "after", 5), -ENOTDIR);
-	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "snap", 4), 0);
+	put_tagged(t, FS, ino[6], 'H', 6, 100);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &s3), 0);
+	put_tagged(t, FS, ino[6], 'I', 6, 100);
+	put_tagged(t, s3, ino[7], 'J', 7, 100);
+	ub_txn_abort(t);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "s9", 2, &x, NULL), -ENOENT);
+	expect_tagged(t, FS, "f006", 'B', 6);
+	expect_tagged(t, FS, "f005", 'G', 5);
+	expect_tagged(t, s1, "f005", 'A', 5);
+	put_tagged(t, FS, ino[6], 'H', 6, 100);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &x), 0);
+	assert_int_equal(x, s3);
+	put_tagged(t, FS, ino[6], 'I', 6, 100);
+	put_tagged(t, x, ino[7], 'J', 7, 100);
+	expect_tagged(t, x, "f006", 'H', 6);
+	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s1", 2), 0);
+	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s2", 2), 0);
+	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+	e = open_engine();
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	expect_tagged(t, FS, "f006", 'I', 6);
+	expect_tagged(t, FS, "f007", 'B', 7);
+	expect_tagged(t, x, "f006", 'H', 6);
+	expect_tagged(t, x, "f007", 'J', 7);
+	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s9", 2), 0);
 	assert_int_equal(ub_txn_commit(t), 0);
 	ub_engine_close(e);
 }
@@ -405,7 +501,7 @@ int main(void)
 		cmocka_unit_test(test_names_and_errors),
 		cmocka_unit_test(test_xattrs),
 		cmocka_unit_test(test_data_layout),
-		cmocka_unit_test(test_snapshot_freeze),
+		cmocka_unit_test(test_snapshot_in_transaction),
 		cmocka_unit_test(test_encoded_and_flags),
 		cmocka_unit_test(test_begin_op),
 		cmocka_unit_test(test_check_clean),

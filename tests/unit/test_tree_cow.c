@@ -130,6 +130,8 @@ struct talloc {
 	unsigned fail_at; /* 0: never; else the allocation with this number fails */
 	unsigned nalloc, ncow, nfree, ncopy;
 	uint64_t last_copy_src, last_copy_dst;
+	bool keep_replaced; /* cow answers "still held elsewhere" for blocks of the transaction (snapshots in it) */
+	unsigned nkept;
 };
 
 static void push_addr(struct talloc *a, uint64_t **arr, size_t *n, uint64_t v)
@@ -207,6 +209,10 @@ static int ta_cow(void *arg, uint64_t root_id, const struct ub_eb *old, const st
 	assert_int_equal(ub_eb_generation(copy), a->ta.transid);
 	assert_int_equal(ub_eb_nritems(copy), ub_eb_nritems(old));
 	a->ncow++;
+	if (a->keep_replaced && old->dirty && ub_eb_generation(old) == a->ta.transid) {
+		a->nkept++;
+		return 1;
+	}
 	release(a, old);
 	return 0;
 }
@@ -1023,6 +1029,60 @@ static void test_copy_root(void **state)
 	env_close(&e);
 }
 
+/*
+ * A snapshot of a tree built in the running transaction: blocks made before
+ * the copy are copied at their first change in either tree (and stay for the
+ * other), blocks made after it change in place.
+ */
+static void test_copy_root_dirty(void **state)
+{
+	struct env e;
+	struct talloc a;
+	struct ub_root root, snap, snap2;
+	struct model m = { 0 }, ms, ms2;
+
+	(void)state;
+	NEED_MKFS();
+	rng_state = 43;
+	env_open(&e, 4096, "crc32c");
+	talloc_init(&a, &e, false);
+	a.keep_replaced = true;
+	assert_int_equal(ub_tree_create_root(&e.tc, &a.ta, TREE_ID, &root), 0);
+	for (int i = 0; i < 1500; i++)
+		op_insert(&e, &a, &root, &m, 300);
+	assert_true(root.level >= 1);
+	assert_int_equal(a.ncow, 0); /* all of this transaction: changed in place */
+	assert_int_equal(ub_tree_copy_root(&e.tc, &a.ta, &root, SNAP_ID, &snap), 0);
+	assert_int_equal(root.shared_upto, snap.shared_upto);
+	model_copy(&ms, &m);
+	for (int i = 0; i < 300; i++)
+		random_op(&e, &a, &snap, &ms, 300, 40);
+	assert_true(a.nkept > 0);
+	check_all(&e.tc, &snap, &ms);
+	check_all(&e.tc, &root, &m);
+	for (int i = 0; i < 300; i++)
+		random_op(&e, &a, &root, &m, 300, 40);
+	check_all(&e.tc, &snap, &ms);
+	check_all(&e.tc, &root, &m);
+	/* a snapshot of the snapshot, still in the same transaction */
+	assert_int_equal(ub_tree_copy_root(&e.tc, &a.ta, &snap, SNAP_ID + 1, &snap2), 0);
+	model_copy(&ms2, &ms);
+	for (int i = 0; i < 200; i++)
+		random_op(&e, &a, &snap, &ms, 300, 40);
+	check_all(&e.tc, &snap2, &ms2);
+	check_all(&e.tc, &snap, &ms);
+	check_all(&e.tc, &root, &m);
+	commit(&e, &a);
+	check_on_disk(&e, &root, &m);
+	check_on_disk(&e, &snap, &ms);
+	check_on_disk(&e, &snap2, &ms2);
+	model_free(&m);
+	model_free(&ms);
+	model_free(&ms2);
+	talloc_free(&a);
+	env_close(&e);
+}
+
 /* An aborted transaction leaves the committed tree as it was, in memory and on disk. */
 static void test_drop_dirty(void **state)
 {
@@ -1586,6 +1646,7 @@ int main(void)
 		cmocka_unit_test(test_alloc_failure),
 		cmocka_unit_test(test_dirty_rules),
 		cmocka_unit_test(test_copy_root),
+		cmocka_unit_test(test_copy_root_dirty),
 		cmocka_unit_test(test_search_readonly),
 		cmocka_unit_test(test_nodes_4k),
 		cmocka_unit_test(test_random_4k),
