@@ -125,4 +125,10 @@ int ub_engine_commit(struct ub_engine *e);
 int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
 		      struct ub_engine **out);
 
+/* ---- dropping trees (cleaner.c) ---- */
+/* change_child_refs for the drop walk: eb's references to its children (by root_id, or by eb when full) change by delta. */
+int ub_txn_child_refs(struct ub_txn *t, const struct ub_eb *eb, uint64_t root_id, bool full, int delta);
+/* Tree block eb's reference count and extent flags as the extent tree and the queued changes make them. */
+int ub_txn_block_refs(struct ub_txn *t, const struct ub_eb *eb, uint64_t *refs, uint64_t *flags);
+
 #endif

@@ -24,6 +24,7 @@
 #include "ubtrfs/format.h"
 #include "ubtrfs/fswrite.h"
 #include "txn/txn.h"
+#include "txn/cleaner.h"
 
 #define SUBVOL BTRFS_FS_TREE_OBJECTID
 #define TOP BTRFS_FIRST_FREE_OBJECTID
@@ -711,6 +712,35 @@ static size_t name_arg(const char *in, char *out, size_t cap)
 	return strlen(out);
 }
 
+/*
+ * clean BUDGET [CALLS]: the cleaner (lib/txn/cleaner.h), CALLS times (0 or
+ * absent: until no dead root is left), each call its own transaction of at
+ * most BUDGET blocks; prints how many calls ran and whether work is left.
+ */
+static int script_clean(int argc, char **argv)
+{
+	uint64_t budget = strtoull(argv[1], NULL, 0);
+	long calls = argc > 2 ? strtol(argv[2], NULL, 0) : 0, n = 0;
+	bool more = true;
+	int ret = 0;
+
+	if (g_dirty)
+		commit();
+	ub_txn_abort(g_t);
+	g_t = NULL;
+	while (more && (calls <= 0 || n < calls)) {
+		ret = ub_engine_clean(g_e, budget, &more);
+		if (ret)
+			break;
+		n++;
+	}
+	printf("clean: %ld calls, %s\n", n, more ? "more" : "done");
+	fflush(stdout);
+	if (ub_txn_start(g_e, &g_t))
+		FAIL("txn start after clean");
+	return ret;
+}
+
 static int script_line(char *line)
 {
 	char *argv[8], *save = NULL, last[256], last2[256];
@@ -878,6 +908,8 @@ static int script_line(char *line)
 			ret = resolve(argv[2], &dir2, last2, NULL);
 		return ret ? ret : ub_fsw_snapshot(g_t, src, g_sv, dir2, last2, strlen(last2), argc > 3, &ino);
 	}
+	if (strcmp(argv[0], "clean") == 0)
+		return script_clean(argc, argv);
 	if (strcmp(argv[0], "subvoldel") == 0) {
 		ret = resolve(argv[1], &dir, last, NULL);
 		return ret ? ret : ub_fsw_subvol_delete(g_t, g_sv, dir, last, strlen(last));

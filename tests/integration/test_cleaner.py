@@ -1,0 +1,141 @@
+# SPDX-License-Identifier: MIT
+"""The cleaner (lib/txn/cleaner.h): dead roots of deleted subvolumes dropped as the kernel drops them.
+
+A subvolume full of files is snapshotted, both sides diverge (overwrites in each), one side is deleted
+through the file API (tests/tools/fileapi_driver.c --script), then the script's `clean BUDGET CALLS`
+command runs the cleaner. The referee is btrfs check, and the kernel doing the same drop on a copy of
+the image before cleaning (read-write mount, `btrfs subvolume sync`, umount): the same data bytes and
+subvolume tree bytes must remain. With a budget of a few blocks per transaction the half-dropped image
+(drop_progress / drop_level in the ROOT_ITEM) must pass btrfs check, and the kernel must finish it, as
+must we in further small steps.
+
+Budget: a few seconds under ASan.
+"""
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+import ubtrfs_testlib as T
+
+MiB = T.MiB
+
+
+@pytest.fixture(scope="module")
+def driver():
+    return T.test_tool("fileapi_driver")
+
+
+@pytest.fixture
+def casedir(scratch, request):
+    d = Path(scratch) / ("cleaner-" + re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name))
+    d.mkdir(parents=True, exist_ok=True)
+    yield d
+    if os.environ.get("UBTRFS_KEEP_IMAGES") != "1":
+        T.rmtree(d)
+
+
+def diverged_script(nfiles, delete):
+    """/sv with nfiles files, snapshot /snap, overwrites on both sides, then `delete` goes."""
+    lines = ["subvol /sv"]
+    for i in range(nfiles):
+        lines += ["create /sv/f%d 644" % i, "write /sv/f%d 0 %d %d" % (i, 3000 + (i * 977) % 20000, i + 1)]
+        if i % 50 == 49:
+            lines.append("commit")
+    lines += ["commit", "snapshot /sv /snap", "commit"]
+    lines += ["write /sv/f%d 0 5000 %d" % (i, i + 7) for i in range(0, nfiles, 3)]
+    lines += ["write /snap/f%d 100 2000 %d" % (i, i + 9) for i in range(1, nfiles, 7)]
+    lines += ["commit", "subvoldel %s" % delete, "commit"]
+    return lines
+
+
+def run_script(driver, casedir, img, lines, name="script.txt"):
+    sfile = casedir / name
+    sfile.write_text("\n".join(lines) + "\n")
+    cp = T.run([str(driver), "--script", str(sfile), str(img)], check=False, timeout=600)
+    assert cp.returncode == 0, "fileapi_driver --script failed:\n" + cp.stderr.decode("utf-8", "replace")[-4000:]
+    return cp.stdout.decode()
+
+
+def check(img):
+    cp = T.run(["btrfs", "check", "--readonly", str(img)], check=False, timeout=600)
+    text = (cp.stdout + cp.stderr).decode("utf-8", "replace")
+    errors = [ln for ln in text.splitlines() if re.match(r"(ERROR|error)", ln)]
+    assert cp.returncode == 0 and not errors and "no error found" in text, "btrfs check:\n" + text[-6000:]
+    figures = {}
+    for key in ("total fs tree bytes", "file data blocks allocated", "total tree bytes"):
+        m = re.search(re.escape(key) + r":\s*(\d+)", text)
+        figures[key] = int(m.group(1))
+    m = re.search(r"found (\d+) bytes used", text)
+    figures["bytes used"] = int(m.group(1))
+    return figures
+
+
+def dead_root_items(img, subvol_id):
+    """The ROOT_ITEM / ORPHAN item lines of subvol_id left in the root tree, and its drop progress."""
+    text = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", str(img)]).stdout.decode()
+    items = re.findall(r"key \((%d ROOT_ITEM \d+|ORPHAN ORPHAN_ITEM %d)\)" % (subvol_id, subvol_id), text)
+    m = re.search(r"key \(%d ROOT_ITEM \d+\).*?\n(?:.*\n)*?\s*drop_progress key \((.*?)\) drop_level (\d+)"
+                  % subvol_id, text)
+    return items, (m.group(1), int(m.group(2))) if m else None
+
+
+def kernel_drop(img, casedir):
+    with T.mounted([img], casedir / "mnt", readonly=False) as m:
+        # a commit wakes the kernel's cleaner now rather than at the next 30 s commit
+        T.run(["btrfs", "filesystem", "sync", m])
+        T.run(["btrfs", "subvolume", "sync", m])
+
+
+def prepared(driver, casedir, nfiles, delete):
+    img = casedir / "dev0.img"
+    with open(img, "wb") as f:
+        f.truncate(256 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    run_script(driver, casedir, img, diverged_script(nfiles, delete))
+    return img
+
+
+# 257 is the snapshot, 256 the subvolume it was taken of
+@pytest.mark.parametrize("delete,dead_id", [("/snap", 257), ("/sv", 256)], ids=["snapshot", "source"])
+def test_drop_matches_kernel(driver, casedir, delete, dead_id):
+    img = prepared(driver, casedir, 300, delete)
+    ref = casedir / "kernel.img"
+    shutil.copyfile(img, ref)
+    assert dead_root_items(img, dead_id)[0], "the delete left no dead root to drop"
+    out = run_script(driver, casedir, img, ["clean 0"], "clean.txt")
+    assert "clean: 1 calls, done" in out, out
+    ours = check(img)
+    assert dead_root_items(img, dead_id)[0] == [], "ROOT_ITEM or ORPHAN item left behind"
+    kernel_drop(ref, casedir)
+    theirs = check(ref)
+    assert dead_root_items(ref, dead_id)[0] == []
+    # what survives is the same; the extent tree's own shape may differ by a block or two
+    assert ours["file data blocks allocated"] == theirs["file data blocks allocated"], (ours, theirs)
+    assert ours["total fs tree bytes"] == theirs["total fs tree bytes"], (ours, theirs)
+    assert abs(ours["bytes used"] - theirs["bytes used"]) <= 4 * 4096, (ours, theirs)
+
+
+@pytest.mark.parametrize("delete,dead_id", [("/snap", 257), ("/sv", 256)], ids=["snapshot", "source"])
+def test_half_dropped_resumes(driver, casedir, delete, dead_id):
+    """1500 files: a three-level tree; 3 blocks per transaction, 5 transactions, then either side finishes."""
+    img = prepared(driver, casedir, 1500, delete)
+    out = run_script(driver, casedir, img, ["clean 3 5"], "clean.txt")
+    assert "clean: 5 calls, more" in out, out
+    check(img)
+    items, progress = dead_root_items(img, dead_id)
+    assert items and progress and progress[1] >= 1 and not progress[0].startswith("0 "), (items, progress)
+    half = casedir / "half.img"
+    shutil.copyfile(img, half)
+    kernel_drop(half, casedir)
+    theirs = check(half)
+    assert dead_root_items(half, dead_id)[0] == []
+    out = run_script(driver, casedir, img, ["clean 4 0"], "finish.txt")
+    assert re.search(r"clean: \d+ calls, done", out), out
+    ours = check(img)
+    assert dead_root_items(img, dead_id)[0] == []
+    assert ours["file data blocks allocated"] == theirs["file data blocks allocated"], (ours, theirs)
+    assert ours["total fs tree bytes"] == theirs["total fs tree bytes"], (ours, theirs)
