@@ -139,3 +139,40 @@ def test_half_dropped_resumes(driver, casedir, delete, dead_id):
     assert dead_root_items(img, dead_id)[0] == []
     assert ours["file data blocks allocated"] == theirs["file data blocks allocated"], (ours, theirs)
     assert ours["total fs tree bytes"] == theirs["total fs tree bytes"], (ours, theirs)
+
+
+def test_snapshot_chain(driver, casedir):
+    """/sv -> /s1 (diverged) -> /s2: /s1's own blocks are shared with /s2 and must hand their children over
+    to full back references before /s1 goes; then everything goes and no data is left."""
+    n = 600
+    lines = ["subvol /sv"]
+    for i in range(n):
+        lines += ["create /sv/f%d 644" % i, "write /sv/f%d 0 %d %d" % (i, 3000 + (i * 977) % 20000, i + 1)]
+        if i % 50 == 49:
+            lines.append("commit")
+    lines += ["commit", "snapshot /sv /s1", "commit"]
+    lines += ["write /s1/f%d 0 5000 %d" % (i, i + 7) for i in range(0, n, 2)]
+    lines += ["commit", "snapshot /s1 /s2", "commit"]
+    lines += ["write /s2/f%d 0 3000 %d" % (i, i + 11) for i in range(0, n, 9)]
+    lines += ["write /sv/f%d 0 3000 %d" % (i, i + 13) for i in range(0, n, 5)]
+    lines += ["commit", "subvoldel /s1", "commit"]
+    img = casedir / "dev0.img"
+    with open(img, "wb") as f:
+        f.truncate(256 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    run_script(driver, casedir, img, lines)
+    ref = casedir / "kernel.img"
+    shutil.copyfile(img, ref)
+    out = run_script(driver, casedir, img, ["clean 5 0"], "clean.txt")
+    assert re.search(r"clean: \d+ calls, done", out), out
+    ours = check(img)
+    kernel_drop(ref, casedir)
+    theirs = check(ref)
+    assert ours["file data blocks allocated"] == theirs["file data blocks allocated"], (ours, theirs)
+    assert ours["total fs tree bytes"] == theirs["total fs tree bytes"], (ours, theirs)
+    # the survivors still change after the drop (copies of blocks that now have full back references)
+    run_script(driver, casedir, img, ["write /s2/f3 0 100 3", "write /sv/f4 0 100 4", "commit",
+                                      "subvoldel /sv", "subvoldel /s2", "clean 0"], "rest.txt")
+    left = check(img)
+    assert left["file data blocks allocated"] == 0, left
+    assert dead_root_items(img, 256)[0] == [] and dead_root_items(img, 258)[0] == []
