@@ -429,6 +429,43 @@ static int drop_some(struct ub_engine *e, const struct dead *dd, uint64_t budget
 	return ub_engine_commit(e);
 }
 
+/* Every empty block group the kernel's rule lets go, in one transaction of its own. */
+static int remove_empty_groups(struct ub_engine *e)
+{
+	uint64_t pos = 0, start, op_bytes;
+	struct ub_chunk_ctx cc;
+	struct ub_txn *t;
+	int ret, removed = 0;
+
+	if (ub_chunk_next_removable(e->alloc, 0, &start))
+		return 0;
+	op_bytes = (uint64_t)e->fs.vol->nodesize * ub_chunk_op_blocks(e->fs.extent_tree->root.level) * 8;
+	ret = ub_engine_begin_op(e, op_bytes, UB_CHUNK_OP_FREE, &t);
+	if (!ret)
+		ret = ub_txn_chunk_ctx(t, &cc);
+	while (!ret && ub_chunk_next_removable(e->alloc, pos, &start) == 0) {
+		ret = ub_chunk_remove(&cc, start);
+		if (ret == -EBUSY) {
+			ret = 0;
+			pos = start + 1;
+			continue;
+		}
+		removed += !ret;
+		pos = start;
+	}
+	if (ret) {
+		ub_err(&e->fs.log, "cleaner: removing the empty block group at %llu failed: %d", (unsigned long long)start,
+		       ret);
+		if (e->running)
+			ub_txn_abort(e->running);
+		return ret;
+	}
+	if (removed)
+		ub_info(&e->fs.log, "cleaner: removed %d empty block group%s", removed, removed > 1 ? "s" : "");
+	/* at once: the freed device ranges must not be reused before this commit is durable */
+	return ub_engine_commit(e);
+}
+
 int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
 {
 	struct dead dd;
@@ -445,16 +482,22 @@ int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
 	if (ret)
 		return ret;
 	ret = find_dead(e, &dd);
-	if (ret)
-		return ret > 0 ? 0 : ret;
-	ret = drop_some(e, &dd, budget_blocks, &done);
-	if (ret)
-		return ret;
-	if (!done) {
-		*more = true;
-		return 0;
+	if (ret == 0) {
+		ret = drop_some(e, &dd, budget_blocks, &done);
+		if (ret)
+			return ret;
+		if (!done) {
+			*more = true;
+			return 0;
+		}
+		ret = find_dead(e, &dd);
+		if (ret == 0) {
+			*more = true;
+			return 0;
+		}
 	}
-	ret = find_dead(e, &dd);
-	*more = ret == 0;
-	return ret < 0 ? ret : 0;
+	if (ret < 0)
+		return ret;
+	/* no dead root left: what they freed is free now (unpinned by the commits above) */
+	return remove_empty_groups(e);
 }

@@ -20,6 +20,10 @@
  * path are ours and still whole). Either side resumes the other's work.
  * When the tree is gone, its ROOT_ITEM and ORPHAN item are deleted and its
  * root object is left empty.
+ *
+ * Once no dead root is left, the empty block groups the kernel's rule lets
+ * go (ub_chunk_next_removable) are removed in one more transaction
+ * (ub_chunk_remove), committed at once.
  */
 #ifndef UBTRFS_TXN_CLEANER_H
 #define UBTRFS_TXN_CLEANER_H
@@ -33,7 +37,8 @@ struct ub_engine;
  * Commit the running transaction if there is one, then drop dead roots in
  * one transaction of its own, committed before return: at most
  * budget_blocks tree blocks freed or unreferenced (0: no limit), stopping
- * at a point the ROOT_ITEM can record. *more: dead-root work is left.
+ * at a point the ROOT_ITEM can record; when no dead root is left, empty
+ * block groups go instead. *more: dead-root work is left.
  * 0 or -errno (the transaction is aborted then: the disk keeps the last commit).
  */
 int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more);

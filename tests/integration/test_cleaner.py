@@ -176,3 +176,66 @@ def test_snapshot_chain(driver, casedir):
     left = check(img)
     assert left["file data blocks allocated"] == 0, left
     assert dead_root_items(img, 256)[0] == [] and dead_root_items(img, 258)[0] == []
+
+
+def multi_check(imgs):
+    """btrfs check over every device; then the block groups and, per device, dev extents vs bytes_used."""
+    loops = []
+    try:
+        for img in imgs:
+            loops.append(T.losetup_attach(img, True))
+        T.run(["btrfs", "device", "scan", *loops], check=False)
+        cp = T.run(["btrfs", "check", "--readonly", loops[0]], check=False, timeout=600)
+        text = (cp.stdout + cp.stderr).decode("utf-8", "replace")
+        errors = [ln for ln in text.splitlines()
+                  if re.match(r"(ERROR|error)", ln) and not re.match(r"ERROR: cannot scan /dev/", ln)]
+        assert cp.returncode == 0 and not errors and "no error found" in text, "btrfs check:\n" + text[-6000:]
+        ext = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "extent", loops[0]]).stdout.decode()
+        dev = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "dev", loops[0]]).stdout.decode()
+        chunk = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", loops[0]]).stdout.decode()
+    finally:
+        for d in loops:
+            T.losetup_detach(d)
+        T.run(["btrfs", "device", "scan", "--forget"], check=False)
+    groups = re.findall(r"BLOCK_GROUP_ITEM \d+\).*\n\s*block group used (\d+) chunk_objectid \d+ flags (\S+)", ext)
+    sums = {}
+    for devid, length in re.findall(r"key \((\d+) DEV_EXTENT \d+\).*\n.*\n.*chunk_offset \d+ length (\d+)", dev):
+        sums[int(devid)] = sums.get(int(devid), 0) + int(length)
+    used = {int(a): int(b) for a, b in re.findall(r"devid (\d+) total_bytes \d+ bytes_used (\d+)", chunk)}
+    assert sums == used, "dev extents %r, DEV_ITEM bytes_used %r" % (sums, used)
+    return [(int(u), f) for u, f in groups]
+
+
+# enough MiB for a second data chunk (RAID5's first, from mkfs, holds 128 MiB)
+@pytest.mark.parametrize("data,meta,ndev,mib", [("single", "dup", 1, 60), ("raid1", "raid1", 2, 100),
+                                                ("raid5", "raid1", 3, 150)])
+def test_empty_block_groups_removed(driver, casedir, data, meta, ndev, mib):
+    """Fill (several data chunks), delete, clean: the empty data groups go but the last; refill works."""
+    imgs = []
+    for i in range(ndev):
+        p = casedir / ("dev%d.img" % i)
+        with open(p, "wb") as f:
+            f.truncate(256 * MiB)
+        imgs.append(p)
+    T.run(["mkfs.btrfs", "-f", "-q", "-d", data, "-m", meta, *map(str, imgs)])
+    fill = ["subvol /sv"]
+    for i in range(mib):
+        fill += ["create /sv/f%d 644" % i, "write /sv/f%d 0 1048576 %d" % (i, i + 1)]
+        if i % 10 == 9:
+            fill.append("commit")
+    fill += ["commit", "subvoldel /sv", "commit"]
+    sfile = casedir / "fill.txt"
+    sfile.write_text("\n".join(fill) + "\n")
+    T.run([str(driver), "--script", str(sfile), *map(str, imgs)], timeout=600)
+    before = [g for g in multi_check(imgs) if g[1].startswith("DATA")]
+    assert len(before) > 1, before
+    sfile.write_text("clean 0\n")
+    T.run([str(driver), "--script", str(sfile), *map(str, imgs)], timeout=600)
+    after = multi_check(imgs)
+    assert [g for g in after if g[1].startswith("DATA")] == [(0, before[0][1])], after
+    refill = ["subvol /sv2"] + sum((["create /sv2/g%d 644" % i, "write /sv2/g%d 0 1048576 %d" % (i, i + 3)]
+                                    for i in range(30)), [])
+    sfile.write_text("\n".join(refill) + "\n")
+    T.run([str(driver), "--script", str(sfile), *map(str, imgs)], timeout=600)
+    groups = multi_check(imgs)
+    assert sum(u for u, f in groups if f.startswith("DATA")) == 30 * MiB, groups
