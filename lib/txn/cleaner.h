@@ -22,8 +22,8 @@
  * root object is left empty.
  *
  * Once no dead root is left, the empty block groups the kernel's rule lets
- * go (ub_chunk_next_removable) are removed in one more transaction
- * (ub_chunk_remove), committed at once.
+ * go (ub_chunk_next_removable) are removed, each in a transaction of its
+ * own (ub_chunk_remove), committed at once.
  */
 #ifndef UBTRFS_TXN_CLEANER_H
 #define UBTRFS_TXN_CLEANER_H
