@@ -42,14 +42,19 @@ def casedir(scratch, request):
         T.rmtree(d)
 
 
-def diverged_script(nfiles, delete):
-    """/sv with nfiles files, snapshot /snap, overwrites on both sides, then `delete` goes."""
+def subvol_of_files(nfiles):
+    """/sv with nfiles files of 3000 to 23000 bytes, committed every 50."""
     lines = ["subvol /sv"]
     for i in range(nfiles):
         lines += ["create /sv/f%d 644" % i, "write /sv/f%d 0 %d %d" % (i, 3000 + (i * 977) % 20000, i + 1)]
         if i % 50 == 49:
             lines.append("commit")
-    lines += ["commit", "snapshot /sv /snap", "commit"]
+    return lines + ["commit"]
+
+
+def diverged_script(nfiles, delete):
+    """/sv with nfiles files, snapshot /snap, overwrites on both sides, then `delete` goes."""
+    lines = subvol_of_files(nfiles) + ["snapshot /sv /snap", "commit"]
     lines += ["write /sv/f%d 0 5000 %d" % (i, i + 7) for i in range(0, nfiles, 3)]
     lines += ["write /snap/f%d 100 2000 %d" % (i, i + 9) for i in range(1, nfiles, 7)]
     lines += ["commit", "subvoldel %s" % delete, "commit"]
@@ -149,12 +154,7 @@ def test_snapshot_chain(driver, casedir):
     """/sv -> /s1 (diverged) -> /s2: /s1's own blocks are shared with /s2 and must hand their children over
     to full back references before /s1 goes; then everything goes and no data is left."""
     n = 600
-    lines = ["subvol /sv"]
-    for i in range(n):
-        lines += ["create /sv/f%d 644" % i, "write /sv/f%d 0 %d %d" % (i, 3000 + (i * 977) % 20000, i + 1)]
-        if i % 50 == 49:
-            lines.append("commit")
-    lines += ["commit", "snapshot /sv /s1", "commit"]
+    lines = subvol_of_files(n) + ["snapshot /sv /s1", "commit"]
     lines += ["write /s1/f%d 0 5000 %d" % (i, i + 7) for i in range(0, n, 2)]
     lines += ["commit", "snapshot /s1 /s2", "commit"]
     lines += ["write /s2/f%d 0 3000 %d" % (i, i + 11) for i in range(0, n, 9)]
