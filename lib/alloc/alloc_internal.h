@@ -62,4 +62,12 @@ struct ub_bg *ub_alloc_find_bg(const struct ub_alloc *a, uint64_t logical);
 /* Every invariant above, for tests: 0 or -EUCLEAN (with a message). */
 int ub_alloc_verify(const struct ub_alloc *a);
 
+/* ---- chunk removal (chunk_alloc.c for chunk_remove.c) ---- */
+struct ub_chunk_ctx;
+struct ub_chunk_plan;
+/* Save the sys chunk array and dev items an abort puts back (once per transaction). */
+int ub_chunk_undo_begin(struct ub_alloc *a);
+/* DEV_ITEM bytes_used (tree and volume copy) shrink by the plan's stripes. */
+int ub_chunk_dev_items_shrink(struct ub_chunk_ctx *cc, const struct ub_chunk_plan *plan);
+
 #endif

@@ -322,8 +322,8 @@ static int next_logical(struct ub_chunk_ctx *cc, uint64_t *out)
 	return ret;
 }
 
-/* bytes_used of each device of the plan grows by its stripes: chunk tree DEV_ITEM and the volume's copy. */
-static int dev_items_grow(struct ub_chunk_ctx *cc, const struct ub_chunk_plan *plan)
+/* bytes_used of each device of the plan grows (shrinks) by its stripes: chunk tree DEV_ITEM and the volume's copy. */
+static int dev_items_grow(struct ub_chunk_ctx *cc, const struct ub_chunk_plan *plan, bool shrink)
 {
 	for (int i = 0; i < plan->num_stripes; i++) {
 		uint64_t devid = plan->stripes[i].devid, add = 0;
@@ -354,7 +354,8 @@ static int dev_items_grow(struct ub_chunk_ctx *cc, const struct ub_chunk_plan *p
 				       devid, size);
 				ret = -EUCLEAN;
 			} else {
-				UB_SET(btrfs_dev_item, bytes_used, d, UB_GET(btrfs_dev_item, bytes_used, d) + add);
+				UB_SET(btrfs_dev_item, bytes_used, d,
+				       shrink ? UB_GET(btrfs_dev_item, bytes_used, d) - add : UB_GET(btrfs_dev_item, bytes_used, d) + add);
 				ub_path_mark_dirty(&p);
 				ret = ub_volume_add_dev_item(cc->vol, d, size);
 			}
@@ -498,7 +499,7 @@ static int chunk_alloc(struct ub_chunk_ctx *cc, uint64_t type, uint64_t *logical
 		ret = ub_tree_insert_item(cc->tc, cc->ta, cc->dev_root, &dk, de, sizeof(de));
 	}
 	if (!ret)
-		ret = dev_items_grow(cc, &plan);
+		ret = dev_items_grow(cc, &plan, false);
 	if (!ret)
 		ret = new_group_items(cc, type, logical, plan.length);
 	if (!ret) {
@@ -655,4 +656,16 @@ int ub_chunk_ensure_data(struct ub_chunk_ctx *cc, uint64_t len)
 			return ret > 0 ? -ENOSPC : ret;
 	}
 	return ub_alloc_usable(cc->alloc, BTRFS_BLOCK_GROUP_DATA) < len ? -ENOSPC : 0;
+}
+
+/* ---- chunk removal (chunk_remove.c) ---- */
+
+int ub_chunk_undo_begin(struct ub_alloc *a)
+{
+	return undo_begin(a);
+}
+
+int ub_chunk_dev_items_shrink(struct ub_chunk_ctx *cc, const struct ub_chunk_plan *plan)
+{
+	return dev_items_grow(cc, plan, true);
 }

@@ -149,5 +149,21 @@ void ub_chunk_stats(const struct ub_alloc *a, uint64_t added[3]);
 /* The first block group at or after `pos` the kernel's rule lets the cleaner remove (chunk_remove.c):
  * 0 with *start, 1 when none is left. */
 int ub_chunk_next_removable(const struct ub_alloc *a, uint64_t pos, uint64_t *start);
+/*
+ * Remove the empty block group at `start` in the running transaction: out of
+ * the allocator first, then its BLOCK_GROUP_ITEM, free space tree items,
+ * DEV_EXTENTs, DEV_ITEM bytes_used, CHUNK_ITEM and (SYSTEM) sys_chunk_array
+ * entry. -EBUSY if the group is not empty or was touched by this transaction
+ * (its space is then pinned or reserved). The caller commits right after and
+ * adds no chunk before that commit: the freed device ranges are holes in the
+ * live dev tree, and must not be reused while the last commit maps them.
+ * The volume keeps the chunk's mapping, as after an aborted chunk addition:
+ * no tree points into it any more, and the map is what keeps its logical
+ * range from being handed out again (next chunks go after the highest
+ * mapping), so a stale pointer in an old commit can never meet new data at
+ * the same logical address. Its device ranges are reused by later chunks.
+ * On an error the group is back in the allocator and the caller aborts.
+ */
+int ub_chunk_remove(struct ub_chunk_ctx *cc, uint64_t start);
 
 #endif

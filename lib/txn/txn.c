@@ -501,3 +501,15 @@ int ub_txn_commit(struct ub_txn *t)
 	txn_free(t);
 	return ret;
 }
+
+/* ---- dropping trees ---- */
+
+int ub_txn_child_refs(struct ub_txn *t, const struct ub_eb *eb, uint64_t root_id, bool full, int delta)
+{
+	return fail(t, change_child_refs(t, eb, root_id, full, delta));
+}
+
+int ub_txn_block_refs(struct ub_txn *t, const struct ub_eb *eb, uint64_t *refs, uint64_t *flags)
+{
+	return block_ref_info(t, eb, refs, flags);
+}

@@ -146,4 +146,10 @@ void ub_engine_set_dirty_budget(struct ub_engine *e, uint64_t bytes);
 /* The budget in force. */
 uint64_t ub_engine_dirty_budget(const struct ub_engine *e);
 
+/* ---- dropping trees (cleaner.c) ---- */
+/* change_child_refs for the drop walk: eb's references to its children (by root_id, or by eb when full) change by delta. */
+int ub_txn_child_refs(struct ub_txn *t, const struct ub_eb *eb, uint64_t root_id, bool full, int delta);
+/* Tree block eb's reference count and extent flags as the extent tree and the queued changes make them. */
+int ub_txn_block_refs(struct ub_txn *t, const struct ub_eb *eb, uint64_t *refs, uint64_t *flags);
+
 #endif

@@ -24,6 +24,7 @@
 #include "ubtrfs/format.h"
 #include "ubtrfs/fswrite.h"
 #include "txn/txn.h"
+#include "txn/cleaner.h"
 
 #define SUBVOL BTRFS_FS_TREE_OBJECTID
 #define TOP BTRFS_FIRST_FREE_OBJECTID
@@ -711,6 +712,47 @@ static size_t name_arg(const char *in, char *out, size_t cap)
 	return strlen(out);
 }
 
+/*
+ * The cleaner (lib/txn/cleaner.h), `calls` times (0: until no dead root is
+ * left), each call its own transaction of at most `budget` blocks; the
+ * running transaction is committed first and a fresh one started after.
+ */
+static long g_clean_calls;
+
+static int run_clean(uint64_t budget, long calls, long *ran, bool *more)
+{
+	int ret = 0;
+
+	if (g_dirty)
+		commit();
+	ub_txn_abort(g_t);
+	g_t = NULL;
+	*ran = 0;
+	*more = true;
+	while (*more && (calls <= 0 || *ran < calls)) {
+		ret = ub_engine_clean(g_e, budget, more);
+		if (ret)
+			break;
+		(*ran)++;
+		g_clean_calls++;
+	}
+	if (ub_txn_start(g_e, &g_t))
+		FAIL("txn start after clean");
+	return ret;
+}
+
+/* clean BUDGET [CALLS]: run_clean, printing how many calls ran and whether work is left. */
+static int script_clean(int argc, char **argv)
+{
+	long n;
+	bool more;
+	int ret = run_clean(strtoull(argv[1], NULL, 0), argc > 2 ? strtol(argv[2], NULL, 0) : 0, &n, &more);
+
+	printf("clean: %ld calls, %s\n", n, more ? "more" : "done");
+	fflush(stdout);
+	return ret;
+}
+
 static int script_line(char *line)
 {
 	char *argv[8], *save = NULL, last[256], last2[256];
@@ -878,6 +920,8 @@ static int script_line(char *line)
 			ret = resolve(argv[2], &dir2, last2, NULL);
 		return ret ? ret : ub_fsw_snapshot(g_t, src, g_sv, dir2, last2, strlen(last2), argc > 3, &ino);
 	}
+	if (strcmp(argv[0], "clean") == 0)
+		return script_clean(argc, argv);
 	if (strcmp(argv[0], "subvoldel") == 0) {
 		ret = resolve(argv[1], &dir, last, NULL);
 		return ret ? ret : ub_fsw_subvol_delete(g_t, g_sv, dir, last, strlen(last));
@@ -940,6 +984,14 @@ static void op_snapshot(void)
 		ret = ub_fsw_subvol_delete(g_t, SUBVOL, TOP, sn->name, strlen(sn->name));
 		expect(ret, 0, "subvolume delete");
 		free(sn->json);
+		/* sometimes the cleaner drops it now, in a few small steps or whole; else the kernel does */
+		if (rn(2)) {
+			long n;
+			bool more;
+
+			g_dirty = true;
+			expect(run_clean(1 + rn(8), rn(3), &n, &more), 0, "clean");
+		}
 		return;
 	}
 	if (g_nsnaps == 64)
@@ -1059,7 +1111,7 @@ int main(int argc, char **argv)
 	fprintf(f, "\n}\n");
 	if (fclose(f))
 		FAIL("%s: write failed", argv[4]);
-	printf("ops %ld commits %ld\n", nops, g_commits);
+	printf("ops %ld commits %ld cleaner calls %ld\n", nops, g_commits, g_clean_calls);
 	for (size_t i = 0; i < g_nin; i++)
 		free(g_in[i].data);
 	free(g_in);
