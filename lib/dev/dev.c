@@ -151,13 +151,10 @@ static int file_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, 
 
 		memcpy(cur, iov + i, (size_t)cnt * sizeof(*cur));
 		n = pwritev(f->fd, cur, cnt, (off_t)off);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
+		if (n <= 0 && !(n < 0 && errno == EINTR))
+			return n < 0 ? -errno : -EIO;
+		if (n < 0)
+			continue;
 		off += (uint64_t)n;
 		for (; cnt > 0 && (size_t)n >= cur[0].iov_len; i++, cnt--) {
 			n -= (ssize_t)cur[0].iov_len;
