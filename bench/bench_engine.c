@@ -2,10 +2,13 @@
 /*
  * The write engine measured through the library, for bench/engine:
  *
- *   bench_engine write MIB DEV...   one file of MIB MiB written through the
+ *   bench_engine write MIB PATTERN DEV...
+ *                                   one file of MIB MiB written through the
  *                                   file API in 1 MiB calls, committed every
  *                                   256 MiB and at the end (the commit flushes
- *                                   every device); prints "write SECONDS"
+ *                                   every device); prints "write SECONDS". The
+ *                                   bytes are read from PATTERN 1 MiB at a
+ *                                   time, as dd reads them on the kernel's side
  *   bench_engine pattern MIB FILE   the same data into FILE (for the kernel side)
  *   bench_engine commit N DEV...    N empty files created in one transaction,
  *                                   then the commit timed alone; prints
@@ -16,11 +19,13 @@
  * kernel, so neither side gains from compression or zero detection.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "ubtrfs/fswrite.h"
 #include "txn/txn.h"
 
@@ -49,24 +54,31 @@ static void fill(uint8_t *buf, size_t len, uint64_t *st)
 	}
 }
 
-static int bench_write(struct ub_engine *e, uint64_t mib)
+static int bench_write(struct ub_engine *e, uint64_t mib, const char *pattern)
 {
 	const size_t chunk = 1 << 20;
 	uint8_t *buf = malloc(chunk);
 	struct ub_txn *t = NULL;
-	uint64_t ino, st = 0x9e3779b97f4a7c15ULL;
+	uint64_t ino;
 	double t0;
-	int ret;
+	int ret, fd = open(pattern, O_RDONLY);
 
-	if (!buf)
-		return -ENOMEM;
+	if (!buf || fd < 0) {
+		ret = -errno;
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
 	t0 = now();
 	ret = ub_txn_start(e, &t);
 	if (!ret)
 		ret = ub_fsw_create(t, FS_TREE, TOP_DIR, "big", 3, S_IFREG | 0644, 0, 0, 0, &ino);
 	for (uint64_t i = 0; !ret && i < mib; i++) {
-		fill(buf, chunk, &st);
-		ret = ub_fsw_write(t, FS_TREE, ino, i * chunk, buf, chunk);
+		if (pread(fd, buf, chunk, (off_t)(i * chunk)) != (ssize_t)chunk)
+			ret = -EIO;
+		if (!ret)
+			ret = ub_fsw_write(t, FS_TREE, ino, i * chunk, buf, chunk);
 		if (!ret && (i + 1) % 256 == 0 && i + 1 < mib) {
 			ret = ub_txn_commit(t);
 			t = NULL;
@@ -82,6 +94,7 @@ static int bench_write(struct ub_engine *e, uint64_t mib)
 		ub_txn_abort(t);
 	if (!ret)
 		printf("write %.3f\n", now() - t0);
+	close(fd);
 	free(buf);
 	return ret;
 }
@@ -147,17 +160,19 @@ int main(int argc, char **argv)
 		return ret ? 1 : 0;
 	}
 
-	if (argc < 4 || (strcmp(argv[1], "write") && strcmp(argv[1], "commit"))) {
-		fprintf(stderr, "usage: bench_engine write MIB DEV... | bench_engine commit N DEV...\n");
+	bool wr = argc >= 5 && strcmp(argv[1], "write") == 0;
+
+	if (!wr && (argc < 4 || strcmp(argv[1], "commit"))) {
+		fprintf(stderr, "usage: bench_engine write MIB PATTERN DEV... | bench_engine commit N DEV...\n");
 		return 2;
 	}
-	ret = ub_engine_open((const char *const *)argv + 3, argc - 3, NULL, &e);
+	ret = ub_engine_open((const char *const *)argv + 3 + wr, argc - 3 - wr, NULL, &e);
 	if (ret) {
 		fprintf(stderr, "bench_engine: open: %s\n", strerror(-ret));
 		return 2;
 	}
-	if (strcmp(argv[1], "write") == 0)
-		ret = bench_write(e, strtoull(argv[2], NULL, 0));
+	if (wr)
+		ret = bench_write(e, strtoull(argv[2], NULL, 0), argv[3]);
 	else
 		ret = bench_commit(e, (unsigned)strtoul(argv[2], NULL, 0));
 	if (ret)

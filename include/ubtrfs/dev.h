@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 struct ub_dev;
 
@@ -28,6 +29,9 @@ struct ub_dev_ops {
 	int (*flush)(struct ub_dev *dev);
 	/* release `priv` (not the ub_dev itself); may be NULL */
 	void (*release)(struct ub_dev *dev);
+	/* ---- gathered writes ---- */
+	/* optional: the iovcnt buffers back to back from `off`; without it ub_dev_writev writes them one by one */
+	int (*writev)(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off);
 };
 
 struct ub_dev {
@@ -167,5 +171,14 @@ uint64_t ub_fault_plan_count(struct ub_fault_plan *plan, unsigned mask);
 uint64_t ub_fault_plan_injected(struct ub_fault_plan *plan);
 /* A device over `inner` (taken over: closed with it, and on failure) failing I/O as `plan` says. */
 int ub_dev_open_faulty(struct ub_dev *inner, struct ub_fault_plan *plan, struct ub_dev **out);
+
+/* ---- gathered writes ---- */
+
+/*
+ * The iovcnt buffers written back to back from `off`, as one write where the
+ * backend can (one syscall for a file); same checks and errors as ub_dev_write
+ * over their total length.
+ */
+int ub_dev_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off);
 
 #endif

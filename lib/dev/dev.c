@@ -8,6 +8,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <linux/fs.h>
 #include "ubtrfs/dev.h"
 
@@ -137,6 +138,40 @@ static int file_write(struct ub_dev *dev, const void *buf, size_t len, uint64_t 
 	return 0;
 }
 
+/* pwritev as far as it goes, then again from where a short write stopped */
+static int file_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	struct file_dev *f = dev->priv;
+	struct iovec cur[64];
+	int i = 0;
+
+	while (i < iovcnt) {
+		int cnt = iovcnt - i < 64 ? iovcnt - i : 64;
+		ssize_t n;
+
+		memcpy(cur, iov + i, (size_t)cnt * sizeof(*cur));
+		n = pwritev(f->fd, cur, cnt, (off_t)off);
+		if (n <= 0 && !(n < 0 && errno == EINTR))
+			return n < 0 ? -errno : -EIO;
+		if (n < 0)
+			continue;
+		off += (uint64_t)n;
+		for (; cnt > 0 && (size_t)n >= cur[0].iov_len; i++, cnt--) {
+			n -= (ssize_t)cur[0].iov_len;
+			memmove(cur, cur + 1, (size_t)(cnt - 1) * sizeof(*cur));
+		}
+		if (n > 0) {
+			/* a buffer written in part: the rest of it alone, then on */
+			int ret = file_write(dev, (const uint8_t *)iov[i].iov_base + n, iov[i].iov_len - (size_t)n, off);
+			if (ret)
+				return ret;
+			off += iov[i].iov_len - (size_t)n;
+			i++;
+		}
+	}
+	return 0;
+}
+
 static int file_flush(struct ub_dev *dev)
 {
 	struct file_dev *f = dev->priv;
@@ -160,6 +195,7 @@ static const struct ub_dev_ops file_ops = {
 	.write = file_write,
 	.flush = file_flush,
 	.release = file_release,
+	.writev = file_writev,
 };
 
 int ub_dev_open(const char *path, bool writable, struct ub_dev **out)
@@ -207,4 +243,35 @@ int ub_dev_open(const char *path, bool writable, struct ub_dev **out)
 out_close:
 	close(fd);
 	return ret;
+}
+
+/* ---- gathered writes ---- */
+
+int ub_dev_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	uint64_t total = 0;
+
+	if (!dev->writable)
+		return -EROFS;
+	if (iovcnt < 0)
+		return -EINVAL;
+	for (int i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len > SIZE_MAX - total)
+			return -EINVAL;
+		total += iov[i].iov_len;
+	}
+	if (!in_range(dev, total, off))
+		return -ENOSPC;
+	if (total == 0)
+		return 0;
+	if (dev->ops->writev)
+		return dev->ops->writev(dev, iov, iovcnt, off);
+	for (int i = 0; i < iovcnt; i++) {
+		int ret = iov[i].iov_len ? dev->ops->write(dev, iov[i].iov_base, iov[i].iov_len, off) : 0;
+
+		if (ret)
+			return ret;
+		off += iov[i].iov_len;
+	}
+	return 0;
 }

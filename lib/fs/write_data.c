@@ -780,7 +780,7 @@ static int regular_inode(struct fsw *w, struct ub_txn *t, uint64_t subvol, uint6
 static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
 {
 	uint64_t isize = II_GET(size, ii), nsize = off + len > isize ? off + len : isize, a0, a1;
-	bool inl, inplace = false;
+	bool inl, inplace = false, whole;
 	uint8_t *win;
 	int ret;
 
@@ -800,8 +800,10 @@ static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, cons
 	}
 	a0 = round_down_ss(w, off);
 	a1 = round_up_ss(w, off + len);
-	win = malloc(a1 - a0);
-	if (!win)
+	/* whole sectors need no window: the caller's bytes are written as they are */
+	whole = a0 == off && a1 == off + len;
+	win = whole ? NULL : malloc(a1 - a0);
+	if (!whole && !win)
 		return -ENOMEM;
 	ret = 0;
 	/* the partial sectors at both ends keep what the file holds there */
@@ -809,14 +811,14 @@ static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, cons
 		ret = read_range(w, ino, ii, a0, win, ss_of(w));
 	if (!ret && off + len < a1)
 		ret = read_range(w, ino, ii, a1 - ss_of(w), win + (a1 - a0) - ss_of(w), ss_of(w));
-	if (!ret) {
+	if (!ret && win)
 		memcpy(win + (off - a0), buf, len);
-		ret = nocow_write(w, ino, ii, a0, win, a1 - a0, &inplace);
-	}
+	if (!ret)
+		ret = nocow_write(w, ino, ii, a0, win ? win : buf, a1 - a0, &inplace);
 	if (!ret && !inplace)
 		ret = fsw_drop_extents(w, ino, ii, a0, a1);
 	if (!ret && !inplace)
-		ret = write_extents(w, ino, ii, a0, win, a1 - a0);
+		ret = write_extents(w, ino, ii, a0, win ? win : buf, a1 - a0);
 	free(win);
 	if (!ret)
 		II_SET(size, ii, nsize);

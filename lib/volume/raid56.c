@@ -11,6 +11,7 @@
  * the same rotation, the same algebra (raid_math.c).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "volume_internal.h"
@@ -163,6 +164,67 @@ static int parity_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t
 
 /* ---- writing ---- */
 
+/* Full stripes per gathered write: each device gets up to this many strips in one write. */
+#define RUN_BATCH 16
+
+/*
+ * A write's stripes and parity need up to a few MiB of aligned scratch (ISA-L's
+ * vector code wants 32-byte alignment). A fresh allocation that large is a
+ * fresh mapping whose pages fault in again on every write, so each thread
+ * keeps its largest one.
+ */
+struct scratch {
+	uint8_t *buf;
+	size_t size;
+};
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_ready;
+
+static void scratch_release(void *p)
+{
+	struct scratch *s = p;
+
+	free(s->buf);
+	free(s);
+}
+
+static void scratch_setup(void)
+{
+	scratch_ready = pthread_key_create(&scratch_key, scratch_release) == 0;
+}
+
+/* `size` bytes, 64-byte aligned, this thread's until its next call */
+static uint8_t *scratch_get(size_t size)
+{
+	struct scratch *s;
+
+	pthread_once(&scratch_once, scratch_setup);
+	if (!scratch_ready)
+		return NULL;
+	s = pthread_getspecific(scratch_key);
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return NULL;
+		if (pthread_setspecific(scratch_key, s)) {
+			free(s);
+			return NULL;
+		}
+	}
+	if (s->size < size) {
+		uint8_t *b = aligned_alloc(64, (size + 63) & ~(size_t)63);
+
+		if (!b)
+			return NULL;
+		free(s->buf);
+		s->buf = b;
+		s->size = size;
+	}
+	return s->buf;
+}
+
 /* One full stripe's share of a write: which columns of each data strip it covers. */
 struct full_write {
 	uint64_t full;
@@ -243,8 +305,7 @@ static int full_write_do(struct ub_volume *vol, const struct ub_chunk *c, const 
 	uint8_t *bufs, *strips[UB_RAID_MAX_STRIPES];
 	int ret = 0, nlost = 0;
 
-	/* ISA-L's vector code wants its buffers 32-byte aligned */
-	bufs = aligned_alloc(64, (size_t)stride * (size_t)total);
+	bufs = scratch_get((size_t)stride * (size_t)total);
 	if (!bufs)
 		return -ENOMEM;
 	for (int i = 0; i < total; i++) {
@@ -307,8 +368,55 @@ static int full_write_do(struct ub_volume *vol, const struct ub_chunk *c, const 
 			goto out;
 	}
 out:
-	free(bufs);
 	return ret;
+}
+
+/*
+ * Full stripes the write covers completely need nothing from disk: P (and Q)
+ * come straight from the caller's bytes, and since consecutive full stripes
+ * lie back to back on every device, each device gets one gathered write of
+ * its strips of the batch; the data itself is never copied.
+ */
+static int full_run_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t f0, uint64_t k,
+			  const uint8_t *src /* the write's bytes for chunk offset 0 */)
+{
+	const int total = c->num_stripes, np = c->profile->nparity, nd = total - np;
+	const uint64_t slen = c->stripe_len;
+	struct iovec iov[RUN_BATCH];
+	uint8_t *par = scratch_get((size_t)(k * (uint64_t)np * slen));
+	int ret;
+
+	if (!par)
+		return -ENOMEM;
+	for (uint64_t j = 0; j < k; j++) {
+		uint8_t *strips[UB_RAID_MAX_STRIPES];
+
+		for (int i = 0; i < nd; i++)
+			strips[i] = (uint8_t *)src + ((f0 + j) * (uint64_t)nd + (uint64_t)i) * slen;
+		for (int p = 0; p < np; p++)
+			strips[nd + p] = par + (j * (uint64_t)np + (uint64_t)p) * slen;
+		ret = ub_raid_gen_parity(nd, np, strips, slen);
+		if (ret)
+			return ret;
+	}
+	for (int st = 0; st < total; st++) {
+		if (!c->stripes[st].dev) {
+			vol->writes_skipped += k;
+			continue;
+		}
+		for (uint64_t j = 0; j < k; j++) {
+			/* the inverse of slot_stripe */
+			uint64_t slot = ((uint64_t)st + (uint64_t)total - (f0 + j) % (uint64_t)total) % (uint64_t)total;
+
+			iov[j].iov_base = slot < (uint64_t)nd ? (void *)(src + ((f0 + j) * (uint64_t)nd + slot) * slen)
+							       : (void *)(par + (j * (uint64_t)np + slot - (uint64_t)nd) * slen);
+			iov[j].iov_len = slen;
+		}
+		ret = ub_vol_dev_writev(vol, c, st, iov, (int)k, c->stripes[st].physical + f0 * slen);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 static int parity_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len,
@@ -335,9 +443,19 @@ static int parity_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_
 		if (ret)
 			return ret;
 	}
-	for (uint64_t f = off / fsz; f * fsz < end; f++) {
-		full_write_plan(c, f, off, end, &fw);
-		ret = full_write_do(vol, c, &fw, buf - off);
+	for (uint64_t f = off / fsz; f * fsz < end;) {
+		uint64_t k = 0;
+
+		while (k < RUN_BATCH && (f + k) * fsz >= off && (f + k + 1) * fsz <= end)
+			k++;
+		if (k) {
+			ret = full_run_write(vol, c, f, k, buf - off);
+			f += k;
+		} else {
+			full_write_plan(c, f, off, end, &fw);
+			ret = full_write_do(vol, c, &fw, buf - off);
+			f++;
+		}
 		if (ret)
 			return ret;
 	}

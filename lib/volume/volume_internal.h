@@ -52,6 +52,9 @@ int ub_vol_phys_check(struct ub_volume *vol, const struct ub_chunk *c, int strip
 /* one device write; a failure is named and becomes the volume's sticky error */
 int ub_vol_dev_write(struct ub_volume *vol, const struct ub_chunk *c, int stripe, const void *buf, uint64_t len,
 		     uint64_t phys);
+/* the same, the iovcnt buffers back to back from phys in one device write */
+int ub_vol_dev_writev(struct ub_volume *vol, const struct ub_chunk *c, int stripe, const struct iovec *iov, int iovcnt,
+		      uint64_t phys);
 
 /* raid_math.c: parity over in-memory stripes (data 0..ndata-1, then P, then Q) */
 #define UB_RAID_MAX_STRIPES 64

@@ -87,6 +87,25 @@ int ub_vol_dev_write(struct ub_volume *vol, const struct ub_chunk *c, int stripe
 	return 0;
 }
 
+int ub_vol_dev_writev(struct ub_volume *vol, const struct ub_chunk *c, int stripe, const struct iovec *iov, int iovcnt,
+		      uint64_t phys)
+{
+	const struct ub_stripe *s = &c->stripes[stripe];
+	int ret = ub_dev_writev(s->dev->dev, iov, iovcnt, phys);
+
+	if (ret) {
+		uint64_t len = 0;
+
+		for (int i = 0; i < iovcnt; i++)
+			len += iov[i].iov_len;
+		ub_err(&vol->log, "write of %llu bytes at physical %llu on devid %llu (%s) failed: %s; no more writes",
+		       (unsigned long long)len, (unsigned long long)phys, (unsigned long long)s->devid, vdev_path(s),
+		       strerror(-ret));
+		return sticky(vol, ret);
+	}
+	return 0;
+}
+
 int ub_volume_write(struct ub_volume *vol, uint64_t logical, uint64_t len, const void *buf)
 {
 	const struct ub_chunk *c;

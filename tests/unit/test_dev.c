@@ -616,6 +616,54 @@ static void test_faulty(void **state)
 	ub_dev_close(devs[1]);
 }
 
+/* ---- gathered writes ---- */
+
+/*
+ * More buffers than one pwritev takes here (64), one of them empty, against
+ * the same bytes put together by hand: through pwritev on a file, through
+ * one write per buffer on memory (no writev in that backend).
+ */
+static void test_writev(void **state)
+{
+	enum { NB = 100, BL = 40, AT = 123 };
+	uint8_t data[SIZE], want[SIZE], disk[SIZE], src[NB * BL], mem[SIZE];
+	struct iovec iov[NB];
+	struct tmpfile t;
+	struct ub_dev *dev;
+	size_t got, pos = AT;
+
+	(void)state;
+	fill(data, sizeof(data), 9);
+	fill(src, sizeof(src), 10);
+	memcpy(want, data, SIZE);
+	for (int i = 0; i < NB; i++) {
+		iov[i].iov_base = src + i * BL;
+		iov[i].iov_len = i == 7 ? 0 : BL;
+		memcpy(want + pos, iov[i].iov_base, iov[i].iov_len);
+		pos += iov[i].iov_len;
+	}
+	make_file(&t, data, sizeof(data));
+	assert_int_equal(ub_dev_open(t.path, false, &dev), 0);
+	assert_int_equal(ub_dev_writev(dev, iov, NB, AT), -EROFS);
+	ub_dev_close(dev);
+	assert_int_equal(ub_dev_open(t.path, true, &dev), 0);
+	assert_int_equal(ub_dev_writev(dev, iov, NB, SIZE - 100), -ENOSPC);
+	assert_int_equal(ub_dev_writev(dev, iov, NB, AT), 0);
+	ub_dev_close(dev);
+	slurp(t.path, disk, sizeof(disk), &got);
+	assert_int_equal(got, SIZE);
+	assert_memory_equal(disk, want, SIZE);
+	unlink(t.path);
+
+	memcpy(mem, data, SIZE);
+	assert_int_equal(ub_dev_open_mem("mem", mem, SIZE, true, &dev), 0);
+	assert_int_equal(ub_dev_writev(dev, iov, NB, SIZE - 100), -ENOSPC);
+	assert_memory_equal(mem, data, SIZE);
+	assert_int_equal(ub_dev_writev(dev, iov, NB, AT), 0);
+	ub_dev_close(dev);
+	assert_memory_equal(mem, want, SIZE);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -633,6 +681,7 @@ int main(void)
 		cmocka_unit_test(test_recorder),
 		cmocka_unit_test(test_recorder_invalid),
 		cmocka_unit_test(test_faulty),
+		cmocka_unit_test(test_writev),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
