@@ -126,3 +126,11 @@ $(BUILD)/tests/tools/nocow_driver: tests/tools/nocow_driver.c $(BUILD)/libubtrfs
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
 tools: $(NOCOW_DRIVER)
 # ---- end of the nocow driver block ----
+
+# ---- tree digest: the crash tests' reader (tests/integration/test_crash_raid56.py) ----
+TREE_DIGEST := $(BUILD)/tests/tools/tree_digest
+$(BUILD)/tests/tools/tree_digest: tests/tools/tree_digest.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+tools: $(TREE_DIGEST)
+# ---- end of the tree digest block ----
