@@ -204,7 +204,7 @@ def test_cuts_with_devices_removed(fileapi, digest_tool, casedir, ubtrfs_bin, ca
     script.write_text("\n".join(run.lines) + "\n")
     crash = casedir / "crash"
     crash.mkdir()
-    spread, stride = (16, 1) if LONG else (4, 5)
+    spread, stride = (16, 1) if LONG else (16, 8)
     cp = T.run([fileapi, "--script", script, "--crash-dir", crash, "--crash-cuts", spread,
                 "--crash-supers", stride, *imgs], check=False, timeout=900)
     out = cp.stdout.decode()
@@ -275,7 +275,7 @@ def test_io_errors_raid56(engine_driver, digest_tool, casedir, ubtrfs_bin, case)
     cp = T.run([engine_driver, "--fault", 0, "create", "f", n, every, *work])
     writes, flushes = (int(x) for x in re.search(r"^io \d+ (\d+) (\d+) injected", cp.stdout.decode(), re.M).groups())
     total = writes + flushes
-    points = range(1, total + 1) if LONG else sorted({1, total // 4, total // 2, 3 * total // 4, total})
+    points = range(1, total + 1) if LONG else sorted({1, total // 3, 2 * total // 3, total})
     seen = set()
     for k, nth in enumerate(points):
         fresh()
