@@ -241,6 +241,15 @@ def test_cuts_with_devices_removed(fileapi, digest_tool, casedir, ubtrfs_bin, ca
             assert expected(got) == state[primary], "kernel, cut %d without %r: not commit %d" % (
                 c, gone, primary)
             checked_kernel += 1
+            # and the command: `ubtrfs ls` and `cat` on what is left, the commit its newest superblock names
+            newest = max(device_generation(x) for x in rest)
+            ls = T.ubtrfs("ls", "--json", *rest)
+            assert ls.returncode == 0, T.describe(ls)
+            names = {o["name"] for o in T.parse_ls_json(ls.stdout)}
+            assert names == set(state[newest]), (c, gone, newest, names)
+            for fname in sorted(names)[:2]:
+                rc, size, sha, cat = T.cat_hash(rest, "/" + fname)
+                assert rc == 0 and (size, sha) == state[newest][fname][1:], T.describe(cat)
         for x in cut:
             x.unlink()
     assert checked_kernel >= 2
