@@ -193,6 +193,25 @@ def removal_choices(ndev, nparity, cut_index):
     return [(), every[cut_index % len(every)]]
 
 
+def reads_one_commit(tool, imgs, state, removals, label):
+    """For each choice of devices removed, the reader shows exactly the newest commit a remaining
+    superblock names: that generation's names and file bytes. The generations seen."""
+    devgen = [device_generation(x) for x in imgs]
+    assert set(devgen) <= set(state), (label, devgen)
+    seen = set()
+    for gone in removals:
+        rest = [str(x) for d, x in enumerate(imgs) if d not in gone]
+        want = max(devgen[d] for d in range(len(imgs)) if d not in gone)
+        rc, gen, files, err = read_digest(tool, rest)
+        what = "%s without devices %r (superblock generations %r)" % (label, gone, devgen)
+        assert rc == 0, "%s: exit %d\n%s" % (what, rc, err[-3000:])
+        assert gen == want, "%s: reader at generation %r, expected %d" % (what, gen, want)
+        assert files == state[gen], "%s: not the state of commit %d:\n got %r\nwant %r" % (
+            what, gen, files, state[gen])
+        seen.add(gen)
+    return seen
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_cuts_with_devices_removed(fileapi, digest_tool, casedir, ubtrfs_bin, case):  # noqa: F811
     name, data, meta, ndev, nodesize, nparity = case
@@ -219,18 +238,7 @@ def test_cuts_with_devices_removed(fileapi, digest_tool, casedir, ubtrfs_bin, ca
     checked_kernel = 0
     for c in cuts:
         cut = [crash / ("cut%d_dev%d.img" % (c, d)) for d in range(ndev)]
-        devgen = [device_generation(x) for x in cut]
-        assert set(devgen) <= set(state), (c, devgen)
-        for gone in removal_choices(ndev, nparity, c):
-            rest = [str(x) for d, x in enumerate(cut) if d not in gone]
-            want_gen = max(devgen[d] for d in range(ndev) if d not in gone)
-            rc, gen, files, err = read_digest(digest_tool, rest)
-            what = "cut %d without devices %r (superblock generations %r)" % (c, gone, devgen)
-            assert rc == 0, "%s: exit %d\n%s" % (what, rc, err[-3000:])
-            assert gen == want_gen, "%s: reader at generation %r, expected %d" % (what, gen, want_gen)
-            assert gen in state and files == state[gen], "%s: not the state of commit %d:\n got %r\nwant %r" % (
-                what, gen, files, state[gen])
-            seen.add(gen)
+        seen |= reads_one_commit(digest_tool, cut, state, removal_choices(ndev, nparity, c), "cut %d" % c)
         # a few cuts: btrfs check on the full set, the kernel on what is left of it
         if c in (cuts[len(cuts) // 2], cuts[-1]) or (LONG and c % 4 == 0):
             progs_check(cut)
@@ -292,16 +300,8 @@ def test_io_errors_raid56(engine_driver, digest_tool, casedir, ubtrfs_bin, case)
         err = cp.stderr.decode("utf-8", "replace")
         assert cp.returncode == 1, (nth, err[-2000:])
         assert "Input/output error" in err and "injected 1" in cp.stdout.decode(), (nth, err[-2000:])
-        devgen = [device_generation(w) for w in work]
-        assert set(devgen) <= set(state), (nth, devgen)
-        for gone in removal_choices(ndev, nparity, k):
-            rest = [str(w) for d, w in enumerate(work) if d not in gone]
-            want = max(devgen[d] for d in range(ndev) if d not in gone)
-            rc, gen, files, err = read_digest(digest_tool, rest)
-            what = "I/O error at %d, without devices %r (superblock generations %r)" % (nth, gone, devgen)
-            assert rc == 0, "%s: exit %d\n%s" % (what, rc, err[-3000:])
-            assert gen == want and files == state[gen], "%s: generation %r, %d names" % (what, gen, len(files))
-            seen.add(gen)
+        seen |= reads_one_commit(digest_tool, work, state, removal_choices(ndev, nparity, k),
+                                 "I/O error at %d" % nth)
         if LONG or k == len(points) // 2:
             progs_check(work)
     assert len(seen) >= 2, seen
