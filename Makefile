@@ -69,18 +69,18 @@ fuzz: $(FUZZ_BINS)
 
 # ---- write engine test driver: tests/integration/test_engine.py builds and runs it ----
 ENGINE_DRIVER := $(BUILD)/tests/tools/engine_driver
-$(BUILD)/tests/tools/engine_driver: tests/tools/engine_driver.c $(BUILD)/libubtrfs.a
+$(BUILD)/tests/tools/engine_driver: tests/tools/engine_driver.c tests/tools/crash_cuts.c tests/tools/crash_cuts.h $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< tests/tools/crash_cuts.c $(BUILD)/libubtrfs.a $(LIBS)
 tools: $(ENGINE_DRIVER)
 .PHONY: tools
 # ---- end of the engine driver block ----
 
 # ---- file API driver: tests/integration/test_file_api.py builds and runs it ----
 FILEAPI_DRIVER := $(BUILD)/tests/tools/fileapi_driver
-$(BUILD)/tests/tools/fileapi_driver: tests/tools/fileapi_driver.c $(BUILD)/libubtrfs.a
+$(BUILD)/tests/tools/fileapi_driver: tests/tools/fileapi_driver.c tests/tools/crash_cuts.c tests/tools/crash_cuts.h $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< tests/tools/crash_cuts.c $(BUILD)/libubtrfs.a $(LIBS)
 tools: $(FILEAPI_DRIVER)
 # ---- end of the file API driver block ----
 
@@ -126,3 +126,11 @@ $(BUILD)/tests/tools/nocow_driver: tests/tools/nocow_driver.c $(BUILD)/libubtrfs
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
 tools: $(NOCOW_DRIVER)
 # ---- end of the nocow driver block ----
+
+# ---- tree digest: the crash tests' reader (tests/integration/test_crash_raid56.py) ----
+TREE_DIGEST := $(BUILD)/tests/tools/tree_digest
+$(BUILD)/tests/tools/tree_digest: tests/tools/tree_digest.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
+tools: $(TREE_DIGEST)
+# ---- end of the tree digest block ----

@@ -205,12 +205,72 @@ static int note_missing_sys_devices(struct ub_volume *vol)
 
 
 
-/* Keep devices of one filesystem, one per devid, newest generation; say why others are left out. */
+/*
+ * Take candidate c into the volume (pass 0: devices at the filesystem's
+ * generation; pass 1: devices one commit behind). A commit flushes every block
+ * it writes before any of its superblocks, so a device whose superblock is one
+ * commit behind (a crash between the superblock writes of a commit, as the
+ * kernel also finds it) holds the newer commit's blocks, or, if it missed them,
+ * fails the generation and checksum checks every read makes. Older devices
+ * are stale.
+ */
+static int assemble_one(struct ub_volume *vol, struct candidate *c, int pass)
+{
+	const uint8_t *s = c->super;
+	const uint8_t *di = UB_PTR(ub_disk_super, dev_item, s);
+	uint64_t devid, gen = SB(generation, s);
+	bool dup = false, behind = gen + 1 == vol->generation_hint;
+	char u1[40], u2[40];
+	int ret;
+
+	if (!c->dev || c->used)
+		return 0;
+	if (memcmp(UB_PTR(ub_disk_super, fsid, s), UB_PTR(ub_disk_super, fsid, vol->super), UB_FSID_SIZE)) {
+		if (pass == 0) {
+			ub_uuid_str(UB_PTR(ub_disk_super, fsid, s), u1);
+			ub_uuid_str(UB_PTR(ub_disk_super, fsid, vol->super), u2);
+			ub_warn(&vol->log, "%s: belongs to another filesystem (fsid %s, not %s); ignored", c->dev->path,
+				u1, u2);
+		}
+		return 0;
+	}
+	if ((pass == 0) == behind)
+		return 0;
+	devid = DI(devid, di);
+	for (int j = 0; j < vol->nvdevs; j++)
+		dup |= vol->vdevs[j].devid == devid;
+	if (dup) {
+		ub_warn(&vol->log, "%s: devid %llu given twice; %signored", c->dev->path, (unsigned long long)devid,
+			behind ? "this copy is stale (one commit behind); " : "");
+		return 0;
+	}
+	if (gen < vol->generation_hint && !behind) {
+		ub_warn(&vol->log, "%s: devid %llu is stale (generation %llu, filesystem at %llu); ignored",
+			c->dev->path, (unsigned long long)devid, (unsigned long long)gen,
+			(unsigned long long)vol->generation_hint);
+		return 0;
+	}
+	if (behind)
+		ub_warn(&vol->log, "%s: devid %llu is one commit behind (generation %llu, filesystem at %llu): used, "
+			"its blocks checked against the generations the trees expect", c->dev->path,
+			(unsigned long long)devid, (unsigned long long)gen, (unsigned long long)vol->generation_hint);
+	if (DI(total_bytes, di) > c->dev->size)
+		ub_warn(&vol->log, "%s: devid %llu claims %llu bytes but the device has %llu; reads past its end "
+			"will fail", c->dev->path, (unsigned long long)devid,
+			(unsigned long long)DI(total_bytes, di), (unsigned long long)c->dev->size);
+	ret = add_vdev(vol, devid, UB_PTR(btrfs_dev_item, uuid, di), DI(total_bytes, di), c->dev, gen);
+	if (ret)
+		return ret;
+	memcpy(vol->vdevs[vol->nvdevs - 1].item, di, sizeof(struct btrfs_dev_item));
+	c->used = true;
+	return 0;
+}
+
+/* Keep devices of one filesystem, one per devid, newest generation first; say why others are left out. */
 static int assemble(struct ub_volume *vol, struct candidate *c, int n)
 {
 	int lead = -1, best_count = 0, ret = 0;
 	const uint8_t *fsid = NULL;
-	char u1[40], u2[40];
 
 	/* the filesystem most of the devices belong to (the first given on a tie) */
 	for (int i = 0; i < n; i++) {
@@ -239,47 +299,11 @@ static int assemble(struct ub_volume *vol, struct candidate *c, int n)
 	}
 	memcpy(vol->super, c[lead].super, UB_SUPER_INFO_SIZE);
 	vol->super_mirror_used = c[lead].mirror;
-	for (int i = 0; i < n; i++) {
-		const uint8_t *s = c[i].super;
-		const uint8_t *di = UB_PTR(ub_disk_super, dev_item, s);
-		uint64_t devid;
-		bool dup = false;
-
-		if (!c[i].dev)
-			continue;
-		if (memcmp(UB_PTR(ub_disk_super, fsid, s), UB_PTR(ub_disk_super, fsid, vol->super), UB_FSID_SIZE)) {
-			ub_uuid_str(UB_PTR(ub_disk_super, fsid, s), u1);
-			ub_uuid_str(UB_PTR(ub_disk_super, fsid, vol->super), u2);
-			ub_warn(&vol->log, "%s: belongs to another filesystem (fsid %s, not %s); ignored", c[i].dev->path,
-				u1, u2);
-			continue;
-		}
-		devid = DI(devid, di);
-		for (int j = 0; j < vol->nvdevs; j++)
-			dup |= vol->vdevs[j].devid == devid;
-		if (dup) {
-			ub_warn(&vol->log, "%s: devid %llu given twice; ignored", c[i].dev->path,
-				(unsigned long long)devid);
-			continue;
-		}
-		if (SB(generation, s) < vol->generation_hint) {
-			ub_warn(&vol->log, "%s: devid %llu is stale (generation %llu, filesystem at %llu); ignored",
-				c[i].dev->path, (unsigned long long)devid, (unsigned long long)SB(generation, s),
-				(unsigned long long)vol->generation_hint);
-			continue;
-		}
-		if (DI(total_bytes, di) > c[i].dev->size)
-			ub_warn(&vol->log, "%s: devid %llu claims %llu bytes but the device has %llu; reads past its end "
-				"will fail", c[i].dev->path, (unsigned long long)devid,
-				(unsigned long long)DI(total_bytes, di), (unsigned long long)c[i].dev->size);
-		ret = add_vdev(vol, devid, UB_PTR(btrfs_dev_item, uuid, di), DI(total_bytes, di), c[i].dev,
-			       SB(generation, s));
-		if (ret)
-			return ret;
-		memcpy(vol->vdevs[vol->nvdevs - 1].item, di, sizeof(struct btrfs_dev_item));
-		c[i].used = true;
-	}
-	return 0;
+	/* current devices first: a device one commit behind stands in only for a devid none of them has */
+	for (int pass = 0; pass < 2 && !ret; pass++)
+		for (int i = 0; i < n && !ret; i++)
+			ret = assemble_one(vol, &c[i], pass);
+	return ret;
 }
 
 int ub_volume_open_devs(struct ub_dev *const *devs, int npaths, const struct ub_volume_opts *opts,

@@ -56,6 +56,7 @@
 #include <uuid/uuid.h>
 #include "ubtrfs/fs.h"
 #include "txn/txn.h"
+#include "crash_cuts.h"
 
 #define TOP_DIR BTRFS_FIRST_FREE_OBJECTID
 
@@ -199,16 +200,6 @@ static int walk_committed(struct ub_engine *e, struct reach *rc)
 	return ret < 0 ? ret : 0;
 }
 
-static bool is_super(uint64_t off, uint64_t len)
-{
-	for (int i = 0; i < UB_SUPER_MIRROR_MAX; i++) {
-		uint64_t s = ub_super_offset(i);
-		if (off < s + UB_SUPER_INFO_SIZE && s < off + len)
-			return true;
-	}
-	return false;
-}
-
 static struct recorder g_rec;
 static struct reach g_reach;
 static bool g_check;
@@ -223,7 +214,7 @@ static int check_writes(void)
 	for (size_t i = 0; i < g_rec.n; i++) {
 		const struct wr *w = &g_rec.w[i];
 
-		if (is_super(w->off, w->len))
+		if (crash_is_super(w->off, w->len))
 			continue;
 		g_writes_checked++;
 		for (size_t j = 0; j < g_reach.n; j++) {
@@ -240,75 +231,6 @@ static int check_writes(void)
 	}
 	g_rec.n = 0;
 	return 0;
-}
-
-
-/* ---- crash images ---- */
-
-/* Copy a (sparse) image file, holes kept. */
-static int copy_sparse(const char *from, const char *to)
-{
-	int in = open(from, O_RDONLY), out = -1, ret = 0;
-	off_t size, pos = 0;
-	static char buf[1 << 16];
-
-	if (in < 0)
-		return -errno;
-	out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	size = lseek(in, 0, SEEK_END);
-	if (out < 0 || size < 0 || ftruncate(out, size) < 0)
-		ret = -errno;
-	while (!ret && pos < size) {
-		off_t data = lseek(in, pos, SEEK_DATA), hole;
-		if (data < 0)
-			break; /* no more data */
-		hole = lseek(in, data, SEEK_HOLE);
-		if (hole < 0) {
-			ret = -errno;
-			break;
-		}
-		for (pos = data; pos < hole && !ret;) {
-			size_t n = (size_t)(hole - pos < (off_t)sizeof(buf) ? hole - pos : (off_t)sizeof(buf));
-			ssize_t r = pread(in, buf, n, pos);
-			if (r <= 0 || pwrite(out, buf, (size_t)r, pos) != r)
-				ret = r < 0 ? -errno : -EIO;
-			pos += r > 0 ? r : 0;
-		}
-	}
-	close(in);
-	if (out >= 0)
-		close(out);
-	return ret;
-}
-
-static int make_cuts(struct ub_rec_log *log, const char *dir, char **paths, int ndevs, long cuts)
-{
-	uint64_t total = ub_rec_log_count(log);
-	char name[4096];
-	int ret = 0;
-
-	for (long c = 0; c < cuts && !ret; c++) {
-		/* spread over the log, always including the very end */
-		uint64_t k = cuts > 1 ? total * (uint64_t)c / (uint64_t)(cuts - 1) : total;
-		struct ub_dev *targets[16] = { 0 };
-
-		for (int d = 0; d < ndevs && !ret; d++) {
-			char base[4096];
-			snprintf(base, sizeof(base), "%s/base_dev%d.img", dir, d);
-			snprintf(name, sizeof(name), "%s/cut%ld_dev%d.img", dir, c, d);
-			ret = copy_sparse(base, name);
-			if (!ret)
-				ret = ub_dev_open(name, true, &targets[d]);
-		}
-		if (!ret)
-			ret = ub_rec_log_apply_variant(log, k, (uint64_t)c * 7919 + 1, targets, ndevs);
-		for (int d = 0; d < ndevs; d++)
-			ub_dev_close(targets[d]);
-		if (!ret)
-			printf("cut %ld entries %llu of %llu\n", c, (unsigned long long)k, (unsigned long long)total);
-	}
-	(void)paths;
-	return ret;
 }
 
 /* ---- items ---- */
@@ -889,16 +811,7 @@ int main(int argc, char **argv)
 	if (ndevs > 16 || (crash_dir && crash_cuts < 1))
 		usage();
 	if (crash_dir) {
-		for (int d = 0; d < ndevs; d++) {
-			char base[4096];
-			snprintf(base, sizeof(base), "%s/base_dev%d.img", crash_dir, d);
-			ret = copy_sparse(argv[i + d], base);
-			if (ret) {
-				fprintf(stderr, "engine_driver: %s: %s\n", base, strerror(-ret));
-				return 1;
-			}
-		}
-		if (ub_rec_log_new(&rlog))
+		if (crash_save_bases(crash_dir, argv + i, ndevs) || ub_rec_log_new(&rlog))
 			return 1;
 	}
 	if (fault_nth >= 0 && ub_fault_plan_new(&plan))
@@ -991,7 +904,7 @@ done:
 	ub_engine_close(c.e);
 	ub_fault_plan_put(plan);
 	if (rlog && !ret) {
-		ret = make_cuts(rlog, crash_dir, argv + i, ndevs, crash_cuts);
+		ret = crash_make_cuts(rlog, crash_dir, ndevs, crash_cuts, 0);
 		if (ret)
 			fprintf(stderr, "engine_driver: crash images: %s\n", strerror(-ret));
 	}

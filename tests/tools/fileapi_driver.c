@@ -7,6 +7,10 @@
  * contents, link count, inode, symlink target, xattrs in hex).
  *
  *   fileapi_driver [--recipe NAME] SEED NOPS COMMIT_EVERY MODEL.json DEV...
+ *   fileapi_driver --script FILE [--crash-dir DIR --crash-cuts K [--crash-supers S]] DEV...
+ *
+ * --script: one operation per line (script_line); with --crash-dir the run is
+ * recorded and crash images are made afterwards (crash_cuts.h).
  *
  * Every call's result is checked against what the model expects (success,
  * or the exact errno: -ENOTEMPTY, -EEXIST, ...); file contents are read back
@@ -25,6 +29,7 @@
 #include "ubtrfs/fswrite.h"
 #include "txn/txn.h"
 #include "txn/cleaner.h"
+#include "crash_cuts.h"
 
 #define SUBVOL BTRFS_FS_TREE_OBJECTID
 #define TOP BTRFS_FIRST_FREE_OBJECTID
@@ -1024,8 +1029,59 @@ static void op_snapshot(void)
 static void usage(void)
 {
 	fprintf(stderr, "usage: fileapi_driver SEED NOPS COMMIT_EVERY MODEL.json DEV...\n"
-			"       fileapi_driver --script FILE DEV...\n");
+			"       fileapi_driver --script FILE [--crash-dir DIR --crash-cuts K [--crash-supers S]] DEV...\n");
 	exit(2);
+}
+
+/* ---- crash images of a script run ---- */
+
+static const char *g_crash_dir;
+static long g_crash_cuts, g_crash_supers;
+static int g_ndevs;
+
+/*
+ * The script's devices, after its crash options: recorded from the open on
+ * when --crash-dir is given (the bases saved first), so that afterwards the
+ * images of a crash at K points spread over the run, and at both sides of
+ * every S-th superblock write, can be made.
+ */
+static int open_script_devs(int argc, char **argv, struct ub_rec_log **rlog)
+{
+	struct ub_dev *devs[16];
+	int i = 0, ret = 0;
+
+	for (; i + 1 < argc && strncmp(argv[i], "--crash-", 8) == 0; i += 2) {
+		if (strcmp(argv[i], "--crash-dir") == 0)
+			g_crash_dir = argv[i + 1];
+		else if (strcmp(argv[i], "--crash-cuts") == 0)
+			g_crash_cuts = atol(argv[i + 1]);
+		else if (strcmp(argv[i], "--crash-supers") == 0)
+			g_crash_supers = atol(argv[i + 1]);
+		else
+			usage();
+	}
+	g_ndevs = argc - i;
+	if (g_ndevs < 1 || g_ndevs > 16 || (g_crash_dir && g_crash_cuts < 0) || (!g_crash_dir && g_crash_cuts))
+		usage();
+	if (!g_crash_dir)
+		return ub_engine_open((const char *const *)argv + i, g_ndevs, NULL, &g_e);
+	ret = crash_save_bases(g_crash_dir, argv + i, g_ndevs);
+	if (!ret)
+		ret = ub_rec_log_new(rlog);
+	for (int d = 0; d < g_ndevs; d++) {
+		struct ub_dev *inner = NULL;
+		if (!ret)
+			ret = ub_dev_open(argv[i + d], true, &inner);
+		if (!ret)
+			ret = ub_dev_open_recorder(inner, *rlog, d, &inner);
+		devs[d] = ret ? NULL : inner;
+	}
+	if (ret) {
+		for (int d = 0; d < g_ndevs; d++)
+			ub_dev_close(devs[d]);
+		return ret;
+	}
+	return ub_engine_open_devs(devs, g_ndevs, NULL, &g_e);
 }
 
 int main(int argc, char **argv)
@@ -1035,7 +1091,8 @@ int main(int argc, char **argv)
 	int ret;
 
 	if (argc >= 4 && strcmp(argv[1], "--script") == 0) {
-		ret = ub_engine_open((const char *const *)argv + 3, argc - 3, NULL, &g_e);
+		struct ub_rec_log *rlog = NULL;
+		ret = open_script_devs(argc - 3, argv + 3, &rlog);
 		if (ret) {
 			fprintf(stderr, "fileapi_driver: open: %s\n", strerror(-ret));
 			return 1;
@@ -1048,11 +1105,18 @@ int main(int argc, char **argv)
 			ret = ub_txn_commit(g_t);
 			if (ret)
 				FAIL("last commit: %s", strerror(-ret));
+			g_commits++;
 		} else {
 			ub_txn_abort(g_t);
 		}
 		ub_engine_close(g_e);
-		printf("script done\n");
+		printf("script done commits %ld\n", g_commits);
+		if (rlog) {
+			ret = crash_make_cuts(rlog, g_crash_dir, g_ndevs, g_crash_cuts, g_crash_supers);
+			ub_rec_log_put(rlog);
+			if (ret)
+				FAIL("crash images: %s", strerror(-ret));
+		}
 		return 0;
 	}
 	if (argc > 1 && strcmp(argv[1], "--snapshots") == 0) {
