@@ -126,3 +126,7 @@ $(BUILD)/tests/tools/nocow_driver: tests/tools/nocow_driver.c $(BUILD)/libubtrfs
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
 tools: $(NOCOW_DRIVER)
 # ---- end of the nocow driver block ----
+
+# ---- library API: cmd/ is a library user and sees only include/ (lib/'s private headers stay out of reach) ----
+$(CMD_OBJS): CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
+# ---- end of the library API block ----

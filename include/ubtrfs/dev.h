@@ -65,6 +65,10 @@ int ub_dev_read(struct ub_dev *dev, void *buf, size_t len, uint64_t off);
 /* Writes exactly `len` bytes at `off`; -EROFS when read-only, -ENOSPC past the end, -EIO on a short write. */
 int ub_dev_write(struct ub_dev *dev, const void *buf, size_t len, uint64_t off);
 int ub_dev_flush(struct ub_dev *dev);
+/* For a caller that does not implement a backend: the name given at open, the size in bytes, the backend's state. */
+const char *ub_dev_path(const struct ub_dev *dev);
+uint64_t ub_dev_size(const struct ub_dev *dev);
+void *ub_dev_priv(const struct ub_dev *dev);
 
 /* ---- recorder (lib/dev/recorder.c): writes and flushes of several devices, in one log ---- */
 

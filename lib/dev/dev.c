@@ -208,3 +208,18 @@ out_close:
 	close(fd);
 	return ret;
 }
+
+const char *ub_dev_path(const struct ub_dev *dev)
+{
+	return dev->path;
+}
+
+uint64_t ub_dev_size(const struct ub_dev *dev)
+{
+	return dev->size;
+}
+
+void *ub_dev_priv(const struct ub_dev *dev)
+{
+	return dev->priv;
+}

@@ -6,3 +6,13 @@ struct ub_volume *ub_fs_volume(const struct ub_fs *fs)
 {
 	return fs->vol;
 }
+
+struct ub_tree_ctx *ub_fs_trees(struct ub_fs *fs)
+{
+	return &fs->tc;
+}
+
+const struct ub_log *ub_fs_log(const struct ub_fs *fs)
+{
+	return &fs->log;
+}
