@@ -4,6 +4,10 @@
  * buffer (tests, fuzzers), and two that wrap another device through `priv`:
  * a recorder of writes and flushes (crash points) and a faulty device failing
  * the Nth I/O.
+ *
+ * Library API: a user opens, reads and closes devices and reads one through
+ * ub_dev_path / ub_dev_size; a backend implements struct ub_dev_ops and
+ * reaches its state with ub_dev_priv.
  */
 #ifndef UBTRFS_DEV_H
 #define UBTRFS_DEV_H

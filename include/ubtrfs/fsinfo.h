@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Accessors tools use instead of reading struct ub_fs's fields. */
+/* Library API: what a tool reaches from an open filesystem, instead of reading struct ub_fs's fields. */
 #ifndef UBTRFS_FSINFO_H
 #define UBTRFS_FSINFO_H
 

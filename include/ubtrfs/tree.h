@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The tree layer: verified tree blocks, a block cache, search and iteration.
+ *
+ * Library API: read-only tree calls on the context ub_fs_trees gives; a
+ * block is read through the ub_eb_* accessors. The fields of ub_tree_ctx,
+ * ub_eb and ub_path are the library's (visible until they move to lib/tree).
  */
 #ifndef UBTRFS_TREE_H
 #define UBTRFS_TREE_H

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Accessors tools use instead of reading struct ub_fs's fields. */
 #include "ubtrfs/fsinfo.h"
+#include "fs/fs_priv.h"
 
 struct ub_volume *ub_fs_volume(const struct ub_fs *fs)
 {
