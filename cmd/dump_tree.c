@@ -250,7 +250,8 @@ static int dump_log(struct dumper *d)
 	dump_root_tagged(d, &lr, BTRFS_TREE_LOG_OBJECTID, true);
 	ub_path_init(&p);
 	ret = ub_tree_search(d->tc, &lr, &key, &p);
-	ret = ret == 2 ? (ub_eb_nritems(p.nodes[0]) ? 0 : 1) : (ret < 0 ? ret : 0);
+	/* 2: nothing at or after key 0, so the tree is empty */
+	ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
 	while (ret == 0) {
 		uint32_t size;
 		const uint8_t *data = ub_path_data(&p, &size);
