@@ -134,3 +134,6 @@ $(BUILD)/tests/tools/tree_digest: tests/tools/tree_digest.c $(BUILD)/libubtrfs.a
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS)
 tools: $(TREE_DIGEST)
 # ---- end of the tree digest block ----
+# ---- library API: cmd/ is a library user and sees only include/ (lib/'s private headers stay out of reach) ----
+$(CMD_OBJS): CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
+# ---- end of the library API block ----

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 
 #define MAX_BLOCKS 65536
 #define LOOKUPS 2000000

@@ -23,17 +23,17 @@ static int dump_one(struct ub_dev *dev, int mirror, bool full, bool force, bool 
 	char why[200];
 	int ret;
 
-	if (off + UB_SUPER_INFO_SIZE > dev->size) {
+	if (off + UB_SUPER_INFO_SIZE > ub_dev_size(dev)) {
 		if (explicit_mirror || mirror == 0) {
 			fprintf(stderr, "ubtrfs: error: %s: superblock copy %d at %llu is beyond the end of the device\n",
-				dev->path, mirror, (unsigned long long)off);
+				ub_dev_path(dev), mirror, (unsigned long long)off);
 			return EXIT_PROBLEMS;
 		}
 		return EXIT_OK;
 	}
 	ret = ub_dev_read(dev, sb, sizeof(sb), off);
 	if (ret) {
-		fprintf(stderr, "ubtrfs: error: %s: cannot read superblock copy %d at %llu: %s\n", dev->path, mirror,
+		fprintf(stderr, "ubtrfs: error: %s: cannot read superblock copy %d at %llu: %s\n", ub_dev_path(dev), mirror,
 			(unsigned long long)off, strerror(-ret));
 		return EXIT_FATAL;
 	}
@@ -41,16 +41,16 @@ static int dump_one(struct ub_dev *dev, int mirror, bool full, bool force, bool 
 	if (ret != -ENOENT)
 		*magic = true;
 	if (ret == -ENOENT && !force) {
-		fprintf(stderr, "ubtrfs: error: %s: superblock copy %d at %llu: %s\n", dev->path, mirror,
+		fprintf(stderr, "ubtrfs: error: %s: superblock copy %d at %llu: %s\n", ub_dev_path(dev), mirror,
 			(unsigned long long)off, why);
 		return EXIT_PROBLEMS;
 	}
-	printf("superblock: bytenr=%llu, device=%s\n", (unsigned long long)off, dev->path);
+	printf("superblock: bytenr=%llu, device=%s\n", (unsigned long long)off, ub_dev_path(dev));
 	printf("---------------------------------------------------------\n");
 	ub_print_super(stdout, sb, full);
 	printf("\n");
 	if (ret) {
-		fprintf(stderr, "ubtrfs: error: %s: superblock copy %d at %llu is invalid: %s\n", dev->path, mirror,
+		fprintf(stderr, "ubtrfs: error: %s: superblock copy %d at %llu is invalid: %s\n", ub_dev_path(dev), mirror,
 			(unsigned long long)off, why);
 		return EXIT_PROBLEMS;
 	}
@@ -107,7 +107,7 @@ int cmd_dump_super(int argc, char **argv)
 				uint8_t sb[UB_SUPER_INFO_SIZE];
 				char why[160];
 				uint64_t off = ub_super_offset(m);
-				if (m == mirror || off + UB_SUPER_INFO_SIZE > dev->size ||
+				if (m == mirror || off + UB_SUPER_INFO_SIZE > ub_dev_size(dev) ||
 				    ub_dev_read(dev, sb, sizeof(sb), off))
 					continue;
 				if (ub_super_validate(sb, off, why, sizeof(why)) == 0) {

@@ -6,6 +6,8 @@
 #include <strings.h>
 #include "cmd.h"
 #include "print.h"
+#include "ubtrfs/devinfo.h"
+#include "ubtrfs/fsinfo.h"
 
 static const char help[] =
 	"usage: ubtrfs dump-tree [OPTIONS] DEV...\n\n"
@@ -65,14 +67,19 @@ struct dumper {
 	/* blocks entered in the tree being printed: a block met twice is printed once and named */
 	struct ub_block_set seen;
 	uint64_t tag; /* who is walking: a tree id, or for log trees the subvolume id */
+	/* the open filesystem's handles, taken once through the accessors */
+	struct ub_tree_ctx *tc;
+	const struct ub_log *log;
+	const uint8_t *super;
+	struct ub_volume_info vi;
 };
 
 static void print_block(struct dumper *d, const struct ub_eb *eb)
 {
 	uint32_t n = ub_eb_nritems(eb);
-	struct ub_print_ctx pctx = { d->fs->vol->csum_size, d->fs->vol->sectorsize, ub_eb_owner(eb) };
+	struct ub_print_ctx pctx = { d->vi.csum_size, d->vi.sectorsize, ub_eb_owner(eb) };
 
-	ub_print_block_header(stdout, eb->data, eb->len);
+	ub_print_block_header(stdout, ub_eb_data(eb), ub_eb_len(eb));
 	for (uint32_t i = 0; i < n; i++) {
 		struct ub_key key;
 		ub_eb_item_key(eb, (int)i, &key);
@@ -81,7 +88,7 @@ static void print_block(struct dumper *d, const struct ub_eb *eb)
 		} else {
 			uint32_t size;
 			const uint8_t *data = ub_eb_item_data(eb, (int)i, &size);
-			uint32_t itemoff = (uint32_t)(data - eb->data - UB_HEADER_SIZE);
+			uint32_t itemoff = (uint32_t)(data - ub_eb_data(eb) - UB_HEADER_SIZE);
 			ub_print_item(stdout, (int)i, &key, itemoff, data, size, &pctx);
 		}
 	}
@@ -106,7 +113,7 @@ static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp,
 	struct ub_eb *eb;
 	uint64_t first_tag = 0;
 	/* the pointer's own expectations first: they say best what is wrong */
-	int ret = ub_tree_read_block(&d->fs->tc, bytenr, exp, &eb);
+	int ret = ub_tree_read_block(d->tc, bytenr, exp, &eb);
 
 	if (ret) {
 		d->rc = EXIT_PROBLEMS;
@@ -120,11 +127,11 @@ static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp,
 		if (exp && exp->parent)
 			snprintf(where, sizeof(where), ", slot %d of node %llu", exp->slot, (unsigned long long)exp->parent);
 		fflush(stdout);
-		ub_err(&d->fs->log, "%s: tree block at logical %llu (level %d%s) was already entered in %s: "
+		ub_err(d->log, "%s: tree block at logical %llu (level %d%s) was already entered in %s: "
 		       "a block is part of one tree once; not printed again", tag_name(owner, d->tag, a, sizeof(a)),
 		       (unsigned long long)bytenr, ub_eb_level(eb), where, tag_name(owner, first_tag, b, sizeof(b)));
 		d->rc = EXIT_PROBLEMS;
-		ub_eb_put(&d->fs->tc, eb);
+		ub_eb_put(d->tc, eb);
 		return;
 	}
 	print_block(d, eb);
@@ -144,7 +151,7 @@ static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp,
 			walk(d, ub_eb_node_blockptr(eb, (int)i), &cexp, depth + 1);
 		}
 	}
-	ub_eb_put(&d->fs->tc, eb);
+	ub_eb_put(d->tc, eb);
 }
 
 /* One whole tree; a fresh set of entered blocks unless the caller keeps one across trees (the log). */
@@ -192,7 +199,7 @@ static void dump_all_roots(struct dumper *d, bool contents)
 	ub_path_init(&p);
 	ret = ub_fs_tree_root(d->fs, BTRFS_ROOT_TREE_OBJECTID, &rt);
 	if (!ret)
-		ret = ub_tree_search(&d->fs->tc, &rt, &key, &p);
+		ret = ub_tree_search(d->tc, &rt, &key, &p);
 	ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
 	while (ret == 0) {
 		const uint8_t *data;
@@ -225,7 +232,7 @@ static void dump_all_roots(struct dumper *d, bool contents)
 /* The log root tree, then each subvolume's log tree it points at. */
 static int dump_log(struct dumper *d)
 {
-	const uint8_t *sb = d->fs->vol->super;
+	const uint8_t *sb = d->super;
 	/* the kernel writes the log in the transaction after the superblock's */
 	struct ub_root lr = { BTRFS_TREE_LOG_OBJECTID, UB_GET(ub_disk_super, log_root, sb),
 			      UB_GET(ub_disk_super, generation, sb) + 1,
@@ -242,8 +249,9 @@ static int dump_log(struct dumper *d)
 	/* every log block carries owner TREE_LOG: only entering each once across all of them tells the trees apart */
 	dump_root_tagged(d, &lr, BTRFS_TREE_LOG_OBJECTID, true);
 	ub_path_init(&p);
-	ret = ub_tree_search(&d->fs->tc, &lr, &key, &p);
-	ret = ret == 2 ? (ub_eb_nritems(p.nodes[0]) ? 0 : 1) : (ret < 0 ? ret : 0);
+	ret = ub_tree_search(d->tc, &lr, &key, &p);
+	/* 2: nothing at or after key 0, so the tree is empty */
+	ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
 	while (ret == 0) {
 		uint32_t size;
 		const uint8_t *data = ub_path_data(&p, &size);
@@ -326,6 +334,10 @@ int cmd_dump_tree(int argc, char **argv)
 	oa.no_log = true;
 	if (open_fs(&oa, argv + optind, argc - optind, &d.fs))
 		return EXIT_FATAL;
+	d.tc = ub_fs_trees(d.fs);
+	d.log = ub_fs_log(d.fs);
+	d.super = ub_volume_super(ub_fs_volume(d.fs));
+	ub_volume_get_info(ub_fs_volume(d.fs), &d.vi);
 	if (nblocks) {
 		d.follow = follow;
 		for (int i = 0; i < nblocks; i++) {
@@ -345,7 +357,7 @@ int cmd_dump_tree(int argc, char **argv)
 		dump_all_roots(&d, false);
 	} else {
 		char uuid[40];
-		const uint8_t *u = d.fs->vol->fsid;
+		const uint8_t *u = d.vi.fsid;
 		struct ub_root rt = { 0 }, ct = { 0 };
 
 		ub_fs_tree_root(d.fs, BTRFS_ROOT_TREE_OBJECTID, &rt);
@@ -355,12 +367,12 @@ int cmd_dump_tree(int argc, char **argv)
 		printf("chunk tree\n");
 		dump_root(&d, &ct);
 		dump_all_roots(&d, true);
-		if (UB_GET(ub_disk_super, log_root, d.fs->vol->super))
+		if (UB_GET(ub_disk_super, log_root, d.super))
 			dump_log(&d);
 		ub_uuid_str(u, uuid);
 		printf("total bytes %llu\nbytes used %llu\nuuid %s\n",
-		       (unsigned long long)UB_GET(ub_disk_super, total_bytes, d.fs->vol->super),
-		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, d.fs->vol->super), uuid);
+		       (unsigned long long)UB_GET(ub_disk_super, total_bytes, d.super),
+		       (unsigned long long)UB_GET(ub_disk_super, bytes_used, d.super), uuid);
 	}
 	fflush(stdout);
 	ub_block_set_free(&d.seen);

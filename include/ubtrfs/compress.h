@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Decompression of btrfs compressed extents (zlib, btrfs-framed lzo, zstd). */
+/* Decompression of btrfs compressed extents (zlib, btrfs-framed lzo, zstd): the library's and the fuzzers'. */
 #ifndef UBTRFS_COMPRESS_H
 #define UBTRFS_COMPRESS_H
 

@@ -4,6 +4,10 @@
  * buffer (tests, fuzzers), and two that wrap another device through `priv`:
  * a recorder of writes and flushes (crash points) and a faulty device failing
  * the Nth I/O.
+ *
+ * Library API: a user opens, reads and closes devices and reads one through
+ * ub_dev_path / ub_dev_size; a backend implements struct ub_dev_ops and
+ * reaches its state with ub_dev_priv.
  */
 #ifndef UBTRFS_DEV_H
 #define UBTRFS_DEV_H
@@ -69,6 +73,10 @@ int ub_dev_read(struct ub_dev *dev, void *buf, size_t len, uint64_t off);
 /* Writes exactly `len` bytes at `off`; -EROFS when read-only, -ENOSPC past the end, -EIO on a short write. */
 int ub_dev_write(struct ub_dev *dev, const void *buf, size_t len, uint64_t off);
 int ub_dev_flush(struct ub_dev *dev);
+/* For a caller that does not implement a backend: the name given at open, the size in bytes, the backend's state. */
+const char *ub_dev_path(const struct ub_dev *dev);
+uint64_t ub_dev_size(const struct ub_dev *dev);
+void *ub_dev_priv(const struct ub_dev *dev);
 
 /* ---- recorder (lib/dev/recorder.c): writes and flushes of several devices, in one log ---- */
 

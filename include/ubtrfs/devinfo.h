@@ -18,6 +18,9 @@ struct ub_volume_info {
 	uint64_t bytes_used;
 	int ndevices;         /* devices the volume knows (present or missing) */
 	int nmissing;
+	/* ---- geometry: what printing a tree block needs ---- */
+	uint32_t sectorsize, nodesize;
+	unsigned csum_type, csum_size;
 };
 
 struct ub_device_info {
@@ -29,6 +32,8 @@ struct ub_device_info {
 };
 
 int ub_volume_get_info(const struct ub_volume *vol, struct ub_volume_info *out);
+/* The superblock in use (UB_SUPER_INFO_SIZE bytes, validated; read with ub_disk_super accessors); valid while open. */
+const uint8_t *ub_volume_super(const struct ub_volume *vol);
 /* Every known device in devid order: *out is malloc'd (the caller frees it), *n its length. */
 int ub_volume_list_devices(const struct ub_volume *vol, struct ub_device_info **out, int *n);
 

@@ -2,6 +2,9 @@
 /*
  * The filesystem layer: opening a filesystem (volume + trees), subvolumes,
  * inodes, directories, file data, symlinks and xattrs.
+ *
+ * Library API: struct ub_fs is an opaque handle; the value structs below
+ * (ub_inode, ub_dirent, ub_xattr, ub_read_report) are the caller's.
  */
 #ifndef UBTRFS_FS_H
 #define UBTRFS_FS_H
@@ -19,27 +22,13 @@ struct ub_fs_opts {
 	bool no_log;           /* ignore the fsync log tree */
 };
 
-struct ub_roots;
-struct ub_eroot;
-
 /*
- * Trees are root objects (lib/tree/roots.h) in one table by objectid, shared
- * with the write engine built on this fs. Readers use each tree's committed
- * root (the last commit), copied through ub_fs_committed()/ub_fs_tree_root(),
- * so they may run in another thread while a transaction is being built.
+ * An open filesystem: an opaque handle (its fields are the library's,
+ * lib/fs/fs_priv.h); tools reach its volume, tree context and log through
+ * ubtrfs/fsinfo.h.
  */
-struct ub_fs {
-	struct ub_log log;
-	struct ub_volume *vol;
-	struct ub_tree_ctx tc;
-	struct ub_fs_opts opts;
-	struct ub_roots *roots;
-	struct ub_eroot *root_tree, *chunk_tree;
-	/* global trees, NULL when absent */
-	struct ub_eroot *extent_tree, *dev_tree, *csum_tree, *uuid_tree, *fst_tree, *bgt_tree, *quota_tree, *rst_tree;
-	uint64_t incompat, compat_ro;
-	struct ub_replay *replay; /* the fsync log applied in memory, or NULL */
-};
+struct ub_fs;
+struct ub_eroot;
 
 int ub_fs_open(const char *const *paths, int npaths, const struct ub_fs_opts *opts, const struct ub_log *log,
 	       struct ub_fs **out);

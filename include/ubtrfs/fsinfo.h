@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Accessors tools use instead of reading struct ub_fs's fields. */
+/* Library API: what a tool reaches from an open filesystem, instead of reading struct ub_fs's fields. */
 #ifndef UBTRFS_FSINFO_H
 #define UBTRFS_FSINFO_H
 
@@ -7,5 +7,9 @@
 
 /* The volume under an open filesystem (for ubtrfs/devinfo.h); valid until ub_fs_close. */
 struct ub_volume *ub_fs_volume(const struct ub_fs *fs);
+/* The tree context every tree call (ub_tree_search, ub_tree_read_block...) on this filesystem takes. */
+struct ub_tree_ctx *ub_fs_trees(struct ub_fs *fs);
+/* The diagnostics sink the filesystem reports through, for a tool's own messages about it. */
+const struct ub_log *ub_fs_log(const struct ub_fs *fs);
 
 #endif

@@ -17,6 +17,9 @@
  * change nothing) the transaction may hold part of the change: abort it.
  *
  * Threads: the transaction's rules (one caller at a time per engine).
+ *
+ * Library API (incomplete): the calls are public, but opening the engine and
+ * its transactions is still private (lib/txn/txn.h).
  */
 #ifndef UBTRFS_FSWRITE_H
 #define UBTRFS_FSWRITE_H

@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The tree layer: verified tree blocks, a block cache, search and iteration.
+ *
+ * Library API: read-only tree calls on the context ub_fs_trees gives; a
+ * block is read through the ub_eb_* accessors. The fields of ub_tree_ctx,
+ * ub_eb and ub_path are the library's (visible until they move to lib/tree).
  */
 #ifndef UBTRFS_TREE_H
 #define UBTRFS_TREE_H
@@ -126,6 +130,9 @@ struct ub_tree_cache_stats {
 void ub_tree_cache_stats(struct ub_tree_ctx *tc, struct ub_tree_cache_stats *out);
 
 /* Header and item accessors for a verified block. */
+static inline const uint8_t *ub_eb_data(const struct ub_eb *eb) { return eb->data; }
+static inline uint32_t ub_eb_len(const struct ub_eb *eb) { return eb->len; }
+static inline uint64_t ub_eb_start(const struct ub_eb *eb) { return eb->start; }
 static inline uint8_t ub_eb_level(const struct ub_eb *eb) { return (uint8_t)UB_GET(ub_disk_header, level, eb->data); }
 static inline uint32_t ub_eb_nritems(const struct ub_eb *eb) { return (uint32_t)UB_GET(ub_disk_header, nritems, eb->data); }
 static inline uint64_t ub_eb_owner(const struct ub_eb *eb) { return UB_GET(ub_disk_header, owner, eb->data); }

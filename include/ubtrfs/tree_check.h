@@ -4,6 +4,8 @@
  * tree-checker does on read: item bounds, key order and the per-item-type size
  * and value rules. Checksum, fsid, bytenr, level and generation are checked by
  * the reader (lib/tree/block.c) before this runs.
+ *
+ * Called by the library, the unit tests and the fuzzers, not by tools.
  */
 #ifndef UBTRFS_TREE_CHECK_H
 #define UBTRFS_TREE_CHECK_H

@@ -2,6 +2,10 @@
 /*
  * The volume layer: superblocks, device assembly, the chunk map and
  * logical -> physical translation for every profile.
+ *
+ * Library API: a user holds struct ub_volume as a handle (ub_fs_volume) and
+ * reads it through ubtrfs/devinfo.h; its fields, ub_vdev and ub_chunk are
+ * still visible here only because library code and tests read them.
  */
 #ifndef UBTRFS_VOLUME_H
 #define UBTRFS_VOLUME_H

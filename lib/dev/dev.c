@@ -275,3 +275,18 @@ int ub_dev_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint6
 	}
 	return 0;
 }
+
+const char *ub_dev_path(const struct ub_dev *dev)
+{
+	return dev->path;
+}
+
+uint64_t ub_dev_size(const struct ub_dev *dev)
+{
+	return dev->size;
+}
+
+void *ub_dev_priv(const struct ub_dev *dev)
+{
+	return dev->priv;
+}

@@ -3,7 +3,7 @@
 #ifndef UBTRFS_FS_FS_EMBED_H
 #define UBTRFS_FS_FS_EMBED_H
 
-#include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 
 /*
  * ub_fs_open's work on a struct the caller provides (zeroed): from paths, or

@@ -8,7 +8,7 @@
 #ifndef UBTRFS_FS_ITEMS_H
 #define UBTRFS_FS_ITEMS_H
 
-#include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 
 struct ub_item {
 	struct ub_key key;

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "ubtrfs/format.h"
-#include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 #include "ubtrfs/fswrite.h"
 #include "txn/txn.h"
 

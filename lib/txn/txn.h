@@ -32,7 +32,7 @@
 #include "alloc/chunk_alloc.h"
 #include "txn/commit.h"
 #include "tree/roots.h"
-#include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 
 struct ub_engine {
 	struct ub_fs fs;         /* volume (writable), tree context, root table: shared with the readers */

@@ -16,7 +16,16 @@ int ub_volume_get_info(const struct ub_volume *vol, struct ub_volume_info *out)
 	out->ndevices = vol->nvdevs;
 	for (int i = 0; i < vol->nvdevs; i++)
 		out->nmissing += vol->vdevs[i].missing || !vol->vdevs[i].dev;
+	out->sectorsize = vol->sectorsize;
+	out->nodesize = vol->nodesize;
+	out->csum_type = vol->csum_type;
+	out->csum_size = vol->csum_size;
 	return 0;
+}
+
+const uint8_t *ub_volume_super(const struct ub_volume *vol)
+{
+	return vol->super;
 }
 
 static int by_devid(const void *a, const void *b)

@@ -52,6 +52,7 @@
 #include "ubtrfs/dev.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 #include "print.h"
 #include "fuzz_util.h"
 

@@ -21,6 +21,7 @@
 
 #include "ubtrfs/fs.h"
 #include "ubtrfs/volume.h"
+#include "fs/fs_priv.h"
 
 struct walk {
 	struct ub_fs *fs;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 #include "ubtrfs/volume.h"
 
 int main(int argc, char **argv)

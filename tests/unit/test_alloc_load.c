@@ -34,6 +34,7 @@
 #include <cmocka.h>
 
 #include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 #include "alloc/alloc_internal.h"
 #include "tree/roots.h"
 

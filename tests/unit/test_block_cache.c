@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 #include "tree/tree_write.h"
 #include "tree/cache.h"
 

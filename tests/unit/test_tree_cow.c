@@ -33,6 +33,7 @@
 #include <cmocka.h>
 
 #include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 #include "ubtrfs/tree_check.h"
 #include "tree/tree_write.h"
 

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "ubtrfs/fs.h"
+#include "fs/fs_priv.h"
 
 struct env {
 	char dir[64];

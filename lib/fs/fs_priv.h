@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What an open filesystem holds (library-internal: the engine embeds one, the
+ * layers above the tree layer read its fields). Library users get the opaque
+ * struct ub_fs of ubtrfs/fs.h and the accessors of ubtrfs/fsinfo.h.
+ */
+#ifndef UBTRFS_FS_FS_PRIV_H
+#define UBTRFS_FS_FS_PRIV_H
+
+#include "ubtrfs/fs.h"
+
+struct ub_roots;
+struct ub_eroot;
+
+/*
+ * Trees are root objects (lib/tree/roots.h) in one table by objectid, shared
+ * with the write engine built on this fs. Readers use each tree's committed
+ * root (the last commit), copied through ub_fs_committed()/ub_fs_tree_root(),
+ * so they may run in another thread while a transaction is being built.
+ */
+struct ub_fs {
+	struct ub_log log;
+	struct ub_volume *vol;
+	struct ub_tree_ctx tc;
+	struct ub_fs_opts opts;
+	struct ub_roots *roots;
+	struct ub_eroot *root_tree, *chunk_tree;
+	/* global trees, NULL when absent */
+	struct ub_eroot *extent_tree, *dev_tree, *csum_tree, *uuid_tree, *fst_tree, *bgt_tree, *quota_tree, *rst_tree;
+	uint64_t incompat, compat_ro;
+	struct ub_replay *replay; /* the fsync log applied in memory, or NULL */
+};
+
+#endif
