@@ -21,41 +21,15 @@
 #include "ubtrfs/format.h"
 #include "ubtrfs/fswrite.h"
 #include "txn/txn.h"
+#include "mkfs_image.h"
 
 #define FS BTRFS_FS_TREE_OBJECTID
 #define TOP BTRFS_FIRST_FREE_OBJECTID
 
-static char g_dir[64], g_img[128];
-static bool g_have;
-
-static int sh(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
-
 static int setup_all(void **state)
 {
 	(void)state;
-	snprintf(g_dir, sizeof(g_dir), "/tmp/ub-fswrite-XXXXXX");
-	if (!mkdtemp(g_dir))
-		return -1;
-	snprintf(g_img, sizeof(g_img), "%s/img", g_dir);
-	g_have = sh("command -v mkfs.btrfs >/dev/null 2>&1") == 0 &&
-		 sh("truncate -s 256M %s && mkfs.btrfs -q -f -n 4096 %s >/dev/null 2>&1", g_img, g_img) == 0;
-	return 0;
-}
-
-static int teardown_all(void **state)
-{
-	(void)state;
-	sh("rm -rf %s", g_dir);
-	return 0;
+	return mkfs_image_setup("fswrite");
 }
 
 static struct ub_engine *open_engine(void)
@@ -491,8 +465,7 @@ static void test_check_clean(void **state)
 	(void)state;
 	if (!g_have)
 		skip();
-	assert_int_equal(sh("btrfs check --readonly %s >%s/check.log 2>&1", g_img, g_dir), 0);
-	assert_int_equal(sh("grep -q 'no error found' %s/check.log", g_dir), 0);
+	assert_int_equal(mkfs_image_check(), 0);
 }
 
 int main(void)
