@@ -228,6 +228,8 @@ int ub_log_commit(struct ub_engine *e)
 	if (ret)
 		goto out;
 	ret = ub_txn_start(e, &t);
+	if (!ret)
+		t->log_replay = true;
 	nsets = ub_replay_nsets(fs);
 	for (size_t i = 0; i < nsets && !ret; i++)
 		ret = apply_set(t, ub_replay_set(fs, i));

@@ -137,6 +137,11 @@ int fsw_inode_put(struct fsw *w, uint64_t ino, const uint8_t ii[UB_II_SIZE])
 		} else {
 			memcpy(d, ii, UB_II_SIZE);
 			ub_path_mark_dirty(&p);
+			if (!w->t->log_replay) {
+				w->fs->touched = true;
+				w->fs->touch_sec = w->now.sec;
+				w->fs->touch_nsec = w->now.nsec;
+			}
 		}
 	}
 	ub_path_release(&p);

@@ -49,6 +49,15 @@ struct ub_eroot {
 	uint8_t item_level;
 	struct ub_root committed; /* as the last commit left it (abort goes back there); under the mutex */
 	struct ub_eroot *next;
+	/*
+	 * A file operation changed an inode of this subvolume in the running
+	 * transaction: the commit sets the ROOT_ITEM's ctransid and ctime (at
+	 * touch_sec/nsec), as the kernel does on every inode update, so that send
+	 * and `subvolume show` see the change. The writer's; an abort clears it.
+	 */
+	bool touched;
+	int64_t touch_sec;
+	uint32_t touch_nsec;
 };
 
 struct ub_roots {

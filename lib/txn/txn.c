@@ -310,6 +310,7 @@ static void roots_back(struct ub_engine *e)
 		er->item_generation = er->committed.generation;
 		er->item_level = er->committed.level;
 		er->last_snapshot = er->item_last_snapshot;
+		er->touched = false;
 	}
 	ub_roots_unlock(e->fs.roots);
 }
@@ -342,7 +343,7 @@ static int write_root_items(struct ub_txn *t, int *changed)
 		if (!er->has_item)
 			continue;
 		if (er->root.bytenr == er->item_bytenr && er->root.generation == er->item_generation &&
-		    er->root.level == er->item_level && er->last_snapshot == er->item_last_snapshot)
+		    er->root.level == er->item_level && er->last_snapshot == er->item_last_snapshot && !er->touched)
 			continue;
 		ub_path_init(&p);
 		ret = ub_tree_search_slot(&e->fs.tc, ta, &e->fs.root_tree->root, &key, &p, 0, true);
@@ -364,6 +365,14 @@ static int write_root_items(struct ub_txn *t, int *changed)
 				/* generation_v2 == generation tells readers the v2 fields are current */
 				if (size >= offsetof(struct btrfs_root_item, generation_v2) + 8)
 					UB_SET(btrfs_root_item, generation_v2, d, er->root.generation);
+				if (er->touched && size >= offsetof(struct btrfs_root_item, otime)) {
+					UB_SET(btrfs_root_item, ctransid, d, t->transid);
+					UB_SET(btrfs_timespec, sec, d + offsetof(struct btrfs_root_item, ctime),
+					       (uint64_t)er->touch_sec);
+					UB_SET(btrfs_timespec, nsec, d + offsetof(struct btrfs_root_item, ctime),
+					       er->touch_nsec);
+				}
+				er->touched = false;
 				ub_path_mark_dirty(&p);
 				er->item_bytenr = er->root.bytenr;
 				er->item_generation = er->root.generation;

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -638,3 +639,37 @@ def test_recipe(driver, casedir, ubtrfs_bin, name):
                     T.run(["btrfs", "subvolume", "delete", str(m) + sub])
                 T.run(["btrfs", "subvolume", "sync", str(m)], timeout=120)
             T.run(["btrfs", "check", "--readonly", "--check-data-csum", str(ours[0])], timeout=600)
+
+
+def root_items(img):
+    """{tree id: (generation, ctransid, ctime seconds)} from btrfs-progs' dump of the root tree."""
+    dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", str(img)]).stdout.decode()
+    out = {}
+    for m in re.finditer(r"key \((\S+) ROOT_ITEM \d+\) itemoff.*?\n\s+generation (\d+) root_dirid.*?"
+                         r"ctransid (\d+) otransid.*?\n\s+ctime (\d+)\.", dump, re.S):
+        tid = {"FS_TREE": 5}.get(m.group(1), None)
+        if tid is None and m.group(1).isdigit():
+            tid = int(m.group(1))
+        if tid is not None:
+            out[tid] = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+    return out
+
+
+def test_root_times(driver, casedir, ubtrfs_bin):
+    """A commit sets ctransid and ctime of every subvolume whose inodes changed, as the kernel does (send and
+    `subvolume show` rely on them); a subvolume left alone keeps its own. The same script through the kernel is
+    the reference for which subvolumes move."""
+    script = ["subvol /a", "subvol /b", "create /a/f 644", "commit", "write /a/f 0 5000 1", "mkdir /d 755", "commit"]
+    ours = run_recipe(driver, casedir, script)
+    ref = [casedir / "ref" / "dev0.img"]
+    now = time.time()
+    for imgs, who in ((ours, "ubtrfs"), (ref, "kernel")):
+        r = root_items(imgs[0])
+        a, b = sorted(k for k in r if k >= 256)
+        # the top tree and /a changed in the last transaction that touched them: ctransid is that transaction
+        for tid in (5, a):
+            gen, ctransid, ctime = r[tid]
+            assert ctransid == gen, "%s: tree %d ctransid %d, its root was last written in %d" % (who, tid, ctransid, gen)
+            assert abs(ctime - now) < 600, "%s: tree %d ctime %d" % (who, tid, ctime)
+        # /b was only created: its ctransid stays the creating transaction, older than /a's
+        assert r[b][1] < r[a][1], "%s: untouched subvolume %d has ctransid %d, changed one %d" % (who, b, r[b][1], r[a][1])
