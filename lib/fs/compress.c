@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libdeflate.h>
 #include <lzo/lzo1x.h>
 #define ZLIB_CONST
 #include <zlib.h>
@@ -59,6 +60,7 @@ struct decoders {
 	ZSTD_DCtx *zstd;
 	z_stream zlib;
 	bool zlib_ready;
+	struct libdeflate_decompressor *inflate_fast;
 	uint8_t *lzo_seg; /* one sector of lzo output, UB_LZO_SEG_MAX bytes */
 };
 
@@ -77,6 +79,7 @@ static void decoders_free(void *p)
 	if (!d)
 		return;
 	ZSTD_freeDCtx(d->zstd);
+	libdeflate_free_decompressor(d->inflate_fast);
 	if (d->zlib_ready)
 		inflateEnd(&d->zlib);
 	free(d->lzo_seg);
@@ -147,6 +150,27 @@ static int decompress_zlib(struct decoders *dec, const uint8_t *in, size_t inlen
 		return -EUCLEAN;
 	}
 	wbits = -(int)((cmf >> 4) + 8);
+
+	/*
+	 * libdeflate decodes whole buffers about twice as fast as inflate. It
+	 * only answers "the stream ended within outlen bytes", and always with a
+	 * 32 KiB window, so it is tried for the streams the kernel writes (window
+	 * 32 KiB) and trusted only on that success, which is then inflate's
+	 * answer too. Anything else (a stream running past ram_bytes, a corrupt
+	 * or truncated one) is decoded again by inflate, which says how far it got.
+	 */
+	if (cmf >> 4 == 7) {
+		size_t got;
+
+		if (!dec->inflate_fast)
+			dec->inflate_fast = libdeflate_alloc_decompressor();
+		if (dec->inflate_fast &&
+		    libdeflate_deflate_decompress_ex(dec->inflate_fast, in + 2, inlen - 2, out, outlen, NULL,
+						     &got) == LIBDEFLATE_SUCCESS) {
+			*produced = got;
+			return 0;
+		}
+	}
 
 	if (!dec->zlib_ready) {
 		memset(strm, 0, sizeof(*strm));

@@ -21,6 +21,8 @@ struct ub_dc_pool {
 	pthread_cond_t done; /* a job finished */
 	struct ub_dc_job *head, *tail;
 	bool stop;
+	uint8_t *idle[UB_DC_IDLE_BUFS];
+	int nidle;
 	int nthreads;
 	pthread_t threads[DC_MAX_THREADS];
 };
@@ -120,6 +122,8 @@ void ub_dc_pool_destroy(struct ub_dc_pool *pool)
 	pthread_mutex_unlock(&pool->lock);
 	for (int i = 0; i < pool->nthreads; i++)
 		pthread_join(pool->threads[i], NULL);
+	while (pool->nidle)
+		free(pool->idle[--pool->nidle]);
 	pthread_cond_destroy(&pool->done);
 	pthread_cond_destroy(&pool->work);
 	pthread_mutex_destroy(&pool->lock);
@@ -168,4 +172,32 @@ void ub_dc_wait(struct ub_dc_pool *pool, struct ub_dc_job *job)
 	while (job->state != DC_DONE)
 		pthread_cond_wait(&pool->done, &pool->lock);
 	pthread_mutex_unlock(&pool->lock);
+}
+
+uint8_t *ub_dc_buf_get(struct ub_dc_pool *pool)
+{
+	uint8_t *buf = NULL;
+
+	if (pool) {
+		pthread_mutex_lock(&pool->lock);
+		if (pool->nidle)
+			buf = pool->idle[--pool->nidle];
+		pthread_mutex_unlock(&pool->lock);
+	}
+	return buf ? buf : malloc(UB_DC_BUF_SIZE);
+}
+
+void ub_dc_buf_put(struct ub_dc_pool *pool, uint8_t *buf)
+{
+	if (!buf)
+		return;
+	if (pool) {
+		pthread_mutex_lock(&pool->lock);
+		if (pool->nidle < UB_DC_IDLE_BUFS) {
+			pool->idle[pool->nidle++] = buf;
+			buf = NULL;
+		}
+		pthread_mutex_unlock(&pool->lock);
+	}
+	free(buf);
 }

@@ -42,4 +42,15 @@ void ub_dc_submit(struct ub_dc_pool *pool, struct ub_dc_job *job);
 /* Until `job` is done; a job no worker has taken yet is run by the caller itself. */
 void ub_dc_wait(struct ub_dc_pool *pool, struct ub_dc_job *job);
 
+/*
+ * Buffers of UB_DC_BUF_SIZE bytes (a compressed extent's most), kept by the pool
+ * between reads (at most UB_DC_IDLE_BUFS of them) so that a read of many
+ * chunks does not map and fault in fresh memory for every one; with a NULL
+ * pool plain malloc and free. get returns NULL when out of memory.
+ */
+#define UB_DC_BUF_SIZE (128U * 1024U)
+#define UB_DC_IDLE_BUFS 16
+uint8_t *ub_dc_buf_get(struct ub_dc_pool *pool);
+void ub_dc_buf_put(struct ub_dc_pool *pool, uint8_t *buf);
+
 #endif

@@ -26,6 +26,7 @@ struct dc_slot {
 	struct ub_dc_job job;
 	uint8_t *in, *out, *bad;
 	uint64_t key_off, num, eoff, dbytenr;
+	bool direct; /* decoded straight into the caller's buffer */
 };
 
 struct file_ctx {
@@ -42,6 +43,7 @@ struct file_ctx {
 	struct ub_dc_pool *pool;
 	struct dc_slot slots[DC_DEPTH];
 	unsigned int dc_head, dc_count;
+	uint64_t covered; /* where the extent items before the current one reach */
 };
 
 /* A cheap fingerprint of a message, to tell repeats of one error apart from new ones. */
@@ -159,10 +161,14 @@ static void dc_finish_oldest(struct file_ctx *c)
 	struct dc_slot *sl = &c->slots[c->dc_head];
 
 	ub_dc_wait(c->pool, &sl->job);
-	if (sl->job.ret)
+	if (sl->job.ret) {
+		/* a direct decode left what it made of the bad stream where zeros belong */
+		if (sl->direct)
+			memset(c->buf + (sl->key_off - c->off), 0, sl->num);
 		report_bad(c, sl->key_off, sl->key_off, sl->num, sl->dbytenr, sl->job.why);
-	else
+	} else if (!sl->direct) {
 		place(c, sl->key_off, sl->out + sl->eoff, sl->num);
+	}
 	c->dc_head = (c->dc_head + 1) % DC_DEPTH;
 	c->dc_count--;
 }
@@ -178,8 +184,8 @@ static void dc_free(struct file_ctx *c)
 {
 	dc_drain(c);
 	for (unsigned int i = 0; i < DC_DEPTH; i++) {
-		free(c->slots[i].in);
-		free(c->slots[i].out);
+		ub_dc_buf_put(c->pool, c->slots[i].in);
+		ub_dc_buf_put(c->pool, c->slots[i].out);
 		free(c->slots[i].bad);
 	}
 }
@@ -297,19 +303,24 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 		return 0;
 	if (c->dc_count == DC_DEPTH)
 		dc_finish_oldest(c);
+	if (!c->pool)
+		c->pool = ub_dc_pool_get(c->fs);
 	sl = &c->slots[(c->dc_head + c->dc_count) % DC_DEPTH];
-	if (!sl->in) {
-		sl->in = malloc(MAX_UNCOMPRESSED);
-		sl->out = malloc(MAX_UNCOMPRESSED);
+	/*
+	 * The whole extent inside the request and nothing before it reaching in:
+	 * decode into the caller's buffer. Its part of the buffer is then written
+	 * by this job alone, as the zeros the request started with.
+	 */
+	sl->direct = FE(offset, d) == 0 && num == ram && key->offset >= c->off && c->end - key->offset >= num &&
+		     key->offset >= c->covered;
+	if (!sl->in)
+		sl->in = ub_dc_buf_get(c->pool);
+	if (!sl->out && !sl->direct)
+		sl->out = ub_dc_buf_get(c->pool);
+	if (!sl->bad)
 		sl->bad = malloc(MAX_UNCOMPRESSED / ss + 1);
-		if (!sl->in || !sl->out || !sl->bad) {
-			free(sl->in);
-			free(sl->out);
-			free(sl->bad);
-			sl->in = sl->out = sl->bad = NULL;
-			return -ENOMEM;
-		}
-	}
+	if (!sl->in || (!sl->out && !sl->direct) || !sl->bad)
+		return -ENOMEM;
 	ret = ub_data_read(c->fs, dbytenr, dlen, sl->in, c->verify, sl->bad);
 	if (ret == -EIO) {
 		dc_drain(c);
@@ -320,13 +331,12 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 		return ret;
 	/* what the stream does not produce comes back as zeros, as the kernel reads it */
 	sl->job = (struct ub_dc_job){ .type = (int)FE(compression, d), .in = sl->in, .inlen = dlen,
-				      .out = sl->out, .outlen = ram, .sectorsize = ss };
+				      .out = sl->direct ? c->buf + (key->offset - c->off) : sl->out,
+				      .outlen = ram, .sectorsize = ss };
 	sl->key_off = key->offset;
 	sl->num = num;
 	sl->eoff = FE(offset, d);
 	sl->dbytenr = dbytenr;
-	if (!c->pool)
-		c->pool = ub_dc_pool_get(c->fs);
 	ub_dc_submit(c->pool, &sl->job);
 	c->dc_count++;
 	return 0;
@@ -492,6 +502,7 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 			break;
 		}
 		d = ub_icur_data(&cur, &size);
+		c.covered = covered;
 		ret = read_extent(&c, &key, d, size);
 		if (ret)
 			break;
