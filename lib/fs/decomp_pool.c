@@ -169,8 +169,24 @@ void ub_dc_wait(struct ub_dc_pool *pool, struct ub_dc_job *job)
 		job->state = DC_DONE;
 		return;
 	}
-	while (job->state != DC_DONE)
-		pthread_cond_wait(&pool->done, &pool->lock);
+	/* a worker has it: rather than idle, decode whatever else is queued (any reader's) */
+	while (job->state != DC_DONE) {
+		struct ub_dc_job *other = pool->head;
+
+		if (!other) {
+			pthread_cond_wait(&pool->done, &pool->lock);
+			continue;
+		}
+		pool->head = other->next;
+		if (!pool->head)
+			pool->tail = NULL;
+		other->state = DC_RUNNING;
+		pthread_mutex_unlock(&pool->lock);
+		run(other);
+		pthread_mutex_lock(&pool->lock);
+		other->state = DC_DONE;
+		pthread_cond_broadcast(&pool->done);
+	}
 	pthread_mutex_unlock(&pool->lock);
 }
 
