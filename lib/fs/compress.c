@@ -312,6 +312,7 @@ static int decompress_lzo(struct decoders *dec, const uint8_t *in, size_t inlen,
 	while (pos < total && done < outlen) {
 		size_t seg_len, left_in_sector, copy;
 		lzo_uint seg_out_len = sectorsize;
+		bool direct;
 		int lret;
 
 		if (total - pos < UB_LZO_LEN) {
@@ -334,12 +335,15 @@ static int decompress_lzo(struct decoders *dec, const uint8_t *in, size_t inlen,
 			ret = -EUCLEAN;
 			goto out;
 		}
-		lret = lzo1x_decompress_safe(in + pos, seg_len, seg_out, &seg_out_len, NULL);
+		/* a whole sector still fits: decode in place, else through seg_out and cut */
+		direct = outlen - done >= sectorsize;
+		lret = lzo1x_decompress_safe(in + pos, seg_len, direct ? out + done : seg_out, &seg_out_len, NULL);
 		/* lzo reports what it wrote even on failure; keep that as partial output. */
 		if (seg_out_len > sectorsize)
 			seg_out_len = sectorsize;
 		copy = seg_out_len < outlen - done ? seg_out_len : outlen - done;
-		memcpy(out + done, seg_out, copy);
+		if (!direct)
+			memcpy(out + done, seg_out, copy);
 		done += copy;
 		if (lret == LZO_E_OUTPUT_OVERRUN) {
 			set_why(why, whylen, "lzo: segment at %zu decompresses to more than a sector",
