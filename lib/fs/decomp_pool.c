@@ -33,28 +33,39 @@ static void run(struct ub_dc_job *job)
 				 &job->produced, job->why, sizeof(job->why));
 }
 
+/* The oldest queued job, taken (the lock held). */
+static struct ub_dc_job *take_head(struct ub_dc_pool *pool)
+{
+	struct ub_dc_job *job = pool->head;
+
+	pool->head = job->next;
+	if (!pool->head)
+		pool->tail = NULL;
+	job->state = DC_RUNNING;
+	return job;
+}
+
+/* Decode a taken job outside the lock and tell its waiter (the lock held on entry and return). */
+static void run_taken(struct ub_dc_pool *pool, struct ub_dc_job *job)
+{
+	pthread_mutex_unlock(&pool->lock);
+	run(job);
+	pthread_mutex_lock(&pool->lock);
+	job->state = DC_DONE;
+	pthread_cond_broadcast(&pool->done);
+}
+
 static void *worker(void *arg)
 {
 	struct ub_dc_pool *pool = arg;
 
 	pthread_mutex_lock(&pool->lock);
 	for (;;) {
-		struct ub_dc_job *job;
-
 		while (!pool->head && !pool->stop)
 			pthread_cond_wait(&pool->work, &pool->lock);
 		if (!pool->head)
 			break;
-		job = pool->head;
-		pool->head = job->next;
-		if (!pool->head)
-			pool->tail = NULL;
-		job->state = DC_RUNNING;
-		pthread_mutex_unlock(&pool->lock);
-		run(job);
-		pthread_mutex_lock(&pool->lock);
-		job->state = DC_DONE;
-		pthread_cond_broadcast(&pool->done);
+		run_taken(pool, take_head(pool));
 	}
 	pthread_mutex_unlock(&pool->lock);
 	/* the thread's decoders go with it (the key destructor of compress.c) */
@@ -171,21 +182,10 @@ void ub_dc_wait(struct ub_dc_pool *pool, struct ub_dc_job *job)
 	}
 	/* a worker has it: rather than idle, decode whatever else is queued (any reader's) */
 	while (job->state != DC_DONE) {
-		struct ub_dc_job *other = pool->head;
-
-		if (!other) {
+		if (pool->head)
+			run_taken(pool, take_head(pool));
+		else
 			pthread_cond_wait(&pool->done, &pool->lock);
-			continue;
-		}
-		pool->head = other->next;
-		if (!pool->head)
-			pool->tail = NULL;
-		other->state = DC_RUNNING;
-		pthread_mutex_unlock(&pool->lock);
-		run(other);
-		pthread_mutex_lock(&pool->lock);
-		other->state = DC_DONE;
-		pthread_cond_broadcast(&pool->done);
 	}
 	pthread_mutex_unlock(&pool->lock);
 }
