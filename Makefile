@@ -137,3 +137,6 @@ tools: $(TREE_DIGEST)
 # ---- library API: cmd/ is a library user and sees only include/ (lib/'s private headers stay out of reach) ----
 $(CMD_OBJS): CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
 # ---- end of the library API block ----
+
+# ---- fast inflate: libdeflate decodes the zlib extents the kernel writes ----
+LIBS += -ldeflate

@@ -6,12 +6,28 @@
 #include <stdlib.h>
 #include "ubtrfs/compress.h"
 #include "ubtrfs/fs.h"
+#include "decomp_pool.h"
+#include "fs_priv.h"
 #include "items.h"
 
 #define FE(field, p) UB_GET(btrfs_file_extent_item, field, p)
 #define FE_INLINE_START UB_FILE_EXTENT_INLINE_DATA_START
 /* btrfs never compresses more than this into one extent */
 #define MAX_UNCOMPRESSED (128U * 1024)
+/*
+ * Compressed extents one read call has in flight: read and checked, waiting
+ * for (or being decoded by) the workers. Each holds two 128 KiB buffers, so a
+ * call uses at most 2 MiB for them, whatever the request's size.
+ */
+#define DC_DEPTH 8
+
+/* A compressed extent on its way: its job, buffers, and where its bytes go. */
+struct dc_slot {
+	struct ub_dc_job job;
+	uint8_t *in, *out, *bad;
+	uint64_t key_off, num, eoff, dbytenr;
+	bool direct; /* decoded straight into the caller's buffer */
+};
 
 struct file_ctx {
 	struct ub_fs *fs;
@@ -23,6 +39,11 @@ struct file_ctx {
 	int err;
 	uint64_t key_off;    /* key offset of the extent being read */
 	uint64_t corrupt_at; /* file offset of a corrupt extent item, UINT64_MAX while none */
+	/* compressed extents in flight, in file order: slots[(dc_head + i) % DC_DEPTH], i < dc_count */
+	struct ub_dc_pool *pool;
+	struct dc_slot slots[DC_DEPTH];
+	unsigned int dc_head, dc_count;
+	uint64_t covered; /* where the extent items before the current one reach */
 };
 
 /* A cheap fingerprint of a message, to tell repeats of one error apart from new ones. */
@@ -93,6 +114,8 @@ static void report_bad(struct file_ctx *c, uint64_t key_off, uint64_t foff, uint
 	       (unsigned long long)len, (unsigned long long)logical, what);
 }
 
+static void dc_drain(struct file_ctx *c);
+
 /*
  * A file extent item that contradicts the format: named once, and the read
  * stops there (-EUCLEAN), since the sizes it claims cannot be trusted to bound
@@ -109,6 +132,7 @@ static int corrupt(struct file_ctx *c, const struct ub_key *key, const char *fmt
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
+	dc_drain(c);
 	ub_read_report_flush(c->fs, c->rep);
 	ub_err(&c->fs->log, "subvol %llu ino %llu file offset %llu: corrupt file extent item (key (%llu EXTENT_DATA %llu)): %s",
 	       (unsigned long long)c->subvol, (unsigned long long)c->ino, (unsigned long long)key->offset,
@@ -125,6 +149,45 @@ static void place(struct file_ctx *c, uint64_t at, const uint8_t *src, uint64_t 
 
 	if (at < c->end && s < e)
 		memcpy(c->buf + (s - c->off), src + (s - at), e - s);
+}
+
+/*
+ * The oldest compressed extent in flight, finished: its bytes placed or its
+ * error reported. Always in file order, so the output and the messages are
+ * those of reading one extent after the other.
+ */
+static void dc_finish_oldest(struct file_ctx *c)
+{
+	struct dc_slot *sl = &c->slots[c->dc_head];
+
+	ub_dc_wait(c->pool, &sl->job);
+	if (sl->job.ret) {
+		/* a direct decode left what it made of the bad stream where zeros belong */
+		if (sl->direct)
+			memset(c->buf + (sl->key_off - c->off), 0, sl->num);
+		report_bad(c, sl->key_off, sl->key_off, sl->num, sl->dbytenr, sl->job.why);
+	} else if (!sl->direct) {
+		place(c, sl->key_off, sl->out + sl->eoff, sl->num);
+	}
+	c->dc_head = (c->dc_head + 1) % DC_DEPTH;
+	c->dc_count--;
+}
+
+/* Everything in flight finished: before any other extent is read or reported, and at the end. */
+static void dc_drain(struct file_ctx *c)
+{
+	while (c->dc_count)
+		dc_finish_oldest(c);
+}
+
+static void dc_free(struct file_ctx *c)
+{
+	dc_drain(c);
+	for (unsigned int i = 0; i < DC_DEPTH; i++) {
+		ub_dc_buf_put(c->pool, c->slots[i].in);
+		ub_dc_buf_put(c->pool, c->slots[i].out);
+		free(c->slots[i].bad);
+	}
 }
 
 static int read_inline(struct file_ctx *c, const struct ub_key *key, const uint8_t *d, uint32_t size)
@@ -223,45 +286,60 @@ out:
 	return ret;
 }
 
+/*
+ * A compressed extent: read and checked here, decoded by the workers while
+ * the next extents are read, placed by dc_finish_oldest.
+ */
 static int read_compressed(struct file_ctx *c, const struct ub_key *key, const uint8_t *d)
 {
 	const uint32_t ss = c->fs->vol->sectorsize;
 	uint64_t dbytenr = FE(disk_bytenr, d), dlen = FE(disk_num_bytes, d);
-	uint64_t eoff = FE(offset, d), num = FE(num_bytes, d), ram = FE(ram_bytes, d);
-	uint8_t *in = NULL, *out = NULL, *bad = NULL;
-	size_t produced = 0;
-	char why[160];
-	int ret = 0;
+	uint64_t num = FE(num_bytes, d), ram = FE(ram_bytes, d);
+	struct dc_slot *sl;
+	int ret;
 
-	/* sizes were checked against the format by check_extent() */
+	/* sizes were checked against the format by check_extent(): dlen and ram are at most 128 KiB */
 	if (key->offset + num <= c->off || key->offset >= c->end)
 		return 0;
-	in = malloc(dlen);
-	out = malloc(ram ? ram : 1);
-	bad = malloc(dlen / ss);
-	if (!in || !out || !bad) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	ret = ub_data_read(c->fs, dbytenr, dlen, in, c->verify, bad);
+	if (c->dc_count == DC_DEPTH)
+		dc_finish_oldest(c);
+	if (!c->pool)
+		c->pool = ub_dc_pool_get(c->fs);
+	sl = &c->slots[(c->dc_head + c->dc_count) % DC_DEPTH];
+	/*
+	 * The whole extent inside the request and nothing before it reaching in:
+	 * decode into the caller's buffer. Its part of the buffer is then written
+	 * by this job alone, as the zeros the request started with.
+	 */
+	sl->direct = FE(offset, d) == 0 && num == ram && key->offset >= c->off && c->end - key->offset >= num &&
+		     key->offset >= c->covered;
+	if (!sl->in)
+		sl->in = ub_dc_buf_get(c->pool);
+	if (!sl->out && !sl->direct)
+		sl->out = ub_dc_buf_get(c->pool);
+	if (!sl->bad)
+		sl->bad = malloc(MAX_UNCOMPRESSED / ss + 1);
+	if (!sl->in || (!sl->out && !sl->direct) || !sl->bad)
+		return -ENOMEM;
+	ret = ub_data_read(c->fs, dbytenr, dlen, sl->in, c->verify, sl->bad);
 	if (ret == -EIO) {
+		dc_drain(c);
 		report_bad(c, key->offset, key->offset, num, dbytenr, "compressed data unreadable on every copy");
-		ret = 0;
-		goto out;
+		return 0;
 	}
 	if (ret)
-		goto out;
+		return ret;
 	/* what the stream does not produce comes back as zeros, as the kernel reads it */
-	if (ub_decompress((int)FE(compression, d), in, dlen, out, ram, ss, &produced, why, sizeof(why))) {
-		report_bad(c, key->offset, key->offset, num, dbytenr, why);
-		goto out;
-	}
-	place(c, key->offset, out + eoff, num);
-out:
-	free(in);
-	free(out);
-	free(bad);
-	return ret;
+	sl->job = (struct ub_dc_job){ .type = (int)FE(compression, d), .in = sl->in, .inlen = dlen,
+				      .out = sl->direct ? c->buf + (key->offset - c->off) : sl->out,
+				      .outlen = ram, .sectorsize = ss };
+	sl->key_off = key->offset;
+	sl->num = num;
+	sl->eoff = FE(offset, d);
+	sl->dbytenr = dbytenr;
+	ub_dc_submit(c->pool, &sl->job);
+	c->dc_count++;
+	return 0;
 }
 
 /*
@@ -349,8 +427,10 @@ static int read_extent(struct file_ctx *c, const struct ub_key *key, const uint8
 	if (FE(encryption, d) || FE(other_encoding, d))
 		return corrupt(c, key, "encryption %u / other encoding %u, which btrfs does not define",
 			       (unsigned)FE(encryption, d), (unsigned)FE(other_encoding, d));
-	if (type == BTRFS_FILE_EXTENT_INLINE)
+	if (type == BTRFS_FILE_EXTENT_INLINE) {
+		dc_drain(c);
 		return read_inline(c, key, d, size);
+	}
 	ret = check_extent(c, key, d, size);
 	if (ret)
 		return ret;
@@ -358,6 +438,7 @@ static int read_extent(struct file_ctx *c, const struct ub_key *key, const uint8
 		return 0; /* reads as zeros, which the buffer already holds */
 	if (comp != UB_COMPRESS_NONE)
 		return read_compressed(c, key, d);
+	dc_drain(c);
 	c->key_off = key->offset;
 	return read_plain(c, key->offset, FE(num_bytes, d), FE(disk_bytenr, d) + FE(offset, d));
 }
@@ -421,6 +502,7 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 			break;
 		}
 		d = ub_icur_data(&cur, &size);
+		c.covered = covered;
 		ret = read_extent(&c, &key, d, size);
 		if (ret)
 			break;
@@ -428,6 +510,7 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 		ret = ub_icur_next(&cur);
 	}
 	ub_icur_close(&cur);
+	dc_free(&c);
 	/*
 	 * Without the no-holes feature every hole has an extent item of its own, so a file whose
 	 * items stop short of its size contradicts itself; reading on would hand out zeros that

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "ubtrfs/fs.h"
+#include "decomp_pool.h"
 #include "fs_embed.h"
 #include "log_replay.h"
 #include "tree/roots.h"
@@ -348,6 +349,8 @@ int ub_fs_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_fs_op
 
 void ub_fs_fini(struct ub_fs *fs)
 {
+	ub_dc_pool_destroy(fs->dc_pool);
+	fs->dc_pool = NULL;
 	ub_replay_free(fs->replay);
 	fs->replay = NULL;
 	ub_tree_ctx_destroy(&fs->tc);

@@ -11,6 +11,7 @@
 
 struct ub_roots;
 struct ub_eroot;
+struct ub_dc_pool;
 
 /*
  * Trees are root objects (lib/tree/roots.h) in one table by objectid, shared
@@ -29,6 +30,8 @@ struct ub_fs {
 	struct ub_eroot *extent_tree, *dev_tree, *csum_tree, *uuid_tree, *fst_tree, *bgt_tree, *quota_tree, *rst_tree;
 	uint64_t incompat, compat_ro;
 	struct ub_replay *replay; /* the fsync log applied in memory, or NULL */
+	/* ---- decompression workers ---- */
+	struct ub_dc_pool *dc_pool; /* lib/fs/decomp_pool.h: started by the first compressed read, NULL before */
 };
 
 #endif

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Worker threads that decompress extents for the file-read path, so that the
+ * reader goes on reading (and checksumming) the next extents while earlier
+ * ones decode, on every core. One pool per open filesystem, started on the
+ * first compressed extent and stopped at close; any number of reader threads
+ * may use it at once.
+ */
+#ifndef UBTRFS_FS_DECOMP_POOL_H
+#define UBTRFS_FS_DECOMP_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ub_fs;
+struct ub_dc_pool;
+
+/* One extent to decode: the arguments of ub_decompress and its results. */
+struct ub_dc_job {
+	int type;
+	const uint8_t *in;
+	size_t inlen;
+	uint8_t *out;
+	size_t outlen;
+	uint32_t sectorsize;
+	/* results, valid once ub_dc_wait returned */
+	int ret;
+	size_t produced;
+	char why[160];
+	/* the pool's */
+	int state;
+	struct ub_dc_job *next;
+};
+
+/* The fs's pool, started on first use; NULL when no thread could be started (jobs then run in the caller). */
+struct ub_dc_pool *ub_dc_pool_get(struct ub_fs *fs);
+/* Stops the workers (no job may be pending) and frees the pool; NULL is fine. */
+void ub_dc_pool_destroy(struct ub_dc_pool *pool);
+/* Queue `job`; with a NULL pool it runs at once. The buffers must stay until ub_dc_wait. */
+void ub_dc_submit(struct ub_dc_pool *pool, struct ub_dc_job *job);
+/* Until `job` is done; a job no worker has taken yet is run by the caller itself. */
+void ub_dc_wait(struct ub_dc_pool *pool, struct ub_dc_job *job);
+
+/*
+ * Buffers of UB_DC_BUF_SIZE bytes (a compressed extent's most), kept by the pool
+ * between reads (at most UB_DC_IDLE_BUFS of them) so that a read of many
+ * chunks does not map and fault in fresh memory for every one; with a NULL
+ * pool plain malloc and free. get returns NULL when out of memory.
+ */
+#define UB_DC_BUF_SIZE (128U * 1024U)
+#define UB_DC_IDLE_BUFS 16
+uint8_t *ub_dc_buf_get(struct ub_dc_pool *pool);
+void ub_dc_buf_put(struct ub_dc_pool *pool, uint8_t *buf);
+
+#endif
