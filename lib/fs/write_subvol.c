@@ -473,8 +473,11 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	key = (struct ub_key){ BTRFS_ORPHAN_OBJECTID, BTRFS_ORPHAN_ITEM_KEY, id };
 	{
 		static const uint8_t none[1];
-		return ub_tree_insert_item(w.tc, w.ta, &w.e->fs.root_tree->root, &key, none, 0);
+		ret = ub_tree_insert_item(w.tc, w.ta, &w.e->fs.root_tree->root, &key, none, 0);
 	}
+	if (!ret)
+		w.e->dead_roots = true; /* the commits that follow drop it (txn/cleaner.h) */
+	return ret;
 }
 
 int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,

@@ -72,24 +72,43 @@ static int find_dead(struct ub_engine *e, struct dead *out)
 	struct ub_key k;
 	const uint8_t *d;
 	uint32_t size;
-	int n = 0, ret;
+	int n, ret;
 
-	/* ids first: loading a root object reads the root tree the iterator holds */
-	ret = ub_tree_iter_start(&it, &e->fs.tc, &e->fs.root_tree->root, &min, &max);
-	while (ret == 0 && n < 64 && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0)
-		ids[n++] = k.offset;
-	ub_tree_iter_end(&it);
-	if (ret < 0)
-		return ret;
-	for (int i = 0; i < n; i++) {
-		/* an orphan item that names no subvolume (a free space cache inode) is not ours */
-		if (ids[i] != BTRFS_FS_TREE_OBJECTID && (ids[i] < BTRFS_FIRST_FREE_OBJECTID || ids[i] > BTRFS_LAST_FREE_OBJECTID))
-			continue;
-		ret = read_dead(e, ids[i], out);
-		if (ret <= 0)
+	/* in batches, ids first: loading a root object reads the root tree the iterator holds */
+	do {
+		n = 0;
+		ret = ub_tree_iter_start(&it, &e->fs.tc, &e->fs.root_tree->root, &min, &max);
+		while (ret == 0 && n < 64 && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0)
+			ids[n++] = k.offset;
+		ub_tree_iter_end(&it);
+		if (ret < 0)
 			return ret;
-	}
+		for (int i = 0; i < n; i++) {
+			/* an orphan item that names no subvolume (a free space cache inode) is not ours */
+			if (ids[i] != BTRFS_FS_TREE_OBJECTID &&
+			    (ids[i] < BTRFS_FIRST_FREE_OBJECTID || ids[i] > BTRFS_LAST_FREE_OBJECTID))
+				continue;
+			ret = read_dead(e, ids[i], out);
+			if (ret <= 0)
+				return ret;
+		}
+		if (n == 64)
+			min.offset = ids[63] + 1;
+	} while (n == 64 && ids[63] != UINT64_MAX);
 	return 1;
+}
+
+void ub_engine_set_clean_step(struct ub_engine *e, uint64_t blocks)
+{
+	e->clean_step = blocks;
+}
+
+int ub_engine_has_dead_roots(struct ub_engine *e)
+{
+	struct dead dd;
+	int ret = find_dead(e, &dd);
+
+	return ret < 0 ? ret : ret == 0;
 }
 
 static int read_child(struct drop *d, const struct ub_eb *parent, int slot, struct ub_eb **out)
@@ -480,7 +499,7 @@ static int remove_empty_groups(struct ub_engine *e)
 	return ret;
 }
 
-int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
+static int clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
 {
 	struct dead dd;
 	bool done = false;
@@ -492,7 +511,7 @@ int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
 	if (e->broken)
 		return -EROFS;
 	/* the walk reads the dead tree as committed: none of its blocks may be of the running transaction */
-	ret = ub_engine_commit(e);
+	ret = e->running ? ub_txn_commit(e->running) : 0;
 	if (ret)
 		return ret;
 	ret = find_dead(e, &dd);
@@ -514,4 +533,20 @@ int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
 		return ret;
 	/* no dead root left: what they freed is free now (unpinned by the commits above) */
 	return remove_empty_groups(e);
+}
+
+int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
+{
+	bool was = e ? e->cleaning : false;
+	int ret;
+
+	if (!e || !more)
+		return -EINVAL;
+	/* the commits made here must not start another cleaning step (ub_engine_commit) */
+	e->cleaning = true;
+	ret = clean(e, budget_blocks, more);
+	e->cleaning = was;
+	if (!ret && !*more)
+		e->dead_roots = false;
+	return ret;
 }

@@ -43,4 +43,28 @@ struct ub_engine;
  */
 int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more);
 
+/*
+ * Deleted subvolumes go away without anyone asking, as under the kernel's
+ * cleaner thread, but without a thread of ours: while a dead root may be left
+ * (found at open, or a subvolume deleted through this engine),
+ * every commit (ub_txn_commit) is followed by up to UB_ENGINE_CLEAN_CALLS
+ * ub_engine_clean calls (one per dead root, or a part of one) of `blocks`
+ * tree blocks each (UB_ENGINE_CLEAN_STEP by default; 0 turns it off for a
+ * caller that paces the cleaner itself). A close does not wait for the rest:
+ * the next open resumes it, as the kernel's next mount does.
+ */
+#define UB_ENGINE_CLEAN_STEP 4096
+#define UB_ENGINE_CLEAN_CALLS 8
+/*
+ * Off by default for now: dropping a chain of deleted snapshots of snapshots
+ * can still ask the extent tree to drop a keyed data reference it does not
+ * hold (the transaction is refused and the engine turns read-only; the disk
+ * keeps the last commit), so until that is fixed a dead root is left for the
+ * caller's explicit ub_engine_clean or for the kernel's cleaner.
+ */
+#define UB_ENGINE_CLEAN_DEFAULT 0
+void ub_engine_set_clean_step(struct ub_engine *e, uint64_t blocks);
+/* Whether the root tree names a dead root: 1, 0, <0 (at open: whether commits must clean). */
+int ub_engine_has_dead_roots(struct ub_engine *e);
+
 #endif

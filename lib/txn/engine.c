@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "txn.h"
+#include "cleaner.h"
 #include "fs/fs_embed.h"
 #include "fs/log_commit.h"
 
@@ -185,6 +186,11 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 	ret = ub_log_commit(e);
 	if (ret)
 		goto fail;
+	e->clean_step = UB_ENGINE_CLEAN_DEFAULT;
+	ret = ub_engine_has_dead_roots(e);
+	if (ret < 0)
+		goto fail;
+	e->dead_roots = ret;
 	*out = e;
 	return 0;
 fail:

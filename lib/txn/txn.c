@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "txn.h"
+#include "cleaner.h"
 
 #define RI(field, p) UB_GET(btrfs_root_item, field, p)
 #define FE(field, p) UB_GET(btrfs_file_extent_item, field, p)
@@ -508,6 +509,16 @@ int ub_txn_commit(struct ub_txn *t)
 		roots_back(e);
 	}
 	txn_free(t);
+	/*
+	 * cleaner.h says when the cleaner follows a commit; its failure is
+	 * returned (the disk keeps this commit, the engine may be read-only).
+	 */
+	if (!ret && e->dead_roots && e->clean_step && !e->cleaning) {
+		bool more = true;
+
+		for (int i = 0; i < UB_ENGINE_CLEAN_CALLS && more && !ret; i++)
+			ret = ub_engine_clean(e, e->clean_step, &more);
+	}
 	return ret;
 }
 

@@ -45,6 +45,10 @@ struct ub_engine {
 	/* ---- dirty budget (reserve.c) ---- */
 	uint64_t dirty_budget;   /* 0: the default (UB_ENGINE_DIRTY_BUDGET, at most RAM / 8) */
 	uint64_t auto_commits;   /* commits ub_engine_begin_op made because the budget was passed */
+	/* ---- cleaning after commits (cleaner.c) ---- */
+	uint64_t clean_step;     /* tree blocks ub_engine_commit lets the cleaner drop after a commit; 0: off */
+	bool dead_roots;         /* a deleted subvolume may still wait for its drop */
+	bool cleaning;           /* inside ub_engine_clean: its own commits do not recurse */
 };
 
 struct ub_txn {

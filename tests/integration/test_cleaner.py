@@ -61,9 +61,10 @@ def diverged_script(nfiles, delete):
     return lines
 
 
-def run_script(driver, casedir, img, lines, name="script.txt"):
+def run_script(driver, casedir, img, lines, name="script.txt", autoclean=False):
     sfile = casedir / name
-    sfile.write_text("\n".join(lines) + "\n")
+    # these tests pace the cleaner themselves ("clean" lines), unless asked for the commits' own cleaning
+    sfile.write_text("\n".join(([] if autoclean else ["autoclean 0"]) + lines) + "\n")
     cp = T.run([str(driver), "--script", str(sfile), str(img)], check=False, timeout=600)
     assert cp.returncode == 0, "fileapi_driver --script failed:\n" + cp.stderr.decode("utf-8", "replace")[-4000:]
     return cp.stdout.decode()
@@ -229,7 +230,7 @@ def test_empty_block_groups_removed(driver, casedir, data, meta, ndev, mib):
             fill.append("commit")
     fill += ["commit", "subvoldel /sv", "commit"]
     sfile = casedir / "fill.txt"
-    sfile.write_text("\n".join(fill) + "\n")
+    sfile.write_text("\n".join(["autoclean 0"] + fill) + "\n")
     T.run([str(driver), "--script", str(sfile), *map(str, imgs)], timeout=600)
     before = [g for g in multi_check(imgs) if g[1].startswith("DATA")]
     assert len(before) > 1, before
@@ -275,3 +276,22 @@ def test_resume_kernels_half_drop(driver, casedir):
     theirs = check(ref)
     assert ours["file data blocks allocated"] == theirs["file data blocks allocated"], (ours, theirs)
     assert ours["total fs tree bytes"] == theirs["total fs tree bytes"], (ours, theirs)
+
+
+def test_commits_clean_by_themselves(driver, casedir):
+    """No "clean" call: with the engine's cleaning step on (ub_engine_set_clean_step; off by default, see
+    txn/cleaner.h), the commits after a delete drop the dead root, including one the previous open left
+    behind, and btrfs check and the kernel find nothing left to do."""
+    img = casedir / "dev0.img"
+    with open(img, "wb") as f:
+        f.truncate(256 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    # /snap is deleted while the cleaner is held back: a dead root the next open must find
+    run_script(driver, casedir, img, diverged_script(300, "/snap"), "prepare.txt")
+    assert dead_root_items(img, 257)[0], "the delete left no dead root"
+    out = run_script(driver, casedir, img, ["autoclean 4096", "subvoldel /sv", "commit"], "auto.txt", autoclean=True)
+    for dead_id in (256, 257):
+        assert dead_root_items(img, dead_id)[0] == [], (dead_id, out)
+    check(img)
+    with T.mounted([img], casedir / "mnt", readonly=True) as m:
+        assert sorted(os.listdir(m)) == [], sorted(os.listdir(m))

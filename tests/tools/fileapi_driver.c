@@ -927,6 +927,11 @@ static int script_line(char *line)
 	}
 	if (strcmp(argv[0], "clean") == 0)
 		return script_clean(argc, argv);
+	if (strcmp(argv[0], "autoclean") == 0) {
+		/* autoclean BLOCKS: the cleaning step that follows each commit (0: only "clean" cleans) */
+		ub_engine_set_clean_step(g_e, strtoull(argv[1], NULL, 0));
+		return 0;
+	}
 	if (strcmp(argv[0], "subvoldel") == 0) {
 		ret = resolve(argv[1], &dir, last, NULL);
 		return ret ? ret : ub_fsw_subvol_delete(g_t, g_sv, dir, last, strlen(last));
