@@ -145,12 +145,6 @@ static int check_new_name(struct fsw *w, uint64_t dir, const char *name, size_t 
 	return ret == 0 ? -EEXIST : ret == -ENOENT ? 0 : ret;
 }
 
-static void set_time(uint8_t *p, size_t off, const struct ub_timespec *ts)
-{
-	UB_SET(btrfs_timespec, sec, p + off, (uint64_t)ts->sec);
-	UB_SET(btrfs_timespec, nsec, p + off, ts->nsec);
-}
-
 int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
 			 uint64_t *new_id)
 {
@@ -189,8 +183,8 @@ int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	memcpy(ri + offsetof(struct btrfs_root_item, uuid), uuid, 16);
 	RI_SET(ctransid, ri, t->transid);
 	RI_SET(otransid, ri, t->transid);
-	set_time(ri, offsetof(struct btrfs_root_item, ctime), &w.now);
-	set_time(ri, offsetof(struct btrfs_root_item, otime), &w.now);
+	fsw_set_time(ri, offsetof(struct btrfs_root_item, ctime), &w.now);
+	fsw_set_time(ri, offsetof(struct btrfs_root_item, otime), &w.now);
 	key = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, 0 };
 	ret = ub_tree_insert_item(w.tc, w.ta, &w.e->fs.root_tree->root, &key, ri, RI_SIZE);
 	if (!ret)
@@ -274,7 +268,7 @@ static void snapshot_item(uint8_t *ri, const struct ub_root *snap, const uint8_t
 	RI_SET(drop_level, ri, 0);
 	memset(ri + offsetof(struct btrfs_root_item, drop_progress), 0, sizeof(struct btrfs_disk_key));
 	RI_SET(otransid, ri, w->t->transid);
-	set_time(ri, offsetof(struct btrfs_root_item, otime), &w->now);
+	fsw_set_time(ri, offsetof(struct btrfs_root_item, otime), &w->now);
 	if (!readonly) {
 		memset(ri + offsetof(struct btrfs_root_item, received_uuid), 0, 16);
 		RI_SET(stransid, ri, 0);
