@@ -11,6 +11,7 @@ void open_args_init(struct open_args *oa)
 	oa->super_mirror = -1;
 	oa->no_log = false;
 	oa->errors = 0;
+	oa->generation = 0;
 }
 
 int final_rc(const struct open_args *oa, int rc)
@@ -56,13 +57,19 @@ int open_args_parse(struct open_args *oa, int opt, const char *arg)
 	case 0x101:
 		oa->no_log = true;
 		return 1;
+	case 0x180:
+		if (parse_u64(arg, &v) || !v)
+			return -1;
+		oa->generation = v;
+		return 1;
 	}
 	return 0;
 }
 
 int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out)
 {
-	struct ub_fs_opts opts = { .writable = false, .super_mirror = oa->super_mirror, .no_log = oa->no_log };
+	struct ub_fs_opts opts = { .writable = false, .super_mirror = oa->super_mirror, .no_log = oa->no_log,
+				    .root_generation = oa->generation };
 	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = oa->verbosity, .errors = &oa->errors };
 	int ret = ub_fs_open((const char *const *)devs, ndevs, &opts, &log, out);
 

@@ -20,6 +20,8 @@ struct ub_fs_opts {
 	bool writable;
 	int super_mirror;      /* -1: newest valid superblock copy */
 	bool no_log;           /* ignore the fsync log tree */
+	/* ---- older roots ---- */
+	uint64_t root_generation; /* 0: the superblock's root; else the backup root of that generation */
 };
 
 /*

@@ -254,6 +254,49 @@ fail:
 	return ret;
 }
 
+#define BK(field, b) UB_GET(ub_disk_root_backup, field, b)
+
+/*
+ * An older root from the superblock's backup slots: its root tree and chunk
+ * tree; the other trees follow from that root tree's items, so every block
+ * read under it is checked against its own older generation.
+ */
+static int backup_roots(struct ub_fs *fs, uint64_t gen)
+{
+	const uint8_t *sb = fs->vol->super;
+	struct ub_root r;
+	int ret;
+
+	/* writing on top of an older root would orphan everything committed after it */
+	if (fs->opts.writable) {
+		ub_err(&fs->log, "an older root (generation %llu) opens read-only only", (unsigned long long)gen);
+		return -EROFS;
+	}
+	for (int i = 0; i < UB_NUM_BACKUP_ROOTS; i++) {
+		const uint8_t *b = UB_PTR(ub_disk_super, super_roots, sb) + i * sizeof(struct ub_disk_root_backup);
+
+		if (BK(tree_root_gen, b) != gen || !BK(tree_root, b))
+			continue;
+		if (gen > SB(generation, sb) || BK(chunk_root_gen, b) > gen) {
+			ub_err(&fs->log, "backup root %d: generation %llu is newer than the superblock's %llu", i,
+			       (unsigned long long)gen, (unsigned long long)SB(generation, sb));
+			return -EUCLEAN;
+		}
+		r = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, BK(tree_root, b), gen, (uint8_t)BK(tree_root_level, b) };
+		ret = ub_roots_add(fs->roots, &r, false, &fs->root_tree);
+		r = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, BK(chunk_root, b), BK(chunk_root_gen, b),
+				      (uint8_t)BK(chunk_root_level, b) };
+		if (!ret)
+			ret = ub_roots_add(fs->roots, &r, false, &fs->chunk_tree);
+		if (!ret)
+			ub_info(&fs->log, "using backup root %d: root tree at logical %llu, generation %llu", i,
+				(unsigned long long)BK(tree_root, b), (unsigned long long)gen);
+		return ret;
+	}
+	ub_err(&fs->log, "no backup root of generation %llu in the superblock", (unsigned long long)gen);
+	return -ENOENT;
+}
+
 int ub_fs_load_trees(struct ub_fs *fs)
 {
 	const uint8_t *sb = fs->vol->super;
@@ -263,12 +306,17 @@ int ub_fs_load_trees(struct ub_fs *fs)
 	fs->incompat = SB(incompat_flags, sb);
 	fs->compat_ro = SB(compat_ro_flags, sb);
 	/* the two trees the superblock points at come first in the table */
-	r = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, SB(root, sb), SB(generation, sb), (uint8_t)SB(root_level, sb) };
-	ret = ub_roots_add(fs->roots, &r, false, &fs->root_tree);
-	r = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, SB(chunk_root, sb), SB(chunk_root_generation, sb),
-			      (uint8_t)SB(chunk_root_level, sb) };
-	if (!ret)
-		ret = ub_roots_add(fs->roots, &r, false, &fs->chunk_tree);
+	if (fs->opts.root_generation) {
+		ret = backup_roots(fs, fs->opts.root_generation);
+	} else {
+		r = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, SB(root, sb), SB(generation, sb),
+				      (uint8_t)SB(root_level, sb) };
+		ret = ub_roots_add(fs->roots, &r, false, &fs->root_tree);
+		r = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, SB(chunk_root, sb), SB(chunk_root_generation, sb),
+				      (uint8_t)SB(chunk_root_level, sb) };
+		if (!ret)
+			ret = ub_roots_add(fs->roots, &r, false, &fs->chunk_tree);
+	}
 	if (ret)
 		goto fail;
 	warn_features(fs);
