@@ -42,4 +42,7 @@ struct ub_scan {
 int ub_scan_block_devices(const uint8_t *fsid, const struct ub_log *log, struct ub_scan **out);
 void ub_scan_free(struct ub_scan *scan);
 
+/* One device's filesystem: fsid, its own devid and how many devices the filesystem has (0 or -errno). */
+int ub_scan_identify(const char *path, const struct ub_log *log, uint8_t *fsid, uint64_t *devid, uint64_t *num_devices);
+
 #endif

@@ -157,3 +157,21 @@ void ub_scan_free(struct ub_scan *scan)
 	free(scan->fs);
 	free(scan);
 }
+
+int ub_scan_identify(const char *path, const struct ub_log *log, uint8_t *fsid, uint64_t *devid, uint64_t *num_devices)
+{
+	uint8_t sb[UB_SUPER_INFO_SIZE];
+	struct ub_dev *dev;
+	int mirror, ret = ub_dev_open(path, false, &dev);
+
+	if (ret)
+		return ret;
+	ret = ub_volume_read_super(dev, -1, log, sb, &mirror);
+	ub_dev_close(dev);
+	if (ret)
+		return ret;
+	memcpy(fsid, UB_PTR(ub_disk_super, fsid, sb), UB_FSID_SIZE);
+	*devid = DI(devid, UB_PTR(ub_disk_super, dev_item, sb));
+	*num_devices = SB(num_devices, sb);
+	return 0;
+}
