@@ -16,6 +16,7 @@ struct open_args {
 	int super_mirror; /* --super N */
 	bool no_log;      /* --no-log */
 	unsigned errors;  /* error messages the library printed: they make the exit code at least 1 */
+	bool no_scan;     /* --no-scan: use the devices named, never look for others */
 	/* ---- older roots ---- */
 	uint64_t generation; /* --generation N: 0 is the superblock's root */
 };
@@ -25,15 +26,18 @@ struct open_args {
 	{ "quiet", no_argument, NULL, 'q' },                        \
 	{ "super", required_argument, NULL, 0x100 },                \
 	{ "no-log", no_argument, NULL, 0x101 },                     \
-	{ "generation", required_argument, NULL, 0x180 }
+	{ "generation", required_argument, NULL, 0x180 },          \
+	{ "no-scan", no_argument, NULL, 0x102 }
 
 #define OPEN_ARGS_HELP                                                                    \
 	"  -v, --verbose      say more (repeat for debug output)\n"                           \
 	"  -q, --quiet        errors only\n"                                                  \
 	"      --super N      use superblock copy N (0: 64 KiB, 1: 64 MiB, 2: 256 GiB)\n"   \
 	"                     instead of the newest valid one\n"                              \
-	"      --no-log       ignore the fsync log tree\n"                                    \
-	"      --generation N read the older root of generation N (a backup root)\n"
+	"      --no-log       ignore the fsync log tree\n"                                   \
+	"      --generation N read the older root of generation N (a backup root)\n"       \
+	"      --no-scan      use the devices named only (no search of the block devices;\n" \
+	"                     DEV may be UUID=... or LABEL=... unless this is given)\n"
 
 void open_args_init(struct open_args *oa);
 /* Handle one of the shared options; returns 1 if `opt` was one of them, -1 on a bad value. */

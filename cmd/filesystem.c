@@ -6,11 +6,12 @@
 #include "cmd.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/fsinfo.h"
+#include "ubtrfs/scan.h"
 
 static const char help[] =
-	"usage: ubtrfs filesystem show [OPTIONS] DEV...\n\n"
+	"usage: ubtrfs filesystem show [OPTIONS] [DEV...]\n\n"
 	"Show the filesystem on DEV...: label, uuid, generation, and each device by devid with its size\n"
-	"and path, or MISSING.\n\n"
+	"and path, or MISSING. Without DEV, every btrfs filesystem found on the block devices.\n\n"
 	"      --json         print one JSON object instead of text\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
@@ -66,7 +67,7 @@ static int show(const struct ub_volume *vol, bool json)
 				printf("null");
 			printf("}");
 		}
-		printf("]}\n");
+		printf("]}");
 	} else {
 		printf("Label: %s  uuid: %s\n", label[0] ? label : "none", uuid);
 		printf("\tTotal devices %llu FS bytes used %llu generation %llu\n", (unsigned long long)info.num_devices,
@@ -89,6 +90,67 @@ static int show(const struct ub_volume *vol, bool json)
 	return missing ? EXIT_PROBLEMS : EXIT_OK;
 }
 
+/* One filesystem by its devices; the text or JSON object is not ended, so show_all can join several. */
+static int show_devs(struct open_args *oa, char **devs, int ndevs, bool json)
+{
+	struct ub_fs *fs;
+	int rc;
+
+	if (open_fs(oa, devs, ndevs, &fs) == 0) {
+		rc = show(ub_fs_volume(fs), json);
+		ub_fs_close(fs);
+		return final_rc(oa, rc);
+	}
+	/* the chunk tree is out of reach: the superblocks alone still say which devices there are */
+	{
+		struct ub_volume *vol;
+		struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = UB_LOG_ERROR, .errors = NULL };
+		if (ub_volume_open((const char *const *)devs, ndevs, NULL, &log, &vol))
+			return EXIT_FATAL;
+		fprintf(stderr, "ubtrfs: warning: devices from the superblocks only (sizes of devices not given are unknown)\n");
+		show(vol, json);
+		ub_volume_close(vol);
+		return EXIT_PROBLEMS;
+	}
+}
+
+/* Every filesystem the scan finds, each through the same open as when its devices are named. */
+static int show_all(struct open_args *oa, bool json)
+{
+	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = oa->verbosity, .errors = &oa->errors };
+	struct ub_scan *scan;
+	int rc = EXIT_OK;
+
+	if (ub_scan_block_devices(NULL, &log, &scan))
+		return EXIT_FATAL;
+	if (json)
+		printf("[");
+	for (int i = 0; i < scan->nfs; i++) {
+		const struct ub_scan_fs *f = &scan->fs[i];
+		char **paths = calloc((size_t)f->ndevs, sizeof(*paths));
+		int r;
+
+		if (!paths) {
+			rc = EXIT_FATAL;
+			break;
+		}
+		for (int j = 0; j < f->ndevs; j++)
+			paths[j] = f->devs[j].path;
+		if (json && i)
+			printf(",\n");
+		r = show_devs(oa, paths, f->ndevs, json);
+		if (!json)
+			printf("\n");
+		free(paths);
+		if (r > rc)
+			rc = r;
+	}
+	if (json)
+		printf("]\n");
+	ub_scan_free(scan);
+	return rc;
+}
+
 int cmd_filesystem(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -96,9 +158,8 @@ int cmd_filesystem(int argc, char **argv)
 		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
 	};
 	struct open_args oa;
-	struct ub_fs *fs;
 	bool json = false;
-	int opt, r, rc;
+	int opt, r;
 
 	if (argc < 2 || (strcmp(argv[1], "show") && strcmp(argv[1], "--help") && strcmp(argv[1], "-h")))
 		return usage_error("filesystem", "expected a subcommand: show");
@@ -121,23 +182,11 @@ int cmd_filesystem(int argc, char **argv)
 		default: return usage_error("filesystem show", "invalid option");
 		}
 	}
-	if (optind >= argc)
-		return usage_error("filesystem show", "no device given");
 	oa.no_log = true; /* devices only: no need to replay the fsync log */
-	if (open_fs(&oa, argv + optind, argc - optind, &fs) == 0) {
-		rc = show(ub_fs_volume(fs), json);
-		ub_fs_close(fs);
-		return final_rc(&oa, rc);
-	}
-	/* the chunk tree is out of reach: the superblocks alone still say which devices there are */
-	{
-		struct ub_volume *vol;
-		struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = UB_LOG_ERROR, .errors = NULL };
-		if (ub_volume_open((const char *const *)argv + optind, argc - optind, NULL, &log, &vol))
-			return EXIT_FATAL;
-		fprintf(stderr, "ubtrfs: warning: devices from the superblocks only (sizes of devices not given are unknown)\n");
-		show(vol, json);
-		ub_volume_close(vol);
-		return EXIT_PROBLEMS;
-	}
+	if (optind >= argc)
+		return show_all(&oa, json);
+	r = show_devs(&oa, argv + optind, argc - optind, json);
+	if (json)
+		printf("\n");
+	return r;
 }

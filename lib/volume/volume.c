@@ -15,8 +15,7 @@ struct candidate {
 	bool used;
 };
 
-/* Pick this device's superblock: the newest valid copy, or exactly the one asked for. */
-static int read_device_super(struct ub_dev *dev, int want_mirror, const struct ub_log *log, struct candidate *cand)
+int ub_volume_read_super(struct ub_dev *dev, int want_mirror, const struct ub_log *log, uint8_t *super, int *mirror)
 {
 	uint8_t buf[UB_SUPER_INFO_SIZE];
 	char why[160], first_why[160] = "";
@@ -49,7 +48,7 @@ static int read_device_super(struct ub_dev *dev, int want_mirror, const struct u
 		if (best < 0 || SB(generation, buf) > best_gen) {
 			best = m;
 			best_gen = SB(generation, buf);
-			memcpy(cand->super, buf, sizeof(buf));
+			memcpy(super, buf, sizeof(buf));
 		}
 	}
 	if (best < 0) {
@@ -65,8 +64,7 @@ static int read_device_super(struct ub_dev *dev, int want_mirror, const struct u
 		ub_warn(log, "%s: primary superblock is invalid (%s); using mirror %d at %llu (generation %llu)",
 			dev->path, first_why, best, (unsigned long long)ub_super_offset(best),
 			(unsigned long long)best_gen);
-	cand->dev = dev;
-	cand->mirror = best;
+	*mirror = best;
 	return 0;
 }
 
@@ -333,7 +331,9 @@ int ub_volume_open_devs(struct ub_dev *const *devs, int npaths, const struct ub_
 	vol->writable = opts->writable;
 	for (int i = 0; i < npaths; i++) {
 		struct ub_dev *dev = devs[i];
-		int r = read_device_super(dev, opts->super_mirror, &vol->log, &cand[i]);
+		int r = ub_volume_read_super(dev, opts->super_mirror, &vol->log, cand[i].super, &cand[i].mirror);
+		if (r == 0)
+			cand[i].dev = dev;
 		if (r) {
 			ub_dev_close(dev);
 			cand[i].dev = NULL;

@@ -63,4 +63,11 @@ int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len);
 int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost, size_t len);
 
 
+/*
+ * volume.c: a device's superblock, checked as every open checks it: the newest
+ * valid copy (want_mirror -1) or exactly copy `want_mirror`, into `super`
+ * (UB_SUPER_INFO_SIZE bytes). What is wrong is said through `log`.
+ */
+int ub_volume_read_super(struct ub_dev *dev, int want_mirror, const struct ub_log *log, uint8_t *super, int *mirror);
+
 #endif
