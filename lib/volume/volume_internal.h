@@ -62,5 +62,13 @@ int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len);
 /* Recompute every stripe flagged in `lost` (at most nparity of them) from the others. */
 int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost, size_t len);
 
+/* ---- gathered reads (span_read.c) ---- */
+/*
+ * Copy `mirror` (a place on disk: layout->map must map it) of [logical,
+ * logical+len) of chunk `c` with one gathered read per run of units that
+ * follow each other on a device, every device advised first. -ENXIO before any
+ * I/O when a unit is on a missing device.
+ */
+int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror, uint8_t *buf);
 
 #endif
