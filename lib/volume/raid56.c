@@ -131,7 +131,8 @@ static int read_segment(const struct ub_chunk *c, const struct ub_map *m, uint64
 /*
  * A degraded read rebuilds units from the rest of their full stripe: every
  * present device is asked at once for its strips of the rows the read covers,
- * parity included, instead of 64 KiB at a time as each unit comes up.
+ * parity included, instead of 64 KiB at a time as each unit comes up (and,
+ * for a stream, the rows after them too).
  */
 static void advise_rows(const struct ub_chunk *c, uint64_t off, uint64_t len)
 {
@@ -159,8 +160,13 @@ static int parity_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t
 
 		if (ret == 0 || mirror == 1)
 			return ret;
-		if (len > c->stripe_len)
-			advise_rows(c, logical - c->logical, len);
+		if (len > c->stripe_len) {
+			uint64_t off = logical - c->logical, ahead = 0;
+
+			if (len >= UB_STREAM_MIN)
+				ahead = c->length - (off + len) < len ? c->length - (off + len) : len;
+			advise_rows(c, off, len + ahead);
+		}
 	}
 	while (len > 0) {
 		struct ub_map m;

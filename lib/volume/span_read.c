@@ -16,8 +16,6 @@
 
 /* Buffers per gathered read: well under IOV_MAX. */
 #define SPAN_IOV 256
-/* From this length on a read is taken as part of a stream and the same length after it is read ahead. */
-#define STREAM_MIN (1ULL << 20)
 /* Units a read may cover with its plan on the stack. */
 #define SMALL_UNITS 8
 
@@ -123,7 +121,7 @@ int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int m
 		ret = ub_dev_readv(c->stripes[sp->stripe].dev->dev, p.iov + sp->first, sp->n, sp->phys);
 	}
 	/* the same plan arrays fit the next part: it is no longer than this one */
-	if (ret == 0 && p.nspans > 1 && len >= STREAM_MIN && off + len < c->length) {
+	if (ret == 0 && p.nspans > 1 && len >= UB_STREAM_MIN && off + len < c->length) {
 		uint64_t next = c->length - (off + len) < len ? c->length - (off + len) : len;
 
 		if (plan(c, off + len, next, mirror, buf, &p) == 0)
