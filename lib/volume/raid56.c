@@ -164,7 +164,8 @@ static int parity_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t
 			uint64_t off = logical - c->logical, ahead = 0;
 
 			if (len >= UB_STREAM_MIN)
-				ahead = c->length - (off + len) < len ? c->length - (off + len) : len;
+				ahead = c->length - (off + len) < UB_STREAM_AHEAD * len ? c->length - (off + len)
+											: UB_STREAM_AHEAD * len;
 			advise_rows(c, off, len + ahead);
 		}
 	}

@@ -120,11 +120,14 @@ int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int m
 
 		ret = ub_dev_readv(c->stripes[sp->stripe].dev->dev, p.iov + sp->first, sp->n, sp->phys);
 	}
-	/* the same plan arrays fit the next part: it is no longer than this one */
-	if (ret == 0 && p.nspans > 1 && len >= UB_STREAM_MIN && off + len < c->length) {
-		uint64_t next = c->length - (off + len) < len ? c->length - (off + len) : len;
+	/* the same plan arrays fit each part ahead: none is longer than this one */
+	for (uint64_t k = 1; ret == 0 && p.nspans > 1 && len >= UB_STREAM_MIN && k <= UB_STREAM_AHEAD; k++) {
+		uint64_t at = off + k * len, next;
 
-		if (plan(c, off + len, next, mirror, buf, &p) == 0)
+		if (at >= c->length)
+			break;
+		next = c->length - at < len ? c->length - at : len;
+		if (plan(c, at, next, mirror, buf, &p) == 0)
 			advise(c, &p);
 	}
 out:

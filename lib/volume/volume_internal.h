@@ -70,7 +70,11 @@ int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost,
  * I/O when a unit is on a missing device.
  */
 int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror, uint8_t *buf);
-/* From this length on a read is taken as part of a stream: the same length after it is advised too. */
+/*
+ * From this length on a read is taken as part of a stream: twice its length
+ * after it is advised too (measured: once is slower, four times no faster).
+ */
 #define UB_STREAM_MIN (1ULL << 20)
+#define UB_STREAM_AHEAD 2
 
 #endif
