@@ -36,6 +36,11 @@ struct ub_dev_ops {
 	/* ---- gathered writes ---- */
 	/* optional: the iovcnt buffers back to back from `off`; without it ub_dev_writev writes them one by one */
 	int (*writev)(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off);
+	/* ---- gathered reads ---- */
+	/* optional: fill the iovcnt buffers back to back from `off`; without it ub_dev_readv reads them one by one */
+	int (*readv)(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off);
+	/* optional hint: [off, off+len) will be read soon (start reading it in the background); never fails */
+	void (*willneed)(struct ub_dev *dev, uint64_t off, uint64_t len);
 };
 
 struct ub_dev {
@@ -188,5 +193,12 @@ int ub_dev_open_faulty(struct ub_dev *inner, struct ub_fault_plan *plan, struct 
  * over their total length.
  */
 int ub_dev_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off);
+
+/* ---- gathered reads ---- */
+
+/* Fills the iovcnt buffers back to back from `off`, all or -EIO/-errno; -EIO past the end. */
+int ub_dev_readv(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off);
+/* Hints that [off, off+len) is read next, so a file backend reads it ahead; out of range or unsupported: nothing. */
+void ub_dev_willneed(struct ub_dev *dev, uint64_t off, uint64_t len);
 
 #endif

@@ -2,6 +2,7 @@
 /* The device interface: checks shared by every backend, then the file/block-device backend. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -189,6 +190,42 @@ static void file_release(struct ub_dev *dev)
 	free(f);
 }
 
+/*
+ * One preadv; what it left (a short read, or buffers past what one call takes)
+ * is read buffer by buffer through file_read, which finishes or fails.
+ */
+static int file_readv(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	struct file_dev *f = dev->priv;
+	ssize_t n;
+	size_t done;
+
+	do
+		n = preadv(f->fd, iov, iovcnt < IOV_MAX ? iovcnt : IOV_MAX, (off_t)off);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	done = (size_t)n;
+	for (int i = 0; i < iovcnt; i++) {
+		size_t l = iov[i].iov_len, skip = done < l ? done : l;
+		int ret = skip < l ? file_read(dev, (uint8_t *)iov[i].iov_base + skip, l - skip, off + skip) : 0;
+
+		if (ret)
+			return ret;
+		done -= skip;
+		off += l;
+	}
+	return 0;
+}
+
+static void file_willneed(struct ub_dev *dev, uint64_t off, uint64_t len)
+{
+	struct file_dev *f = dev->priv;
+
+	/* only a hint: a failure costs speed, never data */
+	(void)posix_fadvise(f->fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+}
+
 static const struct ub_dev_ops file_ops = {
 	.kind = "file",
 	.read = file_read,
@@ -196,6 +233,8 @@ static const struct ub_dev_ops file_ops = {
 	.flush = file_flush,
 	.release = file_release,
 	.writev = file_writev,
+	.readv = file_readv,
+	.willneed = file_willneed,
 };
 
 int ub_dev_open(const char *path, bool writable, struct ub_dev **out)
@@ -247,12 +286,16 @@ out_close:
 
 /* ---- gathered writes ---- */
 
-int ub_dev_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off)
+/*
+ * Gathered reads and writes share their checks (the same errors as a single
+ * read or write over the total length) and, for a backend without a gathered
+ * op, go buffer by buffer.
+ */
+static int gathered(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off, bool write)
 {
+	int (*op)(struct ub_dev *, const struct iovec *, int, uint64_t) = write ? dev->ops->writev : dev->ops->readv;
 	uint64_t total = 0;
 
-	if (!dev->writable)
-		return -EROFS;
 	if (iovcnt < 0)
 		return -EINVAL;
 	for (int i = 0; i < iovcnt; i++) {
@@ -261,19 +304,26 @@ int ub_dev_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint6
 		total += iov[i].iov_len;
 	}
 	if (!in_range(dev, total, off))
-		return -ENOSPC;
+		return write ? -ENOSPC : -EIO;
 	if (total == 0)
 		return 0;
-	if (dev->ops->writev)
-		return dev->ops->writev(dev, iov, iovcnt, off);
+	if (op)
+		return op(dev, iov, iovcnt, off);
 	for (int i = 0; i < iovcnt; i++) {
-		int ret = iov[i].iov_len ? dev->ops->write(dev, iov[i].iov_base, iov[i].iov_len, off) : 0;
+		int ret = !iov[i].iov_len ? 0
+			  : write	  ? dev->ops->write(dev, iov[i].iov_base, iov[i].iov_len, off)
+					  : dev->ops->read(dev, iov[i].iov_base, iov[i].iov_len, off);
 
 		if (ret)
 			return ret;
 		off += iov[i].iov_len;
 	}
 	return 0;
+}
+
+int ub_dev_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	return dev->writable ? gathered(dev, iov, iovcnt, off, true) : -EROFS;
 }
 
 const char *ub_dev_path(const struct ub_dev *dev)
@@ -289,4 +339,17 @@ uint64_t ub_dev_size(const struct ub_dev *dev)
 void *ub_dev_priv(const struct ub_dev *dev)
 {
 	return dev->priv;
+}
+
+/* ---- gathered reads ---- */
+
+int ub_dev_readv(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	return gathered(dev, iov, iovcnt, off, false);
+}
+
+void ub_dev_willneed(struct ub_dev *dev, uint64_t off, uint64_t len)
+{
+	if (dev->ops->willneed && len && in_range(dev, len, off))
+		dev->ops->willneed(dev, off, len);
 }

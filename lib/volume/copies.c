@@ -81,31 +81,10 @@ static bool striped_readable(const struct ub_chunk *c)
 
 /* ---- reading ---- */
 
-/* One stored copy, segment by segment (striped layouts change device every unit). */
+/* One stored copy: striped layouts change device every unit, so the units are gathered per device. */
 static int read_copy(const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror, uint8_t *buf)
 {
-	const struct ub_layout *l = c->profile->layout;
-
-	while (len > 0) {
-		struct ub_map m;
-		const struct ub_stripe *s;
-		uint64_t n;
-		int ret = l->map(c, logical - c->logical, mirror, &m);
-
-		if (ret)
-			return ret;
-		s = &c->stripes[m.stripe];
-		if (!s->dev)
-			return -ENXIO;
-		n = len < m.contig ? len : m.contig;
-		ret = ub_dev_read(s->dev->dev, buf, n, m.physical);
-		if (ret)
-			return ret;
-		buf += n;
-		logical += n;
-		len -= n;
-	}
-	return 0;
+	return ub_span_read(c, logical, len, mirror, buf);
 }
 
 static int copies_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
@@ -113,18 +92,24 @@ static int copies_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t
 {
 	const struct ub_layout *l = c->profile->layout;
 	int copies = l->num_copies(c), ret = -EIO;
+	struct ub_map m;
 
 	if (mirror > 0) {
 		if (mirror > copies)
 			return -EINVAL;
 		return read_copy(c, logical, len, mirror, buf);
 	}
+	/* a healthy striped read: the first copy, gathered; segment by segment only when that fails */
+	ret = l->map(c, logical - c->logical, 1, &m);
+	if (ret)
+		return ret;
+	if (m.contig < len && read_copy(c, logical, len, 1, buf) == 0)
+		return 0;
 	/*
 	 * Any copy, segment by segment: on RAID10 with a device missing in two
 	 * pairs, neither copy is whole over a long range, yet every segment is.
 	 */
 	while (len > 0) {
-		struct ub_map m;
 		uint64_t n;
 
 		ret = l->map(c, logical - c->logical, 1, &m);

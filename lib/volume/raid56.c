@@ -128,6 +128,23 @@ static int read_segment(const struct ub_chunk *c, const struct ub_map *m, uint64
 	return rebuild(c, m->full_stripe, soff, m->data_index, bad, len, buf);
 }
 
+/*
+ * A degraded read rebuilds units from the rest of their full stripe: every
+ * present device is asked at once for its strips of the rows the read covers,
+ * parity included, instead of 64 KiB at a time as each unit comes up (and,
+ * for a stream, the rows after them too).
+ */
+static void advise_rows(const struct ub_chunk *c, uint64_t off, uint64_t len)
+{
+	const uint64_t fsz = (uint64_t)(c->num_stripes - c->profile->nparity) * c->stripe_len;
+	const uint64_t f0 = off / fsz, rows = (off + len - 1) / fsz - f0 + 1;
+
+	for (int st = 0; st < c->num_stripes; st++)
+		if (c->stripes[st].dev && c->stripes[st].dev->dev)
+			ub_dev_willneed(c->stripes[st].dev->dev, c->stripes[st].physical + f0 * c->stripe_len,
+					rows * c->stripe_len);
+}
+
 static int parity_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror,
 		       uint8_t *buf)
 {
@@ -137,6 +154,21 @@ static int parity_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t
 		return -EUCLEAN;
 	if (mirror < 0 || mirror > copies)
 		return -EINVAL;
+	/* healthy: the data units as stored, gathered per device; no parity is read or computed */
+	if (mirror <= 1) {
+		int ret = ub_span_read(c, logical, len, 1, buf);
+
+		if (ret == 0 || mirror == 1)
+			return ret;
+		if (len > c->stripe_len) {
+			uint64_t off = logical - c->logical, ahead = 0;
+
+			if (len >= UB_STREAM_MIN)
+				ahead = c->length - (off + len) < UB_STREAM_AHEAD * len ? c->length - (off + len)
+											: UB_STREAM_AHEAD * len;
+			advise_rows(c, off, len + ahead);
+		}
+	}
 	while (len > 0) {
 		struct ub_map m;
 		uint64_t n;

@@ -62,6 +62,20 @@ int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len);
 /* Recompute every stripe flagged in `lost` (at most nparity of them) from the others. */
 int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost, size_t len);
 
+/* ---- gathered reads (span_read.c) ---- */
+/*
+ * Copy `mirror` (a place on disk: layout->map must map it) of [logical,
+ * logical+len) of chunk `c` with one gathered read per run of units that
+ * follow each other on a device, every device advised first. -ENXIO before any
+ * I/O when a unit is on a missing device.
+ */
+int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror, uint8_t *buf);
+/*
+ * From this length on a read is taken as part of a stream: twice its length
+ * after it is advised too (measured: once is slower, four times no faster).
+ */
+#define UB_STREAM_MIN (1ULL << 20)
+#define UB_STREAM_AHEAD 2
 
 /*
  * volume.c: a device's superblock, checked as every open checks it: the newest

@@ -664,6 +664,48 @@ static void test_writev(void **state)
 	assert_memory_equal(mem, want, SIZE);
 }
 
+/* ---- gathered reads ---- */
+
+/*
+ * More buffers than one preadv takes (IOV_MAX, 1024), one of them empty,
+ * against the bytes as written: through preadv on a file (the rest buffer by
+ * buffer), through one read per buffer on memory (no readv in that backend).
+ */
+static void test_readv(void **state)
+{
+	enum { NB = 1100, BL = 4, AT = 321 };
+	uint8_t data[SIZE], dst[NB * BL];
+	struct iovec iov[NB];
+	struct tmpfile t;
+	struct ub_dev *devs[2];
+
+	(void)state;
+	fill(data, sizeof(data), 11);
+	for (int i = 0; i < NB; i++) {
+		iov[i].iov_base = dst + i * BL;
+		iov[i].iov_len = i == 5 ? 0 : BL;
+	}
+	make_file(&t, data, sizeof(data));
+	assert_int_equal(ub_dev_open(t.path, false, &devs[0]), 0);
+	assert_int_equal(ub_dev_open_mem("mem", data, SIZE, false, &devs[1]), 0);
+	for (int d = 0; d < 2; d++) {
+		size_t pos = AT;
+
+		memset(dst, 0xee, sizeof(dst));
+		assert_int_equal(ub_dev_readv(devs[d], iov, NB, SIZE - 100), -EIO);
+		ub_dev_willneed(devs[d], SIZE - 100, 4096); /* out of range: nothing */
+		ub_dev_willneed(devs[d], AT, NB * BL);
+		assert_int_equal(ub_dev_readv(devs[d], iov, NB, AT), 0);
+		for (int i = 0; i < NB; i++) {
+			assert_memory_equal(iov[i].iov_base, data + pos, iov[i].iov_len);
+			pos += iov[i].iov_len;
+		}
+		assert_int_equal(dst[5 * BL], 0xee); /* the empty buffer got nothing */
+		ub_dev_close(devs[d]);
+	}
+	unlink(t.path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -682,6 +724,7 @@ int main(void)
 		cmocka_unit_test(test_recorder_invalid),
 		cmocka_unit_test(test_faulty),
 		cmocka_unit_test(test_writev),
+		cmocka_unit_test(test_readv),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Reads of a range of one chunk gathered per device. A striped or parity
+ * layout changes device every 64 KiB unit; read unit by unit, one device after
+ * the other, the devices take turns instead of reading together, and each
+ * device file sees short reads with holes that its readahead does not follow.
+ * Here the units that follow each other on a device become one gathered read
+ * straight into the caller's buffer (nothing is copied twice), every device is
+ * told first what it will be asked for so that all of them read at once, and a
+ * large read, taken as part of a stream, has the devices start on what comes
+ * after it while the caller checks and hands on this part.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include "volume_internal.h"
+
+/* Buffers per gathered read: well under IOV_MAX. */
+#define SPAN_IOV 256
+/* Units a read may cover with its plan on the stack. */
+#define SMALL_UNITS 8
+
+/* One gathered read of one device: iov[first, first + n) back to back from `phys`. */
+struct span {
+	int stripe;
+	uint64_t phys, end;
+	int first, n;
+};
+
+struct span_plan {
+	struct iovec *iov; /* one per unit (or part of one) */
+	struct span *spans;
+	int niov, nspans;
+};
+
+/* The units of stripe `st` in [off, off + len) of the chunk, in order, as spans. */
+static int plan_stripe(const struct ub_chunk *c, int st, uint64_t off, uint64_t len, int mirror, uint8_t *buf,
+		       struct span_plan *p)
+{
+	const struct ub_layout *l = c->profile->layout;
+	struct span *cur = NULL;
+
+	while (len > 0) {
+		struct ub_map m;
+		uint64_t n;
+		int ret = l->map(c, off, mirror, &m);
+
+		if (ret)
+			return ret;
+		n = len < m.contig ? len : m.contig;
+		if (m.stripe == st) {
+			if (!cur || m.physical != cur->end || cur->n == SPAN_IOV) {
+				cur = &p->spans[p->nspans++];
+				*cur = (struct span){ .stripe = st, .phys = m.physical, .end = m.physical, .first = p->niov };
+			}
+			p->iov[p->niov++] = (struct iovec){ .iov_base = buf, .iov_len = n };
+			cur->n++;
+			cur->end = m.physical + n;
+		}
+		buf += n;
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* Every device's spans of [off, off + len); -ENXIO when one is on a missing device. */
+static int plan(const struct ub_chunk *c, uint64_t off, uint64_t len, int mirror, uint8_t *buf, struct span_plan *p)
+{
+	p->niov = p->nspans = 0;
+	for (int st = 0; st < c->num_stripes; st++) {
+		int ret = plan_stripe(c, st, off, len, mirror, buf, p);
+
+		if (ret)
+			return ret;
+	}
+	for (int i = 0; i < p->nspans; i++) {
+		const struct ub_stripe *s = &c->stripes[p->spans[i].stripe];
+
+		if (!s->dev || !s->dev->dev)
+			return -ENXIO;
+	}
+	return 0;
+}
+
+/* Several devices: ask all of them for their spans at once. */
+static void advise(const struct ub_chunk *c, const struct span_plan *p)
+{
+	for (int i = 0; i < p->nspans && p->nspans > 1; i++)
+		ub_dev_willneed(c->stripes[p->spans[i].stripe].dev->dev, p->spans[i].phys,
+				p->spans[i].end - p->spans[i].phys);
+}
+
+int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror, uint8_t *buf)
+{
+	const uint64_t off = logical - c->logical;
+	/* each unit gives at most one buffer and one span; a mirrored copy is one unit */
+	const uint64_t units = len / c->stripe_len + 2;
+	/* tree blocks and other short reads, most of the calls, need no allocation */
+	struct iovec iov_small[SMALL_UNITS];
+	struct span spans_small[SMALL_UNITS];
+	struct span_plan p = { .iov = iov_small, .spans = spans_small };
+	int ret;
+
+	if (c->stripe_len == 0 || units > SIZE_MAX / sizeof(struct iovec))
+		return -EUCLEAN;
+	if (units > SMALL_UNITS) {
+		p.iov = malloc((size_t)units * sizeof(*p.iov));
+		p.spans = malloc((size_t)units * sizeof(*p.spans));
+		if (!p.iov || !p.spans) {
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	ret = plan(c, off, len, mirror, buf, &p);
+	if (ret)
+		goto out; /* before any I/O: the caller rebuilds instead */
+	advise(c, &p);
+	for (int i = 0; i < p.nspans && ret == 0; i++) {
+		const struct span *sp = &p.spans[i];
+
+		ret = ub_dev_readv(c->stripes[sp->stripe].dev->dev, p.iov + sp->first, sp->n, sp->phys);
+	}
+	/* the same plan arrays fit each part ahead: none is longer than this one */
+	for (uint64_t k = 1; ret == 0 && p.nspans > 1 && len >= UB_STREAM_MIN && k <= UB_STREAM_AHEAD; k++) {
+		uint64_t at = off + k * len, next;
+
+		if (at >= c->length)
+			break;
+		next = c->length - at < len ? c->length - at : len;
+		if (plan(c, at, next, mirror, buf, &p) == 0)
+			advise(c, &p);
+	}
+out:
+	if (p.iov != iov_small) {
+		free(p.iov);
+		free(p.spans);
+	}
+	return ret;
+}
