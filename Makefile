@@ -140,3 +140,7 @@ $(CMD_OBJS): CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
 
 # ---- fast inflate: libdeflate decodes the zlib extents the kernel writes ----
 LIBS += -ldeflate
+
+# ---- FUSE mount: libfuse3 for cmd/mount*.c ----
+LIBS += $(shell pkg-config --libs fuse3)
+# ---- end of the FUSE mount block ----
