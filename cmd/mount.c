@@ -108,6 +108,7 @@ static int serve(struct mount_ctx *mc, const char *dev, const char *mnt, bool fo
 	snprintf(fsopts, sizeof(fsopts), "ro,default_permissions,subtype=ubtrfs,fsname=%s%s",
 		 strchr(dev, ',') ? "ubtrfs" : dev, geteuid() == 0 ? ",allow_other" : "");
 	se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), mc);
+	fuse_opt_free_args(&args);
 	if (!se)
 		return EXIT_FATAL;
 	if (fuse_session_mount(se, mnt)) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
 #include "mount.h"
 
@@ -31,7 +32,8 @@ static void fill_stat(const struct mount_ctx *mc, uint64_t id, const struct ub_i
 	st->st_nlink = in->nlink;
 	st->st_uid = in->uid;
 	st->st_gid = in->gid;
-	st->st_rdev = in->rdev;
+	/* btrfs keeps the kernel's internal dev_t (major << 20 | minor) */
+	st->st_rdev = makedev(in->rdev >> 20, in->rdev & 0xfffff);
 	st->st_size = in->size;
 	st->st_blksize = bs;
 	/* as the kernel's getattr: bytes used rounded up to a sector, in 512-byte units */
