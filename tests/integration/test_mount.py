@@ -162,3 +162,21 @@ def test_umount(ubtrfs_bin, factory):
         cp = T.run([str(ubtrfs_bin), "umount", mnt], check=False, timeout=60)
         assert cp.returncode == 0, T.describe(cp)
         assert not os.path.ismount(mnt)
+
+
+def test_mount_blocks_and_df(ubtrfs_bin, factory):
+    """st_blocks (du) and st_blksize of every entry and the size df shows, beside the kernel's mount of the same image."""
+    image = factory.image("kernel-zstd")
+    with T.mounted(image.devices, factory.mountpoint()) as kmnt, \
+            fuse_mounted(ubtrfs_bin, image.devices, factory.mountpoint()) as mnt:
+        problems = []
+        for p, e in T.walk_tree(kmnt, btrfs=False).items():
+            k, u = os.lstat(kmnt + p), os.lstat(mnt + p)
+            if (k.st_blocks, k.st_blksize) != (u.st_blocks, u.st_blksize):
+                problems.append("%r: blocks/blksize kernel %d/%d, ubtrfs %d/%d"
+                                % (p, k.st_blocks, k.st_blksize, u.st_blocks, u.st_blksize))
+        ks, us = os.statvfs(kmnt), os.statvfs(mnt)
+    # free space as the kernel counts it (block groups times their copies, unallocated
+    # space per profile) is not computed yet: only the size is compared
+    assert (ks.f_bsize, ks.f_blocks, ks.f_namemax) == (us.f_bsize, us.f_blocks, us.f_namemax)
+    assert not problems, "\n  ".join(problems[:40])
