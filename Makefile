@@ -144,3 +144,10 @@ LIBS += -ldeflate
 # ---- FUSE mount: libfuse3 for cmd/mount*.c ----
 LIBS += $(shell pkg-config --libs fuse3)
 # ---- end of the FUSE mount block ----
+
+# ---- FUSE mount test helper: a device that stalls on demand (tests/integration/test_mount_parallel.py) ----
+$(BUILD)/tests/tools/slowdev: tests/tools/slowdev.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(shell pkg-config --libs fuse3)
+tools: $(BUILD)/tests/tools/slowdev
+# ---- end of the stalling device block ----
