@@ -336,7 +336,15 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	/* let the kernel check POSIX ACLs too, as on its own mount (default_permissions checks the mode) */
+	if (conn->capable & FUSE_CAP_POSIX_ACL)
+		conn->want |= FUSE_CAP_POSIX_ACL;
+}
+
 const struct fuse_lowlevel_ops mount_ops = {
+	.init = op_init,
 	.lookup = op_lookup,
 	.forget = op_forget,
 	.getattr = op_getattr,

@@ -4,6 +4,7 @@
 import contextlib
 import errno
 import os
+import struct
 import subprocess
 import time
 
@@ -180,3 +181,43 @@ def test_mount_blocks_and_df(ubtrfs_bin, factory):
     # space per profile) is not computed yet: only the size is compared
     assert (ks.f_bsize, ks.f_blocks, ks.f_namemax) == (us.f_bsize, us.f_blocks, us.f_namemax)
     assert not problems, "\n  ".join(problems[:40])
+
+
+def _acl(entries):
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in entries)
+
+
+def test_mount_posix_acls(ubtrfs_bin, factory):
+    """ACL xattrs come back raw, and the kernel enforces them on the FUSE mount as on its own."""
+    img = factory.fresh_path("acl.img")
+    with open(img, "wb") as f:
+        f.truncate(128 << 20)
+    T.run(["mkfs.btrfs", "-q", str(img)])
+    nobody = 0xffffffff
+    # user 1234 may read, everyone else (1235) nothing
+    acl = _acl([(1, 6, nobody), (2, 4, 1234), (4, 0, nobody), (0x10, 4, nobody), (0x20, 0, nobody)])
+    with T.mounted([img], factory.mountpoint(), readonly=False) as m:
+        with open(m + "/f", "wb") as f:
+            f.write(b"secret\n")
+        os.mkdir(m + "/d")
+        os.setxattr(m + "/f", "system.posix_acl_access", acl)
+        os.setxattr(m + "/d", "system.posix_acl_default", acl)
+
+    def who_reads(mnt):
+        out = []
+        for uid in (1234, 1235):
+            # from inside the mount: the scratch directories above it are root's alone
+            cp = subprocess.run(["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "cat", "f"],
+                                cwd=mnt, capture_output=True, timeout=60)
+            out.append((uid, cp.returncode, cp.stdout))
+        return out
+
+    def xattrs(mnt):
+        return {p: {n: os.getxattr(mnt + p, n) for n in os.listxattr(mnt + p)} for p in ("/f", "/d")}
+
+    with T.mounted([img], factory.mountpoint()) as kmnt:
+        expected = (xattrs(kmnt), who_reads(kmnt))
+    with fuse_mounted(ubtrfs_bin, [img], factory.mountpoint()) as mnt:
+        got = (xattrs(mnt), who_reads(mnt))
+    assert got == expected
+    assert expected[1][0][1] == 0 and expected[1][1][1] != 0, expected
