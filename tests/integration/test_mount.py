@@ -6,6 +6,7 @@ import errno
 import os
 import struct
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -29,10 +30,12 @@ def fuse_mounted(ubtrfs_bin, devices, mnt, options="", foreground=True):
     proc = None
     try:
         if foreground:
-            proc = subprocess.Popen(args[:2] + ["-f"] + args[2:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            # a file, not a pipe: a daemon logging more than a pipe holds would block on it
+            errf = tempfile.TemporaryFile()
+            proc = subprocess.Popen(args[:2] + ["-f"] + args[2:], stdout=subprocess.DEVNULL, stderr=errf)
             deadline = time.monotonic() + 60
             while not os.path.ismount(mnt):
-                assert proc.poll() is None, "mount exited %d: %s" % (proc.returncode, proc.stderr.read().decode())
+                assert proc.poll() is None, "mount exited %d: %s" % (proc.returncode, _read(errf))
                 assert time.monotonic() < deadline, "not mounted after 60 s"
                 time.sleep(0.02)
         else:
@@ -43,13 +46,19 @@ def fuse_mounted(ubtrfs_bin, devices, mnt, options="", foreground=True):
         T.run(["fusermount3", "-u", "-z", mnt], check=False)
         if proc:
             try:
-                out, err = proc.communicate(timeout=60)
+                proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                out, err = proc.communicate()
+                proc.wait()
     if proc:
-        bad = [ln for ln in err.decode().splitlines() if "Sanitizer" in ln or "runtime error" in ln or ": error:" in ln]
-        assert proc.returncode == 0 and not bad, "mount -f exited %d: %s" % (proc.returncode, err.decode()[-3000:])
+        err = _read(errf)
+        bad = [ln for ln in err.splitlines() if "Sanitizer" in ln or "runtime error" in ln or ": error:" in ln]
+        assert proc.returncode == 0 and not bad, "mount -f exited %d: %s" % (proc.returncode, err[-3000:])
+
+
+def _read(f):
+    f.seek(0)
+    return f.read().decode(errors="replace")
 
 
 def _compare(expected, got, hashes_exp, hashes_got):
