@@ -3,12 +3,13 @@
 # make check      unit tests (cmocka) + integration tests (pytest, needs root)
 # make unit       unit tests only
 # make SAN=1 ...  the same with ASan+UBSan, into build-san/
+# make TSAN=1 ... the same with ThreadSanitizer, into build-tsan/
 # make fuzz       libFuzzer targets (clang), into build-fuzz/
 # make CC=clang   any of the above with clang
 CC ?= cc
 SAN ?= 0
 O ?= 2
-BUILD := $(if $(filter 1,$(SAN)),build-san,build)
+BUILD := $(if $(filter 1,$(TSAN)),build-tsan,$(if $(filter 1,$(SAN)),build-san,build))
 
 WARN := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers
 CFLAGS_BASE := -std=gnu11 -O$(O) -g -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 -Iinclude -Ilib $(WARN) \
@@ -140,3 +141,22 @@ $(CMD_OBJS): CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
 
 # ---- fast inflate: libdeflate decodes the zlib extents the kernel writes ----
 LIBS += -ldeflate
+
+# ---- FUSE mount: libfuse3 for cmd/mount*.c ----
+LIBS += $(shell pkg-config --libs fuse3)
+# ---- end of the FUSE mount block ----
+
+# ---- FUSE mount test helper: a device that stalls on demand (tests/integration/test_mount_parallel.py) ----
+# any build directory (build-tsan too): the helper itself needs no sanitizer
+%/tests/tools/slowdev: tests/tools/slowdev.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(shell pkg-config --libs fuse3)
+tools: $(BUILD)/tests/tools/slowdev
+# ---- end of the stalling device block ----
+
+# ---- ThreadSanitizer build (make TSAN=1): the parallel FUSE tests run under it ----
+ifeq ($(TSAN),1)
+CFLAGS_BASE += -fsanitize=thread -fno-omit-frame-pointer
+LDFLAGS_BASE += -fsanitize=thread
+endif
+# ---- end of the ThreadSanitizer block ----

@@ -13,6 +13,8 @@ static const struct {
 	{ "cat", cmd_cat, "write a file's contents to stdout without mounting" },
 	{ "filesystem", cmd_filesystem, "show: the devices of a filesystem, present and missing" },
 	{ "mkfs", cmd_mkfs, "make a new filesystem on one or more devices" },
+	{ "mount", cmd_mount, "mount read-only through FUSE" },
+	{ "umount", cmd_umount, "unmount what 'ubtrfs mount' mounted" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

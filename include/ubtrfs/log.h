@@ -12,7 +12,9 @@ struct ub_log {
 	void (*fn)(void *arg, enum ub_log_level lvl, const char *msg);
 	void *arg;
 	int verbosity; /* highest level printed by the default sink */
-	unsigned *errors; /* if set, counts UB_LOG_ERROR messages (shared by every copy of this sink) */
+	/* if set, counts UB_LOG_ERROR messages (shared by every copy of this sink); atomically, as
+	 * readers on several threads log through one sink (fn, too, must then be thread-safe) */
+	unsigned *errors;
 };
 
 void ub_logf(const struct ub_log *log, enum ub_log_level lvl, const char *fmt, ...)

@@ -11,7 +11,7 @@ void ub_logf(const struct ub_log *log, enum ub_log_level lvl, const char *fmt, .
 	int verbosity = log ? log->verbosity : UB_LOG_WARN;
 
 	if (log && log->errors && lvl == UB_LOG_ERROR)
-		(*log->errors)++;
+		__atomic_fetch_add(log->errors, 1, __ATOMIC_RELAXED);
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);

@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: MIT */
+/* ubtrfs mount: open the filesystem, mount the FUSE session, then (unless -f) go to the background. */
+#define FUSE_USE_VERSION 35
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+#include "cmd.h"
+#include "mount.h"
+#include "ubtrfs/format.h"
+#include "ubtrfs/fsinfo.h"
+
+static const char mount_help[] =
+	"usage: ubtrfs mount [-o OPTIONS] [-f] DEV... MOUNTPOINT\n\n"
+	"Mount a btrfs filesystem read-only through FUSE. Without -f the command returns once the\n"
+	"filesystem is open and mounted (an open failure is reported here, exit 2); the daemon then\n"
+	"logs to syslog. 'ubtrfs umount MOUNTPOINT' unmounts.\n\n"
+	"  -f                 stay in the foreground, errors to stderr\n"
+	"  -o OPTIONS         comma-separated:\n"
+	"       subvol=PATH   mount this subvolume (a path from the top level)\n"
+	"       subvolid=N    mount subvolume N\n"
+	"       nologreplay   ignore the fsync log tree\n"
+	"       degraded      mount even with devices missing\n"
+	"       ro, noatime, relatime, nodev, nosuid, noexec: accepted, nothing to do\n"
+	OPEN_ARGS_HELP;
+
+/* Where serving errors go: stderr until the daemon has left the terminal, then syslog. */
+static bool log_to_syslog;
+
+static void mount_log(void *arg, enum ub_log_level lvl, const char *msg)
+{
+	static const char *const names[] = { "error", "warning", "info", "debug" };
+	static const int prio[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
+	const int *verbosity = arg;
+
+	if ((int)lvl > *verbosity)
+		return;
+	if (log_to_syslog)
+		syslog(prio[lvl], "%s: %s", names[lvl], msg);
+	else
+		fprintf(stderr, "ubtrfs: %s: %s\n", names[lvl], msg);
+}
+
+/* The kernel refuses a filesystem with devices missing unless told "degraded": so do we. */
+static int check_devices(struct ub_fs *fs, bool degraded)
+{
+	struct ub_volume *vol = ub_fs_volume(fs);
+	int missing = 0;
+
+	for (int i = 0; i < vol->nvdevs; i++)
+		if (vol->vdevs[i].missing)
+			missing++;
+	if (!missing || degraded)
+		return 0;
+	fprintf(stderr, "ubtrfs mount: error: %d device%s missing (devid", missing, missing > 1 ? "s" : "");
+	for (int i = 0; i < vol->nvdevs; i++)
+		if (vol->vdevs[i].missing)
+			fprintf(stderr, " %llu", (unsigned long long)vol->vdevs[i].devid);
+	fprintf(stderr, "); give the others, or -o degraded\n");
+	return -ENODEV;
+}
+
+/* The directory to show as the mount's root: the top level, or the subvolume asked for. */
+static int find_root(struct ub_fs *fs, const struct mount_opts *mo, uint64_t *subvol, uint64_t *ino)
+{
+	struct ub_inode in;
+	int ret;
+
+	*subvol = BTRFS_FS_TREE_OBJECTID;
+	*ino = BTRFS_FIRST_FREE_OBJECTID;
+	if (mo->subvol) {
+		ret = ub_path_lookup(fs, mo->subvol, subvol, ino);
+		if (ret) {
+			fprintf(stderr, "ubtrfs mount: error: subvol '%s': %s\n", mo->subvol, strerror(-ret));
+			return ret;
+		}
+		if (*ino != BTRFS_FIRST_FREE_OBJECTID) {
+			fprintf(stderr, "ubtrfs mount: error: '%s' is not a subvolume\n", mo->subvol);
+			return -EINVAL;
+		}
+		if (mo->subvolid && mo->subvolid != *subvol) {
+			fprintf(stderr, "ubtrfs mount: error: subvol '%s' is subvolume %llu, not subvolid %llu\n",
+				mo->subvol, (unsigned long long)*subvol, (unsigned long long)mo->subvolid);
+			return -EINVAL;
+		}
+	} else if (mo->subvolid) {
+		*subvol = mo->subvolid;
+	}
+	ret = ub_inode_read(fs, *subvol, *ino, &in);
+	if (ret)
+		fprintf(stderr, "ubtrfs mount: error: subvolume %llu: %s\n", (unsigned long long)*subvol,
+			ret == -ENOENT ? "no such subvolume" : strerror(-ret));
+	return ret;
+}
+
+static int serve(struct mount_ctx *mc, const char *dev, const char *mnt, bool foreground)
+{
+	char fsopts[4200];
+	char *fargv[] = { "ubtrfs", "-o", fsopts, NULL };
+	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
+	struct fuse_loop_config cfg = { .clone_fd = 0, .max_idle_threads = 10 };
+	struct fuse_session *se;
+	int ret = EXIT_FATAL;
+
+	/* commas in a device name would split the option list */
+	snprintf(fsopts, sizeof(fsopts), "ro,default_permissions,subtype=ubtrfs,fsname=%s%s",
+		 strchr(dev, ',') ? "ubtrfs" : dev, geteuid() == 0 ? ",allow_other" : "");
+	se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), mc);
+	fuse_opt_free_args(&args);
+	if (!se)
+		return EXIT_FATAL;
+	if (fuse_session_mount(se, mnt)) {
+		fprintf(stderr, "ubtrfs mount: error: cannot mount on %s\n", mnt);
+		goto out_destroy;
+	}
+	if (!foreground) {
+		openlog("ubtrfs", LOG_PID, LOG_DAEMON);
+		if (fuse_daemonize(0))
+			goto out_unmount;
+		log_to_syslog = true;
+	}
+	if (fuse_set_signal_handlers(se))
+		goto out_unmount;
+	ret = fuse_session_loop_mt(se, &cfg) ? EXIT_FATAL : EXIT_OK;
+	fuse_remove_signal_handlers(se);
+out_unmount:
+	fuse_session_unmount(se);
+out_destroy:
+	fuse_session_destroy(se);
+	return ret;
+}
+
+int cmd_mount(int argc, char **argv)
+{
+	static const struct option longopts[] = { { "help", no_argument, NULL, 'h' }, OPEN_ARGS_LONGOPTS,
+						  { NULL, 0, NULL, 0 } };
+	struct open_args oa;
+	struct mount_opts mo = { 0 };
+	struct mount_ctx mc = { 0 };
+	bool foreground = false;
+	uint64_t subvol, ino;
+	int opt, ret;
+
+	open_args_init(&oa);
+	while ((opt = getopt_long(argc, argv, "+ho:fvq", longopts, NULL)) != -1) {
+		ret = open_args_parse(&oa, opt, optarg);
+		if (ret < 0)
+			return usage_error("mount", "bad value '%s'", optarg);
+		if (ret)
+			continue;
+		switch (opt) {
+		case 'h':
+			fputs(mount_help, stdout);
+			return EXIT_OK;
+		case 'o':
+			if (mount_opts_parse(&mo, optarg))
+				return EXIT_FATAL;
+			break;
+		case 'f':
+			foreground = true;
+			break;
+		default:
+			return usage_error("mount", "unknown option");
+		}
+	}
+	if (argc - optind < 2)
+		return usage_error("mount", "expected DEV... MOUNTPOINT");
+
+	struct ub_fs_opts fo = { .writable = false, .super_mirror = oa.super_mirror,
+				 .no_log = oa.no_log || mo.nologreplay };
+	struct ub_log log = { .fn = mount_log, .arg = &oa.verbosity, .verbosity = oa.verbosity };
+	char **devs = argv + optind;
+	int ndevs = argc - optind - 1;
+
+	ret = ub_fs_open((const char *const *)devs, ndevs, &fo, &log, &mc.fs);
+	if (ret) {
+		fprintf(stderr, "ubtrfs mount: error: no usable btrfs filesystem on %s%s\n", devs[0],
+			ndevs > 1 ? " ..." : "");
+		goto out;
+	}
+	ret = check_devices(mc.fs, mo.degraded);
+	if (!ret)
+		ret = find_root(mc.fs, &mo, &subvol, &ino);
+	if (!ret)
+		ret = mount_map_new(&mc.map);
+	if (!ret && mount_map_get(mc.map, subvol, ino, 0, 1) != 1)
+		ret = -ENOMEM;
+	if (ret)
+		goto out;
+	struct ub_volume *vol = ub_fs_volume(mc.fs);
+	mc.sectorsize = vol->sectorsize;
+	mc.total_bytes = UB_GET(ub_disk_super, total_bytes, vol->super);
+	mc.bytes_used = UB_GET(ub_disk_super, bytes_used, vol->super);
+	if (mc.bytes_used > mc.total_bytes)
+		mc.bytes_used = mc.total_bytes;
+	ret = serve(&mc, devs[0], argv[argc - 1], foreground);
+	mount_map_free(mc.map);
+	ub_fs_close(mc.fs);
+	free((char *)mo.subvol);
+	return ret;
+out:
+	mount_map_free(mc.map);
+	if (mc.fs)
+		ub_fs_close(mc.fs);
+	free((char *)mo.subvol);
+	return EXIT_FATAL;
+}

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cmd.h"
+#include "mount.h"
+
+/* Options the kernel's btrfs takes that mean nothing on a read-only mount: accepted and ignored. */
+static const char *const harmless[] = { "ro", "noatime", "relatime", "nodev", "nosuid", "noexec", "defaults", NULL };
+
+static int one_opt(struct mount_opts *mo, char *opt)
+{
+	char *val = strchr(opt, '=');
+
+	if (val)
+		*val++ = '\0';
+	if (!strcmp(opt, "subvol") && val && *val) {
+		mo->subvol = strdup(val);
+		return mo->subvol ? 0 : -ENOMEM;
+	}
+	if (!strcmp(opt, "subvolid") && val) {
+		if (parse_u64(val, &mo->subvolid) || !mo->subvolid) {
+			fprintf(stderr, "ubtrfs mount: bad subvolid '%s'\n", val);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	if (!val && !strcmp(opt, "nologreplay")) {
+		mo->nologreplay = true;
+		return 0;
+	}
+	if (!val && !strcmp(opt, "degraded")) {
+		mo->degraded = true;
+		return 0;
+	}
+	for (int i = 0; !val && harmless[i]; i++)
+		if (!strcmp(opt, harmless[i]))
+			return 0;
+	if (!val && !strcmp(opt, "rw"))
+		fprintf(stderr, "ubtrfs mount: the mount is read-only, 'rw' cannot be given\n");
+	else
+		fprintf(stderr, "ubtrfs mount: unknown option '%s%s%s'\n", opt, val ? "=" : "", val ? val : "");
+	return -EINVAL;
+}
+
+int mount_opts_parse(struct mount_opts *mo, const char *list)
+{
+	char *copy = strdup(list), *save = NULL;
+	int ret = copy ? 0 : -ENOMEM;
+
+	for (char *opt = copy ? strtok_r(copy, ",", &save) : NULL; opt && !ret; opt = strtok_r(NULL, ",", &save))
+		ret = one_opt(mo, opt);
+	free(copy);
+	return ret;
+}

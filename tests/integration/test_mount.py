@@ -1,0 +1,232 @@
+# SPDX-License-Identifier: MIT
+"""ubtrfs mount (FUSE, read-only) against the kernel's read-only mount of the same image."""
+
+import contextlib
+import errno
+import os
+import struct
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import ubtrfs_testlib as T
+
+# a representative slice: mkfs --rootdir, kernel-written compressed data, subvolumes and
+# snapshots, a striped parity profile
+IMAGES = ["rootdir-crc32c-16384", "kernel-zstd", "kernel-subvol", "kernel-raid5"]
+# what the FUSE mount cannot show as the kernel does: one st_dev, so its own inode numbers
+NOT_COMPARED = ("ino", "subvol")
+
+
+@contextlib.contextmanager
+def fuse_mounted(ubtrfs_bin, devices, mnt, options="", foreground=True):
+    """ubtrfs mount, always unmounted afterwards, also when the test fails. In the foreground
+    (the default) its stderr is kept: a sanitizer report or a logged error fails the test."""
+    mnt = str(mnt)
+    os.makedirs(mnt, exist_ok=True)
+    args = [str(ubtrfs_bin), "mount"] + (["-o", options] if options else []) + [str(d) for d in devices] + [mnt]
+    proc = None
+    try:
+        if foreground:
+            # a file, not a pipe: a daemon logging more than a pipe holds would block on it
+            errf = tempfile.TemporaryFile()
+            proc = subprocess.Popen(args[:2] + ["-f"] + args[2:], stdout=subprocess.DEVNULL, stderr=errf)
+            deadline = time.monotonic() + 60
+            while not os.path.ismount(mnt):
+                assert proc.poll() is None, "mount exited %d: %s" % (proc.returncode, _read(errf))
+                assert time.monotonic() < deadline, "not mounted after 60 s"
+                time.sleep(0.02)
+        else:
+            cp = T.run(args, check=False, timeout=60)
+            assert cp.returncode == 0, T.describe(cp)
+        yield mnt
+    finally:
+        T.run(["fusermount3", "-u", "-z", mnt], check=False)
+        if proc:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    if proc:
+        err = _read(errf)
+        bad = [ln for ln in err.splitlines() if "Sanitizer" in ln or "runtime error" in ln or ": error:" in ln]
+        assert proc.returncode == 0 and not bad, "mount -f exited %d: %s" % (proc.returncode, err[-3000:])
+
+
+def _read(f):
+    f.seek(0)
+    return f.read().decode(errors="replace")
+
+
+def _compare(expected, got, hashes_exp, hashes_got):
+    problems = []
+    for p in sorted(set(expected) ^ set(got)):
+        problems.append("%s entry %r" % ("missing" if p in expected else "unexpected", p))
+    for p in sorted(set(expected) & set(got)):
+        e, g = expected[p], got[p]
+        for k in e:
+            if k in NOT_COMPARED:
+                continue
+            # the kernel makes up a placeholder directory's mtime and ctime at lookup
+            if e["type"] == "dir" and e["ino"] == T.EMPTY_SUBVOL_DIR_INO and k in ("mtime", "ctime"):
+                continue
+            if g.get(k) != e[k]:
+                problems.append("%r: %s expected %r got %r" % (p, k, e[k], g.get(k)))
+        if hashes_exp.get(p) != hashes_got.get(p):
+            problems.append("%r: content differs" % p)
+    # inode structure: hard links share one inode number, everything else has its own
+    groups_e, groups_g = {}, {}
+    for p in set(expected) & set(got):
+        groups_e.setdefault((expected[p]["subvol"], expected[p]["ino"]), set()).add(p)
+        groups_g.setdefault(got[p]["ino"], set()).add(p)
+    if sorted(map(sorted, groups_e.values())) != sorted(map(sorted, groups_g.values())):
+        problems.append("inode numbers do not group the entries as the kernel's do")
+    return problems
+
+
+def _fuse_view(mnt, prefix=""):
+    entries = T.walk_tree(mnt, btrfs=False)
+    hashes = T.hash_files(mnt, entries)
+    for p, e in entries.items():
+        e["path"] = prefix + p
+    return ({prefix + p: e for p, e in entries.items()}, {prefix + p: h for p, h in hashes.items()})
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_mount_matches_kernel(ubtrfs_bin, factory, name):
+    image = factory.image(name)
+    view = factory.view(image)
+    with fuse_mounted(ubtrfs_bin, image.devices, factory.mountpoint()) as mnt:
+        entries, hashes = _fuse_view(mnt)
+        st = os.statvfs(mnt)
+    problems = _compare(view.entries, entries, view.hashes, hashes)
+    assert not problems, "%s (%s):\n  %s" % (name, image.recipe, "\n  ".join(problems[:40]))
+    assert st.f_namemax == 255
+
+
+def test_mount_subvol(ubtrfs_bin, factory):
+    image = factory.image("kernel-subvol")
+    view = factory.view(image)
+    exp = {p: e for p, e in view.entries.items() if p.startswith("/snap_ro/")}
+    exp_h = {p: h for p, h in view.hashes.items() if p in exp}
+    sid = next(e["subvol"] for e in exp.values())
+    for opts in ("subvol=/snap_ro", "subvolid=%d" % sid, "subvol=snap_ro,subvolid=%d" % sid):
+        with fuse_mounted(ubtrfs_bin, image.devices, factory.mountpoint(), opts) as mnt:
+            entries, hashes = _fuse_view(mnt, "/snap_ro")
+        problems = _compare(exp, entries, exp_h, hashes)
+        assert not problems, "-o %s:\n  %s" % (opts, "\n  ".join(problems[:40]))
+    for opts, why in (("subvolid=987654", "no such subvolume"), ("subvol=/snap_ro/d0", "not a subvolume|No such"),
+                      ("rw", "read-only"), ("bogus", "unknown option")):
+        cp = T.run([str(ubtrfs_bin), "mount", "-o", opts, *map(str, image.devices), str(factory.mountpoint())],
+                   check=False, timeout=60)
+        assert cp.returncode == 2 and cp.stderr, (opts, T.describe(cp))
+        assert any(w in cp.stderr.decode() for w in why.split("|")), (opts, T.describe(cp))
+
+
+def test_mount_erofs(ubtrfs_bin, factory):
+    image = factory.image("rootdir-crc32c-16384")
+    with fuse_mounted(ubtrfs_bin, image.devices, factory.mountpoint()) as mnt:
+        some_file = next(p for p, e in factory.view(image).entries.items() if e["type"] == "file")
+        path = mnt + some_file
+        with open(path, "rb") as f:
+            assert f.read(1) is not None
+        for what in (lambda: open(path, "r+b"), lambda: open(mnt + "/new", "wb"), lambda: os.mkdir(mnt + "/dir"),
+                     lambda: os.unlink(path), lambda: os.chmod(path, 0o600),
+                     lambda: os.setxattr(path, "user.z", b"1"), lambda: os.rename(path, mnt + "/moved"),
+                     lambda: os.symlink("x", mnt + "/link"), lambda: os.truncate(path, 0)):
+            with pytest.raises(OSError) as ei:
+                what()
+            assert ei.value.errno == errno.EROFS, ei.value
+
+
+def test_mount_degraded(ubtrfs_bin, factory):
+    image = factory.image("kernel-raid1")
+    view = factory.view(image)
+    devs = image.devices[:1]
+    cp = T.run([str(ubtrfs_bin), "mount", *map(str, devs), str(factory.mountpoint())], check=False, timeout=60)
+    assert cp.returncode == 2 and b"missing (devid 2)" in cp.stderr, T.describe(cp)
+    with fuse_mounted(ubtrfs_bin, devs, factory.mountpoint(), "degraded") as mnt:
+        entries, hashes = _fuse_view(mnt)
+    problems = _compare(view.entries, entries, view.hashes, hashes)
+    assert not problems, "\n  ".join(problems[:40])
+
+
+def test_mount_refuses_non_btrfs(ubtrfs_bin, factory):
+    junk = factory.fresh_path("junk.img")
+    with open(junk, "wb") as f:
+        f.truncate(64 << 20)
+    mnt = factory.mountpoint()
+    cp = T.run([str(ubtrfs_bin), "mount", str(junk), str(mnt)], check=False, timeout=60)
+    assert cp.returncode == 2 and b"no usable btrfs filesystem" in cp.stderr, T.describe(cp)
+    assert not os.path.ismount(str(mnt))
+
+
+def test_umount(ubtrfs_bin, factory):
+    image = factory.image("rootdir-crc32c-16384")
+    mnt = str(factory.mountpoint())
+    with fuse_mounted(ubtrfs_bin, image.devices, mnt, foreground=False):
+        assert os.path.ismount(mnt)
+        cp = T.run([str(ubtrfs_bin), "umount", mnt], check=False, timeout=60)
+        assert cp.returncode == 0, T.describe(cp)
+        assert not os.path.ismount(mnt)
+
+
+def test_mount_blocks_and_df(ubtrfs_bin, factory):
+    """st_blocks (du) and st_blksize of every entry and the size df shows, beside the kernel's mount of the same image."""
+    image = factory.image("kernel-zstd")
+    with T.mounted(image.devices, factory.mountpoint()) as kmnt, \
+            fuse_mounted(ubtrfs_bin, image.devices, factory.mountpoint()) as mnt:
+        problems = []
+        for p, e in T.walk_tree(kmnt, btrfs=False).items():
+            k, u = os.lstat(kmnt + p), os.lstat(mnt + p)
+            if (k.st_blocks, k.st_blksize) != (u.st_blocks, u.st_blksize):
+                problems.append("%r: blocks/blksize kernel %d/%d, ubtrfs %d/%d"
+                                % (p, k.st_blocks, k.st_blksize, u.st_blocks, u.st_blksize))
+        ks, us = os.statvfs(kmnt), os.statvfs(mnt)
+    # free space as the kernel counts it (block groups times their copies, unallocated
+    # space per profile) is not computed yet: only the size is compared
+    assert (ks.f_bsize, ks.f_blocks, ks.f_namemax) == (us.f_bsize, us.f_blocks, us.f_namemax)
+    assert not problems, "\n  ".join(problems[:40])
+
+
+def _acl(entries):
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in entries)
+
+
+def test_mount_posix_acls(ubtrfs_bin, factory):
+    """ACL xattrs come back raw, and the kernel enforces them on the FUSE mount as on its own."""
+    img = factory.fresh_path("acl.img")
+    with open(img, "wb") as f:
+        f.truncate(128 << 20)
+    T.run(["mkfs.btrfs", "-q", str(img)])
+    nobody = 0xffffffff
+    # user 1234 may read, everyone else (1235) nothing
+    acl = _acl([(1, 6, nobody), (2, 4, 1234), (4, 0, nobody), (0x10, 4, nobody), (0x20, 0, nobody)])
+    with T.mounted([img], factory.mountpoint(), readonly=False) as m:
+        with open(m + "/f", "wb") as f:
+            f.write(b"secret\n")
+        os.mkdir(m + "/d")
+        os.setxattr(m + "/f", "system.posix_acl_access", acl)
+        os.setxattr(m + "/d", "system.posix_acl_default", acl)
+
+    def who_reads(mnt):
+        out = []
+        for uid in (1234, 1235):
+            # from inside the mount: the scratch directories above it are root's alone
+            cp = subprocess.run(["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "cat", "f"],
+                                cwd=mnt, capture_output=True, timeout=60)
+            out.append((uid, cp.returncode, cp.stdout))
+        return out
+
+    def xattrs(mnt):
+        return {p: {n: os.getxattr(mnt + p, n) for n in os.listxattr(mnt + p)} for p in ("/f", "/d")}
+
+    with T.mounted([img], factory.mountpoint()) as kmnt:
+        expected = (xattrs(kmnt), who_reads(kmnt))
+    with fuse_mounted(ubtrfs_bin, [img], factory.mountpoint()) as mnt:
+        got = (xattrs(mnt), who_reads(mnt))
+    assert got == expected
+    assert expected[1][0][1] == 0 and expected[1][1][1] != 0, expected
