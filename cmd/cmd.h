@@ -43,6 +43,9 @@ void open_args_init(struct open_args *oa);
 /* Handle one of the shared options; returns 1 if `opt` was one of them, -1 on a bad value. */
 int open_args_parse(struct open_args *oa, int opt, const char *arg);
 int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out);
+/* open_fs with the caller's options and log sink (the mount's); the devices are found as open_fs finds them. */
+int open_fs_with(struct open_args *oa, char **devs, int ndevs, const struct ub_fs_opts *opts,
+		 const struct ub_log *log, struct ub_fs **out);
 /* The exit code once the command is done: `rc`, raised to 1 if the library reported errors. */
 int final_rc(const struct open_args *oa, int rc);
 

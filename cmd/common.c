@@ -193,11 +193,18 @@ int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out)
 	struct ub_fs_opts opts = { .writable = false, .super_mirror = oa->super_mirror, .no_log = oa->no_log,
 				    .root_generation = oa->generation };
 	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = oa->verbosity, .errors = &oa->errors };
+
+	return open_fs_with(oa, devs, ndevs, &opts, &log, out);
+}
+
+int open_fs_with(struct open_args *oa, char **devs, int ndevs, const struct ub_fs_opts *opts,
+		 const struct ub_log *log, struct ub_fs **out)
+{
 	struct dev_list l = { NULL, 0, NULL };
 	int ret = devices_to_open(oa, devs, ndevs, &l);
 
 	if (ret == 0)
-		ret = ub_fs_open((const char *const *)l.paths, l.n, &opts, &log, out);
+		ret = ub_fs_open((const char *const *)l.paths, l.n, opts, log, out);
 	/* the library has said what was wrong; errno names would mislead here (ENOENT for "no magic") */
 	if (ret == -ENOMEM)
 		fprintf(stderr, "ubtrfs: error: out of memory\n");

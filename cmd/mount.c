@@ -23,6 +23,7 @@ static const char mount_help[] =
 	"       subvolid=N    mount subvolume N\n"
 	"       nologreplay   ignore the fsync log tree\n"
 	"       degraded      mount even with devices missing\n"
+	"       generation=N  mount the older root of generation N (a backup root; as --generation)\n"
 	"       ro, noatime, relatime, nodev, nosuid, noexec: accepted, nothing to do\n"
 	OPEN_ARGS_HELP;
 
@@ -169,17 +170,15 @@ int cmd_mount(int argc, char **argv)
 		return usage_error("mount", "expected DEV... MOUNTPOINT");
 
 	struct ub_fs_opts fo = { .writable = false, .super_mirror = oa.super_mirror,
-				 .no_log = oa.no_log || mo.nologreplay };
+				 .no_log = oa.no_log || mo.nologreplay,
+				 .root_generation = mo.generation ? mo.generation : oa.generation };
 	struct ub_log log = { .fn = mount_log, .arg = &oa.verbosity, .verbosity = oa.verbosity };
 	char **devs = argv + optind;
 	int ndevs = argc - optind - 1;
 
-	ret = ub_fs_open((const char *const *)devs, ndevs, &fo, &log, &mc.fs);
-	if (ret) {
-		fprintf(stderr, "ubtrfs mount: error: no usable btrfs filesystem on %s%s\n", devs[0],
-			ndevs > 1 ? " ..." : "");
+	ret = open_fs_with(&oa, devs, ndevs, &fo, &log, &mc.fs);
+	if (ret)
 		goto out;
-	}
 	ret = check_devices(mc.fs, mo.degraded);
 	if (!ret)
 		ret = find_root(mc.fs, &mo, &subvol, &ino);

@@ -14,6 +14,7 @@ struct mount_opts {
 	bool nologreplay;
 	bool degraded;
 	uint64_t cache_bytes; /* -o cache=SIZE, 0 if not given */
+	uint64_t generation;  /* -o generation=N: the older root of a backup slot (as --generation), 0 if not given */
 };
 
 /* Parse one -o list into `mo`; prints what is wrong and returns -EINVAL. */

@@ -26,6 +26,13 @@ static int one_opt(struct mount_opts *mo, char *opt)
 		}
 		return 0;
 	}
+	if (!strcmp(opt, "generation") && val) {
+		if (parse_u64(val, &mo->generation) || !mo->generation) {
+			fprintf(stderr, "ubtrfs mount: bad generation '%s'\n", val);
+			return -EINVAL;
+		}
+		return 0;
+	}
 	if (!val && !strcmp(opt, "nologreplay")) {
 		mo->nologreplay = true;
 		return 0;

@@ -10,6 +10,7 @@ Every later `ubtrfs ls/cat --generation N` must show exactly those.
 import os
 
 import ubtrfs_testlib as T
+from test_mount import fuse_mounted
 
 ROUNDS = [
     {"add": {"a": b"first\n" * 100, "b": b"bee\n"}, "remove": []},
@@ -51,7 +52,7 @@ def _make(tmp_path):
     return img, states
 
 
-def test_older_generations(tmp_path):
+def test_older_generations(tmp_path, ubtrfs_bin):
     img, states = _make(tmp_path)
     backups = _backup_gens(img)
     gens = [g for g, _ in states]
@@ -67,6 +68,14 @@ def test_older_generations(tmp_path):
             cp = T.ubtrfs("cat", "--generation", str(gen), "--path", "/" + name, img)
             assert cp.returncode == 0, T.describe(cp)
             assert cp.stdout == data, "generation %d, /%s: other bytes" % (gen, name)
+    # the mount serves the same older state (-o generation=N)
+    gen, files = states[0]
+    with fuse_mounted(ubtrfs_bin, [img], tmp_path / "mnt",
+                      "generation=%d" % gen) as mnt:
+        assert sorted(os.listdir(mnt)) == sorted(files), (gen, os.listdir(mnt))
+        for name, data in files.items():
+            with open(os.path.join(mnt, name), "rb") as f:
+                assert f.read() == data, "mount -o generation=%d, /%s: other bytes" % (gen, name)
     # no such generation: a clear error naming it, exit 2
     missing = max(gens) + 1000
     cp = T.ubtrfs("ls", "--generation", str(missing), img)
