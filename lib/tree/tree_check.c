@@ -79,7 +79,7 @@ static const char *type_str(uint8_t type, char *buf, size_t len)
  * range (EXTENT_CSUM, TREE_LOG, ...) read better by name than as 20 digits;
  * small ones stay numeric, as their names depend on the tree.
  */
-static void key_str(const struct ub_key *k, char *buf, size_t len)
+static const char *key_str(const struct ub_key *k, char *buf, size_t len)
 {
 	const char *oname = k->objectid > BTRFS_LAST_FREE_OBJECTID ? ub_objectid_name(k->objectid) : NULL;
 	char tb[16], ob[24];
@@ -91,7 +91,15 @@ static void key_str(const struct ub_key *k, char *buf, size_t len)
 	else
 		snprintf(ob, sizeof(ob), "%" PRIu64, k->objectid);
 	snprintf(buf, len, "(%s %s %" PRIu64 ")", ob, type_str(k->type, tb, sizeof(tb)), k->offset);
+	return buf;
 }
+
+/*
+ * A key formatted into a buffer that lives as long as the enclosing block:
+ * used inside fail() arguments so a key is formatted only when a problem is
+ * reported, never on the success path of a walk.
+ */
+#define KEY_STR(k) key_str((k), (char[96]){ 0 }, 96)
 
 static void vreport(char *why, size_t whylen, const char *prefix, const char *fmt, va_list ap)
 {
@@ -270,30 +278,27 @@ static int check_csum_item(const struct ck *c, const uint8_t *d, uint32_t size)
 
 static int check_dir_location(const struct ck *c, unsigned idx, const struct ub_key *loc)
 {
-	char ks[96];
-
-	key_str(loc, ks, sizeof(ks));
 	if (c->key->type == BTRFS_XATTR_ITEM_KEY) {
 		if (loc->objectid || loc->type || loc->offset)
-			return fail(c, "entry %u: xattr location key %s, expect (0 0 0)", idx, ks);
+			return fail(c, "entry %u: xattr location key %s, expect (0 0 0)", idx, KEY_STR(loc));
 		return 0;
 	}
 	if (loc->type == BTRFS_ROOT_ITEM_KEY) {
 		/* A subvolume entry: it can only lead to another subvolume tree. */
 		if (!is_fstree(loc->objectid))
-			return fail(c, "entry %u: location key %s does not name a subvolume tree", idx, ks);
+			return fail(c, "entry %u: location key %s does not name a subvolume tree", idx, KEY_STR(loc));
 		return 0;
 	}
 	if (loc->type == BTRFS_INODE_ITEM_KEY || loc->type == 0) {
 		if ((loc->objectid < BTRFS_FIRST_FREE_OBJECTID || loc->objectid > BTRFS_LAST_FREE_OBJECTID) &&
 		    loc->objectid != BTRFS_ROOT_TREE_DIR_OBJECTID && loc->objectid != BTRFS_FREE_INO_OBJECTID)
-			return fail(c, "entry %u: location key %s has an invalid inode number", idx, ks);
+			return fail(c, "entry %u: location key %s has an invalid inode number", idx, KEY_STR(loc));
 		if (loc->offset)
-			return fail(c, "entry %u: location key %s has offset %" PRIu64 ", expect 0", idx, ks,
+			return fail(c, "entry %u: location key %s has offset %" PRIu64 ", expect 0", idx, KEY_STR(loc),
 				    loc->offset);
 		return 0;
 	}
-	return fail(c, "entry %u: invalid location key type in %s, expect INODE_ITEM or ROOT_ITEM", idx, ks);
+	return fail(c, "entry %u: invalid location key type in %s, expect INODE_ITEM or ROOT_ITEM", idx, KEY_STR(loc));
 }
 
 static int check_dir_item(const struct ck *c, const uint8_t *d, uint32_t size)
@@ -928,13 +933,11 @@ static int check_neighbors(const struct ck *c, uint64_t owner, const struct ub_k
 {
 	const struct ub_check_ctx *ctx = c->ctx;
 	const struct ub_key *k = c->key;
-	char ps[96];
 	uint64_t prev_end;
 
-	key_str(pk, ps, sizeof(ps));
 	/* In a subvolume tree an inode's items come right after its INODE_ITEM, sharing its objectid. */
 	if (is_fstree(owner) && keyed_by_inode(k->type) && pk->objectid != k->objectid)
-		return fail(c, "previous key %s belongs to another inode; the INODE_ITEM of %" PRIu64 " is missing", ps,
+		return fail(c, "previous key %s belongs to another inode; the INODE_ITEM of %" PRIu64 " is missing", KEY_STR(pk),
 			    k->objectid);
 	switch (k->type) {
 	case BTRFS_EXTENT_DATA_KEY:
@@ -943,7 +946,7 @@ static int check_neighbors(const struct ck *c, uint64_t owner, const struct ub_k
 		prev_end = file_extent_end(pk, pd, ctx->sectorsize);
 		if (prev_end > k->offset)
 			return fail(c, "file extent starts at %" PRIu64 " but the previous one %s ends at %" PRIu64,
-				    k->offset, ps, prev_end);
+				    k->offset, KEY_STR(pk), prev_end);
 		return 0;
 	case BTRFS_EXTENT_CSUM_KEY:
 		if (pk->type != BTRFS_EXTENT_CSUM_KEY)
@@ -951,7 +954,7 @@ static int check_neighbors(const struct ck *c, uint64_t owner, const struct ub_k
 		prev_end = sat_add(pk->offset, (uint64_t)(psize / ctx->csum_size) * ctx->sectorsize);
 		if (prev_end > k->offset)
 			return fail(c, "csum range starts at %" PRIu64 " but the previous one %s ends at %" PRIu64,
-				    k->offset, ps, prev_end);
+				    k->offset, KEY_STR(pk), prev_end);
 		return 0;
 	case BTRFS_EXTENT_ITEM_KEY:
 	case BTRFS_METADATA_ITEM_KEY:
@@ -960,7 +963,7 @@ static int check_neighbors(const struct ck *c, uint64_t owner, const struct ub_k
 		prev_end = sat_add(pk->objectid, pk->type == BTRFS_METADATA_ITEM_KEY ? ctx->nodesize : pk->offset);
 		if (prev_end > k->objectid)
 			return fail(c, "extent starts at %" PRIu64 " but the previous extent %s ends at %" PRIu64,
-				    k->objectid, ps, prev_end);
+				    k->objectid, KEY_STR(pk), prev_end);
 		return 0;
 	case BTRFS_DEV_EXTENT_KEY:
 		if (pk->type != BTRFS_DEV_EXTENT_KEY || pk->objectid != k->objectid)
@@ -968,7 +971,7 @@ static int check_neighbors(const struct ck *c, uint64_t owner, const struct ub_k
 		prev_end = sat_add(pk->offset, UB_GET(btrfs_dev_extent, length, pd));
 		if (prev_end > k->offset)
 			return fail(c, "device extent starts at %" PRIu64 " but the previous one %s ends at %" PRIu64,
-				    k->offset, ps, prev_end);
+				    k->offset, KEY_STR(pk), prev_end);
 		return 0;
 	default:
 		return 0;
