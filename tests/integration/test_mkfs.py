@@ -159,6 +159,24 @@ def check_super(loops, images, opts, profiles):
     return sb
 
 
+def chunk_profiles(loops):
+    """{(DATA|METADATA|SYSTEM, profile)} of every chunk item in the chunk tree (progs' dump)."""
+    out = set()
+    for t in re.findall(r"^\s*length \d+ owner \d+ stripe_len \d+ type (\S+)$", inspect(loops, ["dump-tree", "-t", "chunk"]), re.M):
+        kinds = t.split("|")
+        out.add((kinds[0], kinds[1].lower() if len(kinds) > 1 else "single"))
+    return out
+
+
+def check_profiles(loops, opts, ndev, what):
+    """Every chunk has the profile asked for its kind (system chunks follow metadata)."""
+    d = opts[opts.index("-d") + 1] if "-d" in opts else "single"
+    m = opts[opts.index("-m") + 1] if "-m" in opts else ("raid1" if ndev > 1 else "dup")
+    want = {("DATA", d), ("METADATA", m), ("SYSTEM", m)}
+    got = chunk_profiles(loops)
+    assert got == want, "%s: chunk profiles %s, asked %s" % (what, sorted(got), sorted(want))
+
+
 def mkfs_btrfs(images, opts):
     """The oracle: mkfs.btrfs with the same options (it calls the free space tree a runtime feature)."""
     args = ["mkfs.btrfs", "-f", "-q"]
@@ -293,6 +311,7 @@ def run_case(scratch, name, ndev, opts, oracle=True, seed=1):
     with Attached(imgs) as loops:
         check_clean(loops, "fresh")
         sb = check_super(loops, imgs, opts, profiles_in(opts, ndev))
+        check_profiles(loops, opts, ndev, "fresh")
         ours = structure(inspect(loops, ["dump-tree"])) if oracle else None
     if "-L" in opts:
         assert sb["label"] == opts[opts.index("-L") + 1]
@@ -317,6 +336,7 @@ def run_case(scratch, name, ndev, opts, oracle=True, seed=1):
     want = kernel_round_trip(imgs, os.path.join(str(scratch), name + "-mnt"), seed, fill)
     with Attached(imgs) as loops:
         check_clean(loops, "after the kernel wrote")
+        check_profiles(loops, opts, ndev, "after the kernel wrote")
         if fill:
             chunks = inspect(loops, ["dump-tree", "-t", "chunk"]).count("CHUNK_ITEM")
             assert chunks > 3, "the kernel was to add a data chunk, chunk tree has %d chunks" % chunks
