@@ -11,8 +11,8 @@ For each configuration: `ubtrfs mkfs` on sparse image files, then
     kernel wrote (compared with the bytes the test wrote).
 Refusals: exit 2, a message naming the reason, the images unchanged.
 
-UBTRFS_LONG_TESTS=1 runs every data x metadata profile pair over four devices
-for every nodesize and checksum.
+UBTRFS_LONG_TESTS=1 runs every data x metadata profile pair over four devices,
+each with every nodesize, checksum and feature set (long_cases).
 """
 
 import hashlib
@@ -159,6 +159,24 @@ def check_super(loops, images, opts, profiles):
     return sb
 
 
+def chunk_profiles(loops):
+    """{(DATA|METADATA|SYSTEM, profile)} of every chunk item in the chunk tree (progs' dump)."""
+    out = set()
+    for t in re.findall(r"^\s*length \d+ owner \d+ stripe_len \d+ type (\S+)$", inspect(loops, ["dump-tree", "-t", "chunk"]), re.M):
+        kinds = t.split("|")
+        out.add((kinds[0], kinds[1].lower() if len(kinds) > 1 else "single"))
+    return out
+
+
+def check_profiles(loops, opts, ndev, what):
+    """Every chunk has the profile asked for its kind (system chunks follow metadata)."""
+    d = opts[opts.index("-d") + 1] if "-d" in opts else "single"
+    m = opts[opts.index("-m") + 1] if "-m" in opts else ("raid1" if ndev > 1 else "dup")
+    want = {("DATA", d), ("METADATA", m), ("SYSTEM", m)}
+    got = chunk_profiles(loops)
+    assert got == want, "%s: chunk profiles %s, asked %s" % (what, sorted(got), sorted(want))
+
+
 def mkfs_btrfs(images, opts):
     """The oracle: mkfs.btrfs with the same options (it calls the free space tree a runtime feature)."""
     args = ["mkfs.btrfs", "-f", "-q"]
@@ -255,11 +273,25 @@ SIZE_MIB = {"one-default": 160, "two-raid0-raid1": 160}
 PROFILES = ["single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6"]
 
 
+NODESIZES = ["4096", "16384", "65536"]
+CSUMS = ["crc32c", "xxhash", "sha256", "blake2"]
+FEATURES = [("", []), ("-noholes-off", ["-O", "^no-holes"]), ("-fst-off", ["-O", "^free-space-tree"])]
+
+
 def long_cases():
+    """Every data x metadata pair, four cases each: every checksum, every nodesize and every feature
+    set meets every pair at least once (a rotation, not the full product). All cases on four
+    devices, which every profile allows (mkfs.btrfs takes dup on several devices too). The first
+    round covers every pair once, so a run cut short still saw each of them."""
     out = []
-    for d, m in itertools.product(PROFILES, PROFILES):
-        for n, c in itertools.product(["4096", "16384", "65536"], ["crc32c", "xxhash", "sha256", "blake2"]):
-            out.append(("long-%s-%s-%s-%s" % (d, m, n, c), 4, ["-d", d, "-m", m, "-n", n, "--csum", c]))
+    pairs = list(itertools.product(PROFILES, PROFILES))
+    for k in range(len(CSUMS)):
+        for i, (d, m) in enumerate(pairs):
+            c = CSUMS[k]
+            n = NODESIZES[(i + k) % len(NODESIZES)]
+            ftag, fopts = FEATURES[(i + 2 * k) % len(FEATURES)]
+            out.append(("long-%s-%s-%s-%s%s" % (d, m, n, c, ftag), 4,
+                        ["-d", d, "-m", m, "-n", n, "--csum", c] + fopts))
     return out
 
 
@@ -279,6 +311,7 @@ def run_case(scratch, name, ndev, opts, oracle=True, seed=1):
     with Attached(imgs) as loops:
         check_clean(loops, "fresh")
         sb = check_super(loops, imgs, opts, profiles_in(opts, ndev))
+        check_profiles(loops, opts, ndev, "fresh")
         ours = structure(inspect(loops, ["dump-tree"])) if oracle else None
     if "-L" in opts:
         assert sb["label"] == opts[opts.index("-L") + 1]
@@ -303,6 +336,7 @@ def run_case(scratch, name, ndev, opts, oracle=True, seed=1):
     want = kernel_round_trip(imgs, os.path.join(str(scratch), name + "-mnt"), seed, fill)
     with Attached(imgs) as loops:
         check_clean(loops, "after the kernel wrote")
+        check_profiles(loops, opts, ndev, "after the kernel wrote")
         if fill:
             chunks = inspect(loops, ["dump-tree", "-t", "chunk"]).count("CHUNK_ITEM")
             assert chunks > 3, "the kernel was to add a data chunk, chunk tree has %d chunks" % chunks
