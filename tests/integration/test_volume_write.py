@@ -42,7 +42,12 @@ def build_tool(outdir):
     lib = build / "libubtrfs.a"
     if not lib.is_file():
         pytest.skip("library under test not built: %s" % lib)
-    libs = re.search(r"^LIBS\s*:=\s*(.*)$", (REPO / "Makefile").read_text(), re.M).group(1).split()
+    # every library the Makefile links (LIBS := ..., then blocks that append LIBS += ...)
+    libs = []
+    for m in re.finditer(r"^LIBS\s*[:+]?=\s*(.*)$", (REPO / "Makefile").read_text(), re.M):
+        v = m.group(1).strip()
+        sh = re.fullmatch(r"\$\(shell (.*)\)", v)
+        libs += (subprocess.run(sh.group(1).split(), check=True, capture_output=True).stdout.decode() if sh else v).split()
     flags = ["-std=gnu11", "-O1", "-g", "-D_GNU_SOURCE", "-D_FILE_OFFSET_BITS=64",
              "-I" + str(REPO / "include"), "-I" + str(REPO / "lib")]
     if build.name == "build-san":
