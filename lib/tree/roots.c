@@ -38,7 +38,7 @@ void ub_roots_unlock(struct ub_roots *rs)
 static struct ub_eroot *find_locked(struct ub_roots *rs, uint64_t objectid)
 {
 	for (struct ub_eroot *er = rs->list; er; er = er->next)
-		if (er->root.objectid == objectid)
+		if (er->objectid == objectid)
 			return er;
 	return NULL;
 }
@@ -86,6 +86,7 @@ static int add_locked(struct ub_roots *rs, const struct ub_root *r, bool has_ite
 	er = calloc(1, sizeof(*er));
 	if (!er)
 		return -ENOMEM;
+	er->objectid = r->objectid;
 	fill(er, r, has_item, born);
 	while (*pp)
 		pp = &(*pp)->next;

@@ -39,6 +39,7 @@
 #include "ubtrfs/tree.h"
 
 struct ub_eroot {
+	uint64_t objectid;       /* set when the object is made, never changed: lookups read it without the writer */
 	struct ub_root root;     /* live: moved by copy-on-write (the writer's) */
 	uint64_t item_offset;    /* key offset of its ROOT_ITEM (0, or the snapshot's transid) */
 	uint64_t last_snapshot;  /* from the ROOT_ITEM: blocks not newer than this may be shared */
