@@ -133,55 +133,56 @@ static int copies_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t
 /* ---- writing ---- */
 
 /*
- * Every copy, segment by segment. The first pass only maps and checks, so a
+ * Every copy. Mapping and checking come first, segment by segment, so a
  * refused write changes nothing; copies on missing devices are skipped as
- * long as each segment keeps one.
+ * long as each segment keeps one. The writes then go out gathered per device.
  */
 static int copies_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len,
 			const uint8_t *buf)
 {
 	const struct ub_layout *l = c->profile->layout;
 	const int copies = l->num_copies(c);
+	uint64_t lg = logical, left = len;
 
-	for (int pass = 0; pass < 2; pass++) {
-		uint64_t lg = logical, left = len;
-		const uint8_t *p = buf;
+	if (copies > UB_RAID_MAX_STRIPES)
+		return -EUCLEAN;
+	while (left > 0) {
+		struct ub_map maps[UB_RAID_MAX_STRIPES];
+		uint64_t n = left;
+		int present = 0, ret;
 
-		while (left > 0) {
-			struct ub_map maps[UB_RAID_MAX_STRIPES];
-			uint64_t n = left;
-			int present = 0, ret;
-
-			if (copies > UB_RAID_MAX_STRIPES)
-				return -EUCLEAN;
-			for (int k = 1; k <= copies; k++) {
-				ret = l->map(c, lg - c->logical, k, &maps[k - 1]);
-				if (ret)
-					return ret;
-				if (maps[k - 1].contig < n)
-					n = maps[k - 1].contig;
-			}
-			for (int k = 0; k < copies; k++) {
-				const struct ub_map *m = &maps[k];
-				if (!c->stripes[m->stripe].dev) {
-					vol->writes_skipped += (uint64_t)pass;
-					continue;
-				}
-				present++;
-				ret = pass ? ub_vol_dev_write(vol, c, m->stripe, p, n, m->physical)
-					   : ub_vol_phys_check(vol, c, m->stripe, m->physical, n);
-				if (ret)
-					return ret;
-			}
-			if (!present) {
-				ub_err(&vol->log, "write at logical %llu (%s chunk at %llu): every copy is on a missing device",
-				       (unsigned long long)lg, c->profile->name, (unsigned long long)c->logical);
-				return -EIO;
-			}
-			p += n;
-			lg += n;
-			left -= n;
+		for (int k = 1; k <= copies; k++) {
+			ret = l->map(c, lg - c->logical, k, &maps[k - 1]);
+			if (ret)
+				return ret;
+			if (maps[k - 1].contig < n)
+				n = maps[k - 1].contig;
 		}
+		for (int k = 0; k < copies; k++) {
+			const struct ub_map *m = &maps[k];
+
+			if (!c->stripes[m->stripe].dev) {
+				vol->writes_skipped++;
+				continue;
+			}
+			present++;
+			ret = ub_vol_phys_check(vol, c, m->stripe, m->physical, n);
+			if (ret)
+				return ret;
+		}
+		if (!present) {
+			ub_err(&vol->log, "write at logical %llu (%s chunk at %llu): every copy is on a missing device",
+			       (unsigned long long)lg, c->profile->name, (unsigned long long)c->logical);
+			return -EIO;
+		}
+		lg += n;
+		left -= n;
+	}
+	for (int k = 1; k <= copies; k++) {
+		int ret = ub_span_write(vol, c, logical, len, k, buf);
+
+		if (ret)
+			return ret;
 	}
 	return 0;
 }

@@ -62,7 +62,7 @@ int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len);
 /* Recompute every stripe flagged in `lost` (at most nparity of them) from the others. */
 int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost, size_t len);
 
-/* ---- gathered reads (span_read.c) ---- */
+/* ---- gathered reads and writes (span_io.c) ---- */
 /*
  * Copy `mirror` (a place on disk: layout->map must map it) of [logical,
  * logical+len) of chunk `c` with one gathered read per run of units that
@@ -70,6 +70,13 @@ int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost,
  * I/O when a unit is on a missing device.
  */
 int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror, uint8_t *buf);
+/*
+ * Copy `copy` of [logical, logical+len) written with one gathered write per
+ * run of units on a device; units on missing devices are left out (the caller
+ * checked that each has a copy elsewhere and that every place is in bounds).
+ */
+int ub_span_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int copy,
+		  const uint8_t *buf);
 /*
  * From this length on a read is taken as part of a stream: twice its length
  * after it is advised too (measured: once is slower, four times no faster).

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Reads of a range of one chunk gathered per device. A striped or parity
+ * Reads and writes of a range of one chunk gathered per device. A striped or parity
  * layout changes device every 64 KiB unit; read unit by unit, one device after
  * the other, the devices take turns instead of reading together, and each
  * device file sees short reads with holes that its readahead does not follow.
@@ -8,7 +8,9 @@
  * straight into the caller's buffer (nothing is copied twice), every device is
  * told first what it will be asked for so that all of them read at once, and a
  * large read, taken as part of a stream, has the devices start on what comes
- * after it while the caller checks and hands on this part.
+ * after it while the caller checks and hands on this part. Writes are
+ * gathered the same way, for the same reason: each device gets one write per
+ * run of its units instead of one per 64 KiB.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -63,23 +65,36 @@ static int plan_stripe(const struct ub_chunk *c, int st, uint64_t off, uint64_t 
 	return 0;
 }
 
-/* Every device's spans of [off, off + len); -ENXIO when one is on a missing device. */
-static int plan(const struct ub_chunk *c, uint64_t off, uint64_t len, int mirror, uint8_t *buf, struct span_plan *p)
+static bool stripe_present(const struct ub_chunk *c, int st)
+{
+	return c->stripes[st].dev && c->stripes[st].dev->dev;
+}
+
+/*
+ * Every device's spans of [off, off + len); -ENXIO when one is on a missing
+ * device, unless `skip_missing` (a write: the caller made sure every unit has a
+ * copy on a present device), which leaves missing devices out.
+ */
+static int plan_spans(const struct ub_chunk *c, uint64_t off, uint64_t len, int mirror, uint8_t *buf,
+		      bool skip_missing, struct span_plan *p)
 {
 	p->niov = p->nspans = 0;
 	for (int st = 0; st < c->num_stripes; st++) {
-		int ret = plan_stripe(c, st, off, len, mirror, buf, p);
+		int ret = skip_missing && !stripe_present(c, st) ? 0 : plan_stripe(c, st, off, len, mirror, buf, p);
 
 		if (ret)
 			return ret;
 	}
 	for (int i = 0; i < p->nspans; i++) {
-		const struct ub_stripe *s = &c->stripes[p->spans[i].stripe];
-
-		if (!s->dev || !s->dev->dev)
+		if (!stripe_present(c, p->spans[i].stripe))
 			return -ENXIO;
 	}
 	return 0;
+}
+
+static int plan(const struct ub_chunk *c, uint64_t off, uint64_t len, int mirror, uint8_t *buf, struct span_plan *p)
+{
+	return plan_spans(c, off, len, mirror, buf, false, p);
 }
 
 /* Several devices: ask all of them for their spans at once. */
@@ -90,27 +105,40 @@ static void advise(const struct ub_chunk *c, const struct span_plan *p)
 				p->spans[i].end - p->spans[i].phys);
 }
 
+/* The plan's arrays for `len` bytes: on the stack (the caller's) for short ranges, else allocated. */
+static int plan_alloc(const struct ub_chunk *c, uint64_t len, struct span_plan *p)
+{
+	/* each unit gives at most one buffer and one span; a mirrored copy is one unit */
+	const uint64_t units = c->stripe_len ? len / c->stripe_len + 2 : 0;
+
+	if (c->stripe_len == 0 || units > SIZE_MAX / sizeof(struct iovec))
+		return -EUCLEAN;
+	if (units <= SMALL_UNITS)
+		return 0;
+	p->iov = malloc((size_t)units * sizeof(*p->iov));
+	p->spans = malloc((size_t)units * sizeof(*p->spans));
+	return p->iov && p->spans ? 0 : -ENOMEM;
+}
+
+static void plan_free(struct span_plan *p, const struct iovec *iov_small)
+{
+	if (p->iov != iov_small) {
+		free(p->iov);
+		free(p->spans);
+	}
+}
+
 int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror, uint8_t *buf)
 {
 	const uint64_t off = logical - c->logical;
-	/* each unit gives at most one buffer and one span; a mirrored copy is one unit */
-	const uint64_t units = len / c->stripe_len + 2;
 	/* tree blocks and other short reads, most of the calls, need no allocation */
 	struct iovec iov_small[SMALL_UNITS];
 	struct span spans_small[SMALL_UNITS];
 	struct span_plan p = { .iov = iov_small, .spans = spans_small };
-	int ret;
+	int ret = plan_alloc(c, len, &p);
 
-	if (c->stripe_len == 0 || units > SIZE_MAX / sizeof(struct iovec))
-		return -EUCLEAN;
-	if (units > SMALL_UNITS) {
-		p.iov = malloc((size_t)units * sizeof(*p.iov));
-		p.spans = malloc((size_t)units * sizeof(*p.spans));
-		if (!p.iov || !p.spans) {
-			ret = -ENOMEM;
-			goto out;
-		}
-	}
+	if (ret)
+		goto out;
 	ret = plan(c, off, len, mirror, buf, &p);
 	if (ret)
 		goto out; /* before any I/O: the caller rebuilds instead */
@@ -131,9 +159,26 @@ int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int m
 			advise(c, &p);
 	}
 out:
-	if (p.iov != iov_small) {
-		free(p.iov);
-		free(p.spans);
+	plan_free(&p, iov_small);
+	return ret;
+}
+
+int ub_span_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int copy,
+		  const uint8_t *buf)
+{
+	struct iovec iov_small[SMALL_UNITS];
+	struct span spans_small[SMALL_UNITS];
+	struct span_plan p = { .iov = iov_small, .spans = spans_small };
+	int ret = plan_alloc(c, len, &p);
+
+	/* the plan only points into buf: the writes read from it */
+	if (!ret)
+		ret = plan_spans(c, logical - c->logical, len, copy, (uint8_t *)buf, true, &p);
+	for (int i = 0; i < p.nspans && ret == 0; i++) {
+		const struct span *sp = &p.spans[i];
+
+		ret = ub_vol_dev_writev(vol, c, sp->stripe, p.iov + sp->first, sp->n, sp->phys);
 	}
+	plan_free(&p, iov_small);
 	return ret;
 }
