@@ -257,11 +257,11 @@ static void expect_tagged(struct ub_txn *t, uint64_t subvol, const char *name, c
 	assert_memory_equal(got, want, 4);
 }
 
-/* snapshots of trees this transaction changed: each keeps its source as it was at the call */
+/* snapshots of trees the running transaction changed: each keeps its source as it was at the call */
 #define SNAP_FILES 200
 static void test_snapshot_in_transaction(void **state)
 {
-	uint64_t ino[SNAP_FILES], s1, s2, s3, x;
+	uint64_t ino[SNAP_FILES], s1, s2, s3, x, tid;
 	struct ub_engine *e;
 	struct ub_txn *t;
 	char name[16];
@@ -288,7 +288,7 @@ static void test_snapshot_in_transaction(void **state)
 	expect_tagged(t, s1, "f005", 'A', 5);
 	for (int i = 10; i < 30; i++)
 		put_tagged(t, s1, ino[i], 'C', i, i % 20 ? 100 : 8192);
-	/* a snapshot of the snapshot, then a second one of the source, all before a commit */
+	/* a snapshot of the snapshot, then a second one of the source, with no commit of the caller's */
 	assert_int_equal(ub_fsw_snapshot(t, s1, FS, TOP, "s2", 2, true, &s2), 0);
 	put_tagged(t, s1, ino[10], 'D', 10, 100);
 	put_tagged(t, s1, ino[20], 'D', 20, 8192);
@@ -326,24 +326,28 @@ static void test_snapshot_in_transaction(void **state)
 	assert_int_equal(sh("btrfs check --readonly --check-data-csum %s >%s/check.log 2>&1 || "
 			    "{ cat %s/check.log; false; }", g_img, g_dir, g_dir), 0);
 	e = open_engine();
-	/* an aborted transaction leaves no trace of its snapshot; the id is taken again */
+	/*
+	 * A snapshot commits (nothing may write into a tree in the transaction
+	 * that made it): an abort after it keeps the snapshot and what came
+	 * before it, and loses only what came after.
+	 */
 	assert_int_equal(ub_txn_start(e, &t), 0);
 	put_tagged(t, FS, ino[6], 'H', 6, 100);
+	tid = t->transid;
 	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &s3), 0);
+	assert_int_equal(t->transid, tid + 1);
 	put_tagged(t, FS, ino[6], 'I', 6, 100);
 	put_tagged(t, s3, ino[7], 'J', 7, 100);
 	ub_txn_abort(t);
 	assert_int_equal(ub_txn_start(e, &t), 0);
-	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "s9", 2, &x, NULL), -ENOENT);
-	expect_tagged(t, FS, "f006", 'B', 6);
+	expect_tagged(t, FS, "f006", 'H', 6);
+	expect_tagged(t, s3, "f006", 'H', 6);
+	expect_tagged(t, s3, "f007", 'B', 7);
 	expect_tagged(t, FS, "f005", 'G', 5);
 	expect_tagged(t, s1, "f005", 'A', 5);
-	put_tagged(t, FS, ino[6], 'H', 6, 100);
-	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &x), 0);
-	assert_int_equal(x, s3);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &x), -EEXIST);
 	put_tagged(t, FS, ino[6], 'I', 6, 100);
-	put_tagged(t, x, ino[7], 'J', 7, 100);
-	expect_tagged(t, x, "f006", 'H', 6);
+	put_tagged(t, s3, ino[7], 'J', 7, 100);
 	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s1", 2), 0);
 	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s2", 2), 0);
 	assert_int_equal(ub_txn_commit(t), 0);
@@ -352,8 +356,8 @@ static void test_snapshot_in_transaction(void **state)
 	assert_int_equal(ub_txn_start(e, &t), 0);
 	expect_tagged(t, FS, "f006", 'I', 6);
 	expect_tagged(t, FS, "f007", 'B', 7);
-	expect_tagged(t, x, "f006", 'H', 6);
-	expect_tagged(t, x, "f007", 'J', 7);
+	expect_tagged(t, s3, "f006", 'H', 6);
+	expect_tagged(t, s3, "f007", 'J', 7);
 	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s9", 2), 0);
 	assert_int_equal(ub_txn_commit(t), 0);
 	ub_engine_close(e);
