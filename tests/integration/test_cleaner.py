@@ -8,12 +8,13 @@ the image before cleaning (read-write mount, `btrfs subvolume sync`, umount): th
 subvolume tree bytes must remain. With a budget of a few blocks per transaction the half-dropped image
 (drop_progress / drop_level in the ROOT_ITEM) must pass btrfs check, and the kernel must finish it, as
 must we in further small steps. A chain of snapshots checks the full back references a drop leaves
-for the survivors. Filling, deleting and cleaning on single, RAID1 and RAID5 checks that the empty
+for the survivors; a chain of snapshots written right after they are taken (the snapshot call commits
+first, as the kernel's) and deleted along the chain is dropped by us and by the kernel alike. Filling, deleting and cleaning on single, RAID1 and RAID5 checks that the empty
 block groups go (the last data group stays), that every device's dev extents add up to its DEV_ITEM
 bytes_used, and that the space is written again. UBTRFS_LONG_TESTS=1 adds a drop the kernel's cleaner
 left half done (umount stops it), which we finish.
 
-Budget: about 50 s under ASan (the RAID5 fill is most of it).
+Budget: about 55 s under ASan (the RAID5 fill is most of it).
 """
 
 import os
@@ -279,7 +280,7 @@ def test_resume_kernels_half_drop(driver, casedir):
 
 
 def test_commits_clean_by_themselves(driver, casedir):
-    """No "clean" call: with the engine's cleaning step on (ub_engine_set_clean_step; off by default, see
+    """No "clean" call: with the engine's cleaning step on (ub_engine_set_clean_step; on by default, see
     txn/cleaner.h), the commits after a delete drop the dead root, including one the previous open left
     behind, and btrfs check and the kernel find nothing left to do."""
     img = casedir / "dev0.img"

@@ -495,6 +495,8 @@ RECIPES["fallocate_and_punch"] = [
     "punch /a 0 1000000",
 ]
 RECIPES["subvolumes_snapshots_delete"] = [
+    # the dead roots stay for the kernel's cleaner (asserted below): the engine's commits must not drop them
+    "@autoclean 0",
     "subvol /sv", "create /sv/f 644", "write /sv/f 0 50000 30", "mkdir /sv/d 755", "create /sv/d/g 600",
     "write /sv/d/g 0 1000 31", "setxattr /sv/f user.a 6869", "snapshot /sv /snap1", "write /sv/f 0 1 1",
     "write /snap1/f 0 1 1", "commit", "write /sv/f 10000 5000 32",
@@ -514,7 +516,8 @@ def snapshots_in_one_transaction():
     """Snapshots of trees changed in the running transaction, of each other, changed on both sides and one
     deleted, with no commit of the script's own (each snapshot call commits, as the kernel's does); the trees
     have several levels (4K nodes), so shared nodes of the transaction are copied on both sides."""
-    s = ["subvol /sv", "mkdir /sv/m 755"]
+    # the deleted trees stay (their uuids are the survivors' parent_uuid below; the kernel drops them)
+    s = ["@autoclean 0", "subvol /sv", "mkdir /sv/m 755"]
     for i in range(150):
         s += ["create /sv/m/f%03d 644" % i, "write /sv/m/f%03d 0 %d %d" % (i, 300 if i % 10 else 9000, i + 1)]
     s += ["create /sv/f 644", "write /sv/f 0 50000 200", "mkdir /sv/d 755", "create /sv/d/g 600",
