@@ -280,7 +280,7 @@ def kernel_apply(top, script):
 
     for n, line in enumerate(script, 1):
         if line.startswith("@"):
-            continue  # the file API's own rules (EAGAIN after a snapshot), not the VFS's
+            continue  # the file API's own settings (the engine's cleaning step), not the VFS's
         want = 0
         if line.startswith("!"):
             w, line = line.split(" ", 1)
