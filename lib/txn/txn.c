@@ -517,9 +517,10 @@ static int commit_end(struct ub_txn *t)
 	int ret = txn_commit(t);
 
 	if (ret && e->generation != t->transid) {
-		ub_err(&e->fs.log, "transaction %llu failed (%s): the filesystem stays at generation %llu and is "
-		       "read-only from now on", (unsigned long long)t->transid, strerror(-ret),
-		       (unsigned long long)e->generation);
+		if (!e->broken) /* else said already: a handle kept after the failure (ub_txn_commit_keep) */
+			ub_err(&e->fs.log, "transaction %llu failed (%s): the filesystem stays at generation %llu and is "
+			       "read-only from now on", (unsigned long long)t->transid, strerror(-ret),
+			       (unsigned long long)e->generation);
 		e->broken = ret;
 		ub_tree_drop_dirty(&e->fs.tc);
 		ub_alloc_abort(e->alloc);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "ubtrfs/dev.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/fswrite.h"
 #include "txn/txn.h"
@@ -464,6 +465,39 @@ static void test_begin_op(void **state)
 	ub_engine_close(e);
 }
 
+/* A snapshot whose commit fails: the error comes back, the handle only aborts, the disk keeps the last commit. */
+static void test_snapshot_commit_fails(void **state)
+{
+	struct ub_fault_plan *plan;
+	struct ub_dev *dev = NULL;
+	struct ub_engine *e;
+	struct ub_txn *t;
+	uint64_t id, ino;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	assert_int_equal(ub_fault_plan_new(&plan), 0);
+	assert_int_equal(ub_dev_open(g_img, true, &dev), 0);
+	assert_int_equal(ub_dev_open_faulty(dev, plan, &dev), 0);
+	assert_int_equal(ub_engine_open_devs(&dev, 1, NULL, &e), 0);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	mk(t, TOP, "lost", S_IFREG | 0644);
+	ub_fault_plan_arm(plan, UB_FAULT_WRITE | UB_FAULT_FLUSH, 1, true);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "sfail", 5, false, &id), -EIO);
+	assert_true(ub_fault_plan_injected(plan) > 0);
+	assert_int_equal(ub_txn_commit(t), -EIO); /* refused: the engine turned read-only */
+	assert_int_equal(ub_txn_start(e, &t), -EROFS);
+	ub_engine_close(e);
+	ub_fault_plan_put(plan);
+	e = open_engine();
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "sfail", 5, &ino, NULL), -ENOENT);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "lost", 4, &ino, NULL), -ENOENT);
+	ub_txn_abort(t);
+	ub_engine_close(e);
+}
+
 static void test_check_clean(void **state)
 {
 	(void)state;
@@ -481,6 +515,7 @@ int main(void)
 		cmocka_unit_test(test_snapshot_in_transaction),
 		cmocka_unit_test(test_encoded_and_flags),
 		cmocka_unit_test(test_begin_op),
+		cmocka_unit_test(test_snapshot_commit_fails),
 		cmocka_unit_test(test_check_clean),
 	};
 	return cmocka_run_group_tests(tests, setup_all, teardown_all);
