@@ -9,12 +9,13 @@ subvolume tree bytes must remain. With a budget of a few blocks per transaction 
 (drop_progress / drop_level in the ROOT_ITEM) must pass btrfs check, and the kernel must finish it, as
 must we in further small steps. A chain of snapshots checks the full back references a drop leaves
 for the survivors; a chain of snapshots written right after they are taken (the snapshot call commits
-first, as the kernel's) and deleted along the chain is dropped by us and by the kernel alike. Filling, deleting and cleaning on single, RAID1 and RAID5 checks that the empty
+first, as the kernel's) and deleted along the chain is dropped by us and by the kernel alike, and so
+are new subvolumes written (and snapshotted) in the transaction that made them. Filling, deleting and cleaning on single, RAID1 and RAID5 checks that the empty
 block groups go (the last data group stays), that every device's dev extents add up to its DEV_ITEM
 bytes_used, and that the space is written again. UBTRFS_LONG_TESTS=1 adds a drop the kernel's cleaner
 left half done (umount stops it), which we finish.
 
-Budget: about 55 s under ASan (the RAID5 fill is most of it).
+Budget: about 58 s under ASan (the RAID5 fill is most of it).
 """
 
 import os
@@ -304,20 +305,16 @@ def surviving(img, casedir):
     return {p: (e["type"], e["mode"], e.get("size"), view.hashes.get(p)) for p, e in view.entries.items()}
 
 
-def test_written_snapshot_chain(driver, casedir):
-    """Snapshots of snapshots, each written right after it is taken, deleted along the chain
-    (tests/data/snapshot_chain_drop.txt): a snapshot call commits, so no snapshot holds blocks of its own
-    creation transaction, which a drop (ours and the kernel's) would take for its source's and leave
-    without full back references. We drop every dead root, the kernel drops them on a copy; both are
-    clean for btrfs check and keep the same files."""
-    script = Path(__file__).resolve().parent.parent / "data" / "snapshot_chain_drop.txt"
+def drop_both(driver, casedir, lines, dead):
+    """The script (dead roots left: `dead` ORPHAN items at least), then our drop and the kernel's on a
+    copy: both clean for btrfs check, no dead root left, the same files and the same tree and data bytes."""
     img = casedir / "dev0.img"
     with open(img, "wb") as f:
         f.truncate(256 * MiB)
     T.run(["mkfs.btrfs", "-f", "-q", "-K", "-m", "dup", "-d", "single", "-n", "4096", str(img)])
-    run_script(driver, casedir, img, script.read_text().splitlines())
+    run_script(driver, casedir, img, lines)
     root = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "root", str(img)]).stdout.decode()
-    assert root.count("ORPHAN_ITEM") >= 5, root[-3000:]
+    assert root.count("ORPHAN_ITEM") >= dead, root[-3000:]
     ref = casedir / "kernel.img"
     shutil.copyfile(img, ref)
     out = run_script(driver, casedir, img, ["clean 0"], "clean.txt")
@@ -331,3 +328,28 @@ def test_written_snapshot_chain(driver, casedir):
     assert ours["file data blocks allocated"] == theirs["file data blocks allocated"], (ours, theirs)
     assert ours["total fs tree bytes"] == theirs["total fs tree bytes"], (ours, theirs)
     assert surviving(img, casedir) == surviving(ref, casedir)
+
+
+def test_written_snapshot_chain(driver, casedir):
+    """Snapshots of snapshots, each written right after it is taken, deleted along the chain
+    (tests/data/snapshot_chain_drop.txt): a snapshot call commits, so no snapshot holds blocks of its own
+    creation transaction, which a drop (ours and the kernel's) would take for its source's and leave
+    without full back references."""
+    script = Path(__file__).resolve().parent.parent / "data" / "snapshot_chain_drop.txt"
+    drop_both(driver, casedir, script.read_text().splitlines(), 5)
+
+
+def test_new_subvolume_written(driver, casedir):
+    """A new subvolume stays in the caller's transaction (its ROOT_ITEM offset 0 makes every block its own):
+    one written and deleted in the transaction that made it, and one written, snapshotted and deleted
+    there, drop as the kernel drops them."""
+    lines = ["subvol /a"]
+    for i in range(300):
+        lines += ["create /a/f%03d 644" % i, "write /a/f%03d 0 %d %d" % (i, 300 if i % 9 else 9000, i + 1)]
+    lines += ["subvol /c"] + ["create /c/g%03d 644" % i for i in range(200)]
+    lines += ["write /c/g%03d 0 9000 %d" % (i, i) for i in range(0, 200, 7)]
+    lines += ["subvoldel /c", "snapshot /a /b"]
+    lines += ["write /b/f%03d 0 5000 %d" % (i, i + 50) for i in range(0, 300, 4)]
+    lines += ["write /a/f%03d 0 5000 %d" % (i, i + 70) for i in range(1, 300, 5)]
+    lines += ["snapshot /b /d", "write /d/f007 0 100 1", "subvoldel /b", "commit", "subvoldel /a", "commit"]
+    drop_both(driver, casedir, lines, 3)
