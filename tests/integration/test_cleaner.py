@@ -163,20 +163,7 @@ def test_snapshot_chain(driver, casedir):
     lines += ["write /s2/f%d 0 3000 %d" % (i, i + 11) for i in range(0, n, 9)]
     lines += ["write /sv/f%d 0 3000 %d" % (i, i + 13) for i in range(0, n, 5)]
     lines += ["commit", "subvoldel /s1", "commit"]
-    img = casedir / "dev0.img"
-    with open(img, "wb") as f:
-        f.truncate(256 * MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
-    run_script(driver, casedir, img, lines)
-    ref = casedir / "kernel.img"
-    shutil.copyfile(img, ref)
-    out = run_script(driver, casedir, img, ["clean 5 0"], "clean.txt")
-    assert re.search(r"clean: \d+ calls, done", out), out
-    ours = check(img)
-    kernel_drop(ref, casedir)
-    theirs = check(ref)
-    assert ours["file data blocks allocated"] == theirs["file data blocks allocated"], (ours, theirs)
-    assert ours["total fs tree bytes"] == theirs["total fs tree bytes"], (ours, theirs)
+    img = drop_both(driver, casedir, lines, 1, "clean 5 0")
     # the survivors still change after the drop (copies of blocks that now have full back references)
     run_script(driver, casedir, img, ["write /s2/f3 0 100 3", "write /sv/f4 0 100 4", "commit",
                                       "subvoldel /sv", "subvoldel /s2", "clean 0"], "rest.txt")
@@ -305,9 +292,10 @@ def surviving(img, casedir):
     return {p: (e["type"], e["mode"], e.get("size"), view.hashes.get(p)) for p, e in view.entries.items()}
 
 
-def drop_both(driver, casedir, lines, dead):
-    """The script (dead roots left: `dead` ORPHAN items at least), then our drop and the kernel's on a
-    copy: both clean for btrfs check, no dead root left, the same files and the same tree and data bytes."""
+def drop_both(driver, casedir, lines, dead, clean="clean 0"):
+    """The script (dead roots left: `dead` ORPHAN items at least), then our drop (the `clean` line) and the
+    kernel's on a copy: both clean for btrfs check, no dead root left, the same files and the same tree and
+    data bytes. Returns our image."""
     img = casedir / "dev0.img"
     with open(img, "wb") as f:
         f.truncate(256 * MiB)
@@ -317,7 +305,7 @@ def drop_both(driver, casedir, lines, dead):
     assert root.count("ORPHAN_ITEM") >= dead, root[-3000:]
     ref = casedir / "kernel.img"
     shutil.copyfile(img, ref)
-    out = run_script(driver, casedir, img, ["clean 0"], "clean.txt")
+    out = run_script(driver, casedir, img, [clean], "clean.txt")
     assert re.search(r"clean: \d+ calls, done", out), out
     ours = check(img)
     kernel_drop(ref, casedir)
@@ -328,6 +316,7 @@ def drop_both(driver, casedir, lines, dead):
     assert ours["file data blocks allocated"] == theirs["file data blocks allocated"], (ours, theirs)
     assert ours["total fs tree bytes"] == theirs["total fs tree bytes"], (ours, theirs)
     assert surviving(img, casedir) == surviving(ref, casedir)
+    return img
 
 
 def test_written_snapshot_chain(driver, casedir):
