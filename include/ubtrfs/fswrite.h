@@ -132,13 +132,19 @@ int ub_fsw_lookup(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
  * the name in `dir` of `subvol` (location: the tree's ROOT_ITEM key) and, when
  * the filesystem has a UUID tree, its UUID entry are added as the kernel does.
  * A snapshot shares the source's tree (ub_tree_copy_root) and holds the
- * source as it is at the call, changes of the running transaction included
- * (the kernel takes it inside the commit its ioctl forces, which userspace
- * sees as the same thing); readonly sets BTRFS_ROOT_SUBVOL_RDONLY. Both trees
- * take changes at once: a shared block, even one made in this transaction, is
- * copied at its first change in either (the kernel's FORCE_COW). Snapshots of
- * snapshots and deletes in the same transaction work alike. A deleted source
- * is -ENOENT.
+ * source as it is at the call, changes of the running transaction included;
+ * readonly sets BTRFS_ROOT_SUBVOL_RDONLY.
+ * ub_fsw_snapshot COMMITS: the snapshot is made in the caller's transaction,
+ * which is then committed, and `t` goes on as the next transaction (as the
+ * kernel's ioctl, whose snapshot is made by a commit). Nothing may change a
+ * snapshot in the transaction that made it: every drop of snapshots (ours
+ * and the kernel's) takes its blocks that are not newer than it for its
+ * source's. So an abort after a snapshot loses only what came after it; the
+ * snapshot and everything before it are on disk. When the call fails after
+ * the snapshot was made, abort `t` (the commit may have failed: the engine
+ * is then read-only). A new subvolume stays in the caller's transaction: its
+ * ROOT_ITEM offset is 0, so every block of it is its own to any drop. A
+ * deleted source is -ENOENT.
  */
 int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
 			 uint64_t *new_id);
@@ -149,9 +155,9 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
  * btrfs_delete_subvolume: the name, ROOT_REF / ROOT_BACKREF and UUID entries
  * go, the ROOT_ITEM's refs become 0 and an ORPHAN item (ORPHAN_OBJECTID,
  * ORPHAN_ITEM, id) marks the tree dead. Its blocks are freed by whoever drops
- * dead roots: the kernel's cleaner on its next read-write mount (the engine
- * has no cleaner yet). -ENOTEMPTY if it holds other subvolumes, -ENOTDIR if
- * the name is not a subvolume.
+ * dead roots: the engine's commits (lib/txn/cleaner.h), or the kernel's
+ * cleaner on its next read-write mount. -ENOTEMPTY if it holds other
+ * subvolumes, -ENOTDIR if the name is not a subvolume.
  */
 int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len);
 /* like ub_fsw_lookup, crossing into a subvolume: *sub_out is the tree the name's inode lives in */

@@ -328,6 +328,15 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 		if (!ret)
 			ret = fsw_next_ino(&sw, false, &ino);
 	}
+	/*
+	 * The kernel makes a snapshot inside a commit, so nothing writes into
+	 * it in the transaction it is born in, and every drop relies on that:
+	 * a block not newer than the ROOT_ITEM's offset came from the source.
+	 * Written in the same transaction, the snapshot's own blocks would look
+	 * shared and never get the full back references a later drop needs.
+	 */
+	if (!ret)
+		ret = ub_txn_commit_keep(t);
 	if (!ret && new_id)
 		*new_id = id;
 	return ret;

@@ -55,14 +55,8 @@ int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more);
  */
 #define UB_ENGINE_CLEAN_STEP 4096
 #define UB_ENGINE_CLEAN_CALLS 8
-/*
- * Off by default for now: dropping a chain of deleted snapshots of snapshots
- * can still ask the extent tree to drop a keyed data reference it does not
- * hold (the transaction is refused and the engine turns read-only; the disk
- * keeps the last commit), so until that is fixed a dead root is left for the
- * caller's explicit ub_engine_clean or for the kernel's cleaner.
- */
-#define UB_ENGINE_CLEAN_DEFAULT 0
+/* On by default: a caller that wants dead roots left (for the kernel, or to drop them in its own steps) sets 0. */
+#define UB_ENGINE_CLEAN_DEFAULT UB_ENGINE_CLEAN_STEP
 void ub_engine_set_clean_step(struct ub_engine *e, uint64_t blocks);
 /* Whether the root tree names a dead root: 1, 0, <0 (at open: whether commits must clean). */
 int ub_engine_has_dead_roots(struct ub_engine *e);

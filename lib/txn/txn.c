@@ -261,8 +261,24 @@ static int copy_root(void *arg, uint64_t new_root_id, const struct ub_eb *src, c
 	return ret ? fail(t, ret) : 0;
 }
 
+/* t (zeroed or ended) becomes the running transaction after the last commit, its queue `refs`. */
+static void txn_init(struct ub_engine *e, struct ub_txn *t, struct ub_dref_queue *refs)
+{
+	*t = (struct ub_txn){ .e = e, .refs = refs, .transid = e->generation + 1 };
+	t->ta = (struct ub_tree_alloc){
+		.arg = t,
+		.transid = t->transid,
+		.alloc_block = alloc_block,
+		.cow_block = cow_block,
+		.free_block = free_block,
+		.copy_root = copy_root,
+	};
+	e->running = t;
+}
+
 int ub_txn_start(struct ub_engine *e, struct ub_txn **out)
 {
+	struct ub_dref_queue *refs;
 	struct ub_txn *t;
 	int ret;
 
@@ -273,30 +289,28 @@ int ub_txn_start(struct ub_engine *e, struct ub_txn **out)
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
-	ret = ub_dref_queue_new(&t->refs);
+	ret = ub_dref_queue_new(&refs);
 	if (ret) {
 		free(t);
 		return ret;
 	}
-	t->e = e;
-	t->transid = e->generation + 1;
-	t->ta = (struct ub_tree_alloc){
-		.arg = t,
-		.transid = t->transid,
-		.alloc_block = alloc_block,
-		.cow_block = cow_block,
-		.free_block = free_block,
-		.copy_root = copy_root,
-	};
-	e->running = t;
+	txn_init(e, t, refs);
 	*out = t;
 	return 0;
 }
 
+/* The transaction is over: the engine may start another (t's memory stays the caller's to free or reuse). */
+static void txn_end(struct ub_txn *t)
+{
+	if (t->e->running == t)
+		t->e->running = NULL;
+	ub_dref_queue_free(t->refs);
+	t->refs = NULL;
+}
+
 static void txn_free(struct ub_txn *t)
 {
-	t->e->running = NULL;
-	ub_dref_queue_free(t->refs);
+	txn_end(t);
 	free(t);
 }
 
@@ -320,9 +334,11 @@ void ub_txn_abort(struct ub_txn *t)
 {
 	struct ub_engine *e = t->e;
 
-	ub_tree_drop_dirty(&e->fs.tc);
-	ub_alloc_abort(e->alloc);
-	roots_back(e);
+	if (e->running == t) {
+		ub_tree_drop_dirty(&e->fs.tc);
+		ub_alloc_abort(e->alloc);
+		roots_back(e);
+	}
 	txn_free(t);
 }
 
@@ -494,21 +510,23 @@ static int txn_commit(struct ub_txn *t)
 	return 0;
 }
 
-int ub_txn_commit(struct ub_txn *t)
+/* Commit (or, failed, forget) t and end it; then the cleaner's share (cleaner.h). */
+static int commit_end(struct ub_txn *t)
 {
 	struct ub_engine *e = t->e;
 	int ret = txn_commit(t);
 
 	if (ret && e->generation != t->transid) {
-		ub_err(&e->fs.log, "transaction %llu failed (%s): the filesystem stays at generation %llu and is "
-		       "read-only from now on", (unsigned long long)t->transid, strerror(-ret),
-		       (unsigned long long)e->generation);
+		if (!e->broken) /* else said already: a handle kept after the failure (ub_txn_commit_keep) */
+			ub_err(&e->fs.log, "transaction %llu failed (%s): the filesystem stays at generation %llu and is "
+			       "read-only from now on", (unsigned long long)t->transid, strerror(-ret),
+			       (unsigned long long)e->generation);
 		e->broken = ret;
 		ub_tree_drop_dirty(&e->fs.tc);
 		ub_alloc_abort(e->alloc);
 		roots_back(e);
 	}
-	txn_free(t);
+	txn_end(t);
 	/*
 	 * cleaner.h says when the cleaner follows a commit; its failure is
 	 * returned (the disk keeps this commit, the engine may be read-only).
@@ -518,6 +536,39 @@ int ub_txn_commit(struct ub_txn *t)
 
 		for (int i = 0; i < UB_ENGINE_CLEAN_CALLS && more && !ret; i++)
 			ret = ub_engine_clean(e, e->clean_step, &more);
+	}
+	return ret;
+}
+
+int ub_txn_commit(struct ub_txn *t)
+{
+	int ret = commit_end(t);
+
+	free(t);
+	return ret;
+}
+
+int ub_txn_commit_keep(struct ub_txn *t)
+{
+	struct ub_engine *e = t->e;
+	struct ub_dref_queue *refs;
+	int ret;
+
+	/* the next queue first: once committed, only a broken engine keeps t from going on */
+	ret = ub_dref_queue_new(&refs);
+	if (ret)
+		return fail(t, ret);
+	ret = commit_end(t);
+	if (e->running) {
+		/* the cleaner cannot leave one running; were it so, t is a shell the caller frees by aborting */
+		ub_dref_queue_free(refs);
+		*t = (struct ub_txn){ .e = e, .error = -EBUSY, .transid = e->generation };
+		return ret ? ret : -EBUSY;
+	}
+	txn_init(e, t, refs);
+	if (e->broken) {
+		t->error = e->broken; /* its commit refuses: the disk keeps the last commit */
+		return ret ? ret : -EROFS;
 	}
 	return ret;
 }

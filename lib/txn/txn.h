@@ -94,6 +94,14 @@ int ub_engine_add_root(struct ub_engine *e, const struct ub_root *r, uint64_t it
 int ub_txn_start(struct ub_engine *e, struct ub_txn **out);
 /* Commit and end the transaction (freed whatever the result). */
 int ub_txn_commit(struct ub_txn *t);
+/*
+ * Commit t, then go on with the same handle as the next transaction (the
+ * cleaner's share of a commit runs in between, cleaner.h): for a call that
+ * must commit in the middle of its caller's transaction (a snapshot,
+ * lib/fs/write_subvol.c). 0, or the commit's or the cleaner's error; then t
+ * is still a handle to abort (a broken engine's refuses every commit).
+ */
+int ub_txn_commit_keep(struct ub_txn *t);
 /* Forget every change of the transaction: the disk keeps the last commit. */
 void ub_txn_abort(struct ub_txn *t);
 

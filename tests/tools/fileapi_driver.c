@@ -1008,7 +1008,7 @@ static void op_snapshot(void)
 		return;
 	struct snap *sn = &g_snaps[g_nsnaps];
 	snprintf(sn->name, sizeof(sn->name), "snap%d", ++g_snapseq);
-	/* no commit first: the snapshot holds the tree as it is now, this transaction's changes included */
+	/* the snapshot holds the tree as it is now, this transaction's changes included, and commits them */
 	ret = ub_fsw_snapshot(g_t, SUBVOL, SUBVOL, TOP, sn->name, strlen(sn->name), false, &id);
 	expect(ret, 0, "snapshot");
 	f = open_memstream(&buf, &blen);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "ubtrfs/dev.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/fswrite.h"
 #include "txn/txn.h"
@@ -257,11 +258,11 @@ static void expect_tagged(struct ub_txn *t, uint64_t subvol, const char *name, c
 	assert_memory_equal(got, want, 4);
 }
 
-/* snapshots of trees this transaction changed: each keeps its source as it was at the call */
+/* snapshots of trees the running transaction changed: each keeps its source as it was at the call */
 #define SNAP_FILES 200
 static void test_snapshot_in_transaction(void **state)
 {
-	uint64_t ino[SNAP_FILES], s1, s2, s3, x;
+	uint64_t ino[SNAP_FILES], s1, s2, s3, x, tid;
 	struct ub_engine *e;
 	struct ub_txn *t;
 	char name[16];
@@ -288,7 +289,7 @@ static void test_snapshot_in_transaction(void **state)
 	expect_tagged(t, s1, "f005", 'A', 5);
 	for (int i = 10; i < 30; i++)
 		put_tagged(t, s1, ino[i], 'C', i, i % 20 ? 100 : 8192);
-	/* a snapshot of the snapshot, then a second one of the source, all before a commit */
+	/* a snapshot of the snapshot, then a second one of the source, with no commit of the caller's */
 	assert_int_equal(ub_fsw_snapshot(t, s1, FS, TOP, "s2", 2, true, &s2), 0);
 	put_tagged(t, s1, ino[10], 'D', 10, 100);
 	put_tagged(t, s1, ino[20], 'D', 20, 8192);
@@ -326,24 +327,28 @@ static void test_snapshot_in_transaction(void **state)
 	assert_int_equal(sh("btrfs check --readonly --check-data-csum %s >%s/check.log 2>&1 || "
 			    "{ cat %s/check.log; false; }", g_img, g_dir, g_dir), 0);
 	e = open_engine();
-	/* an aborted transaction leaves no trace of its snapshot; the id is taken again */
+	/*
+	 * A snapshot commits (nothing may write into a tree in the transaction
+	 * that made it): an abort after it keeps the snapshot and what came
+	 * before it, and loses only what came after.
+	 */
 	assert_int_equal(ub_txn_start(e, &t), 0);
 	put_tagged(t, FS, ino[6], 'H', 6, 100);
+	tid = t->transid;
 	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &s3), 0);
+	assert_int_equal(t->transid, tid + 1);
 	put_tagged(t, FS, ino[6], 'I', 6, 100);
 	put_tagged(t, s3, ino[7], 'J', 7, 100);
 	ub_txn_abort(t);
 	assert_int_equal(ub_txn_start(e, &t), 0);
-	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "s9", 2, &x, NULL), -ENOENT);
-	expect_tagged(t, FS, "f006", 'B', 6);
+	expect_tagged(t, FS, "f006", 'H', 6);
+	expect_tagged(t, s3, "f006", 'H', 6);
+	expect_tagged(t, s3, "f007", 'B', 7);
 	expect_tagged(t, FS, "f005", 'G', 5);
 	expect_tagged(t, s1, "f005", 'A', 5);
-	put_tagged(t, FS, ino[6], 'H', 6, 100);
-	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &x), 0);
-	assert_int_equal(x, s3);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "s9", 2, false, &x), -EEXIST);
 	put_tagged(t, FS, ino[6], 'I', 6, 100);
-	put_tagged(t, x, ino[7], 'J', 7, 100);
-	expect_tagged(t, x, "f006", 'H', 6);
+	put_tagged(t, s3, ino[7], 'J', 7, 100);
 	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s1", 2), 0);
 	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s2", 2), 0);
 	assert_int_equal(ub_txn_commit(t), 0);
@@ -352,8 +357,8 @@ static void test_snapshot_in_transaction(void **state)
 	assert_int_equal(ub_txn_start(e, &t), 0);
 	expect_tagged(t, FS, "f006", 'I', 6);
 	expect_tagged(t, FS, "f007", 'B', 7);
-	expect_tagged(t, x, "f006", 'H', 6);
-	expect_tagged(t, x, "f007", 'J', 7);
+	expect_tagged(t, s3, "f006", 'H', 6);
+	expect_tagged(t, s3, "f007", 'J', 7);
 	assert_int_equal(ub_fsw_subvol_delete(t, FS, TOP, "s9", 2), 0);
 	assert_int_equal(ub_txn_commit(t), 0);
 	ub_engine_close(e);
@@ -460,6 +465,39 @@ static void test_begin_op(void **state)
 	ub_engine_close(e);
 }
 
+/* A snapshot whose commit fails: the error comes back, the handle only aborts, the disk keeps the last commit. */
+static void test_snapshot_commit_fails(void **state)
+{
+	struct ub_fault_plan *plan;
+	struct ub_dev *dev = NULL;
+	struct ub_engine *e;
+	struct ub_txn *t;
+	uint64_t id, ino;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	assert_int_equal(ub_fault_plan_new(&plan), 0);
+	assert_int_equal(ub_dev_open(g_img, true, &dev), 0);
+	assert_int_equal(ub_dev_open_faulty(dev, plan, &dev), 0);
+	assert_int_equal(ub_engine_open_devs(&dev, 1, NULL, &e), 0);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	mk(t, TOP, "lost", S_IFREG | 0644);
+	ub_fault_plan_arm(plan, UB_FAULT_WRITE | UB_FAULT_FLUSH, 1, true);
+	assert_int_equal(ub_fsw_snapshot(t, FS, FS, TOP, "sfail", 5, false, &id), -EIO);
+	assert_true(ub_fault_plan_injected(plan) > 0);
+	assert_int_equal(ub_txn_commit(t), -EIO); /* refused: the engine turned read-only */
+	assert_int_equal(ub_txn_start(e, &t), -EROFS);
+	ub_engine_close(e);
+	ub_fault_plan_put(plan);
+	e = open_engine();
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "sfail", 5, &ino, NULL), -ENOENT);
+	assert_int_equal(ub_fsw_lookup(t, FS, TOP, "lost", 4, &ino, NULL), -ENOENT);
+	ub_txn_abort(t);
+	ub_engine_close(e);
+}
+
 static void test_check_clean(void **state)
 {
 	(void)state;
@@ -477,6 +515,7 @@ int main(void)
 		cmocka_unit_test(test_snapshot_in_transaction),
 		cmocka_unit_test(test_encoded_and_flags),
 		cmocka_unit_test(test_begin_op),
+		cmocka_unit_test(test_snapshot_commit_fails),
 		cmocka_unit_test(test_check_clean),
 	};
 	return cmocka_run_group_tests(tests, setup_all, teardown_all);
