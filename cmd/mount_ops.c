@@ -371,12 +371,16 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct mount_ctx *mc = ctx_of(req);
-	struct statvfs sv = { 0 };
+	struct statvfs sv;
 
-	sv.f_bsize = sv.f_frsize = mc->sectorsize;
-	sv.f_blocks = mc->total_bytes / mc->sectorsize;
-	sv.f_bfree = sv.f_bavail = (mc->total_bytes - mc->bytes_used) / mc->sectorsize;
-	sv.f_namemax = 255;
+	/* a damaged block group or dev item (logged) leaves the superblock's figures */
+	if (mount_statfs(mc->fs, &sv)) {
+		memset(&sv, 0, sizeof(sv));
+		sv.f_bsize = sv.f_frsize = mc->sectorsize;
+		sv.f_blocks = mc->total_bytes / mc->sectorsize;
+		sv.f_bfree = sv.f_bavail = (mc->total_bytes - mc->bytes_used) / mc->sectorsize;
+		sv.f_namemax = 255;
+	}
 	fuse_reply_statfs(req, &sv);
 }
 
