@@ -7,10 +7,10 @@
  * blocks, but a read-only mount never sizes one (measured on 6.18: nothing is
  * taken off), so neither does this.
  *
- * The kernel's figure depends on how it opened the devices: with every device
- * writable (a read-only mount of ordinary block devices) the free space of new
- * chunks is counted in the data profile; with none writable (read-only loop
- * devices) in single. This follows the first, the common case.
+ * The kernel's available space depends on whether it can write the devices: on
+ * read-only ones (read-only loop devices) it marks every block group read-only,
+ * leaving their free space out, and counts new chunks as single. This shows the
+ * figure for writable devices (a read-only mount of ordinary disks).
  */
 #include <errno.h>
 #include <stdlib.h>

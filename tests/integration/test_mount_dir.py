@@ -10,7 +10,7 @@ import ubtrfs_testlib as T
 from test_mount import fuse_mounted
 
 # entries in the big directory; a listing takes many FUSE calls, each resuming at an offset
-BIG = 100000 if T.LONG_TESTS else 12000
+BIG = 100000 if T.LONG_TESTS else 6000
 SEED = 20261204
 
 
