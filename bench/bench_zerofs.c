@@ -182,7 +182,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	fuse_reply_buf(req, zeros, size);
 }
 
+/* as the ubtrfs mount: readdirplus for every listing call */
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+}
+
 static const struct fuse_lowlevel_ops ops = {
+	.init = op_init,
 	.lookup = op_lookup,
 	.getattr = op_getattr,
 	.readdir = op_readdir,

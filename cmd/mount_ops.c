@@ -389,6 +389,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* let the kernel check POSIX ACLs too, as on its own mount (default_permissions checks the mode) */
 	if (conn->capable & FUSE_CAP_POSIX_ACL)
 		conn->want |= FUSE_CAP_POSIX_ACL;
+	/*
+	 * readdirplus for every listing call, not only the first: a walk that lists a
+	 * directory and then stats its entries (find, ls -l, du) then needs no lookup per
+	 * entry, and attributes never go stale on a read-only mount.
+	 */
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
 const struct fuse_lowlevel_ops mount_ops = {
