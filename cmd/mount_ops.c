@@ -117,26 +117,40 @@ struct dir_fill {
 	fuse_req_t req;
 	fuse_ino_t dir;
 	off_t from;     /* entries at offsets up to this were sent already */
+	bool plus;      /* readdirplus: each entry with its attributes, counted as a lookup */
 	char *buf;
 	size_t size, used;
-	bool full;
 };
 
-/* Offsets: 1 ".", 2 "..", then DIR_INDEX + 1 (indexes start at 2, so they never collide). */
-static bool dir_add(struct dir_fill *df, const char *name, uint64_t id, mode_t type, off_t off)
+/*
+ * Offsets: 1 ".", 2 "..", then DIR_INDEX + 1 (indexes start at 2, so they never collide).
+ * `e` holds the entry's attributes for readdirplus (its ino 0 for "." and "..", which the
+ * kernel does not count as lookups).
+ */
+static bool dir_add(struct dir_fill *df, const char *name, struct fuse_entry_param *e, off_t off)
 {
-	struct stat st = { .st_ino = id, .st_mode = type };
 	size_t need;
 
 	if (off <= df->from)
 		return true;
-	need = fuse_add_direntry(df->req, df->buf + df->used, df->size - df->used, name, &st, off);
-	if (need > df->size - df->used) {
-		df->full = true;
+	if (df->plus)
+		need = fuse_add_direntry_plus(df->req, df->buf + df->used, df->size - df->used, name, e, off);
+	else
+		need = fuse_add_direntry(df->req, df->buf + df->used, df->size - df->used, name, &e->attr, off);
+	if (need > df->size - df->used)
 		return false;
-	}
 	df->used += need;
 	return true;
+}
+
+static bool dir_add_dot(struct dir_fill *df, const char *name, uint64_t id, off_t off)
+{
+	struct fuse_entry_param e;
+
+	memset(&e, 0, sizeof(e));
+	e.attr.st_ino = id;
+	e.attr.st_mode = S_IFDIR;
+	return dir_add(df, name, &e, off);
 }
 
 static mode_t ft_mode(uint8_t ft)
@@ -156,6 +170,7 @@ static mode_t ft_mode(uint8_t ft)
 static int dir_entry_cb(void *arg, const struct ub_dirent *de)
 {
 	struct dir_fill *df = arg;
+	struct fuse_entry_param e;
 	char name[256];
 	uint64_t id;
 
@@ -166,13 +181,31 @@ static int dir_entry_cb(void *arg, const struct ub_dirent *de)
 	id = mount_map_get(df->mc->map, de->subvol, de->ino, de->ino == 2 ? de->dir_ino : 0, df->dir);
 	if (!id)
 		return -ENOMEM;
-	return dir_add(df, name, id, ft_mode(de->type), (off_t)de->index + 1) ? 0 : 1;
+	memset(&e, 0, sizeof(e));
+	if (df->plus) {
+		struct ub_inode in;
+		int ret = ub_dirent_inode(df->mc->fs, de, &in);
+
+		if (ret)
+			return ret;
+		e.ino = id;
+		e.attr_timeout = e.entry_timeout = MOUNT_TIMEOUT;
+		fill_stat(df->mc, id, &in, &e.attr);
+	} else {
+		e.attr.st_ino = id;
+		e.attr.st_mode = ft_mode(de->type);
+	}
+	return dir_add(df, name, &e, (off_t)de->index + 1) ? 0 : 1;
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+/*
+ * One buffer of entries from `off` on. The walk starts at the first DIR_INDEX the
+ * offset leaves out (one tree search), so listing a directory is linear in its size.
+ */
+static void dir_reply(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
 {
 	struct mount_ctx *mc = ctx_of(req);
-	struct dir_fill df = { .mc = mc, .req = req, .dir = ino, .from = off, .size = size };
+	struct dir_fill df = { .mc = mc, .req = req, .dir = ino, .from = off, .plus = plus, .size = size };
 	struct mount_node n;
 	int ret = mount_map_node(mc->map, ino, &n);
 
@@ -181,8 +214,9 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	if (!ret && dir_add(&df, ".", ino, S_IFDIR, 1) && dir_add(&df, "..", n.parent, S_IFDIR, 2)) {
-		ret = ub_dir_iterate(mc->fs, n.subvol, n.ino, dir_entry_cb, &df);
+	if (!ret && dir_add_dot(&df, ".", ino, 1) && dir_add_dot(&df, "..", n.parent, 2)) {
+		/* offset o was DIR_INDEX o - 1: the next entry has an index of at least o */
+		ret = ub_dir_iterate_from(mc->fs, n.subvol, n.ino, off > 2 ? (uint64_t)off : 0, dir_entry_cb, &df);
 		if (ret == 1)
 			ret = 0;
 	}
@@ -192,6 +226,16 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 	else
 		fuse_reply_buf(req, df.buf, df.used);
 	free(df.buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	dir_reply(req, ino, size, off, false);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	dir_reply(req, ino, size, off, true);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -327,12 +371,16 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct mount_ctx *mc = ctx_of(req);
-	struct statvfs sv = { 0 };
+	struct statvfs sv;
 
-	sv.f_bsize = sv.f_frsize = mc->sectorsize;
-	sv.f_blocks = mc->total_bytes / mc->sectorsize;
-	sv.f_bfree = sv.f_bavail = (mc->total_bytes - mc->bytes_used) / mc->sectorsize;
-	sv.f_namemax = 255;
+	/* a damaged block group or dev item (logged) leaves the superblock's figures */
+	if (mount_statfs(mc->fs, &sv)) {
+		memset(&sv, 0, sizeof(sv));
+		sv.f_bsize = sv.f_frsize = mc->sectorsize;
+		sv.f_blocks = mc->total_bytes / mc->sectorsize;
+		sv.f_bfree = sv.f_bavail = (mc->total_bytes - mc->bytes_used) / mc->sectorsize;
+		sv.f_namemax = 255;
+	}
 	fuse_reply_statfs(req, &sv);
 }
 
@@ -341,6 +389,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/* let the kernel check POSIX ACLs too, as on its own mount (default_permissions checks the mode) */
 	if (conn->capable & FUSE_CAP_POSIX_ACL)
 		conn->want |= FUSE_CAP_POSIX_ACL;
+	/*
+	 * readdirplus for every listing call, not only the first: a walk that lists a
+	 * directory and then stats its entries (find, ls -l, du) then needs no lookup per
+	 * entry, and attributes never go stale on a read-only mount.
+	 */
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
 const struct fuse_lowlevel_ops mount_ops = {
@@ -349,6 +403,7 @@ const struct fuse_lowlevel_ops mount_ops = {
 	.forget = op_forget,
 	.getattr = op_getattr,
 	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
 	.open = op_open,
 	.read = op_read,
 	.readlink = op_readlink,

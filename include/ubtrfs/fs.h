@@ -114,6 +114,9 @@ int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de);
  */
 int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
 		   int (*cb)(void *arg, const struct ub_dirent *de), void *arg);
+/* The same from the first entry whose index is at least `from_index` (one tree search, no walk from the start). */
+int ub_dir_iterate_from(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, uint64_t from_index,
+			int (*cb)(void *arg, const struct ub_dirent *de), void *arg);
 /*
  * Look up one name in a directory (via its DIR_ITEM hash). -ENOENT if absent,
  * -EINVAL if `name` is not a valid path component (ub_name_valid).

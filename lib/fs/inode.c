@@ -266,6 +266,12 @@ static uint32_t decode_entry(struct ub_fs *fs, uint64_t subvol, const struct ub_
 int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
 		   int (*cb)(void *arg, const struct ub_dirent *de), void *arg)
 {
+	return ub_dir_iterate_from(fs, subvol, dir_ino, 0, cb, arg);
+}
+
+int ub_dir_iterate_from(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, uint64_t from_index,
+			int (*cb)(void *arg, const struct ub_dirent *de), void *arg)
+{
 	struct ub_icur cur;
 	struct ub_key key;
 	int ret, cb_ret = 0;
@@ -275,7 +281,7 @@ int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
 	ret = ub_icur_open(fs, subvol, dir_ino, &cur);
 	if (ret)
 		return ret;
-	ret = ub_icur_seek(&cur, BTRFS_DIR_INDEX_KEY, 0);
+	ret = ub_icur_seek(&cur, BTRFS_DIR_INDEX_KEY, from_index);
 	while (ret == 0) {
 		struct ub_dirent de;
 		const uint8_t *d;

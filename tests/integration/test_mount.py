@@ -142,16 +142,47 @@ def test_mount_erofs(ubtrfs_bin, factory):
             assert ei.value.errno == errno.EROFS, ei.value
 
 
-def test_mount_degraded(ubtrfs_bin, factory):
-    image = factory.image("kernel-raid1")
+# image, the devices left out (indexes into its device list; the devid is the index + 1)
+DF_DEGRADED = ("kernel-raid10", "kernel-raid6")
+DEGRADED = [("kernel-raid1", [1]), ("kernel-raid10", [2]), ("kernel-raid5", [0]), ("kernel-raid6", [1, 3])]
+
+
+@pytest.mark.parametrize("name,left_out", DEGRADED, ids=[n for n, _ in DEGRADED])
+def test_mount_degraded(ubtrfs_bin, factory, name, left_out):
+    """Devices left out: refused naming every missing devid, or with -o degraded the same tree
+    and contents as the kernel's mount of the whole filesystem (rebuilt from mirrors or parity)."""
+    image = factory.image(name)
     view = factory.view(image)
-    devs = image.devices[:1]
+    devs = [d for i, d in enumerate(image.devices) if i not in left_out]
     cp = T.run([str(ubtrfs_bin), "mount", *map(str, devs), str(factory.mountpoint())], check=False, timeout=60)
-    assert cp.returncode == 2 and b"missing (devid 2)" in cp.stderr, T.describe(cp)
+    err = cp.stderr.decode(errors="replace")
+    assert cp.returncode == 2, T.describe(cp)
+    for i in left_out:
+        assert "devid %d" % (i + 1) in err, T.describe(cp)
     with fuse_mounted(ubtrfs_bin, devs, factory.mountpoint(), "degraded") as mnt:
         entries, hashes = _fuse_view(mnt)
+        df = os.statvfs(mnt)
     problems = _compare(view.entries, entries, view.hashes, hashes)
     assert not problems, "\n  ".join(problems[:40])
+    if name in DF_DEGRADED:
+        # df leaves the missing devices' unallocated space out, as the kernel's degraded mount
+        # does (writable loop devices: see test_mount_df.py)
+        with T.mounted(devs, factory.mountpoint(), options="ro,degraded,rescue=nologreplay",
+                       readonly=False) as kmnt:
+            kdf = os.statvfs(kmnt)
+        fields = ("f_blocks", "f_bfree", "f_bavail")
+        assert [getattr(df, f) for f in fields] == [getattr(kdf, f) for f in fields], (kdf, df)
+
+
+def test_mount_degraded_too_few(ubtrfs_bin, factory):
+    """More devices missing than the profile tolerates: refused even with -o degraded, naming the
+    chunks that cannot be read, and nothing is mounted."""
+    image = factory.image("kernel-raid5")
+    mnt = factory.mountpoint()
+    os.makedirs(str(mnt), exist_ok=True)
+    cp = T.run([str(ubtrfs_bin), "mount", "-o", "degraded", image.devices[0], str(mnt)], check=False, timeout=60)
+    assert cp.returncode == 2 and b"lost more devices than RAID5 tolerates" in cp.stderr, T.describe(cp)
+    assert not os.path.ismount(str(mnt))
 
 
 def test_mount_refuses_non_btrfs(ubtrfs_bin, factory):
@@ -186,9 +217,10 @@ def test_mount_blocks_and_df(ubtrfs_bin, factory):
                 problems.append("%r: blocks/blksize kernel %d/%d, ubtrfs %d/%d"
                                 % (p, k.st_blocks, k.st_blksize, u.st_blocks, u.st_blksize))
         ks, us = os.statvfs(kmnt), os.statvfs(mnt)
-    # free space as the kernel counts it (block groups times their copies, unallocated
-    # space per profile) is not computed yet: only the size is compared
-    assert (ks.f_bsize, ks.f_blocks, ks.f_namemax) == (us.f_bsize, us.f_blocks, us.f_namemax)
+    # available space: test_mount_df.py, against writable devices (on read-only ones the kernel
+    # makes every block group read-only and leaves their free space out)
+    fields = ("f_bsize", "f_blocks", "f_bfree", "f_files", "f_namemax")
+    assert [getattr(us, f) for f in fields] == [getattr(ks, f) for f in fields]
     assert not problems, "\n  ".join(problems[:40])
 
 
