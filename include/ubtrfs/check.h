@@ -17,16 +17,17 @@
 #include "ubtrfs/fs.h"
 #include "ubtrfs/log.h"
 
-/* Classes of problems, in the order the checker runs them (new classes go at the end). */
+/* Classes of problems, in the order the checker runs them (new classes go before OTHER). */
 enum ub_chk_class {
 	UB_CHK_SUPER = 0, /* superblock copies, backup roots, device items against devices */
 	UB_CHK_TREE,      /* tree blocks: reading, header, items, keys, reachability */
 	UB_CHK_CHUNK,     /* chunks, block groups, device extents */
+	UB_CHK_EXTENT,    /* the extent tree against what the trees reference */
 	UB_CHK_OTHER,     /* a library error no check asked for (logged while opening, ...) */
 	UB_CHK_NCLASSES
 };
 
-/* "super", "tree", "chunk", "other". */
+/* "super", "tree", "chunk", "extent", "other". */
 const char *ub_chk_class_name(enum ub_chk_class c);
 
 /* One problem. Fields not known are 0 (has_key false, path NULL). Valid during the callback only. */

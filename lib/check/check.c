@@ -8,7 +8,7 @@
 
 #include "check/check_priv.h"
 
-static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "other" };
+static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "other" };
 
 const char *ub_chk_class_name(enum ub_chk_class c)
 {
@@ -30,6 +30,10 @@ int ub_checker_new(const struct ub_chk_opts *opts, const struct ub_chk_sink *sin
 
 void ub_checker_free(struct ub_checker *c)
 {
+	if (!c)
+		return;
+	chk_block_map_free(&c->blocks);
+	free(c->tag_tree);
 	free(c);
 }
 

@@ -7,6 +7,24 @@
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/fsinfo.h"
 
+/* A tree block the walk reached. */
+struct chk_block {
+	uint64_t addr;
+	uint32_t ptrs; /* pointers (and root items) that reached it */
+	uint32_t tag;  /* the walk's tag of the first tree that reached it (1-based) */
+};
+
+struct chk_block_map {
+	struct chk_block *v;
+	size_t n, cap;
+};
+
+/* 1 (*out: the entry) if `addr` is there already, 0 if added now with ptrs 0, <0 on error. */
+int chk_block_map_add(struct chk_block_map *m, uint64_t addr, uint32_t tag, struct chk_block **out);
+/* Compact and sort by address: v[0..n) from then on, no more adds. */
+void chk_block_map_sort(struct chk_block_map *m);
+void chk_block_map_free(struct chk_block_map *m);
+
 struct ub_checker {
 	struct ub_chk_opts opts;
 	struct ub_chk_sink sink;
@@ -20,6 +38,18 @@ struct ub_checker {
 	char last[512];
 	unsigned nlogged;
 	uint64_t super_generation; /* of the superblock in use, for the tree pass */
+	/*
+	 * What the tree pass hands the extent checks: every block reached, sorted,
+	 * without the log trees' (they have no extent items); whether every tree
+	 * was walked whole (else no "unreached" verdicts and no reference counts),
+	 * and whether a partly dropped subvolume was left out (then blocks of
+	 * subvolume trees may have more references than pointers were seen).
+	 */
+	struct chk_block_map blocks;
+	bool walk_complete;
+	bool dropped_roots;
+	uint64_t *tag_tree; /* tree objectid of each tag */
+	size_t ntags;
 };
 
 /* Report a problem; `fmt` makes its message. */
@@ -30,6 +60,12 @@ void chk_capture(struct ub_checker *c);
 /* Stop keeping them; the last one kept (or "" if none). */
 const char *chk_captured(struct ub_checker *c);
 void chk_progress(struct ub_checker *c, const char *phase, uint64_t done, uint64_t total);
+
+/* One item of the extent tree's stream (any type; metadata items are looked at). */
+void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size,
+			  uint32_t nodesize, size_t *cursor);
+/* The stream reached its end: blocks left have no extent item. */
+void chk_extent_refs_end(struct ub_checker *c, size_t *cursor);
 
 int chk_trees(struct ub_checker *c, struct ub_fs *fs);
 int chk_chunks(struct ub_checker *c, struct ub_fs *fs);

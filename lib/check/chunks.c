@@ -45,8 +45,9 @@ struct cstate {
 	size_t ndev, dcap;
 	uint64_t prev_devid, prev_dev_end; /* last device extent, for overlaps */
 	uint64_t prev_ext_end, prev_ext;   /* last extent item */
-	size_t cursor;                     /* chunk of the last extent item */
+	size_t blocks_cursor;              /* the tree walk's next block, for the extent checks */
 	bool chunks_incomplete, devext_incomplete, extents_incomplete, bg_incomplete;
+	bool newest_root; /* the superblock's own root tree, not an older one (--generation) */
 };
 
 static void where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical)
@@ -379,6 +380,7 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 	}
 	if (k->type != BTRFS_EXTENT_ITEM_KEY && k->type != BTRFS_METADATA_ITEM_KEY)
 		return 0;
+	chk_extent_refs_item(s->c, k, d, size, s->nodesize, &s->blocks_cursor);
 	len = k->type == BTRFS_METADATA_ITEM_KEY ? s->nodesize : k->offset;
 	s->c->sum.extents++;
 	where(&p, BTRFS_EXTENT_TREE_OBJECTID, k, k->objectid);
@@ -437,7 +439,7 @@ static void check_totals(struct cstate *s)
 				p.devid = p.physical = 0;
 			}
 	}
-	if (!s->bg_incomplete) {
+	if (!s->bg_incomplete && s->newest_root) {
 		const uint8_t *sb = ub_volume_super(ub_fs_volume(s->fs));
 		uint64_t used = 0;
 
@@ -473,6 +475,12 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 		return ret;
 	s.nodesize = vi.nodesize;
 	s.sectorsize = vi.sectorsize;
+	{
+		struct ub_root rt;
+
+		s.newest_root = !ub_fs_tree_root(fs, BTRFS_ROOT_TREE_OBJECTID, &rt) &&
+				rt.bytenr == UB_GET(ub_disk_super, root, sb);
+	}
 	chk_progress(c, "chunks", 0, 0);
 	ret = scan_tree(&s, BTRFS_CHUNK_TREE_OBJECTID, &from, chunk_item);
 	s.chunks_incomplete = ret == 1;
@@ -491,6 +499,8 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 		chk_progress(c, "extents", 0, 0);
 		ret = scan_tree(&s, BTRFS_EXTENT_TREE_OBJECTID, &from, extent_item);
 		s.extents_incomplete = ret == 1;
+		if (ret == 0)
+			chk_extent_refs_end(c, &s.blocks_cursor);
 		if (!(UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE))
 			s.bg_incomplete = s.extents_incomplete;
 	}

@@ -9,8 +9,9 @@
  * per tree, shared only between subvolume trees), the chunk a block lies in
  * and pointer generations against their node's.
  *
- * Memory: one set of the addresses seen (16 bytes per block) and the root
- * items to walk; the blocks themselves go through the bounded block cache.
+ * Memory: one entry per block reached (16 bytes: address, pointers, tree;
+ * handed to the extent checks) and the root items to walk; the blocks
+ * themselves go through the bounded block cache.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -22,7 +23,7 @@ struct walk {
 	struct ub_checker *c;
 	struct ub_tree_ctx *tc;
 	struct ub_volume *vol;
-	struct ub_block_set *seen;
+	struct chk_block_map *seen;
 	uint64_t tree;
 	/* the set's tag of the tree being walked: one per root (reloc trees share an objectid), 1-based */
 	uint64_t tag;
@@ -70,12 +71,15 @@ static int enter(struct walk *w, uint64_t bytenr, const struct ub_key *key)
 {
 	char name[32], other[32];
 	struct ub_chk_problem p;
-	uint64_t first = 0;
+	struct chk_block *b;
+	uint64_t first;
 	const struct ub_chunk *ch;
-	int ret = ub_block_set_add(w->seen, bytenr, w->tag, &first);
+	int ret = chk_block_map_add(w->seen, bytenr, (uint32_t)w->tag, &b);
 
 	if (ret < 0)
 		return ret;
+	b->ptrs++;
+	first = b->tag;
 	where_block(&p, w, bytenr, key);
 	if (ret == 1) {
 		uint64_t first_tree = first >= 1 && first <= w->ntags ? w->tag_tree[first - 1] : 0;
@@ -128,6 +132,8 @@ static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, c
 		if (ret == -ENOMEM)
 			return ret;
 		chk_report(w->c, &p, "%s", *why ? why : strerror(-ret));
+		/* what lies below is unknown: reference counts and "unreached" verdicts would be wrong */
+		w->c->walk_complete = false;
 		return 0;
 	}
 	if (!descend) {
@@ -189,6 +195,8 @@ static int walk_tree(struct walk *w, const struct ub_root *r, const struct ub_ke
 		w->tag_tree = v;
 		w->tagcap = cap;
 	}
+	if (w->ntags >= UINT32_MAX)
+		return -EOVERFLOW;
 	w->tag_tree[w->ntags++] = w->tree;
 	w->tag = w->ntags;
 	w->c->sum.trees++;
@@ -234,9 +242,16 @@ static int collect_roots(struct walk *w, const struct ub_eb *eb)
 		/* the tree checker has rejected a root item too short to hold these */
 		if (size < offsetof(struct btrfs_root_item, generation_v2) || !UB_GET(btrfs_root_item, bytenr, d))
 			continue;
-		/* a deleted subvolume: the cleaner may have dropped part of it already */
-		if (!UB_GET(btrfs_root_item, refs, d) && k.objectid != BTRFS_TREE_LOG_OBJECTID)
+		/*
+		 * A deleted subvolume is walked while its drop has not started; once the
+		 * cleaner has dropped part of it, what is left may point at freed blocks.
+		 */
+		if (!UB_GET(btrfs_root_item, refs, d) && k.objectid != BTRFS_TREE_LOG_OBJECTID &&
+		    (size < offsetof(struct btrfs_root_item, drop_level) ||
+		     UB_GET(btrfs_disk_key, objectid, d + offsetof(struct btrfs_root_item, drop_progress)))) {
+			w->c->dropped_roots = true;
 			continue;
+		}
 		if (add_root(w->roots, &k, d))
 			return -ENOMEM;
 	}
@@ -262,11 +277,10 @@ static int walk_roots(struct walk *w, struct root_list *l, bool log)
 
 int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 {
-	struct ub_block_set seen = { 0 };
 	struct root_list roots = { 0 }, logs = { 0 };
 	struct ub_root chunk, rt;
 	const uint8_t *sb = ub_volume_super(ub_fs_volume(fs));
-	struct walk w = { .c = c, .tc = ub_fs_trees(fs), .vol = ub_fs_volume(fs), .seen = &seen,
+	struct walk w = { .c = c, .tc = ub_fs_trees(fs), .vol = ub_fs_volume(fs), .seen = &c->blocks,
 			  .max_gen = c->super_generation };
 	struct ub_volume_info vi;
 	int ret = ub_volume_get_info(w.vol, &vi);
@@ -274,6 +288,7 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 	if (ret)
 		return ret;
 	w.nodesize = vi.nodesize;
+	c->walk_complete = true;
 	ret = ub_fs_tree_root(fs, BTRFS_CHUNK_TREE_OBJECTID, &chunk);
 	if (!ret)
 		ret = ub_fs_tree_root(fs, BTRFS_ROOT_TREE_OBJECTID, &rt);
@@ -309,7 +324,8 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 	chk_progress(c, "tree blocks", c->sum.meta_bytes, 0);
 	free(roots.v);
 	free(logs.v);
-	free(w.tag_tree);
-	ub_block_set_free(&seen);
+	c->tag_tree = w.tag_tree;
+	c->ntags = w.ntags;
+	chk_block_map_sort(&c->blocks);
 	return ret < 0 ? ret : 0;
 }

@@ -163,6 +163,34 @@ def test_key_order(ubtrfs_bin, base):
                for r in recs), recs
 
 
+def test_tree_block_refs(ubtrfs_bin, base):
+    where = {}
+
+    def edit(im):
+        blk, slot = _find(im, C.EXTENT_TREE, lambda k: k.type == C.METADATA_ITEM)
+        where["block"] = blk.item_key(slot).objectid
+        blk.patch_item(slot, 0, "<Q", blk.get_item(slot, 0, "<Q") + 1)
+        im.write_block(blk)
+    recs = damaged(base, edit)
+    assert any(r["class"] == "extent" and r["logical"] == where["block"] and "references" in r["message"]
+               for r in recs), recs
+
+
+def test_tree_block_extent_item_missing(ubtrfs_bin, base):
+    where = {}
+
+    def edit(im):
+        # the FS_TREE root's extent item removed: a block no extent item accounts for
+        root = im.tree_root(C.FS_TREE)[0]
+        where["block"] = root
+        blk, slot = _find(im, C.EXTENT_TREE, lambda k: k.type == C.METADATA_ITEM and k.objectid == root)
+        blk.delete_item(slot)
+        im.write_block(blk)
+    recs = damaged(base, edit)
+    assert any(r["class"] == "extent" and r["tree"] == C.FS_TREE and r["logical"] == where["block"]
+               and "no extent item" in r["message"] for r in recs), recs
+
+
 def test_super_copy_damaged(ubtrfs_bin, base):
     # btrfs check reads only the copy in use: the test's own record is the oracle here
     T.overwrite(base, C.SUPER_OFFSETS[1] + 0x1000 - 16, b"\xff" * 8)

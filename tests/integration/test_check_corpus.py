@@ -26,7 +26,7 @@ pytestmark = pytest.mark.xdist_group("check-corpus")
 TIMEOUT = 30
 SANITIZER_MARKERS = CORPUS.SANITIZER_MARKERS
 
-# broken by btrfs check's verdict and found by the classes checked now (super, tree, chunk)
+# broken by btrfs check's verdict and found by the classes checked now (super, tree, chunk, extent)
 FOUND = {
     "fuzz/bad-superblock-1",
     "fuzz/bad-superblock-2",
@@ -78,6 +78,8 @@ FOUND = {
     "fsck/002-bad-transid",
     "fsck/003-shift-offsets",
     "fsck/005-bad-item-offset",
+    "fsck/006-bad-root-items--default_case",
+    "fsck/006-bad-root-items--skinny_case",
     "fsck/007-bad-offset-snapshots",
     "fsck/011-no-inode-item",
     "fsck/014-no-extent-info--no_extent",
@@ -118,6 +120,7 @@ SMOKE = {
     "fuzz/bko-97041-invalid-sub-stripes-zero-FPE", "fsck/002-bad-transid", "fsck/018-leaf-crossing-stripes",
     "fsck/036-bad-dev-extents", "fsck/047-dev-bytes-used", "fsck/050-invalid-block-group-used",
     "fsck/051-invalid-super-bytes-used", "fsck/055-super-num-devs-mismatch", "fsck/068-orphan-dev-extent",
+    "fsck/006-bad-root-items--skinny_case", "fsck/020-extent-ref-cases--tree_reloc_for_fs_tree",
     "fsck/012-leaf-corruption", "fsck/020-extent-ref-cases--shared_block_ref_only",
     "fsck/020-extent-ref-cases--block_group_item_false_alert", "fsck/042-half-dropped-inode",
 }
