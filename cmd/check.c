@@ -269,6 +269,7 @@ int cmd_check(int argc, char **argv)
 		return usage_error("check", "no device given");
 	o.tty = isatty(2);
 	copts.verbosity = oa.verbosity;
+	copts.no_log = oa.no_log;
 	if (ub_checker_new(&copts, &sink, &c)) {
 		fprintf(stderr, "ubtrfs check: error: out of memory\n");
 		return EXIT_FATAL;

@@ -53,6 +53,7 @@ struct ub_chk_sink {
 
 struct ub_chk_opts {
 	int verbosity;        /* library messages that are no problem go to stderr up to this level */
+	bool no_log;          /* leave the fsync log trees out (as the filesystem was opened with no_log) */
 };
 
 struct ub_chk_summary {

@@ -305,7 +305,7 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 	if (ret >= 0)
 		ret = walk_roots(&w, &roots, false);
 	/* the log belongs to the superblock's own root tree, not to an older one being checked */
-	if (ret >= 0 && UB_GET(ub_disk_super, log_root, sb) && rt.bytenr == UB_GET(ub_disk_super, root, sb)) {
+	if (ret >= 0 && !c->opts.no_log && UB_GET(ub_disk_super, log_root, sb) && rt.bytenr == UB_GET(ub_disk_super, root, sb)) {
 		struct ub_root lr = { .objectid = BTRFS_TREE_LOG_OBJECTID,
 				      .bytenr = UB_GET(ub_disk_super, log_root, sb),
 				      .generation = UB_GET(ub_disk_super, generation, sb) + 1,

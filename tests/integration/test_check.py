@@ -14,6 +14,7 @@ import struct
 import pytest
 
 import craft as C
+import fsynclog_lib as L
 import ubtrfs_testlib as T
 
 # a slice of profiles, checksums, node sizes, snapshots and compression (docs/check.md)
@@ -57,6 +58,35 @@ def test_clean_ubtrfs_mkfs(ubtrfs_bin, tmp_path):
     assert cp.returncode == 0, T.describe(cp) + cp.stdout.decode()
     assert b"problems: 0" in cp.stdout
     assert btrfs_check(img).returncode == 0
+
+
+def test_clean_pending_log(ubtrfs_bin, tmp_path):
+    """A crash image whose superblock names an fsync log: its log trees are walked too."""
+    def baseline(mnt):
+        (mnt / "d").mkdir()
+        L.write_file(mnt / "d" / "old", b"x" * 5000)
+
+    def action(mnt):
+        L.write_file(mnt / "d" / "new", bytes(range(256)) * 40, fsync=True)
+    crash = L.make_crash(tmp_path / "log", baseline, action)
+    assert crash.log_root != 0
+    cp = check("--json", crash.image)
+    recs, summary = problems(cp)
+    assert cp.returncode == 0 and not recs, T.describe(cp) + cp.stdout.decode()[-3000:]
+    cp_nolog = check("--json", "--no-log", crash.image)
+    _, summary_nolog = problems(cp_nolog)
+    # the log root tree and one log tree more than the committed trees
+    assert summary["trees"] >= summary_nolog["trees"] + 2, (summary, summary_nolog)
+    assert btrfs_check(crash.image).returncode == 0
+
+
+def test_missing_device(ubtrfs_bin, factory):
+    """RAID1 with one device left out still opens; the missing one is a problem of its own."""
+    image = factory.image("kernel-raid1")
+    cp = check("--json", "--no-scan", image.devices[0])
+    recs, _ = problems(cp)
+    assert cp.returncode == 1, T.describe(cp)
+    assert any(r["class"] == "super" and r["devid"] == 2 and "missing" in r["message"] for r in recs), recs
 
 
 def test_usage(ubtrfs_bin, tmp_path):
