@@ -37,6 +37,24 @@ void ub_checker_free(struct ub_checker *c)
 	free(c);
 }
 
+int chk_reserve(void *arrayp, size_t *cap, size_t n, size_t elem, size_t first)
+{
+	size_t ncap;
+	void *v, *nv;
+
+	if (n < *cap)
+		return 0;
+	/* through memcpy: `arrayp` is the address of a pointer to any element type */
+	memcpy(&v, arrayp, sizeof(v));
+	ncap = *cap ? *cap * 2 : first;
+	nv = realloc(v, ncap * elem);
+	if (!nv)
+		return -ENOMEM;
+	memcpy(arrayp, &nv, sizeof(nv));
+	*cap = ncap;
+	return 0;
+}
+
 void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const char *fmt, ...)
 {
 	struct ub_chk_problem p = *where;

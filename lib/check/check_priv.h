@@ -52,6 +52,13 @@ struct ub_checker {
 	size_t ntags;
 };
 
+/*
+ * Room for one more element in a doubling array: `arrayp` is the address of
+ * the array's pointer (any element type), *cap its capacity, n used, `first`
+ * the capacity of a new one. 0 or -ENOMEM.
+ */
+int chk_reserve(void *arrayp, size_t *cap, size_t n, size_t elem, size_t first);
+
 /* Report a problem; `fmt` makes its message. */
 void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -174,15 +174,8 @@ static int chunk_item(struct cstate *s, const struct ub_key *k, const uint8_t *d
 	if (k->type == BTRFS_DEV_ITEM_KEY) {
 		if (size < sizeof(struct btrfs_dev_item))
 			return 0;
-		if (s->ndev == s->dcap) {
-			size_t cap = s->dcap ? s->dcap * 2 : 8;
-			struct dinfo *v = realloc(s->dev, cap * sizeof(*v));
-
-			if (!v)
-				return -ENOMEM;
-			s->dev = v;
-			s->dcap = cap;
-		}
+		if (chk_reserve(&s->dev, &s->dcap, s->ndev, sizeof(*s->dev), 8))
+			return -ENOMEM;
 		s->dev[s->ndev++] = (struct dinfo){ .devid = UB_GET(btrfs_dev_item, devid, d),
 						    .total = UB_GET(btrfs_dev_item, total_bytes, d),
 						    .used = UB_GET(btrfs_dev_item, bytes_used, d) };
@@ -194,15 +187,8 @@ static int chunk_item(struct cstate *s, const struct ub_key *k, const uint8_t *d
 	/* the tree checker has matched the item size to num_stripes */
 	if (size < offsetof(struct btrfs_chunk, stripe) + (size_t)num * sizeof(struct btrfs_stripe))
 		return 0;
-	if (s->nch == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 64;
-		struct cinfo *v = realloc(s->ch, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		s->ch = v;
-		s->cap = cap;
-	}
+	if (chk_reserve(&s->ch, &s->cap, s->nch, sizeof(*s->ch), 64))
+		return -ENOMEM;
 	ci = &s->ch[s->nch];
 	memset(ci, 0, sizeof(*ci));
 	ci->logical = k->offset;

@@ -186,15 +186,8 @@ static int walk_tree(struct walk *w, const struct ub_root *r, const struct ub_ke
 	struct ub_expect exp = { .owner = w->owner, .level = r->level, .generation = r->generation,
 				 .exact_owner = w->owner != 0 };
 
-	if (w->ntags == w->tagcap) {
-		size_t cap = w->tagcap ? w->tagcap * 2 : 32;
-		uint64_t *v = realloc(w->tag_tree, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		w->tag_tree = v;
-		w->tagcap = cap;
-	}
+	if (chk_reserve(&w->tag_tree, &w->tagcap, w->ntags, sizeof(*w->tag_tree), 32))
+		return -ENOMEM;
 	if (w->ntags >= UINT32_MAX)
 		return -EOVERFLOW;
 	w->tag_tree[w->ntags++] = w->tree;
@@ -205,15 +198,8 @@ static int walk_tree(struct walk *w, const struct ub_root *r, const struct ub_ke
 
 static int add_root(struct root_list *l, const struct ub_key *key, const uint8_t *d)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 32;
-		struct root_ref *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (chk_reserve(&l->v, &l->cap, l->n, sizeof(*l->v), 32))
+		return -ENOMEM;
 	l->v[l->n].key = *key;
 	l->v[l->n].root = (struct ub_root){
 		.objectid = key->objectid,

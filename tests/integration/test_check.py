@@ -125,16 +125,23 @@ def _find(im, tree, pred):
     return got
 
 
-def test_block_group_used(ubtrfs_bin, base):
+def bump_first(img, tree, typ, delta):
+    """Add `delta` to the u64 an item starts with (the first item of type `typ` in `tree`):
+    the item's objectid and what ubtrfs check reports."""
     where = {}
 
     def edit(im):
-        blk, slot = _find(im, C.EXTENT_TREE, lambda k: k.type == C.BLOCK_GROUP_ITEM)
-        where["bg"] = blk.item_key(slot).objectid
-        blk.patch_item(slot, 0, "<Q", blk.get_item(slot, 0, "<Q") + 4096)
+        blk, slot = _find(im, tree, lambda k: k.type == typ)
+        where["objectid"] = blk.item_key(slot).objectid
+        blk.patch_item(slot, 0, "<Q", blk.get_item(slot, 0, "<Q") + delta)
         im.write_block(blk)
-    recs = damaged(base, edit)
-    assert any(r["class"] == "chunk" and r["tree"] == C.EXTENT_TREE and r["logical"] == where["bg"]
+    recs = damaged(img, edit)
+    return where["objectid"], recs
+
+
+def test_block_group_used(ubtrfs_bin, base):
+    bg, recs = bump_first(base, C.EXTENT_TREE, C.BLOCK_GROUP_ITEM, 4096)
+    assert any(r["class"] == "chunk" and r["tree"] == C.EXTENT_TREE and r["logical"] == bg
                and "used" in r["message"] for r in recs), recs
 
 
@@ -194,15 +201,8 @@ def test_key_order(ubtrfs_bin, base):
 
 
 def test_tree_block_refs(ubtrfs_bin, base):
-    where = {}
-
-    def edit(im):
-        blk, slot = _find(im, C.EXTENT_TREE, lambda k: k.type == C.METADATA_ITEM)
-        where["block"] = blk.item_key(slot).objectid
-        blk.patch_item(slot, 0, "<Q", blk.get_item(slot, 0, "<Q") + 1)
-        im.write_block(blk)
-    recs = damaged(base, edit)
-    assert any(r["class"] == "extent" and r["logical"] == where["block"] and "references" in r["message"]
+    block, recs = bump_first(base, C.EXTENT_TREE, C.METADATA_ITEM, 1)
+    assert any(r["class"] == "extent" and r["logical"] == block and "references" in r["message"]
                for r in recs), recs
 
 
