@@ -222,6 +222,71 @@ static int chunk_item(struct cstate *s, const struct ub_key *k, const uint8_t *d
 	return 0;
 }
 
+/*
+ * The superblock's system chunk array against the chunk tree: the same SYSTEM
+ * chunks, stripe for stripe (the array is how the chunk tree is found, the
+ * tree is what a commit changes).
+ */
+static void check_sys_array(struct cstate *s, const uint8_t *sb)
+{
+	const uint8_t *arr = UB_PTR(ub_disk_super, sys_chunk_array, sb);
+	uint32_t size = (uint32_t)UB_GET(ub_disk_super, sys_chunk_array_size, sb), pos = 0;
+	const uint32_t hdr = (uint32_t)offsetof(struct btrfs_chunk, stripe);
+	/* every entry holds a key and a chunk with at least one stripe */
+	uint64_t listed[UB_SYSTEM_CHUNK_ARRAY_SIZE / (UB_DISK_KEY_SIZE + sizeof(struct btrfs_chunk)) + 1];
+	size_t nlisted = 0;
+	struct ub_chk_problem p;
+
+	memset(&p, 0, sizeof(p));
+	p.cls = UB_CHK_SUPER;
+	if (size > UB_SYSTEM_CHUNK_ARRAY_SIZE)
+		return; /* the volume refused it already */
+	while (pos + UB_DISK_KEY_SIZE + hdr <= size && nlisted < sizeof(listed) / sizeof(listed[0])) {
+		struct ub_key k;
+		const uint8_t *c = arr + pos + UB_DISK_KEY_SIZE;
+		unsigned num = (unsigned)CH(num_stripes, c);
+		uint32_t len = hdr + num * (uint32_t)sizeof(struct btrfs_stripe);
+		long i;
+		bool same;
+
+		ub_key_read(&k, arr + pos);
+		if (!num || pos + UB_DISK_KEY_SIZE + len > size)
+			break;
+		pos += UB_DISK_KEY_SIZE + len;
+		listed[nlisted++] = k.offset;
+		p.logical = k.offset;
+		i = find_chunk(s, k.offset);
+		if (i < 0 || s->ch[i].logical != k.offset) {
+			chk_report(s->c, &p, "system chunk array: chunk %llu is not in the chunk tree",
+				   (unsigned long long)k.offset);
+			continue;
+		}
+		same = CH(length, c) == s->ch[i].length && CH(type, c) == s->ch[i].type && num == s->ch[i].num;
+		for (unsigned j = 0; same && j < num; j++) {
+			const uint8_t *st = c + hdr + (size_t)j * sizeof(struct btrfs_stripe);
+
+			same = UB_GET(btrfs_stripe, devid, st) == s->ch[i].st[j].devid &&
+			       UB_GET(btrfs_stripe, offset, st) == s->ch[i].st[j].physical;
+		}
+		if (!same)
+			chk_report(s->c, &p, "system chunk array: chunk %llu differs from the chunk tree's",
+				   (unsigned long long)k.offset);
+	}
+	for (size_t i = 0; i < s->nch; i++) {
+		bool found = false;
+
+		if (!(s->ch[i].type & BTRFS_BLOCK_GROUP_SYSTEM))
+			continue;
+		for (size_t j = 0; j < nlisted; j++)
+			found |= listed[j] == s->ch[i].logical;
+		if (!found) {
+			p.logical = s->ch[i].logical;
+			chk_report(s->c, &p, "SYSTEM chunk %llu is not in the superblock's system chunk array",
+				   (unsigned long long)s->ch[i].logical);
+		}
+	}
+}
+
 /* Once all chunks and dev items are in: what needs both. */
 static void check_chunk_devices(struct cstate *s)
 {
@@ -391,6 +456,16 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 	s->ch[i].extents_sum += len;
 	if (s->ch[i].type & BTRFS_BLOCK_GROUP_DATA)
 		s->c->sum.data_bytes += len;
+	{
+		bool tree_block = k->type == BTRFS_METADATA_ITEM_KEY ||
+				  (size >= sizeof(struct btrfs_extent_item) &&
+				   (UB_GET(btrfs_extent_item, flags, d) & BTRFS_EXTENT_FLAG_TREE_BLOCK));
+		uint64_t want = tree_block ? BTRFS_BLOCK_GROUP_METADATA | BTRFS_BLOCK_GROUP_SYSTEM : BTRFS_BLOCK_GROUP_DATA;
+
+		if (!(s->ch[i].type & want))
+			chk_report(s->c, &p, "%s extent in chunk %llu of type 0x%llx", tree_block ? "tree block" : "data",
+				   (unsigned long long)s->ch[i].logical, (unsigned long long)s->ch[i].type);
+	}
 	return 0;
 }
 
@@ -471,6 +546,8 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	ret = scan_tree(&s, BTRFS_CHUNK_TREE_OBJECTID, &from, chunk_item);
 	s.chunks_incomplete = ret == 1;
 	c->sum.chunks = s.nch;
+	if (ret == 0 && s.newest_root)
+		check_sys_array(&s, sb);
 	if (ret >= 0) {
 		check_chunk_devices(&s);
 		chk_progress(c, "device extents", 0, 0);

@@ -221,6 +221,28 @@ def test_tree_block_extent_item_missing(ubtrfs_bin, base):
                and "no extent item" in r["message"] for r in recs), recs
 
 
+def test_sys_chunk_array_differs(ubtrfs_bin, base):
+    # no referee: btrfs check (and the kernel) map SYSTEM chunks by the array and skip the
+    # tree's copy, so the two can disagree unseen until a balance moves the chunk
+    where = {}
+
+    def edit(im):
+        # the chunk tree's SYSTEM chunk moves its second copy; the superblock's array keeps the old place
+        blk, slot = _find(im, C.CHUNK_TREE,
+                          lambda k: k.type == C.CHUNK_ITEM and k.objectid == 256 and
+                          im.chunk(k.offset).type & C.BLOCK_GROUP_SYSTEM)
+        where["chunk"] = blk.item_key(slot).offset
+        blk.patch_item(slot, 48 + 32 + 8, "<Q", blk.get_item(slot, 48 + 32 + 8, "<Q") + T.MiB)
+        im.write_block(blk)
+    with C.Image(base) as im:
+        edit(im)
+    cp = check("--json", base)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1
+    assert any(r["class"] == "super" and r["logical"] == where["chunk"] and "system chunk array" in r["message"]
+               for r in recs), recs
+
+
 def test_super_copy_damaged(ubtrfs_bin, base):
     # btrfs check reads only the copy in use: the test's own record is the oracle here
     T.overwrite(base, C.SUPER_OFFSETS[1] + 0x1000 - 16, b"\xff" * 8)
