@@ -26,8 +26,11 @@ struct cstripe {
 struct cinfo {
 	uint64_t logical, length, type, stripe_size;
 	uint64_t extents_sum, bg_used;
+	uint64_t free_sum;              /* bytes the free space tree calls free */
+	uint32_t free_count, free_extents; /* FREE_SPACE_INFO's extent_count, FREE_SPACE_EXTENTs seen */
+	uint32_t free_flags;
 	uint16_t num;
-	bool bg;
+	bool bg, free_info;
 	struct cstripe *st;
 };
 
@@ -46,6 +49,7 @@ struct cstate {
 	uint64_t prev_devid, prev_dev_end; /* last device extent, for overlaps */
 	uint64_t prev_ext_end, prev_ext;   /* last extent item */
 	size_t blocks_cursor;              /* the tree walk's next block, for the extent checks */
+	uint64_t prev_free_end;            /* last free space extent or bitmap */
 	bool chunks_incomplete, devext_incomplete, extents_incomplete, bg_incomplete;
 	bool newest_root; /* the superblock's own root tree, not an older one (--generation) */
 };
@@ -469,6 +473,101 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 	return 0;
 }
 
+static void where_free(struct ub_chk_problem *p, const struct ub_key *k)
+{
+	where(p, BTRFS_FREE_SPACE_TREE_OBJECTID, k, k ? k->objectid : 0);
+	p->cls = UB_CHK_FREE_SPACE;
+}
+
+/* Free bytes of a bitmap item: one bit per sector, set = free. */
+static uint64_t bitmap_free(const uint8_t *d, uint32_t nbits, uint32_t sectorsize)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < nbits; i++)
+		n += (d[i / 8] >> (i % 8)) & 1;
+	return n * sectorsize;
+}
+
+static int free_space_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size)
+{
+	struct ub_chk_problem p;
+	long i = find_chunk(s, k->objectid);
+
+	where_free(&p, k);
+	/*
+	 * Items below the first chunk are left over, not wrong: mkfs.btrfs leaves
+	 * those of its temporary chunks there (btrfs check passes them too).
+	 */
+	if (!s->nch || k->objectid + k->offset <= s->ch[0].logical)
+		return 0;
+	if (k->type == BTRFS_FREE_SPACE_INFO_KEY) {
+		if (i < 0 || s->ch[i].logical != k->objectid || !s->ch[i].bg || s->ch[i].length != k->offset) {
+			chk_report(s->c, &p, "free space info for [%llu, +%llu), which is no block group",
+				   (unsigned long long)k->objectid, (unsigned long long)k->offset);
+			return 0;
+		}
+		if (size < sizeof(struct btrfs_free_space_info))
+			return 0;
+		s->ch[i].free_info = true;
+		s->ch[i].free_count = (uint32_t)UB_GET(btrfs_free_space_info, extent_count, d);
+		s->ch[i].free_flags = (uint32_t)UB_GET(btrfs_free_space_info, flags, d);
+		return 0;
+	}
+	if (k->type != BTRFS_FREE_SPACE_EXTENT_KEY && k->type != BTRFS_FREE_SPACE_BITMAP_KEY)
+		return 0;
+	if (k->objectid < s->prev_free_end)
+		chk_report(s->c, &p, "free space [%llu, +%llu) overlaps the free space before it (ending at %llu)",
+			   (unsigned long long)k->objectid, (unsigned long long)k->offset,
+			   (unsigned long long)s->prev_free_end);
+	if (k->objectid + k->offset > s->prev_free_end)
+		s->prev_free_end = k->objectid + k->offset;
+	if (i < 0 || !s->ch[i].bg || k->objectid + k->offset > s->ch[i].logical + s->ch[i].length) {
+		chk_report(s->c, &p, "free space [%llu, +%llu) is not inside one block group",
+			   (unsigned long long)k->objectid, (unsigned long long)k->offset);
+		return 0;
+	}
+	if (k->type == BTRFS_FREE_SPACE_EXTENT_KEY) {
+		s->ch[i].free_sum += k->offset;
+		s->ch[i].free_extents++;
+	} else {
+		uint64_t nbits = k->offset / s->sectorsize;
+
+		if (nbits > (uint64_t)size * 8) {
+			chk_report(s->c, &p, "free space bitmap of %u bytes cannot cover %llu sectors", size,
+				   (unsigned long long)nbits);
+			return 0;
+		}
+		s->ch[i].free_sum += bitmap_free(d, (uint32_t)nbits, s->sectorsize);
+	}
+	return 0;
+}
+
+static void check_free_space(struct cstate *s)
+{
+	struct ub_chk_problem p;
+
+	for (size_t i = 0; i < s->nch; i++) {
+		struct cinfo *ci = &s->ch[i];
+		struct ub_key k = { ci->logical, BTRFS_FREE_SPACE_INFO_KEY, ci->length };
+
+		if (!ci->bg)
+			continue;
+		where_free(&p, &k);
+		if (!ci->free_info) {
+			chk_report(s->c, &p, "block group %llu has no free space info", (unsigned long long)ci->logical);
+			continue;
+		}
+		if (ci->free_sum != ci->length - ci->extents_sum)
+			chk_report(s->c, &p, "block group %llu: the free space tree records %llu free bytes, its extents leave %llu",
+				   (unsigned long long)ci->logical, (unsigned long long)ci->free_sum,
+				   (unsigned long long)(ci->length - ci->extents_sum));
+		if (!(ci->free_flags & BTRFS_FREE_SPACE_USING_BITMAPS) && ci->free_count != ci->free_extents)
+			chk_report(s->c, &p, "block group %llu: free space info counts %u extents, the tree holds %u",
+				   (unsigned long long)ci->logical, ci->free_count, ci->free_extents);
+	}
+}
+
 /* What only the whole of every stream can tell. */
 static void check_totals(struct cstate *s)
 {
@@ -569,6 +668,17 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	}
 	if (ret >= 0)
 		check_totals(&s);
+	/* the free space tree, when the filesystem keeps one and says it is valid */
+	if (ret >= 0 && !s.extents_incomplete && !s.bg_incomplete && !s.chunks_incomplete &&
+	    (UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE) &&
+	    (UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE_VALID)) {
+		chk_progress(c, "free space", 0, 0);
+		ret = scan_tree(&s, BTRFS_FREE_SPACE_TREE_OBJECTID, &from, free_space_item);
+		if (ret == 0)
+			check_free_space(&s);
+		else if (ret == 1)
+			ret = 0;
+	}
 	for (size_t i = 0; i < s.nch; i++)
 		free(s.ch[i].st);
 	free(s.ch);

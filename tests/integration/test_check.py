@@ -243,6 +243,22 @@ def test_sys_chunk_array_differs(ubtrfs_bin, base):
                for r in recs), recs
 
 
+def test_free_space_extent(ubtrfs_bin, base):
+    where = {}
+
+    def edit(im):
+        # a free space extent of a real block group (those below the first chunk are mkfs leftovers) one sector short
+        first = min(c.logical for c in im.chunks)
+        blk, slot = _find(im, 10, lambda k: k.type == 199 and k.objectid >= first)
+        k = blk.item_key(slot)
+        where["bg"] = im.chunk(k.objectid).logical
+        blk.set_item_key(slot, C.Key(k.objectid, k.type, k.offset - im.sectorsize))
+        im.write_block(blk)
+    recs = damaged(base, edit)
+    assert any(r["class"] == "free-space" and r["logical"] == where["bg"] and "free bytes" in r["message"]
+               for r in recs), recs
+
+
 def test_super_copy_damaged(ubtrfs_bin, base):
     # btrfs check reads only the copy in use: the test's own record is the oracle here
     T.overwrite(base, C.SUPER_OFFSETS[1] + 0x1000 - 16, b"\xff" * 8)

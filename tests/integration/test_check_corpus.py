@@ -27,7 +27,7 @@ pytestmark = pytest.mark.xdist_group("check-corpus")
 TIMEOUT = 30
 SANITIZER_MARKERS = CORPUS.SANITIZER_MARKERS
 
-# broken by btrfs check's verdict and found by the classes checked now (super, tree, chunk, extent)
+# broken by btrfs check's verdict and found by the classes checked now (super, tree, chunk, extent, free-space)
 FOUND = {
     "fuzz/bad-superblock-1",
     "fuzz/bad-superblock-2",
@@ -101,6 +101,7 @@ FOUND = {
     "fsck/051-invalid-super-bytes-used",
     "fsck/053-bad-metadata-level",
     "fsck/055-super-num-devs-mismatch",
+    "fsck/058-bad-free-space-tree-entry--corrupt-free-space-tree",
 }
 
 # btrfs check 6.2 calls these clean; ubtrfs check does not, and why
@@ -122,6 +123,7 @@ SMOKE = {
     "fsck/036-bad-dev-extents", "fsck/047-dev-bytes-used", "fsck/050-invalid-block-group-used",
     "fsck/051-invalid-super-bytes-used", "fsck/055-super-num-devs-mismatch", "fsck/068-orphan-dev-extent",
     "fsck/006-bad-root-items--skinny_case", "fsck/020-extent-ref-cases--tree_reloc_for_fs_tree",
+    "fsck/058-bad-free-space-tree-entry--corrupt-free-space-tree",
     "fsck/012-leaf-corruption", "fsck/020-extent-ref-cases--shared_block_ref_only",
     "fsck/020-extent-ref-cases--block_group_item_false_alert", "fsck/042-half-dropped-inode",
 }
