@@ -117,15 +117,12 @@ DISAGREE = {
 }
 
 SMOKE = {
-    "fuzz/bad-superblock-1", "fuzz/superblock-stripsize-bogus", "fuzz/superblock-total-bytes-0",
-    "fuzz/bko-161811", "fuzz/bko-200403", "fuzz/bko-199833-reloc-recovery-crash",
+    "fuzz/bad-superblock-1", "fuzz/superblock-stripsize-bogus", "fuzz/bko-200403",
     "fuzz/bko-97041-invalid-sub-stripes-zero-FPE", "fsck/002-bad-transid", "fsck/018-leaf-crossing-stripes",
-    "fsck/036-bad-dev-extents", "fsck/047-dev-bytes-used", "fsck/050-invalid-block-group-used",
-    "fsck/051-invalid-super-bytes-used", "fsck/055-super-num-devs-mismatch", "fsck/068-orphan-dev-extent",
-    "fsck/006-bad-root-items--skinny_case", "fsck/020-extent-ref-cases--tree_reloc_for_fs_tree",
-    "fsck/058-bad-free-space-tree-entry--corrupt-free-space-tree",
-    "fsck/012-leaf-corruption", "fsck/020-extent-ref-cases--shared_block_ref_only",
-    "fsck/020-extent-ref-cases--block_group_item_false_alert", "fsck/042-half-dropped-inode",
+    "fsck/036-bad-dev-extents", "fsck/051-invalid-super-bytes-used", "fsck/006-bad-root-items--skinny_case",
+    "fsck/058-bad-free-space-tree-entry--corrupt-free-space-tree", "fsck/068-orphan-dev-extent",
+    "fsck/020-extent-ref-cases--shared_block_ref_only", "fsck/020-extent-ref-cases--tree_reloc_for_fs_tree",
+    "fsck/042-half-dropped-inode",
 }
 
 
