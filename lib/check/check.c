@@ -34,6 +34,7 @@ void ub_checker_free(struct ub_checker *c)
 		return;
 	chk_block_map_free(&c->blocks);
 	free(c->tag_tree);
+	free(c->dev_supers);
 	free(c);
 }
 

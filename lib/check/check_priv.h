@@ -50,6 +50,13 @@ struct ub_checker {
 	bool dropped_roots;
 	uint64_t *tag_tree; /* tree objectid of each tag */
 	size_t ntags;
+	/* each device's own superblock's dev item, for the chunk tree's to be compared with */
+	struct chk_dev_super {
+		uint64_t devid, total_bytes;
+		uint8_t uuid[UB_UUID_SIZE];
+		const char *path; /* valid while the filesystem is open */
+	} *dev_supers;
+	size_t ndev_supers;
 };
 
 /*

@@ -36,6 +36,7 @@ struct cinfo {
 
 struct dinfo {
 	uint64_t devid, total, used, extents_sum;
+	uint8_t uuid[UB_UUID_SIZE];
 };
 
 struct cstate {
@@ -180,9 +181,11 @@ static int chunk_item(struct cstate *s, const struct ub_key *k, const uint8_t *d
 			return 0;
 		if (chk_reserve(&s->dev, &s->dcap, s->ndev, sizeof(*s->dev), 8))
 			return -ENOMEM;
-		s->dev[s->ndev++] = (struct dinfo){ .devid = UB_GET(btrfs_dev_item, devid, d),
-						    .total = UB_GET(btrfs_dev_item, total_bytes, d),
-						    .used = UB_GET(btrfs_dev_item, bytes_used, d) };
+		s->dev[s->ndev] = (struct dinfo){ .devid = UB_GET(btrfs_dev_item, devid, d),
+						  .total = UB_GET(btrfs_dev_item, total_bytes, d),
+						  .used = UB_GET(btrfs_dev_item, bytes_used, d) };
+		memcpy(s->dev[s->ndev].uuid, UB_PTR(btrfs_dev_item, uuid, d), UB_UUID_SIZE);
+		s->ndev++;
 		return 0;
 	}
 	if (k->type != BTRFS_CHUNK_ITEM_KEY || size < offsetof(struct btrfs_chunk, stripe))
@@ -288,6 +291,37 @@ static void check_sys_array(struct cstate *s, const uint8_t *sb)
 			chk_report(s->c, &p, "SYSTEM chunk %llu is not in the superblock's system chunk array",
 				   (unsigned long long)s->ch[i].logical);
 		}
+	}
+}
+
+/* The chunk tree's device items against the devices' own superblocks and the superblock's total. */
+static void check_dev_items(struct cstate *s, const uint8_t *sb)
+{
+	struct ub_chk_problem p;
+	uint64_t total = 0;
+
+	memset(&p, 0, sizeof(p));
+	p.cls = UB_CHK_SUPER;
+	for (size_t i = 0; i < s->ndev; i++)
+		total += s->dev[i].total;
+	/* the kernel refuses to mount when the devices hold more than the superblock says */
+	if (UB_GET(ub_disk_super, total_bytes, sb) < total)
+		chk_report(s->c, &p, "superblock total_bytes %llu, the device items sum to %llu",
+			   (unsigned long long)UB_GET(ub_disk_super, total_bytes, sb), (unsigned long long)total);
+	for (size_t i = 0; i < s->c->ndev_supers; i++) {
+		const struct chk_dev_super *e = &s->c->dev_supers[i];
+		struct dinfo *dv = find_dev(s, e->devid);
+
+		p.devid = e->devid;
+		p.path = e->path;
+		if (!dv)
+			chk_report(s->c, &p, "the device's superblock names devid %llu, which has no device item",
+				   (unsigned long long)e->devid);
+		else if (memcmp(dv->uuid, e->uuid, UB_UUID_SIZE))
+			chk_report(s->c, &p, "the device's uuid is not the one its device item names");
+		else if (dv->total != e->total_bytes)
+			chk_report(s->c, &p, "the device's superblock says %llu bytes, its device item %llu",
+				   (unsigned long long)e->total_bytes, (unsigned long long)dv->total);
 	}
 }
 
@@ -645,8 +679,10 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	ret = scan_tree(&s, BTRFS_CHUNK_TREE_OBJECTID, &from, chunk_item);
 	s.chunks_incomplete = ret == 1;
 	c->sum.chunks = s.nch;
-	if (ret == 0 && s.newest_root)
+	if (ret == 0 && s.newest_root) {
 		check_sys_array(&s, sb);
+		check_dev_items(&s, sb);
+	}
 	if (ret >= 0) {
 		check_chunk_devices(&s);
 		chk_progress(c, "device extents", 0, 0);

@@ -241,6 +241,23 @@ int ub_checker_supers(struct ub_checker *c, const char *const *paths, int npaths
 		read_device(c, &ds[i]);
 	}
 	compare_devices(c, ds, n, fs);
+	if (fs) {
+		free(c->dev_supers);
+		c->ndev_supers = 0;
+		c->dev_supers = calloc((size_t)(n ? n : 1), sizeof(*c->dev_supers));
+		for (int i = 0; c->dev_supers && i < n; i++) {
+			struct chk_dev_super *e;
+
+			if (!ds[i].valid)
+				continue;
+			e = &c->dev_supers[c->ndev_supers++];
+			e->devid = DI(devid, ds[i].sb);
+			e->total_bytes = DI(total_bytes, ds[i].sb);
+			memcpy(e->uuid, UB_PTR(btrfs_dev_item, uuid, ds[i].sb + offsetof(struct ub_disk_super, dev_item)),
+			       UB_UUID_SIZE);
+			e->path = ds[i].path;
+		}
+	}
 	free(ds);
 	free(devs);
 	return ret;

@@ -259,6 +259,19 @@ def test_free_space_extent(ubtrfs_bin, base):
                for r in recs), recs
 
 
+def test_super_total_bytes(ubtrfs_bin, base):
+    """The kernel refuses a filesystem whose devices hold more than total_bytes; so does the
+    library's open: the superblocks are still checked and the check is fatal."""
+    with C.Image(base) as im:
+        im.set_super(total_bytes=im.super("total_bytes") - T.MiB)
+    assert btrfs_check(base).returncode != 0
+    cp = check("--json", base)
+    recs, summary = problems(cp)
+    assert cp.returncode == 2 and not summary["opened"] and b"error" in cp.stderr, T.describe(cp)
+    assert any(r["class"] == "super" and r["physical"] == C.SUPER_OFFSETS[0] and "total_bytes" in r["message"]
+               for r in recs), recs
+
+
 def test_super_copy_damaged(ubtrfs_bin, base):
     # btrfs check reads only the copy in use: the test's own record is the oracle here
     T.overwrite(base, C.SUPER_OFFSETS[1] + 0x1000 - 16, b"\xff" * 8)
