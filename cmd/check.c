@@ -16,7 +16,7 @@ static const char help[] =
 	"usage: ubtrfs check [OPTIONS] DEV...\n\n"
 	"Check the filesystem on DEV... without changing it (devices are opened read-only):\n"
 	"superblocks, tree blocks, chunks, block groups, device extents, the extent items of\n"
-	"tree blocks and the free space tree (docs/check.md).\n"
+	"tree blocks, the free space tree and root references (docs/check.md).\n"
 	"Each problem is one line on stdout (class, tree, key, logical address, device, what is\n"
 	"wrong), then a summary. A device the kernel or a ubtrfs mount holds is refused.\n\n"
 	"      --json         one JSON object per problem, then one {\"summary\": ...} object\n"

@@ -24,11 +24,12 @@ enum ub_chk_class {
 	UB_CHK_CHUNK,     /* chunks, block groups, device extents */
 	UB_CHK_EXTENT,    /* the extent tree against what the trees reference */
 	UB_CHK_FREE_SPACE, /* the free space tree against the block groups' unused bytes */
+	UB_CHK_ROOT,      /* root items and root references */
 	UB_CHK_OTHER,     /* a library error no check asked for (logged while opening, ...) */
 	UB_CHK_NCLASSES
 };
 
-/* "super", "tree", "chunk", "extent", "free-space", "other". */
+/* "super", "tree", "chunk", "extent", "free-space", "root", "other". */
 const char *ub_chk_class_name(enum ub_chk_class c);
 
 /* One problem. Fields not known are 0 (has_key false, path NULL). Valid during the callback only. */

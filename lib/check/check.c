@@ -8,7 +8,7 @@
 
 #include "check/check_priv.h"
 
-static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "free-space", "other" };
+static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "free-space", "root", "other" };
 
 const char *ub_chk_class_name(enum ub_chk_class c)
 {
@@ -35,6 +35,8 @@ void ub_checker_free(struct ub_checker *c)
 	chk_block_map_free(&c->blocks);
 	free(c->tag_tree);
 	free(c->dev_supers);
+	free(c->root_refs);
+	free(c->live_subvols);
 	free(c);
 }
 

@@ -57,6 +57,11 @@ struct ub_checker {
 		const char *path; /* valid while the filesystem is open */
 	} *dev_supers;
 	size_t ndev_supers;
+	/* ROOT_REF / ROOT_BACKREF items and live subvolumes, from the root tree's leaves */
+	struct chk_root_ref *root_refs;
+	size_t nroot_refs, root_refs_cap;
+	uint64_t *live_subvols;
+	size_t nlive, live_cap;
 };
 
 /*
@@ -80,6 +85,11 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 			  uint32_t nodesize, size_t *cursor);
 /* The stream reached its end: blocks left have no extent item. */
 void chk_extent_refs_end(struct ub_checker *c, size_t *cursor);
+
+/* A root tree item: its references are kept for chk_root_refs_check. 0 or -ENOMEM. */
+int chk_root_refs_add(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size);
+/* Every ROOT_REF against its ROOT_BACKREF, every live subvolume linked. */
+void chk_root_refs_check(struct ub_checker *c);
 
 int chk_trees(struct ub_checker *c, struct ub_fs *fs);
 int chk_chunks(struct ub_checker *c, struct ub_fs *fs);

@@ -36,6 +36,7 @@ struct walk {
 	/* leaves of the root tree (and the log root tree) name the trees to walk next */
 	int (*leaf)(struct walk *w, const struct ub_eb *eb);
 	struct root_list *roots;
+	struct root_list *log_roots; /* the log root tree's list, when `roots` is it */
 };
 
 struct root_ref {
@@ -222,9 +223,12 @@ static int collect_roots(struct walk *w, const struct ub_eb *eb)
 		const uint8_t *d;
 
 		ub_eb_item_key(eb, (int)i, &k);
+		d = ub_eb_item_data(eb, (int)i, &size);
+		/* the root tree's (not the log root tree's) references between subvolumes */
+		if (w->roots != w->log_roots && chk_root_refs_add(w->c, &k, d, size))
+			return -ENOMEM;
 		if (k.type != BTRFS_ROOT_ITEM_KEY)
 			continue;
-		d = ub_eb_item_data(eb, (int)i, &size);
 		/* the tree checker has rejected a root item too short to hold these */
 		if (size < offsetof(struct btrfs_root_item, generation_v2) || !UB_GET(btrfs_root_item, bytenr, d))
 			continue;
@@ -288,8 +292,10 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 		w.roots = &roots;
 		ret = walk_tree(&w, &rt, NULL);
 	}
-	if (ret >= 0)
+	if (ret >= 0) {
+		chk_root_refs_check(c);
 		ret = walk_roots(&w, &roots, false);
+	}
 	/* the log belongs to the superblock's own root tree, not to an older one being checked */
 	if (ret >= 0 && !c->opts.no_log && UB_GET(ub_disk_super, log_root, sb) && rt.bytenr == UB_GET(ub_disk_super, root, sb)) {
 		struct ub_root lr = { .objectid = BTRFS_TREE_LOG_OBJECTID,
@@ -301,6 +307,7 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 		w.shareable = false;
 		w.leaf = collect_roots;
 		w.roots = &logs;
+		w.log_roots = &logs;
 		/* log blocks carry the generation after the superblock's */
 		w.max_gen = c->super_generation + 1;
 		ret = walk_tree(&w, &lr, NULL);

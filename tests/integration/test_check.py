@@ -119,7 +119,7 @@ def damaged(img, edit):
 
 
 def _find(im, tree, pred):
-    root = im.super("chunk_root") if tree == C.CHUNK_TREE else im.tree_root(tree)[0]
+    root = {C.CHUNK_TREE: im.super("chunk_root"), C.ROOT_TREE: im.super("root")}.get(tree) or im.tree_root(tree)[0]
     got = im.find_item(root, pred)
     assert got, "no such item"
     return got
@@ -269,6 +269,24 @@ def test_super_total_bytes(ubtrfs_bin, base):
     recs, summary = problems(cp)
     assert cp.returncode == 2 and not summary["opened"] and b"error" in cp.stderr, T.describe(cp)
     assert any(r["class"] == "super" and r["physical"] == C.SUPER_OFFSETS[0] and "total_bytes" in r["message"]
+               for r in recs), recs
+
+
+def test_root_backref_missing(ubtrfs_bin, factory, tmp_path):
+    img = tmp_path / "subvol.img"
+    T.copy_sparse(factory.image("kernel-subvol-zstd").devices[0], img)
+    where = {}
+
+    def edit(im):
+        blk, slot = _find(im, C.ROOT_TREE, lambda k: k.type == C.ROOT_BACKREF)
+        where["key"] = tuple(blk.item_key(slot))
+        blk.delete_item(slot)
+        im.write_block(blk)
+    recs = damaged(img, edit)
+    child, _, parent = where["key"]
+    assert any(r["class"] == "root" and r["key"] == [parent, C.ROOT_REF, child] and "without" in r["message"]
+               for r in recs), recs
+    assert any(r["class"] == "root" and r["key"][0] == child and "linked nowhere" in r["message"]
                for r in recs), recs
 
 
