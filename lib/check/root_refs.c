@@ -55,17 +55,52 @@ int chk_root_refs_add(struct ub_checker *c, const struct ub_key *k, const uint8_
 	return 0;
 }
 
+static int ref_cmp(const struct chk_root_ref *a, uint8_t type, uint64_t from, uint64_t to)
+{
+	if (a->type != type)
+		return a->type < type ? -1 : 1;
+	if (a->from != from)
+		return a->from < from ? -1 : 1;
+	return a->to < to ? -1 : a->to > to;
+}
+
+static int by_key(const void *x, const void *y)
+{
+	const struct chk_root_ref *b = y;
+
+	return ref_cmp(x, b->type, b->from, b->to);
+}
+
+/* The first ref at or after (type, from, to) in the sorted list (an index, nroot_refs if none). */
+static size_t lower_bound(const struct ub_checker *c, uint8_t type, uint64_t from, uint64_t to)
+{
+	size_t lo = 0, hi = c->nroot_refs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ref_cmp(&c->root_refs[mid], type, from, to) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static const struct chk_root_ref *find_ref(const struct ub_checker *c, uint8_t type, uint64_t from, uint64_t to)
 {
-	for (size_t i = 0; i < c->nroot_refs; i++)
-		if (c->root_refs[i].type == type && c->root_refs[i].from == from && c->root_refs[i].to == to)
-			return &c->root_refs[i];
-	return NULL;
+	size_t i = lower_bound(c, type, from, to);
+
+	return i < c->nroot_refs && !ref_cmp(&c->root_refs[i], type, from, to) ? &c->root_refs[i] : NULL;
 }
 
 void chk_root_refs_check(struct ub_checker *c)
 {
 	struct ub_chk_problem p;
+
+	/* the root tree hands them over in key order already; sorting makes sure of it */
+	if (c->nroot_refs)
+		qsort(c->root_refs, c->nroot_refs, sizeof(*c->root_refs), by_key);
 
 	for (size_t i = 0; i < c->nroot_refs; i++) {
 		const struct chk_root_ref *r = &c->root_refs[i];
@@ -90,11 +125,10 @@ void chk_root_refs_check(struct ub_checker *c)
 	if (!c->walk_complete)
 		return; /* a root tree leaf may be missing: its refs are unknown */
 	for (size_t i = 0; i < c->nlive; i++) {
-		bool linked = false;
+		size_t j = lower_bound(c, BTRFS_ROOT_BACKREF_KEY, c->live_subvols[i], 0);
 
-		for (size_t j = 0; j < c->nroot_refs && !linked; j++)
-			linked = c->root_refs[j].type == BTRFS_ROOT_BACKREF_KEY && c->root_refs[j].from == c->live_subvols[i];
-		if (!linked) {
+		if (j >= c->nroot_refs || c->root_refs[j].type != BTRFS_ROOT_BACKREF_KEY ||
+		    c->root_refs[j].from != c->live_subvols[i]) {
 			memset(&p, 0, sizeof(p));
 			p.cls = UB_CHK_ROOT;
 			p.tree = BTRFS_ROOT_TREE_OBJECTID;
