@@ -14,48 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check/check_priv.h"
+#include "check/chunks.h"
 
 #define CH(field, p) UB_GET(btrfs_chunk, field, p)
 
-struct cstripe {
-	uint64_t devid, physical;
-	bool found;
-};
-
-struct cinfo {
-	uint64_t logical, length, type, stripe_size;
-	uint64_t extents_sum, bg_used;
-	uint64_t free_sum;              /* bytes the free space tree calls free */
-	uint32_t free_count, free_extents; /* FREE_SPACE_INFO's extent_count, FREE_SPACE_EXTENTs seen */
-	uint32_t free_flags;
-	uint16_t num;
-	bool bg, free_info;
-	struct cstripe *st;
-};
-
-struct dinfo {
-	uint64_t devid, total, used, extents_sum;
-	uint8_t uuid[UB_UUID_SIZE];
-};
-
-struct cstate {
-	struct ub_checker *c;
-	struct ub_fs *fs;
-	uint32_t nodesize, sectorsize;
-	struct cinfo *ch;
-	size_t nch, cap;
-	struct dinfo *dev;
-	size_t ndev, dcap;
-	uint64_t prev_devid, prev_dev_end; /* last device extent, for overlaps */
-	uint64_t prev_ext_end, prev_ext;   /* last extent item */
-	size_t blocks_cursor;              /* the tree walk's next block, for the extent checks */
-	uint64_t prev_free_end;            /* last free space extent or bitmap */
-	bool chunks_incomplete, devext_incomplete, extents_incomplete, bg_incomplete;
-	bool newest_root; /* the superblock's own root tree, not an older one (--generation) */
-};
-
-static void where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical)
+void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical)
 {
 	memset(p, 0, sizeof(*p));
 	p->cls = UB_CHK_CHUNK;
@@ -67,14 +30,12 @@ static void where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *
 	p->logical = logical;
 }
 
-typedef int (*item_fn)(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
-
 /*
  * Every item of tree `tree` from `from` on, in key order. 0 when all were
  * seen, 1 when the tree is absent or could not be read to its end (said as a
  * problem: the reader's message names the block), <0 on a fatal error.
  */
-static int scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, item_fn fn)
+int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, chk_item_fn fn)
 {
 	struct ub_tree_ctx *tc = ub_fs_trees(s->fs);
 	struct ub_chk_problem p;
@@ -85,7 +46,7 @@ static int scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from,
 	int ret = ub_fs_tree_root(s->fs, tree, &r);
 
 	if (ret == -ENOENT) {
-		where(&p, tree, NULL, 0);
+		chk_where(&p, tree, NULL, 0);
 		chk_report(s->c, &p, "%s is missing", ub_tree_name(tree, name, sizeof(name)));
 		return 1;
 	}
@@ -119,7 +80,7 @@ static int scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from,
 	why = chk_captured(s->c);
 	ub_path_release(&path);
 	if (ret < 0 && ret != -ENOMEM) {
-		where(&p, tree, NULL, 0);
+		chk_where(&p, tree, NULL, 0);
 		chk_report(s->c, &p, "%s cannot be read to its end: %s", ub_tree_name(tree, name, sizeof(name)),
 			   *why ? why : strerror(-ret));
 		return 1;
@@ -128,7 +89,7 @@ static int scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from,
 }
 
 /* The chunk holding `logical`, or -1. */
-static long find_chunk(const struct cstate *s, uint64_t logical)
+long chk_find_chunk(const struct cstate *s, uint64_t logical)
 {
 	size_t lo = 0, hi = s->nch;
 
@@ -213,7 +174,7 @@ static int chunk_item(struct cstate *s, const struct ub_key *k, const uint8_t *d
 		ci->st[i].physical = UB_GET(btrfs_stripe, offset, st);
 	}
 	s->nch++;
-	where(&p, BTRFS_CHUNK_TREE_OBJECTID, k, ci->logical);
+	chk_where(&p, BTRFS_CHUNK_TREE_OBJECTID, k, ci->logical);
 	if (s->nch > 1 && s->ch[s->nch - 2].logical + s->ch[s->nch - 2].length > ci->logical)
 		chk_report(s->c, &p, "chunk %llu overlaps chunk %llu (length %llu)", (unsigned long long)ci->logical,
 			   (unsigned long long)s->ch[s->nch - 2].logical, (unsigned long long)s->ch[s->nch - 2].length);
@@ -262,7 +223,7 @@ static void check_sys_array(struct cstate *s, const uint8_t *sb)
 		pos += UB_DISK_KEY_SIZE + len;
 		listed[nlisted++] = k.offset;
 		p.logical = k.offset;
-		i = find_chunk(s, k.offset);
+		i = chk_find_chunk(s, k.offset);
 		if (i < 0 || s->ch[i].logical != k.offset) {
 			chk_report(s->c, &p, "system chunk array: chunk %llu is not in the chunk tree",
 				   (unsigned long long)k.offset);
@@ -335,7 +296,7 @@ static void check_chunk_devices(struct cstate *s)
 		const struct ub_profile *pr = ub_profile_of(ci->type);
 		struct ub_key k = { BTRFS_FIRST_CHUNK_TREE_OBJECTID, BTRFS_CHUNK_ITEM_KEY, ci->logical };
 
-		where(&p, BTRFS_CHUNK_TREE_OBJECTID, &k, ci->logical);
+		chk_where(&p, BTRFS_CHUNK_TREE_OBJECTID, &k, ci->logical);
 		if (pr && pr->devs_min > 0 && s->ndev < (size_t)pr->devs_min)
 			chk_report(s->c, &p, "%s chunk needs at least %d devices, the filesystem has %zu",
 				   ub_profile_name(ci->type), pr->devs_min, s->ndev);
@@ -375,7 +336,7 @@ static int dev_extent(struct cstate *s, const struct ub_key *k, const uint8_t *d
 	s->c->sum.dev_extents++;
 	len = UB_GET(btrfs_dev_extent, length, d);
 	logical = UB_GET(btrfs_dev_extent, chunk_offset, d);
-	where(&p, BTRFS_DEV_TREE_OBJECTID, k, logical);
+	chk_where(&p, BTRFS_DEV_TREE_OBJECTID, k, logical);
 	p.devid = k->objectid;
 	p.physical = k->offset;
 	if (s->prev_devid == k->objectid && k->offset < s->prev_dev_end)
@@ -394,7 +355,7 @@ static int dev_extent(struct cstate *s, const struct ub_key *k, const uint8_t *d
 				   (unsigned long long)len, (unsigned long long)k->offset,
 				   (unsigned long long)dv->devid, (unsigned long long)dv->total);
 	}
-	ci = find_chunk(s, logical);
+	ci = chk_find_chunk(s, logical);
 	if (ci < 0 || s->ch[ci].logical != logical) {
 		if (!s->chunks_incomplete)
 			chk_report(s->c, &p, "device extent for chunk %llu, which does not exist", (unsigned long long)logical);
@@ -427,8 +388,8 @@ static void block_group(struct cstate *s, const struct ub_key *k, const uint8_t 
 	if (size < sizeof(struct btrfs_block_group_item))
 		return;
 	s->c->sum.block_groups++;
-	where(&p, tree, k, k->objectid);
-	i = find_chunk(s, k->objectid);
+	chk_where(&p, tree, k, k->objectid);
+	i = chk_find_chunk(s, k->objectid);
 	if (i < 0 || s->ch[i].logical != k->objectid) {
 		if (!s->chunks_incomplete)
 			chk_report(s->c, &p, "block group %llu has no chunk", (unsigned long long)k->objectid);
@@ -472,7 +433,7 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 	chk_extent_refs_item(s->c, k, d, size, s->nodesize, &s->blocks_cursor);
 	len = k->type == BTRFS_METADATA_ITEM_KEY ? s->nodesize : k->offset;
 	s->c->sum.extents++;
-	where(&p, BTRFS_EXTENT_TREE_OBJECTID, k, k->objectid);
+	chk_where(&p, BTRFS_EXTENT_TREE_OBJECTID, k, k->objectid);
 	if (s->prev_ext_end > k->objectid)
 		chk_report(s->c, &p, "extent [%llu, +%llu) overlaps the extent at %llu (ending at %llu)",
 			   (unsigned long long)k->objectid, (unsigned long long)len, (unsigned long long)s->prev_ext,
@@ -481,7 +442,7 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 		s->prev_ext = k->objectid;
 		s->prev_ext_end = k->objectid + len;
 	}
-	i = find_chunk(s, k->objectid);
+	i = chk_find_chunk(s, k->objectid);
 	if (i < 0) {
 		if (!s->chunks_incomplete)
 			chk_report(s->c, &p, "extent [%llu, +%llu) is in no chunk", (unsigned long long)k->objectid,
@@ -507,101 +468,6 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 	return 0;
 }
 
-static void where_free(struct ub_chk_problem *p, const struct ub_key *k)
-{
-	where(p, BTRFS_FREE_SPACE_TREE_OBJECTID, k, k ? k->objectid : 0);
-	p->cls = UB_CHK_FREE_SPACE;
-}
-
-/* Free bytes of a bitmap item: one bit per sector, set = free. */
-static uint64_t bitmap_free(const uint8_t *d, uint32_t nbits, uint32_t sectorsize)
-{
-	uint64_t n = 0;
-
-	for (uint32_t i = 0; i < nbits; i++)
-		n += (d[i / 8] >> (i % 8)) & 1;
-	return n * sectorsize;
-}
-
-static int free_space_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size)
-{
-	struct ub_chk_problem p;
-	long i = find_chunk(s, k->objectid);
-
-	where_free(&p, k);
-	/*
-	 * Items below the first chunk are left over, not wrong: mkfs.btrfs leaves
-	 * those of its temporary chunks there (btrfs check passes them too).
-	 */
-	if (!s->nch || k->objectid + k->offset <= s->ch[0].logical)
-		return 0;
-	if (k->type == BTRFS_FREE_SPACE_INFO_KEY) {
-		if (i < 0 || s->ch[i].logical != k->objectid || !s->ch[i].bg || s->ch[i].length != k->offset) {
-			chk_report(s->c, &p, "free space info for [%llu, +%llu), which is no block group",
-				   (unsigned long long)k->objectid, (unsigned long long)k->offset);
-			return 0;
-		}
-		if (size < sizeof(struct btrfs_free_space_info))
-			return 0;
-		s->ch[i].free_info = true;
-		s->ch[i].free_count = (uint32_t)UB_GET(btrfs_free_space_info, extent_count, d);
-		s->ch[i].free_flags = (uint32_t)UB_GET(btrfs_free_space_info, flags, d);
-		return 0;
-	}
-	if (k->type != BTRFS_FREE_SPACE_EXTENT_KEY && k->type != BTRFS_FREE_SPACE_BITMAP_KEY)
-		return 0;
-	if (k->objectid < s->prev_free_end)
-		chk_report(s->c, &p, "free space [%llu, +%llu) overlaps the free space before it (ending at %llu)",
-			   (unsigned long long)k->objectid, (unsigned long long)k->offset,
-			   (unsigned long long)s->prev_free_end);
-	if (k->objectid + k->offset > s->prev_free_end)
-		s->prev_free_end = k->objectid + k->offset;
-	if (i < 0 || !s->ch[i].bg || k->objectid + k->offset > s->ch[i].logical + s->ch[i].length) {
-		chk_report(s->c, &p, "free space [%llu, +%llu) is not inside one block group",
-			   (unsigned long long)k->objectid, (unsigned long long)k->offset);
-		return 0;
-	}
-	if (k->type == BTRFS_FREE_SPACE_EXTENT_KEY) {
-		s->ch[i].free_sum += k->offset;
-		s->ch[i].free_extents++;
-	} else {
-		uint64_t nbits = k->offset / s->sectorsize;
-
-		if (nbits > (uint64_t)size * 8) {
-			chk_report(s->c, &p, "free space bitmap of %u bytes cannot cover %llu sectors", size,
-				   (unsigned long long)nbits);
-			return 0;
-		}
-		s->ch[i].free_sum += bitmap_free(d, (uint32_t)nbits, s->sectorsize);
-	}
-	return 0;
-}
-
-static void check_free_space(struct cstate *s)
-{
-	struct ub_chk_problem p;
-
-	for (size_t i = 0; i < s->nch; i++) {
-		struct cinfo *ci = &s->ch[i];
-		struct ub_key k = { ci->logical, BTRFS_FREE_SPACE_INFO_KEY, ci->length };
-
-		if (!ci->bg)
-			continue;
-		where_free(&p, &k);
-		if (!ci->free_info) {
-			chk_report(s->c, &p, "block group %llu has no free space info", (unsigned long long)ci->logical);
-			continue;
-		}
-		if (ci->free_sum != ci->length - ci->extents_sum)
-			chk_report(s->c, &p, "block group %llu: the free space tree records %llu free bytes, its extents leave %llu",
-				   (unsigned long long)ci->logical, (unsigned long long)ci->free_sum,
-				   (unsigned long long)(ci->length - ci->extents_sum));
-		if (!(ci->free_flags & BTRFS_FREE_SPACE_USING_BITMAPS) && ci->free_count != ci->free_extents)
-			chk_report(s->c, &p, "block group %llu: free space info counts %u extents, the tree holds %u",
-				   (unsigned long long)ci->logical, ci->free_count, ci->free_extents);
-	}
-}
-
 /* What only the whole of every stream can tell. */
 static void check_totals(struct cstate *s)
 {
@@ -611,7 +477,7 @@ static void check_totals(struct cstate *s)
 		struct cinfo *ci = &s->ch[i];
 		struct ub_key k = { BTRFS_FIRST_CHUNK_TREE_OBJECTID, BTRFS_CHUNK_ITEM_KEY, ci->logical };
 
-		where(&p, BTRFS_CHUNK_TREE_OBJECTID, &k, ci->logical);
+		chk_where(&p, BTRFS_CHUNK_TREE_OBJECTID, &k, ci->logical);
 		if (!ci->bg && !s->bg_incomplete)
 			chk_report(s->c, &p, "chunk %llu (%s, %llu bytes) has no block group", (unsigned long long)ci->logical,
 				   ub_profile_name(ci->type), (unsigned long long)ci->length);
@@ -648,7 +514,7 @@ static void check_totals(struct cstate *s)
 	for (size_t i = 0; i < s->ndev && !s->devext_incomplete; i++) {
 		struct ub_key k = { BTRFS_DEV_ITEMS_OBJECTID, BTRFS_DEV_ITEM_KEY, s->dev[i].devid };
 
-		where(&p, BTRFS_CHUNK_TREE_OBJECTID, &k, 0);
+		chk_where(&p, BTRFS_CHUNK_TREE_OBJECTID, &k, 0);
 		p.devid = s->dev[i].devid;
 		if (s->dev[i].used != s->dev[i].extents_sum)
 			chk_report(s->c, &p, "devid %llu: bytes_used %llu, its device extents sum to %llu",
@@ -676,7 +542,7 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 				rt.bytenr == UB_GET(ub_disk_super, root, sb);
 	}
 	chk_progress(c, "chunks", 0, 0);
-	ret = scan_tree(&s, BTRFS_CHUNK_TREE_OBJECTID, &from, chunk_item);
+	ret = chk_scan_tree(&s, BTRFS_CHUNK_TREE_OBJECTID, &from, chunk_item);
 	s.chunks_incomplete = ret == 1;
 	c->sum.chunks = s.nch;
 	if (ret == 0 && s.newest_root) {
@@ -686,16 +552,16 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	if (ret >= 0) {
 		check_chunk_devices(&s);
 		chk_progress(c, "device extents", 0, 0);
-		ret = scan_tree(&s, BTRFS_DEV_TREE_OBJECTID, &from, dev_extent);
+		ret = chk_scan_tree(&s, BTRFS_DEV_TREE_OBJECTID, &from, dev_extent);
 		s.devext_incomplete = ret == 1;
 	}
 	if (ret >= 0 && (UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE)) {
-		ret = scan_tree(&s, BTRFS_BLOCK_GROUP_TREE_OBJECTID, &from, bg_item);
+		ret = chk_scan_tree(&s, BTRFS_BLOCK_GROUP_TREE_OBJECTID, &from, bg_item);
 		s.bg_incomplete = ret == 1;
 	}
 	if (ret >= 0) {
 		chk_progress(c, "extents", 0, 0);
-		ret = scan_tree(&s, BTRFS_EXTENT_TREE_OBJECTID, &from, extent_item);
+		ret = chk_scan_tree(&s, BTRFS_EXTENT_TREE_OBJECTID, &from, extent_item);
 		s.extents_incomplete = ret == 1;
 		if (ret == 0)
 			chk_extent_refs_end(c, &s.blocks_cursor);
@@ -709,9 +575,9 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	    (UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE) &&
 	    (UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE_VALID)) {
 		chk_progress(c, "free space", 0, 0);
-		ret = scan_tree(&s, BTRFS_FREE_SPACE_TREE_OBJECTID, &from, free_space_item);
+		ret = chk_scan_tree(&s, BTRFS_FREE_SPACE_TREE_OBJECTID, &from, chk_free_space_item);
 		if (ret == 0)
-			check_free_space(&s);
+			chk_free_space_check(&s);
 		else if (ret == 1)
 			ret = 0;
 	}
