@@ -60,5 +60,6 @@ int cmd_filesystem(int argc, char **argv);
 int cmd_mkfs(int argc, char **argv);
 int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 
 #endif

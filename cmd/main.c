@@ -15,6 +15,7 @@ static const struct {
 	{ "mkfs", cmd_mkfs, "make a new filesystem on one or more devices" },
 	{ "mount", cmd_mount, "mount read-only through FUSE" },
 	{ "umount", cmd_umount, "unmount what 'ubtrfs mount' mounted" },
+	{ "check", cmd_check, "verify a filesystem read-only and report every problem found" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

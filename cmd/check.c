@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/* ubtrfs check: verify an unmounted filesystem read-only and say each problem on one line. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "ubtrfs/check.h"
+#include "ubtrfs/devinfo.h"
+#include "ubtrfs/fsinfo.h"
+#include "ubtrfs/mkfs.h"
+#include "cmd.h"
+
+static const char help[] =
+	"usage: ubtrfs check [OPTIONS] DEV...\n\n"
+	"Check the filesystem on DEV... without changing it (devices are opened read-only):\n"
+	"superblocks, tree blocks, chunks, block groups, device extents, the extent items of\n"
+	"tree blocks, the free space tree and root references (docs/check.md).\n"
+	"Each problem is one line on stdout (class, tree, key, logical address, device, what is\n"
+	"wrong), then a summary. A device the kernel or a ubtrfs mount holds is refused.\n\n"
+	"      --json         one JSON object per problem, then one {\"summary\": ...} object\n"
+	"      --force        check a device even if a mounted filesystem uses it\n"
+	"  -h, --help         this text\n"
+	OPEN_ARGS_HELP
+	"\nExit codes: 0 no problem found, 1 problems found, 2 usage or fatal error (the\n"
+	"filesystem could not be opened or a pass could not run).\n";
+
+struct out {
+	bool json;
+	bool tty;          /* progress on stderr */
+	bool progress_shown;
+	struct timespec last;
+};
+
+static void json_string(const char *s)
+{
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20 || *p >= 0x7f)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
+
+static void clear_progress(struct out *o)
+{
+	if (o->progress_shown) {
+		fputs("\r\033[K", stderr);
+		o->progress_shown = false;
+	}
+}
+
+static void on_problem(void *arg, const struct ub_chk_problem *p)
+{
+	struct out *o = arg;
+	char name[32];
+
+	clear_progress(o);
+	if (o->json) {
+		printf("{\"class\":\"%s\",\"tree\":", ub_chk_class_name(p->cls));
+		if (p->tree) {
+			printf("%llu,\"tree_name\":", (unsigned long long)p->tree);
+			json_string(ub_tree_name(p->tree, name, sizeof(name)));
+		} else {
+			printf("null,\"tree_name\":null");
+		}
+		if (p->has_key)
+			printf(",\"key\":[%llu,%u,%llu]", (unsigned long long)p->key.objectid, p->key.type,
+			       (unsigned long long)p->key.offset);
+		else
+			printf(",\"key\":null");
+		printf(",\"logical\":%llu,\"devid\":%llu,\"physical\":%llu,\"inode\":%llu,\"path\":",
+		       (unsigned long long)p->logical, (unsigned long long)p->devid, (unsigned long long)p->physical,
+		       (unsigned long long)p->inode);
+		if (p->path)
+			json_string(p->path);
+		else
+			printf("null");
+		printf(",\"message\":");
+		json_string(p->msg);
+		printf("}\n");
+		return;
+	}
+	printf("%s:", ub_chk_class_name(p->cls));
+	if (p->tree)
+		printf(" tree %s", ub_tree_name(p->tree, name, sizeof(name)));
+	if (p->has_key) {
+		const char *t = ub_key_type_name(p->key.type);
+
+		if (t)
+			printf(" key (%llu %s %llu)", (unsigned long long)p->key.objectid, t,
+			       (unsigned long long)p->key.offset);
+		else
+			printf(" key (%llu %u %llu)", (unsigned long long)p->key.objectid, p->key.type,
+			       (unsigned long long)p->key.offset);
+	}
+	if (p->inode)
+		printf(" inode %llu", (unsigned long long)p->inode);
+	if (p->logical)
+		printf(" logical %llu", (unsigned long long)p->logical);
+	if (p->devid)
+		printf(" devid %llu", (unsigned long long)p->devid);
+	if (p->devid && p->physical)
+		printf(" physical %llu", (unsigned long long)p->physical);
+	if (p->path)
+		printf(" (%s)", p->path);
+	printf("%s%s\n", p->tree || p->has_key || p->inode || p->logical || p->devid || p->path ? ": " : " ", p->msg);
+}
+
+static void on_progress(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+	struct out *o = arg;
+	struct timespec now;
+
+	if (!o->tty)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	/* five updates a second are enough to see it move */
+	if (o->progress_shown && (now.tv_sec - o->last.tv_sec) * 1000000000L + (now.tv_nsec - o->last.tv_nsec) < 200000000L)
+		return;
+	o->last = now;
+	if (total)
+		fprintf(stderr, "\r\033[Kchecking %s: %llu of %llu", phase, (unsigned long long)done,
+			(unsigned long long)total);
+	else if (done)
+		fprintf(stderr, "\r\033[Kchecking %s: %llu MiB", phase, (unsigned long long)(done >> 20));
+	else
+		fprintf(stderr, "\r\033[Kchecking %s", phase);
+	o->progress_shown = true;
+}
+
+/*
+ * A ubtrfs (FUSE) mount names its first device in mountinfo's source field;
+ * the kernel's mounts are found by ub_mkfs_check_paths.
+ */
+static bool fuse_mounted(const char *path)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	struct stat want, st;
+	char *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+
+	if (!f)
+		return false;
+	if (stat(path, &want)) {
+		fclose(f);
+		return false;
+	}
+	while (!found && getline(&line, &cap, f) > 0) {
+		char *sep = strstr(line, " - ");
+		char fstype[256], src[4096];
+
+		if (!sep || sscanf(sep + 3, "%255s %4095s", fstype, src) != 2 || strcmp(fstype, "fuse.ubtrfs"))
+			continue;
+		if (stat(src, &st))
+			continue;
+		found = S_ISBLK(want.st_mode) ? S_ISBLK(st.st_mode) && st.st_rdev == want.st_rdev
+					      : st.st_dev == want.st_dev && st.st_ino == want.st_ino;
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/* The devices of the open filesystem, refused when a mount holds one. 0 or -EBUSY (said). */
+static int refuse_mounted(struct ub_fs *fs)
+{
+	struct ub_device_info *devs = NULL;
+	char why[512];
+	int n = 0, ret = ub_volume_list_devices(ub_fs_volume(fs), &devs, &n);
+
+	for (int i = 0; !ret && i < n; i++) {
+		const char *path = devs[i].path;
+
+		if (!path)
+			continue;
+		if (ub_mkfs_check_paths(&path, 1, true, why, sizeof(why)) == -EBUSY) {
+			fprintf(stderr, "ubtrfs check: error: %s (--force checks it anyway)\n", why);
+			ret = -EBUSY;
+		} else if (fuse_mounted(path)) {
+			fprintf(stderr, "ubtrfs check: error: %s is mounted by ubtrfs mount (--force checks it anyway)\n",
+				path);
+			ret = -EBUSY;
+		}
+	}
+	free(devs);
+	return ret;
+}
+
+static void print_summary(const struct out *o, const struct ub_chk_summary *s, bool opened)
+{
+	uint64_t total = 0;
+
+	for (int i = 0; i < UB_CHK_NCLASSES; i++)
+		total += s->problems[i];
+	if (o->json) {
+		printf("{\"summary\":{\"opened\":%s,\"problems\":%llu,\"by_class\":{", opened ? "true" : "false",
+		       (unsigned long long)total);
+		for (int i = 0; i < UB_CHK_NCLASSES; i++)
+			printf("%s\"%s\":%llu", i ? "," : "", ub_chk_class_name((enum ub_chk_class)i),
+			       (unsigned long long)s->problems[i]);
+		printf("},\"superblocks\":%llu,\"trees\":%llu,\"tree_blocks\":%llu,\"shared_blocks\":%llu,"
+		       "\"metadata_bytes\":%llu,\"chunks\":%llu,\"block_groups\":%llu,\"dev_extents\":%llu,"
+		       "\"extents\":%llu,\"data_bytes\":%llu}}\n",
+		       (unsigned long long)s->superblocks, (unsigned long long)s->trees,
+		       (unsigned long long)s->tree_blocks, (unsigned long long)s->shared_blocks,
+		       (unsigned long long)s->meta_bytes, (unsigned long long)s->chunks,
+		       (unsigned long long)s->block_groups, (unsigned long long)s->dev_extents,
+		       (unsigned long long)s->extents, (unsigned long long)s->data_bytes);
+		return;
+	}
+	printf("checked: %llu superblock copies, %llu trees, %llu tree blocks (%llu bytes of metadata, %llu shared "
+	       "blocks seen again), %llu chunks, %llu block groups, %llu device extents, %llu extents (%llu bytes "
+	       "of data)\n",
+	       (unsigned long long)s->superblocks, (unsigned long long)s->trees, (unsigned long long)s->tree_blocks,
+	       (unsigned long long)s->meta_bytes, (unsigned long long)s->shared_blocks, (unsigned long long)s->chunks,
+	       (unsigned long long)s->block_groups, (unsigned long long)s->dev_extents,
+	       (unsigned long long)s->extents, (unsigned long long)s->data_bytes);
+	printf("problems: %llu", (unsigned long long)total);
+	for (int i = 0; i < UB_CHK_NCLASSES; i++)
+		printf("%s%s %llu", i ? ", " : " (", ub_chk_class_name((enum ub_chk_class)i),
+		       (unsigned long long)s->problems[i]);
+	printf(")%s\n", opened ? "" : "; the filesystem could not be opened, so only its superblocks were checked");
+}
+
+int cmd_check(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		OPEN_ARGS_LONGOPTS,
+		{ "json", no_argument, NULL, 0x400 },
+		{ "force", no_argument, NULL, 0x401 },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct open_args oa;
+	struct out o = { 0 };
+	struct ub_chk_sink sink = { on_problem, on_progress, &o };
+	struct ub_chk_opts copts = { 0 };
+	struct ub_chk_summary sum;
+	struct ub_checker *c = NULL;
+	struct ub_fs *fs = NULL;
+	struct ub_log log;
+	bool force = false;
+	int opt, ret, rc = EXIT_OK;
+
+	open_args_init(&oa);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "vqh", longopts, NULL)) != -1) {
+		int r = open_args_parse(&oa, opt, optarg);
+
+		if (r < 0)
+			return usage_error("check", "invalid value '%s'", optarg ? optarg : "");
+		if (r)
+			continue;
+		switch (opt) {
+		case 0x400: o.json = true; break;
+		case 0x401: force = true; break;
+		case 'h': fputs(help, stdout); return EXIT_OK;
+		default: return usage_error("check", "invalid option");
+		}
+	}
+	if (optind >= argc)
+		return usage_error("check", "no device given");
+	o.tty = isatty(2);
+	copts.verbosity = oa.verbosity;
+	copts.no_log = oa.no_log;
+	if (ub_checker_new(&copts, &sink, &c)) {
+		fprintf(stderr, "ubtrfs check: error: out of memory\n");
+		return EXIT_FATAL;
+	}
+	ub_checker_log(c, &log);
+	{
+		struct ub_fs_opts fo = { .writable = false, .super_mirror = oa.super_mirror, .no_log = oa.no_log,
+					 .root_generation = oa.generation };
+
+		ret = open_fs_with(&oa, argv + optind, argc - optind, &fo, &log, &fs);
+	}
+	if (ret) {
+		/* what can be read without the filesystem: the superblocks of the devices named */
+		ub_checker_supers(c, (const char *const *)argv + optind, argc - optind, NULL);
+		rc = EXIT_FATAL;
+		goto out;
+	}
+	if (!force && refuse_mounted(fs)) {
+		ub_fs_close(fs);
+		ub_checker_free(c);
+		return EXIT_FATAL;
+	}
+	ret = ub_checker_supers(c, NULL, 0, fs);
+	if (!ret)
+		ret = ub_checker_run(c, fs);
+	if (ret) {
+		clear_progress(&o);
+		fprintf(stderr, "ubtrfs check: error: the check could not be completed: %s\n", strerror(-ret));
+		rc = EXIT_FATAL;
+	}
+out:
+	clear_progress(&o);
+	ub_checker_summary(c, &sum);
+	print_summary(&o, &sum, fs != NULL);
+	if (rc == EXIT_OK)
+		for (int i = 0; i < UB_CHK_NCLASSES; i++)
+			if (sum.problems[i])
+				rc = EXIT_PROBLEMS;
+	if (fs)
+		ub_fs_close(fs);
+	ub_checker_free(c);
+	return rc;
+}

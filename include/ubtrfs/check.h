@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The checker: verifies an open filesystem read-only and hands every problem
+ * it finds, one structured record each, to the caller's sink.
+ *
+ * Use: ub_checker_new, open the filesystem with the log sink
+ * ub_checker_log gives (so the reader's own verdicts on blocks become
+ * problems of the check that asked for them), ub_checker_supers on the
+ * device paths, ub_checker_run on the filesystem, ub_checker_summary.
+ * docs/check.md lists every check and its message.
+ */
+#ifndef UBTRFS_CHECK_H
+#define UBTRFS_CHECK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "ubtrfs/fs.h"
+#include "ubtrfs/log.h"
+
+/* Classes of problems, in the order the checker runs them (new classes go before OTHER). */
+enum ub_chk_class {
+	UB_CHK_SUPER = 0, /* superblock copies, backup roots, device items against devices */
+	UB_CHK_TREE,      /* tree blocks: reading, header, items, keys, reachability */
+	UB_CHK_CHUNK,     /* chunks, block groups, device extents */
+	UB_CHK_EXTENT,    /* the extent tree against what the trees reference */
+	UB_CHK_FREE_SPACE, /* the free space tree against the block groups' unused bytes */
+	UB_CHK_ROOT,      /* root items and root references */
+	UB_CHK_OTHER,     /* a library error no check asked for (logged while opening, ...) */
+	UB_CHK_NCLASSES
+};
+
+/* "super", "tree", "chunk", "extent", "free-space", "root", "other". */
+const char *ub_chk_class_name(enum ub_chk_class c);
+
+/* One problem. Fields not known are 0 (has_key false, path NULL). Valid during the callback only. */
+struct ub_chk_problem {
+	enum ub_chk_class cls;
+	uint64_t tree;        /* tree objectid, 0: not in a tree */
+	bool has_key;
+	struct ub_key key;    /* the item or pointer key where the problem is */
+	uint64_t logical;     /* logical address (a tree block, a chunk...), 0 if none */
+	uint64_t devid;       /* device, 0 if none */
+	uint64_t physical;    /* byte offset on that device, when devid is set */
+	uint64_t inode;       /* 0 if none */
+	const char *path;     /* the inode's path or the device's path, NULL if unknown */
+	const char *msg;      /* what is wrong */
+};
+
+struct ub_chk_sink {
+	void (*problem)(void *arg, const struct ub_chk_problem *p);
+	/* progress: `phase` names the pass, done/total in bytes of metadata (total may be 0); may be NULL */
+	void (*progress)(void *arg, const char *phase, uint64_t done, uint64_t total);
+	void *arg;
+};
+
+struct ub_chk_opts {
+	int verbosity;        /* library messages that are no problem go to stderr up to this level */
+	bool no_log;          /* leave the fsync log trees out (as the filesystem was opened with no_log) */
+};
+
+struct ub_chk_summary {
+	uint64_t problems[UB_CHK_NCLASSES];
+	uint64_t superblocks;   /* copies read */
+	uint64_t trees;         /* trees walked */
+	uint64_t tree_blocks;   /* blocks verified */
+	uint64_t meta_bytes;    /* their bytes */
+	uint64_t shared_blocks; /* reached again from another subvolume tree (checked once) */
+	uint64_t chunks, block_groups, dev_extents;
+	uint64_t extents;       /* extent items counted into block groups */
+	uint64_t data_bytes;    /* bytes of data extents counted */
+};
+
+struct ub_checker;
+
+int ub_checker_new(const struct ub_chk_opts *opts, const struct ub_chk_sink *sink, struct ub_checker **out);
+void ub_checker_free(struct ub_checker *c);
+/*
+ * The log sink to open the filesystem with. An error logged while a check
+ * reads becomes that check's problem (with its tree, key and address); one
+ * logged elsewhere (the open) becomes a problem of class UB_CHK_OTHER.
+ */
+void ub_checker_log(struct ub_checker *c, struct ub_log *out);
+/*
+ * Every superblock copy of every device in `paths` (opened read-only),
+ * read raw: works also when the filesystem cannot be opened. With `fs` set
+ * (may be NULL) the copies are compared with the devices the filesystem
+ * knows too. 0, or -errno when it could not be done at all.
+ */
+int ub_checker_supers(struct ub_checker *c, const char *const *paths, int npaths, struct ub_fs *fs);
+/* The checks that need the open filesystem: tree blocks, chunks. 0, or -errno when a pass could not run. */
+int ub_checker_run(struct ub_checker *c, struct ub_fs *fs);
+void ub_checker_summary(const struct ub_checker *c, struct ub_chk_summary *out);
+
+#endif

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/* What the checker's passes share: the checker's state and how a problem is reported. */
+#ifndef UBTRFS_CHECK_PRIV_H
+#define UBTRFS_CHECK_PRIV_H
+
+#include "ubtrfs/check.h"
+#include "ubtrfs/devinfo.h"
+#include "ubtrfs/fsinfo.h"
+
+/* A tree block the walk reached. */
+struct chk_block {
+	uint64_t addr;
+	uint32_t ptrs; /* pointers (and root items) that reached it */
+	uint32_t tag;  /* the walk's tag of the first tree that reached it (1-based) */
+};
+
+struct chk_block_map {
+	struct chk_block *v;
+	size_t n, cap;
+};
+
+/* 1 (*out: the entry) if `addr` is there already, 0 if added now with ptrs 0, <0 on error. */
+int chk_block_map_add(struct chk_block_map *m, uint64_t addr, uint32_t tag, struct chk_block **out);
+/* Compact and sort by address: v[0..n) from then on, no more adds. */
+void chk_block_map_sort(struct chk_block_map *m);
+void chk_block_map_free(struct chk_block_map *m);
+
+struct ub_checker {
+	struct ub_chk_opts opts;
+	struct ub_chk_sink sink;
+	struct ub_chk_summary sum;
+	/*
+	 * While a pass reads (capturing), errors the library logs are kept here
+	 * instead of becoming problems of their own: the pass reports them with
+	 * the place it knows. Passes run on one thread.
+	 */
+	bool capturing;
+	char last[512];
+	unsigned nlogged;
+	uint64_t super_generation; /* of the superblock in use, for the tree pass */
+	/*
+	 * What the tree pass hands the extent checks: every block reached, sorted,
+	 * without the log trees' (they have no extent items); whether every tree
+	 * was walked whole (else no "unreached" verdicts and no reference counts),
+	 * and whether a partly dropped subvolume was left out (then blocks of
+	 * subvolume trees may have more references than pointers were seen).
+	 */
+	struct chk_block_map blocks;
+	bool walk_complete;
+	bool dropped_roots;
+	uint64_t *tag_tree; /* tree objectid of each tag */
+	size_t ntags;
+	/* each device's own superblock's dev item, for the chunk tree's to be compared with */
+	struct chk_dev_super {
+		uint64_t devid, total_bytes;
+		uint8_t uuid[UB_UUID_SIZE];
+		const char *path; /* valid while the filesystem is open */
+	} *dev_supers;
+	size_t ndev_supers;
+	/* ROOT_REF / ROOT_BACKREF items and live subvolumes, from the root tree's leaves */
+	struct chk_root_ref *root_refs;
+	size_t nroot_refs, root_refs_cap;
+	uint64_t *live_subvols;
+	size_t nlive, live_cap;
+};
+
+/*
+ * Room for one more element in a doubling array: `arrayp` is the address of
+ * the array's pointer (any element type), *cap its capacity, n used, `first`
+ * the capacity of a new one. 0 or -ENOMEM.
+ */
+int chk_reserve(void *arrayp, size_t *cap, size_t n, size_t elem, size_t first);
+
+/* Report a problem; `fmt` makes its message. */
+void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Start keeping logged errors (clears what was kept). */
+void chk_capture(struct ub_checker *c);
+/* Stop keeping them; the last one kept (or "" if none). */
+const char *chk_captured(struct ub_checker *c);
+void chk_progress(struct ub_checker *c, const char *phase, uint64_t done, uint64_t total);
+
+/* One item of the extent tree's stream (any type; metadata items are looked at). */
+void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size,
+			  uint32_t nodesize, size_t *cursor);
+/* The stream reached its end: blocks left have no extent item. */
+void chk_extent_refs_end(struct ub_checker *c, size_t *cursor);
+
+/* A root tree item: its references are kept for chk_root_refs_check. 0 or -ENOMEM. */
+int chk_root_refs_add(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size);
+/* Every ROOT_REF against its ROOT_BACKREF, every live subvolume linked. */
+void chk_root_refs_check(struct ub_checker *c);
+
+int chk_trees(struct ub_checker *c, struct ub_fs *fs);
+int chk_chunks(struct ub_checker *c, struct ub_fs *fs);
+
+#endif

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* The chunk pass's state, shared by the files that stream trees into it (chunks.c, free_space.c). */
+#ifndef UBTRFS_CHECK_CHUNKS_H
+#define UBTRFS_CHECK_CHUNKS_H
+
+#include "check/check_priv.h"
+
+struct cstripe {
+	uint64_t devid, physical;
+	bool found;
+};
+
+struct cinfo {
+	uint64_t logical, length, type, stripe_size;
+	uint64_t extents_sum, bg_used;
+	uint64_t free_sum;              /* bytes the free space tree calls free */
+	uint32_t free_count, free_extents; /* FREE_SPACE_INFO's extent_count, FREE_SPACE_EXTENTs seen */
+	uint32_t free_flags;
+	uint16_t num;
+	bool bg, free_info;
+	struct cstripe *st;
+};
+
+struct dinfo {
+	uint64_t devid, total, used, extents_sum;
+	uint8_t uuid[UB_UUID_SIZE];
+};
+
+struct cstate {
+	struct ub_checker *c;
+	struct ub_fs *fs;
+	uint32_t nodesize, sectorsize;
+	struct cinfo *ch;
+	size_t nch, cap;
+	struct dinfo *dev;
+	size_t ndev, dcap;
+	uint64_t prev_devid, prev_dev_end; /* last device extent, for overlaps */
+	uint64_t prev_ext_end, prev_ext;   /* last extent item */
+	size_t blocks_cursor;              /* the tree walk's next block, for the extent checks */
+	uint64_t prev_free_end;            /* last free space extent or bitmap */
+	bool chunks_incomplete, devext_incomplete, extents_incomplete, bg_incomplete;
+	bool newest_root; /* the superblock's own root tree, not an older one (--generation) */
+};
+
+void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical);
+typedef int (*chk_item_fn)(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
+/*
+ * Every item of tree `tree` from `from` on, in key order. 0 when all were
+ * seen, 1 when the tree is absent or could not be read to its end (said as a
+ * problem), <0 on a fatal error.
+ */
+int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, chk_item_fn fn);
+/* The chunk holding `logical` (an index into s->ch), or -1. */
+long chk_find_chunk(const struct cstate *s, uint64_t logical);
+
+/* free_space.c: one item of the free space tree's stream; then the verdicts per block group. */
+int chk_free_space_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
+void chk_free_space_check(struct cstate *s);
+
+#endif

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Tree block references: the extent tree's metadata items against the blocks
+ * the tree walk reached, merged in address order as the extent tree streams
+ * by (the walk's blocks are sorted, the extent tree is in key order), so
+ * nothing of the extent tree is held. Each block needs its extent item, each
+ * metadata extent item a block some tree reaches, and the item's reference
+ * count must equal the pointers (and root items) that reach the block: a
+ * block shared by snapshots is counted once per parent, as the kernel counts.
+ */
+#include <string.h>
+
+#include "check/check_priv.h"
+
+static bool is_log_block(const struct ub_checker *c, const struct chk_block *b)
+{
+	return b->tag >= 1 && b->tag <= c->ntags && c->tag_tree[b->tag - 1] == BTRFS_TREE_LOG_OBJECTID;
+}
+
+static uint64_t tree_of(const struct ub_checker *c, const struct chk_block *b)
+{
+	return b->tag >= 1 && b->tag <= c->ntags ? c->tag_tree[b->tag - 1] : 0;
+}
+
+static bool subvol_tree(uint64_t id)
+{
+	return id == BTRFS_FS_TREE_OBJECTID || id == BTRFS_TREE_RELOC_OBJECTID || id == BTRFS_DATA_RELOC_TREE_OBJECTID ||
+	       (id >= BTRFS_FIRST_FREE_OBJECTID && id <= BTRFS_LAST_FREE_OBJECTID);
+}
+
+/* Blocks below `upto` that the extent tree skipped: they have no extent item. */
+static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
+{
+	struct ub_chk_problem p;
+	char name[32];
+
+	for (; *cursor < c->blocks.n && c->blocks.v[*cursor].addr < upto; (*cursor)++) {
+		const struct chk_block *b = &c->blocks.v[*cursor];
+
+		if (is_log_block(c, b))
+			continue;
+		memset(&p, 0, sizeof(p));
+		p.cls = UB_CHK_EXTENT;
+		p.tree = tree_of(c, b);
+		p.logical = b->addr;
+		chk_report(c, &p, "tree block of %s has no extent item", ub_tree_name(p.tree, name, sizeof(name)));
+	}
+}
+
+void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size,
+			  uint32_t nodesize, size_t *cursor)
+{
+	struct ub_chk_problem p;
+	const struct chk_block *b;
+	uint64_t refs;
+	bool tree_block = k->type == BTRFS_METADATA_ITEM_KEY;
+
+	if (size < sizeof(struct btrfs_extent_item))
+		return;
+	if (k->type == BTRFS_EXTENT_ITEM_KEY)
+		tree_block = UB_GET(btrfs_extent_item, flags, d) & BTRFS_EXTENT_FLAG_TREE_BLOCK;
+	if (!tree_block)
+		return;
+	memset(&p, 0, sizeof(p));
+	p.cls = UB_CHK_EXTENT;
+	p.tree = BTRFS_EXTENT_TREE_OBJECTID;
+	p.has_key = true;
+	p.key = *k;
+	p.logical = k->objectid;
+	if (k->type == BTRFS_EXTENT_ITEM_KEY && k->offset != nodesize)
+		chk_report(c, &p, "tree block extent item of %llu bytes, the node size is %u",
+			   (unsigned long long)k->offset, nodesize);
+	missing_before(c, cursor, k->objectid);
+	if (*cursor >= c->blocks.n || c->blocks.v[*cursor].addr != k->objectid) {
+		if (c->walk_complete && !c->dropped_roots)
+			chk_report(c, &p, "extent item for a tree block that no tree reaches");
+		return;
+	}
+	b = &c->blocks.v[(*cursor)++];
+	refs = UB_GET(btrfs_extent_item, refs, d);
+	/* a log tree block is never in the extent tree */
+	if (is_log_block(c, b)) {
+		chk_report(c, &p, "extent item for a block of the log tree");
+		return;
+	}
+	if (!c->walk_complete || (c->dropped_roots && subvol_tree(tree_of(c, b))))
+		return;
+	if (refs != b->ptrs)
+		chk_report(c, &p, "extent item counts %llu references, %u pointers reach the block",
+			   (unsigned long long)refs, b->ptrs);
+}
+
+void chk_extent_refs_end(struct ub_checker *c, size_t *cursor)
+{
+	missing_before(c, cursor, UINT64_MAX);
+}
