@@ -16,6 +16,8 @@ void open_args_init(struct open_args *oa)
 	oa->errors = 0;
 	oa->generation = 0;
 	oa->no_scan = false;
+	oa->backup = false;
+	oa->root_bytenr = 0;
 }
 
 int final_rc(const struct open_args *oa, int rc)
@@ -68,6 +70,14 @@ int open_args_parse(struct open_args *oa, int opt, const char *arg)
 		return 1;
 	case 0x102:
 		oa->no_scan = true;
+		return 1;
+	case 0x181:
+		oa->backup = true;
+		return 1;
+	case 0x182:
+		if (parse_u64(arg, &v) || !v)
+			return -1;
+		oa->root_bytenr = v;
 		return 1;
 	}
 	return 0;
@@ -191,7 +201,8 @@ static int devices_to_open(struct open_args *oa, char **devs, int ndevs, struct 
 int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out)
 {
 	struct ub_fs_opts opts = { .writable = false, .super_mirror = oa->super_mirror, .no_log = oa->no_log,
-				    .root_generation = oa->generation };
+				    .root_generation = oa->generation, .backup = oa->backup,
+				    .root_bytenr = oa->root_bytenr };
 	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = oa->verbosity, .errors = &oa->errors };
 
 	return open_fs_with(oa, devs, ndevs, &opts, &log, out);

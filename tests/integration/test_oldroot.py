@@ -81,3 +81,69 @@ def test_older_generations(tmp_path, ubtrfs_bin):
     cp = T.ubtrfs("ls", "--generation", str(missing), img)
     assert cp.returncode == 2, T.describe(cp)
     assert ("generation %d" % missing).encode() in cp.stderr, T.describe(cp)
+
+
+def _backup_roots(img):
+    """{generation: root tree bytenr} of the superblock's backup slots."""
+    text = T.run(["btrfs", "inspect-internal", "dump-super", "-f", img]).stdout.decode()
+    out = {}
+    for line in text.splitlines():
+        if "backup_tree_root:" in line:
+            w = line.split()
+            out[int(w[3])] = int(w[1])
+    return out
+
+
+def _damage_newest_root(img):
+    """Overwrite every copy of the superblock's root tree block past its checksum: the kernel
+    and ubtrfs both find the checksum wrong. Returns the block's address."""
+    sup = T.parse_dump_super(T.run(["btrfs", "inspect-internal", "dump-super", img]).stdout.decode())
+    root = int(sup["root"])
+    copies = T.map_logical(img, root, 4096)
+    assert copies, "no copy of the root tree block found"
+    for _, physical in copies:
+        T.overwrite(img, physical + 200, b"\xa5" * 64)
+    return root
+
+
+def _paths(top):
+    out = []
+    for d, dirs, files in os.walk(top):
+        for name in dirs + files:
+            out.append("/" + os.path.relpath(os.path.join(d, name), top))
+    return sorted(out)
+
+
+def test_backup_and_root(tmp_path, ubtrfs_bin):
+    img, states = _make(tmp_path)
+    roots = _backup_roots(img)
+    newest = _generation(img)
+    bad = _damage_newest_root(img)
+    # without --backup: a clear error naming the block, exit 2
+    cp = T.ubtrfs("ls", "-R", img)
+    assert cp.returncode == 2, T.describe(cp)
+    assert str(bad).encode() in cp.stderr, T.describe(cp)
+    # --backup shows what the kernel's rescue=usebackuproot shows of the same image
+    with T.mounted([img], tmp_path / "kmnt", options="rescue=usebackuproot") as mnt:
+        want = _paths(mnt)
+    cp = T.ubtrfs("ls", "-R", "--backup", img)
+    assert cp.returncode == 0, T.describe(cp)
+    assert sorted(cp.stdout.decode().split()) == want, (cp.stdout, want)
+    used = max(g for g in roots if g < newest)
+    assert ("generation %d" % used).encode() in cp.stderr, T.describe(cp)
+    with fuse_mounted(ubtrfs_bin, [img], tmp_path / "mnt", "usebackuproot") as mnt:
+        assert _paths(mnt) == want
+    # --root: the oldest round's root tree, by address, with its exact files
+    gen, files = states[0]
+    cp = T.ubtrfs("ls", "--root", str(roots[gen]), img)
+    assert cp.returncode == 0, T.describe(cp)
+    assert cp.stdout.decode().split() == sorted(files), (gen, cp.stdout)
+    for name, data in files.items():
+        cp = T.ubtrfs("cat", "--root", str(roots[gen]), "--path", "/" + name, img)
+        assert cp.returncode == 0 and cp.stdout == data, T.describe(cp)
+    with fuse_mounted(ubtrfs_bin, [img], tmp_path / "mnt", "root=%d" % roots[gen]) as mnt:
+        assert sorted(os.listdir(mnt)) == sorted(files)
+    # an address that holds no root tree block: exit 2, named
+    cp = T.ubtrfs("ls", "--root", str(roots[gen] + 4096), img)
+    assert cp.returncode == 2, T.describe(cp)
+    assert str(roots[gen] + 4096).encode() in cp.stderr, T.describe(cp)
