@@ -15,6 +15,7 @@ static const struct {
 	{ "mkfs", cmd_mkfs, "make a new filesystem on one or more devices" },
 	{ "mount", cmd_mount, "mount read-only through FUSE" },
 	{ "umount", cmd_umount, "unmount what 'ubtrfs mount' mounted" },
+	{ "find-root", cmd_find_root, "list the root trees still on disk (for --root BYTENR)" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
