@@ -205,6 +205,10 @@ int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out)
 				    .root_bytenr = oa->root_bytenr };
 	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = oa->verbosity, .errors = &oa->errors };
 
+	if (oa->generation && oa->root_bytenr) {
+		fprintf(stderr, "ubtrfs: error: --generation and --root name two roots: give one\n");
+		return -EINVAL;
+	}
 	return open_fs_with(oa, devs, ndevs, &opts, &log, out);
 }
 

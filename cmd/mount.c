@@ -181,6 +181,10 @@ int cmd_mount(int argc, char **argv)
 	char **devs = argv + optind;
 	int ndevs = argc - optind - 1;
 
+	if (fo.root_generation && fo.root_bytenr) {
+		usage_error("mount", "generation and root name two roots: give one");
+		goto out;
+	}
 	ret = open_fs_with(&oa, devs, ndevs, &fo, &log, &mc.fs);
 	if (ret)
 		goto out;

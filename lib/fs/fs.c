@@ -447,14 +447,16 @@ static int probe_picked(struct ub_fs *fs, struct ub_root_probe *pr)
 static int fall_back(struct ub_fs *fs, const char *why)
 {
 	const uint8_t *sb = fs->vol->super;
-	uint64_t failed = fs->root_tree ? fs->root_tree->committed.bytenr : 0, below = UINT64_MAX;
+	uint64_t failed = fs->root_tree ? fs->root_tree->committed.bytenr : 0;
+	/* only older roots: a newer one than an older root asked for is not what the caller wants */
+	uint64_t below = fs->root_tree ? fs->root_tree->committed.generation : SB(generation, sb) + 1;
 	struct ub_root_probe pr;
 	char problem[192];
 	int ret = older_root_read_only(fs, "a backup root");
 
 	if (ret)
 		return ret;
-	ub_warn(&fs->log, "the root (generation %llu) cannot be read: %s; trying the backup roots",
+	ub_warn(&fs->log, "the root (generation %llu) cannot be read: %s; trying the older backup roots",
 		(unsigned long long)(fs->root_tree ? fs->root_tree->committed.generation : SB(generation, sb)), why);
 	for (;;) {
 		int best = -1;

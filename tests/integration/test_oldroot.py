@@ -147,3 +147,25 @@ def test_backup_and_root(tmp_path, ubtrfs_bin):
     cp = T.ubtrfs("ls", "--root", str(roots[gen] + 4096), img)
     assert cp.returncode == 2, T.describe(cp)
     assert str(roots[gen] + 4096).encode() in cp.stderr, T.describe(cp)
+
+
+def test_older_root_options(tmp_path, ubtrfs_bin):
+    img = str(tmp_path / "small.img")
+    with open(img, "wb") as f:
+        f.truncate(128 << 20)
+    T.run(["mkfs.btrfs", "-q", "-f", img])
+    root = int(T.parse_dump_super(T.run(["btrfs", "inspect-internal", "dump-super", img]).stdout.decode())["root"])
+    # two roots named at once: refused, for commands and for the mount
+    cp = T.ubtrfs("ls", "--generation", "1", "--root", str(root), img)
+    assert cp.returncode == 2 and b"--root" in cp.stderr, T.describe(cp)
+    cp = T.run([str(ubtrfs_bin), "mount", "-f", "-o", "generation=1,root=%d" % root, img,
+                str(tmp_path / "mnt")], check=False)
+    assert cp.returncode == 2 and not os.path.ismount(str(tmp_path / "mnt")), T.describe(cp)
+    # an intact filesystem: --backup changes nothing and says nothing; --root of the current root is the same
+    cp = T.ubtrfs("ls", "-R", "--backup", img)
+    assert cp.returncode == 0 and cp.stderr == b"", T.describe(cp)
+    cp2 = T.ubtrfs("ls", "-R", "--root", str(root), img)
+    assert cp2.returncode == 0 and cp2.stdout == cp.stdout, T.describe(cp2)
+    for bad in ("root=x", "root=0", "usebackuproot=1", "rescue=nologreplay2"):
+        cp = T.run([str(ubtrfs_bin), "mount", "-f", "-o", bad, img, str(tmp_path / "mnt")], check=False)
+        assert cp.returncode == 2, (bad, T.describe(cp))
