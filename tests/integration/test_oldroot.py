@@ -106,6 +106,11 @@ def _damage_newest_root(img):
     return root
 
 
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _paths(top):
     out = []
     for d, dirs, files in os.walk(top):
@@ -126,13 +131,20 @@ def test_backup_and_root(tmp_path, ubtrfs_bin):
     # --backup shows what the kernel's rescue=usebackuproot shows of the same image
     with T.mounted([img], tmp_path / "kmnt", options="rescue=usebackuproot") as mnt:
         want = _paths(mnt)
+        contents = {p: _read(mnt + p) for p in want if os.path.isfile(mnt + p)}
     cp = T.ubtrfs("ls", "-R", "--backup", img)
     assert cp.returncode == 0, T.describe(cp)
     assert sorted(cp.stdout.decode().split()) == want, (cp.stdout, want)
+    for path, data in contents.items():
+        cp = T.ubtrfs("cat", "--backup", "--path", path, img)
+        assert cp.returncode == 0 and cp.stdout == data, T.describe(cp)
     used = max(g for g in roots if g < newest)
     assert ("generation %d" % used).encode() in cp.stderr, T.describe(cp)
     with fuse_mounted(ubtrfs_bin, [img], tmp_path / "mnt", "usebackuproot") as mnt:
         assert _paths(mnt) == want
+        for path, data in contents.items():
+            with open(mnt + path, "rb") as f:
+                assert f.read() == data, path
     # --root: the oldest round's root tree, by address, with its exact files
     gen, files = states[0]
     cp = T.ubtrfs("ls", "--root", str(roots[gen]), img)
