@@ -45,6 +45,22 @@ struct ub_root_candidate {
 typedef void (*ub_scan_progress_fn)(void *arg, uint64_t done, uint64_t total);
 
 /*
+ * Every block of the metadata block groups (first readable copy, 1 MiB at a
+ * time) whose header names this filesystem's fsid and its own address, and
+ * that `want` (if set) accepts by owner, generation and level, is verified on
+ * any copy (checksum, header, tree checker; failures are silent) and handed to
+ * `found`. A non-zero return of `found` stops the scan and is returned.
+ * `progress` (if set) hears of each megabyte.
+ */
+struct ub_meta_scan_ops {
+	bool (*want)(void *arg, uint64_t owner, uint64_t generation, int level);
+	int (*found)(void *arg, const struct ub_eb *eb);
+	ub_scan_progress_fn progress;
+	void *arg;
+};
+int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops);
+
+/*
  * Every root tree candidate of an open filesystem: the superblock's root,
  * its backup roots, and (when `scan`) every block of the metadata block
  * groups that verifies as a ROOT_TREE block (owner, checksum, fsid,

@@ -107,17 +107,38 @@ static int add_candidate(struct ub_root_candidate **v, size_t *n, size_t *cap, u
 	return 0;
 }
 
-/* A block that claims to be a root-tree block of this filesystem at this address (verified later). */
-static bool looks_like_root_tree(const struct ub_volume *vol, const uint8_t *h, uint64_t logical)
+/* A block that claims to be a tree block of this filesystem at this address (verified later). */
+static bool looks_like_tree_block(const struct ub_volume *vol, const uint8_t *h, uint64_t logical)
 {
-	return HD(bytenr, h) == logical && HD(owner, h) == BTRFS_ROOT_TREE_OBJECTID &&
-	       HD(level, h) < UB_MAX_LEVEL && !memcmp(UB_PTR(ub_disk_header, fsid, h), vol->metadata_uuid, UB_FSID_SIZE);
+	return HD(bytenr, h) == logical && HD(level, h) < UB_MAX_LEVEL &&
+	       !memcmp(UB_PTR(ub_disk_header, fsid, h), vol->metadata_uuid, UB_FSID_SIZE);
 }
 
 #define SCAN_STEP (1U << 20)
 
-static int scan_metadata(struct ub_fs *fs, ub_scan_progress_fn progress, void *arg,
-			 struct ub_root_candidate **v, size_t *n, size_t *cap)
+/* One block the header check let through: verified on any copy, then handed to ops->found. */
+static int scan_one(struct ub_fs *fs, const struct ub_meta_scan_ops *ops, const uint8_t *h, uint64_t logical)
+{
+	struct ub_expect exp = { .owner = HD(owner, h), .level = HD(level, h), .generation = HD(generation, h),
+				 .exact_owner = true };
+	bool quiet = fs->tc.quiet;
+	struct ub_eb *eb;
+	int ret;
+
+	if (ops->want && !ops->want(ops->arg, exp.owner, exp.generation, exp.level))
+		return 0;
+	/* checksum, header and tree-checker rules; a block that fails is no candidate, and no error either */
+	fs->tc.quiet = true;
+	ret = ub_tree_read_block(&fs->tc, logical, &exp, &eb);
+	fs->tc.quiet = quiet;
+	if (ret)
+		return 0;
+	ret = ops->found(ops->arg, eb);
+	ub_eb_put(&fs->tc, eb);
+	return ret;
+}
+
+int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops)
 {
 	struct ub_volume *vol = fs->vol;
 	uint32_t ns = vol->nodesize;
@@ -142,34 +163,48 @@ static int scan_metadata(struct ub_fs *fs, ub_scan_progress_fn progress, void *a
 			uint64_t len = ch->length - off < SCAN_STEP ? ch->length - off : SCAN_STEP;
 
 			/* an unreadable stretch (every copy) holds nothing we can use; go on past it */
-			if (ub_volume_read(vol, ch->logical + off, len, 0, buf) == 0) {
-				for (uint64_t b = 0; b + ns <= len && !ret; b += ns) {
-					const uint8_t *h = buf + b;
-					uint64_t logical = ch->logical + off + b;
-					struct ub_root_candidate *cand;
-					struct ub_root r;
-
-					if (!looks_like_root_tree(vol, h, logical))
-						continue;
-					r = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, logical, HD(generation, h),
-							      (uint8_t)HD(level, h) };
-					/* checksum, header and tree-checker rules, on any copy */
-					fs->tc.quiet = true;
-					if (read_root_block(&fs->tc, &r) == 0) {
-						ret = add_candidate(v, n, cap, r.bytenr, r.generation, r.level, &cand);
-						if (!ret)
-							cand->scanned = true;
-					}
-					fs->tc.quiet = false;
-				}
-			}
+			if (ub_volume_read(vol, ch->logical + off, len, 0, buf) == 0)
+				for (uint64_t b = 0; b + ns <= len && !ret; b += ns)
+					if (looks_like_tree_block(vol, buf + b, ch->logical + off + b))
+						ret = scan_one(fs, ops, buf + b, ch->logical + off + b);
 			done += len;
-			if (progress)
-				progress(arg, done, total);
+			if (ops->progress)
+				ops->progress(ops->arg, done, total);
 		}
 	}
 	free(buf);
 	return ret;
+}
+
+struct root_scan {
+	struct ub_root_candidate **v;
+	size_t *n, *cap;
+	ub_scan_progress_fn progress;
+	void *arg;
+};
+
+static bool want_root_tree(void *arg, uint64_t owner, uint64_t generation, int level)
+{
+	return owner == BTRFS_ROOT_TREE_OBJECTID;
+}
+
+static int found_root_tree(void *arg, const struct ub_eb *eb)
+{
+	struct root_scan *rs = arg;
+	struct ub_root_candidate *cand;
+	int ret = add_candidate(rs->v, rs->n, rs->cap, ub_eb_start(eb), ub_eb_generation(eb), ub_eb_level(eb), &cand);
+
+	if (!ret)
+		cand->scanned = true;
+	return ret;
+}
+
+static void root_scan_progress(void *arg, uint64_t done, uint64_t total)
+{
+	struct root_scan *rs = arg;
+
+	if (rs->progress)
+		rs->progress(rs->arg, done, total);
 }
 
 static int cand_cmp(const void *a, const void *b)
@@ -202,8 +237,12 @@ int ub_find_roots(struct ub_fs *fs, bool scan, ub_scan_progress_fn progress, voi
 		if (!ret)
 			cand->backup_slot = i;
 	}
-	if (!ret && scan)
-		ret = scan_metadata(fs, progress, arg, &v, &n, &cap);
+	if (!ret && scan) {
+		struct root_scan rs = { &v, &n, &cap, progress, arg };
+		struct ub_meta_scan_ops ops = { want_root_tree, found_root_tree, root_scan_progress, &rs };
+
+		ret = ub_scan_metadata(fs, &ops);
+	}
 	for (size_t i = 0; i < n && !ret; i++) {
 		struct ub_root r = { BTRFS_ROOT_TREE_OBJECTID, v[i].bytenr, v[i].generation, v[i].level };
 
