@@ -540,8 +540,11 @@ int ub_fs_load_trees(struct ub_fs *fs)
 	find_global(fs, BTRFS_QUOTA_TREE_OBJECTID, &fs->quota_tree, false);
 	find_global(fs, BTRFS_RAID_STRIPE_TREE_OBJECTID, &fs->rst_tree,
 		    fs->incompat & BTRFS_FEATURE_INCOMPAT_RAID_STRIPE_TREE);
-	/* a failed replay is reported and reading goes on without the log */
-	if (!fs->opts.no_log && SB(log_root, sb)) {
+	/* the log continues the superblock's root: on an older one it would replay onto the wrong trees */
+	if (!fs->opts.no_log && SB(log_root, sb) && fs->root_tree->committed.bytenr != SB(root, sb)) {
+		ub_info(&fs->log, "the fsync log belongs to the superblock's root: not replayed on an older root");
+	} else if (!fs->opts.no_log && SB(log_root, sb)) {
+		/* a failed replay is reported and reading goes on without the log */
 		ret = check_log(fs, NULL);
 		if (ret)
 			ub_err(&fs->log, "the fsync log tree (root at logical %llu) is corrupt: %s; reading without it",
