@@ -436,6 +436,9 @@ static int probe_picked(struct ub_fs *fs, struct ub_root_probe *pr)
 	struct ub_root rt;
 	int ret = ub_roots_committed(fs->roots, fs->root_tree, &rt);
 
+	memset(pr, 0, sizeof(*pr));
+	if (ret)
+		pr->tree_err = ret;
 	return ret ? ret : ub_root_tree_probe(&fs->tc, &rt, pr);
 }
 
@@ -473,11 +476,15 @@ static int fall_back(struct ub_fs *fs, const char *why)
 			break;
 		below = BK(tree_root_gen, backup_slot(sb, best));
 		reset_roots(fs);
+		bool probed = false;
+
 		ret = use_backup_slot(fs, best);
 		if (!ret)
 			ret = load_chunk_tree(fs);
-		if (!ret)
+		if (!ret) {
+			probed = true;
 			ret = probe_picked(fs, &pr);
+		}
 		if (!ret) {
 			ub_warn(&fs->log, "using backup root %d: generation %llu, root tree at logical %llu", best,
 				(unsigned long long)below, (unsigned long long)fs->root_tree->committed.bytenr);
@@ -485,7 +492,7 @@ static int fall_back(struct ub_fs *fs, const char *why)
 		}
 		if (ret == -ENOMEM)
 			return ret;
-		if (fs->root_tree && fs->root_tree->committed.bytenr)
+		if (probed)
 			probe_problem(&pr, problem, sizeof(problem));
 		else
 			snprintf(problem, sizeof(problem), "%s", strerror(-ret));
