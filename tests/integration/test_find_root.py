@@ -11,7 +11,7 @@ import json
 import re
 
 import ubtrfs_testlib as T
-from test_oldroot import _damage_newest_root, _generation, _make
+from test_oldroot import _backup_roots, _damage_newest_root, _generation, _make
 
 
 def _progs_roots(img):
@@ -20,6 +20,17 @@ def _progs_roots(img):
     found = {(int(b), int(g)) for b, g in re.findall(r"Found tree root at (\d+) gen (\d+)", text)}
     found |= {(int(b), int(g)) for b, g in re.findall(r"Well block (\d+)\(gen: (\d+)", text)}
     return found
+
+
+def _dup_copies(img, logical):
+    """Physical offsets of `logical` on a one-device image, from the chunk tree (btrfs-map-logical
+    wants an extent item, which a freed older root block no longer has)."""
+    text = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", img]).stdout.decode()
+    for m in re.finditer(r"CHUNK_ITEM (\d+)\)[^\n]*\n\s*length (\d+)(.*?)(?=\n\s*item |\Z)", text, re.S):
+        start, length = int(m.group(1)), int(m.group(2))
+        if start <= logical < start + length:
+            return [int(o) + logical - start for o in re.findall(r"stripe \d+ devid 1 offset (\d+)", m.group(3))]
+    raise AssertionError("logical %d in no chunk" % logical)
 
 
 def _ours(img, expect_rc):
@@ -39,6 +50,8 @@ def test_find_root(tmp_path, ubtrfs_bin):
     assert scanned == _progs_roots(img)
     assert sum(1 for c in cands if c["backup_slot"] >= 0) == 4, cands
 
+    # where each backup root's copies are, while the chunk tree can still be dumped
+    copies = {b: _dup_copies(img, b) for b in _backup_roots(img).values()}
     bad = _damage_newest_root(img)
     cands = _ours(img, 1)
     cur = [c for c in cands if c["current"]]
@@ -55,6 +68,24 @@ def test_find_root(tmp_path, ubtrfs_bin):
     assert b"error" in cp.stderr and str(bad).encode() in cp.stderr, T.describe(cp)
     lines = cp.stdout.decode().splitlines()
     assert len(lines) == len(cands) and lines[0].startswith("generation %d " % cands[0]["generation"]), lines
+
+    # the newest usable backup damaged too: --backup goes on to the next older one, saying why
+    first = next(c for c in usable if c["backup_slot"] >= 0)
+    assert len(copies[first["bytenr"]]) == 2, copies
+    for physical in copies[first["bytenr"]]:
+        T.overwrite(img, physical + 200, b"\x5a" * 64)
+    nxt = [c for c in usable if c["backup_slot"] >= 0 and c["generation"] < first["generation"]]
+    cp = T.ubtrfs("ls", "-R", "--backup", img)
+    if nxt:
+        assert cp.returncode == 0, T.describe(cp)
+        assert ("backup root %d (generation %d) cannot be read either" % (first["backup_slot"], first["generation"])
+                ).encode() in cp.stderr, T.describe(cp)
+        assert ("using backup root %d: generation %d," % (nxt[0]["backup_slot"], nxt[0]["generation"])
+                ).encode() in cp.stderr, T.describe(cp)
+    else:
+        assert cp.returncode == 2 and b"no backup root is readable" in cp.stderr, T.describe(cp)
+    cands = _ours(img, 1)
+    assert not [c for c in cands if c["bytenr"] == first["bytenr"] and c["usable"]], cands
 
 
 def test_find_root_usage(tmp_path):
