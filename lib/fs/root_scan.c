@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Older roots: probing a root tree, and finding the root trees still on disk. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "ubtrfs/rootscan.h"
@@ -80,10 +81,11 @@ int ub_root_tree_probe(struct ub_tree_ctx *tc, const struct ub_root *root_tree, 
 	return first;
 }
 
-static int add_candidate(struct ub_root_candidate **v, size_t *n, size_t *cap, uint64_t bytenr, uint64_t gen,
-			 uint8_t level, struct ub_root_candidate **out)
+/* Entries [0, known) are looked through for the same block first; the scan meets each address once. */
+static int add_candidate(struct ub_root_candidate **v, size_t *n, size_t *cap, size_t known, uint64_t bytenr,
+			 uint64_t gen, uint8_t level, struct ub_root_candidate **out)
 {
-	for (size_t i = 0; i < *n; i++) {
+	for (size_t i = 0; i < *n && i < known; i++) {
 		if ((*v)[i].bytenr == bytenr && (*v)[i].generation == gen) {
 			*out = &(*v)[i];
 			return 0;
@@ -179,6 +181,7 @@ int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops)
 struct root_scan {
 	struct ub_root_candidate **v;
 	size_t *n, *cap;
+	size_t known; /* the superblock's candidates, before the scan's */
 	ub_scan_progress_fn progress;
 	void *arg;
 };
@@ -192,7 +195,8 @@ static int found_root_tree(void *arg, const struct ub_eb *eb)
 {
 	struct root_scan *rs = arg;
 	struct ub_root_candidate *cand;
-	int ret = add_candidate(rs->v, rs->n, rs->cap, ub_eb_start(eb), ub_eb_generation(eb), ub_eb_level(eb), &cand);
+	int ret = add_candidate(rs->v, rs->n, rs->cap, rs->known, ub_eb_start(eb), ub_eb_generation(eb),
+				ub_eb_level(eb), &cand);
 
 	if (!ret)
 		cand->scanned = true;
@@ -216,6 +220,28 @@ static int cand_cmp(const void *a, const void *b)
 	return x->bytenr < y->bytenr ? -1 : x->bytenr > y->bytenr;
 }
 
+/*
+ * A root tree of several levels leaves its lower blocks in the scan too: of
+ * the scanned blocks of one generation only those of the highest level can be
+ * its root. v is sorted by generation; the superblock's candidates all stay.
+ */
+static size_t keep_top_levels(struct ub_root_candidate *v, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0, j; i < n; i = j) {
+		uint8_t top = 0;
+
+		for (j = i; j < n && v[j].generation == v[i].generation; j++)
+			if (v[j].level > top)
+				top = v[j].level;
+		for (size_t m = i; m < j; m++)
+			if (v[m].level == top || v[m].current || v[m].backup_slot >= 0)
+				v[k++] = v[m];
+	}
+	return k;
+}
+
 int ub_find_roots(struct ub_fs *fs, bool scan, ub_scan_progress_fn progress, void *arg,
 		  struct ub_root_candidate **out, size_t *nout)
 {
@@ -224,7 +250,8 @@ int ub_find_roots(struct ub_fs *fs, bool scan, ub_scan_progress_fn progress, voi
 	size_t n = 0, cap = 0;
 	int ret;
 
-	ret = add_candidate(&v, &n, &cap, SB(root, sb), SB(generation, sb), (uint8_t)SB(root_level, sb), &cand);
+	ret = add_candidate(&v, &n, &cap, SIZE_MAX, SB(root, sb), SB(generation, sb), (uint8_t)SB(root_level, sb),
+			    &cand);
 	if (!ret)
 		cand->current = true;
 	for (int i = 0; i < UB_NUM_BACKUP_ROOTS && !ret; i++) {
@@ -232,27 +259,28 @@ int ub_find_roots(struct ub_fs *fs, bool scan, ub_scan_progress_fn progress, voi
 
 		if (!BK(tree_root, b) || BK(tree_root_level, b) >= UB_MAX_LEVEL)
 			continue;
-		ret = add_candidate(&v, &n, &cap, BK(tree_root, b), BK(tree_root_gen, b),
+		ret = add_candidate(&v, &n, &cap, SIZE_MAX, BK(tree_root, b), BK(tree_root_gen, b),
 				    (uint8_t)BK(tree_root_level, b), &cand);
 		if (!ret)
 			cand->backup_slot = i;
 	}
 	if (!ret && scan) {
-		struct root_scan rs = { &v, &n, &cap, progress, arg };
+		struct root_scan rs = { &v, &n, &cap, n, progress, arg };
 		struct ub_meta_scan_ops ops = { want_root_tree, found_root_tree, root_scan_progress, &rs };
 
 		ret = ub_scan_metadata(fs, &ops);
-	}
-	for (size_t i = 0; i < n && !ret; i++) {
-		struct ub_root r = { BTRFS_ROOT_TREE_OBJECTID, v[i].bytenr, v[i].generation, v[i].level };
-
-		ub_root_tree_probe(&fs->tc, &r, &v[i].probe);
 	}
 	if (ret) {
 		free(v);
 		return ret;
 	}
 	qsort(v, n, sizeof(*v), cand_cmp);
+	n = keep_top_levels(v, n);
+	for (size_t i = 0; i < n; i++) {
+		struct ub_root r = { BTRFS_ROOT_TREE_OBJECTID, v[i].bytenr, v[i].generation, v[i].level };
+
+		ub_root_tree_probe(&fs->tc, &r, &v[i].probe);
+	}
 	*out = v;
 	*nout = n;
 	return 0;
