@@ -276,8 +276,7 @@ int cmd_check(int argc, char **argv)
 	}
 	ub_checker_log(c, &log);
 	{
-		struct ub_fs_opts fo = { .writable = false, .super_mirror = oa.super_mirror, .no_log = oa.no_log,
-					 .root_generation = oa.generation };
+		struct ub_fs_opts fo = open_args_fs_opts(&oa);
 
 		ret = open_fs_with(&oa, argv + optind, argc - optind, &fo, &log, &fs);
 	}

@@ -19,6 +19,8 @@ struct open_args {
 	bool no_scan;     /* --no-scan: use the devices named, never look for others */
 	/* ---- older roots ---- */
 	uint64_t generation; /* --generation N: 0 is the superblock's root */
+	bool backup;          /* --backup: the current root unreadable, try the backup roots */
+	uint64_t root_bytenr; /* --root BYTENR: the root tree at that address, 0 if not given */
 };
 
 #define OPEN_ARGS_LONGOPTS                                          \
@@ -27,6 +29,8 @@ struct open_args {
 	{ "super", required_argument, NULL, 0x100 },                \
 	{ "no-log", no_argument, NULL, 0x101 },                     \
 	{ "generation", required_argument, NULL, 0x180 },          \
+	{ "backup", no_argument, NULL, 0x181 },                     \
+	{ "root", required_argument, NULL, 0x182 },                 \
 	{ "no-scan", no_argument, NULL, 0x102 }
 
 #define OPEN_ARGS_HELP                                                                    \
@@ -36,6 +40,9 @@ struct open_args {
 	"                     instead of the newest valid one\n"                              \
 	"      --no-log       ignore the fsync log tree\n"                                   \
 	"      --generation N read the older root of generation N (a backup root)\n"       \
+	"      --backup       if the current root cannot be read, use the newest backup\n"  \
+	"                     root that can\n"                                             \
+	"      --root BYTENR  read the root tree at logical address BYTENR (see find-root)\n" \
 	"      --no-scan      use the devices named only (no search of the block devices;\n" \
 	"                     DEV may be UUID=... or LABEL=... unless this is given)\n"
 
@@ -43,6 +50,8 @@ void open_args_init(struct open_args *oa);
 /* Handle one of the shared options; returns 1 if `opt` was one of them, -1 on a bad value. */
 int open_args_parse(struct open_args *oa, int opt, const char *arg);
 int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out);
+/* The library's open options that the shared command-line options give (read-only). */
+struct ub_fs_opts open_args_fs_opts(const struct open_args *oa);
 /* open_fs with the caller's options and log sink (the mount's); the devices are found as open_fs finds them. */
 int open_fs_with(struct open_args *oa, char **devs, int ndevs, const struct ub_fs_opts *opts,
 		 const struct ub_log *log, struct ub_fs **out);
@@ -61,5 +70,6 @@ int cmd_mkfs(int argc, char **argv);
 int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);
 int cmd_check(int argc, char **argv);
+int cmd_find_root(int argc, char **argv);
 
 #endif

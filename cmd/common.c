@@ -16,6 +16,8 @@ void open_args_init(struct open_args *oa)
 	oa->errors = 0;
 	oa->generation = 0;
 	oa->no_scan = false;
+	oa->backup = false;
+	oa->root_bytenr = 0;
 }
 
 int final_rc(const struct open_args *oa, int rc)
@@ -68,6 +70,14 @@ int open_args_parse(struct open_args *oa, int opt, const char *arg)
 		return 1;
 	case 0x102:
 		oa->no_scan = true;
+		return 1;
+	case 0x181:
+		oa->backup = true;
+		return 1;
+	case 0x182:
+		if (parse_u64(arg, &v) || !v)
+			return -1;
+		oa->root_bytenr = v;
 		return 1;
 	}
 	return 0;
@@ -188,10 +198,16 @@ static int devices_to_open(struct open_args *oa, char **devs, int ndevs, struct 
 	return ret;
 }
 
+struct ub_fs_opts open_args_fs_opts(const struct open_args *oa)
+{
+	return (struct ub_fs_opts){ .writable = false, .super_mirror = oa->super_mirror, .no_log = oa->no_log,
+				    .root_generation = oa->generation, .backup = oa->backup,
+				    .root_bytenr = oa->root_bytenr };
+}
+
 int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out)
 {
-	struct ub_fs_opts opts = { .writable = false, .super_mirror = oa->super_mirror, .no_log = oa->no_log,
-				    .root_generation = oa->generation };
+	struct ub_fs_opts opts = open_args_fs_opts(oa);
 	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = oa->verbosity, .errors = &oa->errors };
 
 	return open_fs_with(oa, devs, ndevs, &opts, &log, out);
@@ -201,8 +217,13 @@ int open_fs_with(struct open_args *oa, char **devs, int ndevs, const struct ub_f
 		 const struct ub_log *log, struct ub_fs **out)
 {
 	struct dev_list l = { NULL, 0, NULL };
-	int ret = devices_to_open(oa, devs, ndevs, &l);
+	int ret;
 
+	if (opts->root_generation && opts->root_bytenr) {
+		fprintf(stderr, "ubtrfs: error: --generation and --root name two roots: give one\n");
+		return -EINVAL;
+	}
+	ret = devices_to_open(oa, devs, ndevs, &l);
 	if (ret == 0)
 		ret = ub_fs_open((const char *const *)l.paths, l.n, opts, log, out);
 	/* the library has said what was wrong; errno names would mislead here (ENOENT for "no magic") */

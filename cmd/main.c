@@ -16,6 +16,7 @@ static const struct {
 	{ "mount", cmd_mount, "mount read-only through FUSE" },
 	{ "umount", cmd_umount, "unmount what 'ubtrfs mount' mounted" },
 	{ "check", cmd_check, "verify a filesystem read-only and report every problem found" },
+	{ "find-root", cmd_find_root, "list the root trees still on disk (for --root BYTENR)" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

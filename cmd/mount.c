@@ -24,6 +24,9 @@ static const char mount_help[] =
 	"       nologreplay   ignore the fsync log tree\n"
 	"       degraded      mount even with devices missing\n"
 	"       generation=N  mount the older root of generation N (a backup root; as --generation)\n"
+	"       usebackuproot if the current root cannot be read, the newest backup root that can\n"
+	"                     (as --backup; also rescue=usebackuproot)\n"
+	"       root=BYTENR   mount the root tree at logical address BYTENR (as --root)\n"
 	"       ro, noatime, relatime, nodev, nosuid, noexec: accepted, nothing to do\n"
 	OPEN_ARGS_HELP;
 
@@ -171,11 +174,17 @@ int cmd_mount(int argc, char **argv)
 
 	struct ub_fs_opts fo = { .writable = false, .super_mirror = oa.super_mirror,
 				 .no_log = oa.no_log || mo.nologreplay,
-				 .root_generation = mo.generation ? mo.generation : oa.generation };
+				 .root_generation = mo.generation ? mo.generation : oa.generation,
+				 .backup = mo.usebackuproot || oa.backup,
+				 .root_bytenr = mo.root_bytenr ? mo.root_bytenr : oa.root_bytenr };
 	struct ub_log log = { .fn = mount_log, .arg = &oa.verbosity, .verbosity = oa.verbosity };
 	char **devs = argv + optind;
 	int ndevs = argc - optind - 1;
 
+	if (fo.root_generation && fo.root_bytenr) {
+		usage_error("mount", "generation and root name two roots: give one");
+		goto out;
+	}
 	ret = open_fs_with(&oa, devs, ndevs, &fo, &log, &mc.fs);
 	if (ret)
 		goto out;

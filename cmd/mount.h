@@ -15,6 +15,8 @@ struct mount_opts {
 	bool degraded;
 	uint64_t cache_bytes; /* -o cache=SIZE, 0 if not given */
 	uint64_t generation;  /* -o generation=N: the older root of a backup slot (as --generation), 0 if not given */
+	bool usebackuproot;   /* -o usebackuproot (or rescue=usebackuproot): as --backup */
+	uint64_t root_bytenr; /* -o root=BYTENR: as --root, 0 if not given */
 };
 
 /* Parse one -o list into `mo`; prints what is wrong and returns -EINVAL. */

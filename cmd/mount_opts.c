@@ -33,6 +33,17 @@ static int one_opt(struct mount_opts *mo, char *opt)
 		}
 		return 0;
 	}
+	if (!strcmp(opt, "root") && val) {
+		if (parse_u64(val, &mo->root_bytenr) || !mo->root_bytenr) {
+			fprintf(stderr, "ubtrfs mount: bad root '%s'\n", val);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	if (!val ? !strcmp(opt, "usebackuproot") : !strcmp(opt, "rescue") && !strcmp(val, "usebackuproot")) {
+		mo->usebackuproot = true;
+		return 0;
+	}
 	if (!val && !strcmp(opt, "nologreplay")) {
 		mo->nologreplay = true;
 		return 0;

@@ -22,6 +22,8 @@ struct ub_fs_opts {
 	bool no_log;           /* ignore the fsync log tree */
 	/* ---- older roots ---- */
 	uint64_t root_generation; /* 0: the superblock's root; else the backup root of that generation */
+	bool backup;              /* the current root unreadable: try the backup roots, newest first */
+	uint64_t root_bytenr;     /* 0, or the root tree at this logical address (its generation from its header) */
 };
 
 /*

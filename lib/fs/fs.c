@@ -8,6 +8,7 @@
 #include "fs_embed.h"
 #include "log_replay.h"
 #include "tree/roots.h"
+#include "ubtrfs/rootscan.h"
 
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)
 #define RI(field, p) UB_GET(btrfs_root_item, field, p)
@@ -256,73 +257,280 @@ fail:
 
 #define BK(field, b) UB_GET(ub_disk_root_backup, field, b)
 
+static const uint8_t *backup_slot(const uint8_t *sb, int i)
+{
+	return UB_PTR(ub_disk_super, super_roots, sb) + i * sizeof(struct ub_disk_root_backup);
+}
+
+static int add_top_roots(struct ub_fs *fs, const struct ub_root *tree, const struct ub_root *chunk)
+{
+	int ret = ub_roots_add(fs->roots, tree, false, &fs->root_tree);
+
+	return ret ? ret : ub_roots_add(fs->roots, chunk, false, &fs->chunk_tree);
+}
+
+/* Back to an empty root table, before another root is tried. */
+static int reset_roots(struct ub_fs *fs)
+{
+	ub_roots_destroy(fs->roots);
+	ub_roots_init(fs->roots);
+	fs->root_tree = fs->chunk_tree = NULL;
+	return 0;
+}
+
+/* Writing on top of an older root would orphan everything committed after it. */
+static int older_root_read_only(struct ub_fs *fs, const char *what)
+{
+	if (!fs->opts.writable)
+		return 0;
+	ub_err(&fs->log, "%s opens read-only only", what);
+	return -EROFS;
+}
+
 /*
- * An older root from the superblock's backup slots: its root tree and chunk
- * tree; the other trees follow from that root tree's items, so every block
- * read under it is checked against its own older generation.
+ * The root tree and chunk tree of backup slot i; the other trees follow from
+ * that root tree's items, so every block read under it is checked against its
+ * own older generation.
  */
+static int use_backup_slot(struct ub_fs *fs, int i)
+{
+	const uint8_t *sb = fs->vol->super, *b = backup_slot(sb, i);
+	uint64_t gen = BK(tree_root_gen, b);
+	struct ub_root tree = { BTRFS_ROOT_TREE_OBJECTID, BK(tree_root, b), gen, (uint8_t)BK(tree_root_level, b) };
+	struct ub_root chunk = { BTRFS_CHUNK_TREE_OBJECTID, BK(chunk_root, b), BK(chunk_root_gen, b),
+				 (uint8_t)BK(chunk_root_level, b) };
+
+	if (gen > SB(generation, sb) || chunk.generation > gen) {
+		ub_err(&fs->log, "backup root %d: generation %llu is newer than the superblock's %llu", i,
+		       (unsigned long long)gen, (unsigned long long)SB(generation, sb));
+		return -EUCLEAN;
+	}
+	if (tree.level >= UB_MAX_LEVEL || chunk.level >= UB_MAX_LEVEL || !chunk.bytenr) {
+		ub_err(&fs->log, "backup root %d (generation %llu): invalid level or chunk root", i,
+		       (unsigned long long)gen);
+		return -EUCLEAN;
+	}
+	return add_top_roots(fs, &tree, &chunk);
+}
+
 static int backup_roots(struct ub_fs *fs, uint64_t gen)
 {
 	const uint8_t *sb = fs->vol->super;
-	struct ub_root r;
-	int ret;
+	int ret = older_root_read_only(fs, "an older root");
 
-	/* writing on top of an older root would orphan everything committed after it */
-	if (fs->opts.writable) {
-		ub_err(&fs->log, "an older root (generation %llu) opens read-only only", (unsigned long long)gen);
-		return -EROFS;
-	}
-	for (int i = 0; i < UB_NUM_BACKUP_ROOTS; i++) {
-		const uint8_t *b = UB_PTR(ub_disk_super, super_roots, sb) + i * sizeof(struct ub_disk_root_backup);
+	for (int i = 0; i < UB_NUM_BACKUP_ROOTS && !ret; i++) {
+		const uint8_t *b = backup_slot(sb, i);
 
 		if (BK(tree_root_gen, b) != gen || !BK(tree_root, b))
 			continue;
-		if (gen > SB(generation, sb) || BK(chunk_root_gen, b) > gen) {
-			ub_err(&fs->log, "backup root %d: generation %llu is newer than the superblock's %llu", i,
-			       (unsigned long long)gen, (unsigned long long)SB(generation, sb));
-			return -EUCLEAN;
-		}
-		r = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, BK(tree_root, b), gen, (uint8_t)BK(tree_root_level, b) };
-		ret = ub_roots_add(fs->roots, &r, false, &fs->root_tree);
-		r = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, BK(chunk_root, b), BK(chunk_root_gen, b),
-				      (uint8_t)BK(chunk_root_level, b) };
-		if (!ret)
-			ret = ub_roots_add(fs->roots, &r, false, &fs->chunk_tree);
+		ret = use_backup_slot(fs, i);
 		if (!ret)
 			ub_info(&fs->log, "using backup root %d: root tree at logical %llu, generation %llu", i,
 				(unsigned long long)BK(tree_root, b), (unsigned long long)gen);
 		return ret;
 	}
-	ub_err(&fs->log, "no backup root of generation %llu in the superblock", (unsigned long long)gen);
-	return -ENOENT;
+	if (!ret) {
+		ub_err(&fs->log, "no backup root of generation %llu in the superblock", (unsigned long long)gen);
+		ret = -ENOENT;
+	}
+	return ret;
+}
+
+static void current_roots(const uint8_t *sb, struct ub_root *tree, struct ub_root *chunk)
+{
+	*tree = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, SB(root, sb), SB(generation, sb), (uint8_t)SB(root_level, sb) };
+	*chunk = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, SB(chunk_root, sb), SB(chunk_root_generation, sb),
+				   (uint8_t)SB(chunk_root_level, sb) };
+}
+
+/*
+ * The root tree at `bytenr`: its header gives generation and level (checked
+ * like any root block: checksum, fsid, bytenr, owner); the chunk tree is the
+ * backup slot's of that generation if there is one, else the current one,
+ * whose chunks map the block in the first place.
+ */
+static int root_at(struct ub_fs *fs, uint64_t bytenr)
+{
+	const uint8_t *sb = fs->vol->super;
+	struct ub_expect exp = { .owner = BTRFS_ROOT_TREE_OBJECTID, .level = -1, .exact_owner = true };
+	struct ub_root tree, chunk;
+	struct ub_eb *eb;
+	int ret = older_root_read_only(fs, "a root tree named by address");
+
+	current_roots(sb, &tree, &chunk);
+	if (!ret)
+		ret = add_top_roots(fs, &tree, &chunk);
+	if (!ret)
+		ret = load_chunk_tree(fs);
+	if (!ret)
+		ret = ub_tree_read_block(&fs->tc, bytenr, &exp, &eb);
+	if (ret) {
+		ub_err(&fs->log, "no root tree block at logical %llu: %s", (unsigned long long)bytenr, strerror(-ret));
+		return ret;
+	}
+	tree = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, bytenr, ub_eb_generation(eb), ub_eb_level(eb) };
+	ub_eb_put(&fs->tc, eb);
+	if (tree.generation > SB(generation, sb)) {
+		ub_err(&fs->log, "root tree block at logical %llu: generation %llu is newer than the superblock's %llu",
+		       (unsigned long long)bytenr, (unsigned long long)tree.generation,
+		       (unsigned long long)SB(generation, sb));
+		return -EUCLEAN;
+	}
+	for (int i = 0; i < UB_NUM_BACKUP_ROOTS; i++) {
+		const uint8_t *b = backup_slot(sb, i);
+
+		if (BK(tree_root_gen, b) == tree.generation && BK(chunk_root, b) &&
+		    BK(chunk_root_gen, b) <= tree.generation && BK(chunk_root_level, b) < UB_MAX_LEVEL) {
+			chunk = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, BK(chunk_root, b), BK(chunk_root_gen, b),
+						  (uint8_t)BK(chunk_root_level, b) };
+			break;
+		}
+	}
+	reset_roots(fs);
+	ret = add_top_roots(fs, &tree, &chunk);
+	if (!ret)
+		ub_info(&fs->log, "using the root tree at logical %llu, generation %llu", (unsigned long long)bytenr,
+			(unsigned long long)tree.generation);
+	return ret;
+}
+
+static int pick_roots(struct ub_fs *fs)
+{
+	struct ub_root tree, chunk;
+
+	if (fs->opts.root_bytenr)
+		return root_at(fs, fs->opts.root_bytenr);
+	if (fs->opts.root_generation)
+		return backup_roots(fs, fs->opts.root_generation);
+	current_roots(fs->vol->super, &tree, &chunk);
+	return add_top_roots(fs, &tree, &chunk);
+}
+
+/* What a failed probe found first, for one line of message. */
+static void probe_problem(const struct ub_root_probe *pr, char *buf, size_t len)
+{
+	char name[32];
+
+	if (pr->tree_err) {
+		snprintf(buf, len, "root tree block at logical %llu: %s", (unsigned long long)pr->tree.bytenr,
+			 strerror(-pr->tree_err));
+		return;
+	}
+	for (int i = 0; i < UB_PROBE_NTREES; i++) {
+		if (!pr->trees[i].err)
+			continue;
+		ub_tree_name(ub_probe_tree_ids[i], name, sizeof(name));
+		if (pr->trees[i].root.bytenr)
+			snprintf(buf, len, "%s root at logical %llu: %s", name, (unsigned long long)pr->trees[i].root.bytenr,
+				 strerror(-pr->trees[i].err));
+		else
+			snprintf(buf, len, "%s: %s", name,
+				 pr->trees[i].err == -ENOENT ? "no root item" : strerror(-pr->trees[i].err));
+		return;
+	}
+	snprintf(buf, len, "no problem");
+}
+
+static int probe_picked(struct ub_fs *fs, struct ub_root_probe *pr)
+{
+	struct ub_root rt;
+	int ret = ub_roots_committed(fs->roots, fs->root_tree, &rt);
+
+	memset(pr, 0, sizeof(*pr));
+	if (ret)
+		pr->tree_err = ret;
+	return ret ? ret : ub_root_tree_probe(&fs->tc, &rt, pr);
+}
+
+/*
+ * --backup: the root picked could not be read (why says how); the backup
+ * slots other than the one that failed, newest generation first, until one
+ * whose chunk tree loads and whose root tree and main trees read.
+ */
+static int fall_back(struct ub_fs *fs, const char *why)
+{
+	const uint8_t *sb = fs->vol->super;
+	uint64_t failed = fs->root_tree ? fs->root_tree->committed.bytenr : 0;
+	/* only older roots: a newer one than an older root asked for is not what the caller wants */
+	uint64_t below = fs->root_tree ? fs->root_tree->committed.generation : SB(generation, sb) + 1;
+	struct ub_root_probe pr;
+	char problem[192];
+	int ret = older_root_read_only(fs, "a backup root");
+
+	if (ret)
+		return ret;
+	ub_warn(&fs->log, "the root (generation %llu) cannot be read: %s; trying the older backup roots",
+		(unsigned long long)(fs->root_tree ? fs->root_tree->committed.generation : SB(generation, sb)), why);
+	for (;;) {
+		int best = -1;
+
+		for (int i = 0; i < UB_NUM_BACKUP_ROOTS; i++) {
+			const uint8_t *b = backup_slot(sb, i);
+
+			if (!BK(tree_root, b) || BK(tree_root, b) == failed || BK(tree_root_gen, b) >= below)
+				continue;
+			if (best < 0 || BK(tree_root_gen, b) > BK(tree_root_gen, backup_slot(sb, best)))
+				best = i;
+		}
+		if (best < 0)
+			break;
+		below = BK(tree_root_gen, backup_slot(sb, best));
+		reset_roots(fs);
+		bool probed = false;
+
+		ret = use_backup_slot(fs, best);
+		if (!ret)
+			ret = load_chunk_tree(fs);
+		if (!ret) {
+			probed = true;
+			ret = probe_picked(fs, &pr);
+		}
+		if (!ret) {
+			ub_warn(&fs->log, "using backup root %d: generation %llu, root tree at logical %llu", best,
+				(unsigned long long)below, (unsigned long long)fs->root_tree->committed.bytenr);
+			return 0;
+		}
+		if (ret == -ENOMEM)
+			return ret;
+		if (probed)
+			probe_problem(&pr, problem, sizeof(problem));
+		else
+			snprintf(problem, sizeof(problem), "%s", strerror(-ret));
+		ub_warn(&fs->log, "backup root %d (generation %llu) cannot be read either: %s", best,
+			(unsigned long long)below, problem);
+	}
+	ub_err(&fs->log, "no backup root is readable");
+	return -EIO;
 }
 
 int ub_fs_load_trees(struct ub_fs *fs)
 {
 	const uint8_t *sb = fs->vol->super;
-	struct ub_root r;
+	struct ub_root_probe pr;
+	char problem[192];
 	int ret;
 
 	fs->incompat = SB(incompat_flags, sb);
 	fs->compat_ro = SB(compat_ro_flags, sb);
 	/* the two trees the superblock points at come first in the table */
-	if (fs->opts.root_generation) {
-		ret = backup_roots(fs, fs->opts.root_generation);
-	} else {
-		r = (struct ub_root){ BTRFS_ROOT_TREE_OBJECTID, SB(root, sb), SB(generation, sb),
-				      (uint8_t)SB(root_level, sb) };
-		ret = ub_roots_add(fs->roots, &r, false, &fs->root_tree);
-		r = (struct ub_root){ BTRFS_CHUNK_TREE_OBJECTID, SB(chunk_root, sb), SB(chunk_root_generation, sb),
-				      (uint8_t)SB(chunk_root_level, sb) };
-		if (!ret)
-			ret = ub_roots_add(fs->roots, &r, false, &fs->chunk_tree);
-	}
+	ret = pick_roots(fs);
 	if (ret)
 		goto fail;
 	warn_features(fs);
 	ret = load_chunk_tree(fs);
-	if (ret) {
+	if (ret && fs->opts.backup) {
+		snprintf(problem, sizeof(problem), "chunk tree: %s", strerror(-ret));
+		ret = fall_back(fs, problem);
+	} else if (ret) {
 		ub_err(&fs->log, "cannot read the chunk tree: %s", strerror(-ret));
+	} else if (probe_picked(fs, &pr)) {
+		probe_problem(&pr, problem, sizeof(problem));
+		if (fs->opts.backup)
+			ret = fall_back(fs, problem);
+		else if (pr.tree_err)
+			ub_warn(&fs->log, "the root tree cannot be read (%s); a backup root may still be readable", problem);
+	}
+	if (ret) {
 		ub_volume_check_devices(fs->vol);
 		goto fail;
 	}
@@ -339,8 +547,11 @@ int ub_fs_load_trees(struct ub_fs *fs)
 	find_global(fs, BTRFS_QUOTA_TREE_OBJECTID, &fs->quota_tree, false);
 	find_global(fs, BTRFS_RAID_STRIPE_TREE_OBJECTID, &fs->rst_tree,
 		    fs->incompat & BTRFS_FEATURE_INCOMPAT_RAID_STRIPE_TREE);
-	/* a failed replay is reported and reading goes on without the log */
-	if (!fs->opts.no_log && SB(log_root, sb)) {
+	/* the log continues the superblock's root: on an older one it would replay onto the wrong trees */
+	if (!fs->opts.no_log && SB(log_root, sb) && fs->root_tree->committed.bytenr != SB(root, sb)) {
+		ub_info(&fs->log, "the fsync log belongs to the superblock's root: not replayed on an older root");
+	} else if (!fs->opts.no_log && SB(log_root, sb)) {
+		/* a failed replay is reported and reading goes on without the log */
 		ret = check_log(fs, NULL);
 		if (ret)
 			ub_err(&fs->log, "the fsync log tree (root at logical %llu) is corrupt: %s; reading without it",

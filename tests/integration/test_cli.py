@@ -5,7 +5,7 @@ import pytest
 
 import ubtrfs_testlib as T
 
-COMMANDS = ["ls", "cat", "dump-super", "dump-tree"]
+COMMANDS = ["ls", "cat", "dump-super", "dump-tree", "find-root"]
 
 
 @pytest.mark.parametrize("cmd", COMMANDS)

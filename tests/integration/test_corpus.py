@@ -58,6 +58,7 @@ COMMANDS = [
     dict(name="dump-tree-csum", argv=["dump-tree", "-t", "csum", "{img}"]),
     dict(name="ls-long", argv=["ls", "-R", "-l", "{img}"]),
     dict(name="filesystem-show", argv=["filesystem", "show", "{img}"]),
+    dict(name="find-root", argv=["find-root", "--backups-only", "{img}"]),
 ]
 # (`ls -R -l --json` is not here: --json overrides -l (cmd/ls.c), so it is the same run
 # as LIST_COMMAND below, whose output is also parsed)

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Older roots: how intact a root tree is, and the root trees still on disk
+ * (the superblock's backup slots and a scan of the metadata block groups),
+ * for `--backup`, `ubtrfs find-root` and restore.
+ */
+#ifndef UBTRFS_ROOTSCAN_H
+#define UBTRFS_ROOTSCAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "ubtrfs/fs.h"
+
+/* The trees a usable root tree must name, in this order in ub_root_probe.trees. */
+enum { UB_PROBE_EXTENT, UB_PROBE_CSUM, UB_PROBE_FS, UB_PROBE_DEV, UB_PROBE_NTREES };
+extern const uint64_t ub_probe_tree_ids[UB_PROBE_NTREES];
+
+struct ub_root_probe {
+	struct ub_root tree; /* the root tree probed */
+	int tree_err;        /* 0: its root block reads and verifies, else the error */
+	struct {
+		struct ub_root root; /* from its ROOT_ITEM (bytenr 0 when there is none) */
+		int err;             /* 0: the root block reads and verifies; -ENOENT: no ROOT_ITEM */
+	} trees[UB_PROBE_NTREES];
+};
+
+/*
+ * Read the root block of `root_tree` and of each tree of ub_probe_tree_ids it
+ * names, without messages (each failure is in the result). 0 when all are
+ * readable, else the first error.
+ */
+int ub_root_tree_probe(struct ub_tree_ctx *tc, const struct ub_root *root_tree, struct ub_root_probe *out);
+
+struct ub_root_candidate {
+	uint64_t bytenr, generation;
+	uint8_t level;
+	bool current;        /* the superblock's root */
+	int backup_slot;     /* the superblock's backup slot naming it, -1 if none */
+	bool scanned;        /* found by the scan of the metadata block groups */
+	struct ub_root_probe probe;
+};
+
+/* Called every so often during the scan: bytes of metadata chunks scanned so far, of total. */
+typedef void (*ub_scan_progress_fn)(void *arg, uint64_t done, uint64_t total);
+
+/*
+ * Every block of the metadata block groups (first readable copy, 1 MiB at a
+ * time) whose header names this filesystem's fsid and its own address, and
+ * that `want` (if set) accepts by owner, generation and level, is verified on
+ * any copy (checksum, header, tree checker; failures are silent) and handed to
+ * `found`. A non-zero return of `found` stops the scan and is returned.
+ * `progress` (if set) hears of each megabyte.
+ */
+struct ub_meta_scan_ops {
+	bool (*want)(void *arg, uint64_t owner, uint64_t generation, int level);
+	int (*found)(void *arg, const struct ub_eb *eb);
+	ub_scan_progress_fn progress;
+	void *arg;
+};
+int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops);
+
+/*
+ * Every root tree candidate of an open filesystem: the superblock's root,
+ * its backup roots, and (when `scan`) every block of the metadata block
+ * groups that verifies as a ROOT_TREE block (owner, checksum, fsid,
+ * bytenr), newest generation first, each probed. The caller frees *out.
+ */
+int ub_find_roots(struct ub_fs *fs, bool scan, ub_scan_progress_fn progress, void *arg,
+		  struct ub_root_candidate **out, size_t *n);
+
+#endif
