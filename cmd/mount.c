@@ -171,7 +171,8 @@ int cmd_mount(int argc, char **argv)
 
 	struct ub_fs_opts fo = { .writable = false, .super_mirror = oa.super_mirror,
 				 .no_log = oa.no_log || mo.nologreplay,
-				 .root_generation = mo.generation ? mo.generation : oa.generation };
+				 .root_generation = mo.generation ? mo.generation : oa.generation,
+				 .cache_bytes = mo.cache_bytes };
 	struct ub_log log = { .fn = mount_log, .arg = &oa.verbosity, .verbosity = oa.verbosity };
 	char **devs = argv + optind;
 	int ndevs = argc - optind - 1;

@@ -22,6 +22,12 @@ struct ub_fs_opts {
 	bool no_log;           /* ignore the fsync log tree */
 	/* ---- older roots ---- */
 	uint64_t root_generation; /* 0: the superblock's root; else the backup root of that generation */
+	/*
+	 * ---- memory budget ---- the peak memory the open filesystem aims at, in
+	 * bytes; 0: 256 MiB. Three quarters go to the tree block cache, the rest
+	 * is left for the caller's tables and buffers.
+	 */
+	uint64_t cache_bytes;
 };
 
 /*
