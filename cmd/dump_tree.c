@@ -9,6 +9,9 @@
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/fsinfo.h"
 
+/* dump-tree's block cache: room for the interior nodes a walk passes again (see cmd_dump_tree) */
+#define DUMP_CACHE_BYTES (2ULL << 20)
+
 static const char help[] =
 	"usage: ubtrfs dump-tree [OPTIONS] DEV...\n\n"
 	"Print tree blocks and their items, like 'btrfs inspect-internal dump-tree'.\n"
@@ -139,6 +142,8 @@ static void walk(struct dumper *d, uint64_t bytenr, const struct ub_expect *exp,
 		uint32_t n = ub_eb_nritems(eb);
 		for (uint32_t i = 0; i < n; i++) {
 			struct ub_key first, end;
+			if (ub_eb_level(eb) == 1 && i % (UB_TREE_READAHEAD_LEAVES / 2) == 0)
+				ub_tree_readahead(d->tc, eb, (int)i, UB_TREE_READAHEAD_LEAVES);
 			/* with -b nothing is known above the block: its own owner is what its children must have */
 			struct ub_expect cexp = { exp && exp->owner ? exp->owner : ub_eb_owner(eb), ub_eb_level(eb) - 1,
 						  ub_eb_node_gen(eb, (int)i),
@@ -335,6 +340,11 @@ int cmd_dump_tree(int argc, char **argv)
 	if (open_fs(&oa, argv + optind, argc - optind, &d.fs))
 		return EXIT_FATAL;
 	d.tc = ub_fs_trees(d.fs);
+	/*
+	 * Each block is printed once and the walk holds its own path: a cache
+	 * beyond the interior nodes only costs memory.
+	 */
+	ub_tree_set_cache_limit(d.tc, DUMP_CACHE_BYTES);
 	d.log = ub_fs_log(d.fs);
 	d.super = ub_volume_super(ub_fs_volume(d.fs));
 	ub_volume_get_info(ub_fs_volume(d.fs), &d.vi);

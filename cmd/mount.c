@@ -176,7 +176,8 @@ int cmd_mount(int argc, char **argv)
 				 .no_log = oa.no_log || mo.nologreplay,
 				 .root_generation = mo.generation ? mo.generation : oa.generation,
 				 .backup = mo.usebackuproot || oa.backup,
-				 .root_bytenr = mo.root_bytenr ? mo.root_bytenr : oa.root_bytenr };
+				 .root_bytenr = mo.root_bytenr ? mo.root_bytenr : oa.root_bytenr,
+				 .cache_bytes = mo.cache_bytes };
 	struct ub_log log = { .fn = mount_log, .arg = &oa.verbosity, .verbosity = oa.verbosity };
 	char **devs = argv + optind;
 	int ndevs = argc - optind - 1;

@@ -9,6 +9,29 @@
 /* Options the kernel's btrfs takes that mean nothing on a read-only mount: accepted and ignored. */
 static const char *const harmless[] = { "ro", "noatime", "relatime", "nodev", "nosuid", "noexec", "defaults", NULL };
 
+/* SIZE as mount options write it: bytes, or with a K, M or G suffix (powers of 1024). */
+static int parse_cache_size(const char *val, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	int shift = 0;
+
+	errno = 0;
+	v = strtoull(val, &end, 10);
+	if (errno || end == val || *val == '-')
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	default: break;
+	}
+	if (*end || v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
 static int one_opt(struct mount_opts *mo, char *opt)
 {
 	char *val = strchr(opt, '=');
@@ -36,6 +59,14 @@ static int one_opt(struct mount_opts *mo, char *opt)
 	if (!strcmp(opt, "root") && val) {
 		if (parse_u64(val, &mo->root_bytenr) || !mo->root_bytenr) {
 			fprintf(stderr, "ubtrfs mount: bad root '%s'\n", val);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	if (!strcmp(opt, "cache") && val) {
+		/* below a few MiB the tree cache cannot hold one walk's path and its readahead */
+		if (parse_cache_size(val, &mo->cache_bytes) || mo->cache_bytes < (16ULL << 20)) {
+			fprintf(stderr, "ubtrfs mount: bad cache size '%s' (at least 16M; K, M, G suffixes)\n", val);
 			return -EINVAL;
 		}
 		return 0;

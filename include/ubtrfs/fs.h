@@ -24,6 +24,12 @@ struct ub_fs_opts {
 	uint64_t root_generation; /* 0: the superblock's root; else the backup root of that generation */
 	bool backup;              /* the current root unreadable: try the backup roots, newest first */
 	uint64_t root_bytenr;     /* 0, or the root tree at this logical address (its generation from its header) */
+	/*
+	 * ---- memory budget ---- the peak memory the open filesystem aims at, in
+	 * bytes; 0: 256 MiB. Three quarters go to the tree block cache, the rest
+	 * is left for the caller's tables and buffers.
+	 */
+	uint64_t cache_bytes;
 };
 
 /*

@@ -119,8 +119,13 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		       struct ub_eb **out);
 void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb);
 
-/* The cache's size bound in bytes (default 64 MiB); unreferenced blocks beyond it are evicted now. */
+/*
+ * The cache's size bound in bytes (default UB_TREE_CACHE_DEFAULT); unreferenced
+ * blocks beyond it are evicted now, leaves before interior nodes.
+ */
 void ub_tree_set_cache_limit(struct ub_tree_ctx *tc, uint64_t bytes);
+/* Three quarters of the default memory budget of a read command (ub_fs_opts.cache_bytes). */
+#define UB_TREE_CACHE_DEFAULT (192ULL << 20)
 struct ub_tree_cache_stats {
 	uint64_t hits, misses; /* since ub_tree_ctx_init */
 	uint64_t bytes;        /* held now, dirty and referenced blocks included */
@@ -190,5 +195,15 @@ int ub_tree_lookup(struct ub_tree_ctx *tc, const struct ub_root *root, const str
  */
 int ub_tree_walk(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_block_set *seen, uint64_t tag,
 		 int (*fn)(void *arg, const struct ub_eb *eb), void *arg);
+
+/*
+ * ---- leaf readahead ---- a forward walk is about to need the children of
+ * `parent` from `slot` on: the device is told to fetch up to `n` of them
+ * (WILLNEED advice, merged into runs; nothing waits, nothing is verified or
+ * kept here: each block is still read and checked when the walk gets there).
+ * Only blocks not already cached are asked for.
+ */
+#define UB_TREE_READAHEAD_LEAVES 32
+void ub_tree_readahead(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n);
 
 #endif

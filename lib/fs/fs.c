@@ -249,6 +249,8 @@ int ub_fs_open_volume(struct ub_fs *fs, const char *const *paths, struct ub_dev 
 	ret = ub_tree_ctx_init(&fs->tc, fs->vol, &fs->log);
 	if (ret)
 		goto fail;
+	if (fs->opts.cache_bytes)
+		ub_tree_set_cache_limit(&fs->tc, fs->opts.cache_bytes / 4 * 3);
 	return 0;
 fail:
 	ub_fs_fini(fs);

@@ -32,7 +32,7 @@ int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct
 		return -ENOMEM;
 	c->hash_size = 4096;
 	c->hash = calloc(c->hash_size, sizeof(*c->hash));
-	c->cache_limit = 64ULL << 20;
+	c->cache_limit = UB_TREE_CACHE_DEFAULT;
 	/* held for a few table operations only: spinning a little beats sleeping in the kernel */
 	pthread_mutexattr_init(&attr);
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
@@ -47,16 +47,29 @@ int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct
 	return 0;
 }
 
+/* The unreferenced-block list `eb` waits on: leaves and interior nodes apart (cache.h). */
+static struct ub_eb **lru_list(struct ub_tree_ctx *tc, const struct ub_eb *eb, struct ub_eb ***tail)
+{
+	if (ub_eb_level(eb) > 0) {
+		*tail = &tc->cache->node_tail;
+		return &tc->cache->node_head;
+	}
+	*tail = &tc->cache->lru_tail;
+	return &tc->cache->lru_head;
+}
+
 static void lru_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
+	struct ub_eb **tail, **head = lru_list(tc, eb, &tail);
+
 	if (eb->lru_prev)
 		eb->lru_prev->lru_next = eb->lru_next;
-	else if (tc->cache->lru_head == eb)
-		tc->cache->lru_head = eb->lru_next;
+	else if (*head == eb)
+		*head = eb->lru_next;
 	if (eb->lru_next)
 		eb->lru_next->lru_prev = eb->lru_prev;
-	else if (tc->cache->lru_tail == eb)
-		tc->cache->lru_tail = eb->lru_prev;
+	else if (*tail == eb)
+		*tail = eb->lru_prev;
 	eb->lru_prev = eb->lru_next = NULL;
 }
 
@@ -108,8 +121,8 @@ void ub_tree_ctx_destroy(struct ub_tree_ctx *tc)
 
 static void evict(struct ub_tree_ctx *tc)
 {
-	while (tc->cache->cached_bytes > tc->cache->cache_limit && tc->cache->lru_tail) {
-		struct ub_eb *eb = tc->cache->lru_tail;
+	while (tc->cache->cached_bytes > tc->cache->cache_limit && (tc->cache->lru_tail || tc->cache->node_tail)) {
+		struct ub_eb *eb = tc->cache->lru_tail ? tc->cache->lru_tail : tc->cache->node_tail;
 		lru_unlink(tc, eb);
 		hash_unlink(tc, eb);
 		eb_free(tc, eb);
@@ -119,6 +132,8 @@ static void evict(struct ub_tree_ctx *tc)
 /* Caller holds cache_lock. */
 static void put_locked(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
+	struct ub_eb **head, **tail;
+
 	if (--eb->refs > 0)
 		return;
 	if (!eb->hashed) {
@@ -126,13 +141,14 @@ static void put_locked(struct ub_tree_ctx *tc, struct ub_eb *eb)
 		eb_free(tc, eb);
 		return;
 	}
-	eb->lru_next = tc->cache->lru_head;
+	head = lru_list(tc, eb, &tail);
+	eb->lru_next = *head;
 	eb->lru_prev = NULL;
-	if (tc->cache->lru_head)
-		tc->cache->lru_head->lru_prev = eb;
-	tc->cache->lru_head = eb;
-	if (!tc->cache->lru_tail)
-		tc->cache->lru_tail = eb;
+	if (*head)
+		(*head)->lru_prev = eb;
+	*head = eb;
+	if (!*tail)
+		*tail = eb;
 	evict(tc);
 }
 
@@ -525,6 +541,58 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	*out = publish(tc, eb, exp);
 	pthread_mutex_unlock(&tc->cache->lock);
 	return 0;
+}
+
+static struct ub_dev *dev_of(const struct ub_volume *vol, uint64_t devid)
+{
+	for (int i = 0; i < vol->nvdevs; i++)
+		if (vol->vdevs[i].devid == devid)
+			return vol->vdevs[i].dev;
+	return NULL;
+}
+
+static bool is_cached(struct ub_tree_ctx *tc, uint64_t bytenr)
+{
+	struct ub_eb *eb;
+	bool found = false;
+
+	pthread_mutex_lock(&tc->cache->lock);
+	for (eb = tc->cache->hash[(bytenr / 4096) % tc->cache->hash_size]; eb && !found; eb = eb->hnext)
+		found = eb->start == bytenr;
+	pthread_mutex_unlock(&tc->cache->lock);
+	return found;
+}
+
+void ub_tree_readahead(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n)
+{
+	struct ub_volume *vol = tc->vol;
+	struct ub_dev *run_dev = NULL;
+	uint64_t run_start = 0, run_len = 0;
+	uint32_t nr = ub_eb_nritems(parent);
+
+	for (int i = slot; i >= 0 && (uint32_t)i < nr && i < slot + n; i++) {
+		uint64_t bytenr = ub_eb_node_blockptr(parent, i), devid, phys;
+		const char *path;
+		struct ub_dev *dev;
+
+		/* a hostile pointer is the read's to report; advice for it is just skipped */
+		if (is_cached(tc, bytenr) || ub_volume_map(vol, bytenr, 1, &devid, &phys, &path))
+			continue;
+		dev = dev_of(vol, devid);
+		if (!dev)
+			continue;
+		if (dev == run_dev && phys == run_start + run_len) {
+			run_len += vol->nodesize;
+			continue;
+		}
+		if (run_dev)
+			ub_dev_willneed(run_dev, run_start, run_len);
+		run_dev = dev;
+		run_start = phys;
+		run_len = vol->nodesize;
+	}
+	if (run_dev)
+		ub_dev_willneed(run_dev, run_start, run_len);
 }
 
 int ub_block_set_add(struct ub_block_set *s, uint64_t bytenr, uint64_t tag, uint64_t *first_tag)

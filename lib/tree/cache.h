@@ -38,6 +38,13 @@ struct ub_block_cache {
 	unsigned bad_next;
 	/* write side: blocks changed in the running transaction (each holds a reference) */
 	struct ub_eb *dirty_head;
+	/*
+	 * ---- keep interior nodes ---- unreferenced nodes (level > 0) wait on
+	 * their own list, evicted only when no unreferenced leaf is left: a walk
+	 * comes back through the upper levels for every leaf, and they are few.
+	 * lru_head/lru_tail above hold the leaves.
+	 */
+	struct ub_eb *node_head, *node_tail;
 };
 
 #endif

@@ -209,6 +209,9 @@ static int step_leaf(struct ub_path *p, int dir)
 			return -EUCLEAN; /* refused by read_child already; kept for the slot arithmetic below */
 		p->slots[level] = dir > 0 ? 0 : (int)n - 1;
 	}
+	/* every half window, ask for the next window of leaves: a forward walk always has some on the way */
+	if (dir > 0 && p->nodes[1] && p->slots[1] % (UB_TREE_READAHEAD_LEAVES / 2) == 0)
+		ub_tree_readahead(p->tc, p->nodes[1], p->slots[1] + 1, UB_TREE_READAHEAD_LEAVES);
 	return 0;
 }
 

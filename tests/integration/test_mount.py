@@ -113,13 +113,15 @@ def test_mount_subvol(ubtrfs_bin, factory):
     exp = {p: e for p, e in view.entries.items() if p.startswith("/snap_ro/")}
     exp_h = {p: h for p, h in view.hashes.items() if p in exp}
     sid = next(e["subvol"] for e in exp.values())
-    for opts in ("subvol=/snap_ro", "subvolid=%d" % sid, "subvol=snap_ro,subvolid=%d" % sid):
+    # the smallest cache budget serves the same tree
+    for opts in ("subvol=/snap_ro", "subvolid=%d" % sid, "subvol=snap_ro,subvolid=%d,cache=16M" % sid):
         with fuse_mounted(ubtrfs_bin, image.devices, factory.mountpoint(), opts) as mnt:
             entries, hashes = _fuse_view(mnt, "/snap_ro")
         problems = _compare(exp, entries, exp_h, hashes)
         assert not problems, "-o %s:\n  %s" % (opts, "\n  ".join(problems[:40]))
     for opts, why in (("subvolid=987654", "no such subvolume"), ("subvol=/snap_ro/d0", "not a subvolume|No such"),
-                      ("rw", "read-only"), ("bogus", "unknown option")):
+                      ("rw", "read-only"), ("bogus", "unknown option"), ("cache=1M", "bad cache size"),
+                      ("cache=lots", "bad cache size")):
         cp = T.run([str(ubtrfs_bin), "mount", "-o", opts, *map(str, image.devices), str(factory.mountpoint())],
                    check=False, timeout=60)
         assert cp.returncode == 2 and cp.stderr, (opts, T.describe(cp))

@@ -4,7 +4,8 @@
  * (4 KiB nodes, a few hundred fs tree blocks):
  *
  *  - a second read of a block is a hit, the first a miss; the counters say so;
- *  - a small limit evicts unreferenced blocks, never referenced or dirty ones;
+ *  - a small limit evicts unreferenced blocks, never referenced or dirty ones,
+ *    and leaves before interior nodes; readahead advice reads nothing in;
  *  - one copy per address, also when several threads miss the same block at
  *    once;
  *  - readers in four threads and the writer creating and dropping blocks of a
@@ -155,7 +156,7 @@ static void test_hit_miss(void **state)
 	assert_int_equal(st.misses, 1);
 	assert_int_equal(st.hits, 1);
 	assert_int_equal(st.bytes, E.nodesize);
-	assert_int_equal(st.limit, 64ULL << 20);
+	assert_int_equal(st.limit, UB_TREE_CACHE_DEFAULT);
 	ub_eb_put(&tc, a);
 	ub_eb_put(&tc, b);
 	/* unreferenced, still cached */
@@ -204,6 +205,82 @@ static void test_eviction_under_limit(void **state)
 	ub_eb_put(&tc, held);
 	ub_tree_cache_stats(&tc, &st);
 	assert_int_equal(st.bytes, 0);
+	ub_tree_ctx_destroy(&tc);
+}
+
+/* ---- keep interior nodes, read leaves ahead ---- */
+
+static void test_interior_kept_over_leaves(void **state)
+{
+	struct ub_tree_ctx tc;
+	struct ub_tree_cache_stats st;
+	struct ub_eb *eb;
+	size_t ninterior = 0, nleaves = 0;
+
+	(void)state;
+	NEED_MKFS();
+	assert_int_equal(ub_tree_ctx_init(&tc, E.fs->vol, NULL), 0);
+	ub_tree_cache_stats(&tc, &st);
+	assert_int_equal(st.limit, UB_TREE_CACHE_DEFAULT);
+	for (size_t i = 0; i < E.nblocks; i++)
+		ninterior += E.blocks[i].level > 0;
+	assert_true(ninterior > 0);
+	/* room for the interior nodes and two leaves */
+	ub_tree_set_cache_limit(&tc, (ninterior + 2) * E.nodesize);
+	for (size_t i = 0; i < E.nblocks; i++) {
+		if (E.blocks[i].level == 0)
+			continue;
+		assert_int_equal(read_blk(&tc, &E.blocks[i], &eb), 0);
+		ub_eb_put(&tc, eb);
+	}
+	/* every leaf read after them, more recent as each is, goes before any of them */
+	for (size_t i = 0; i < E.nblocks; i++) {
+		if (E.blocks[i].level > 0)
+			continue;
+		assert_int_equal(read_blk(&tc, &E.blocks[i], &eb), 0);
+		ub_eb_put(&tc, eb);
+		nleaves++;
+		ub_tree_cache_stats(&tc, &st);
+		assert_true(st.bytes <= (ninterior + 2) * E.nodesize);
+	}
+	assert_true(nleaves > 2);
+	for (size_t i = 0; i < E.nblocks; i++)
+		if (E.blocks[i].level > 0)
+			assert_int_equal(copies_of(&tc, E.blocks[i].bytenr), 1);
+	/* with no leaf left to drop, interior nodes go too */
+	ub_tree_set_cache_limit(&tc, E.nodesize);
+	ub_tree_cache_stats(&tc, &st);
+	assert_true(st.bytes <= E.nodesize);
+	ub_tree_set_cache_limit(&tc, 0);
+	ub_tree_cache_stats(&tc, &st);
+	assert_int_equal(st.bytes, 0);
+	ub_tree_ctx_destroy(&tc);
+}
+
+static void test_readahead_reads_nothing_in(void **state)
+{
+	struct ub_tree_ctx tc;
+	struct ub_tree_cache_stats before, after;
+	struct ub_eb *node = NULL;
+
+	(void)state;
+	NEED_MKFS();
+	assert_int_equal(ub_tree_ctx_init(&tc, E.fs->vol, NULL), 0);
+	for (size_t i = 0; i < E.nblocks && !node; i++)
+		if (E.blocks[i].level == 1)
+			assert_int_equal(read_blk(&tc, &E.blocks[i], &node), 0);
+	assert_non_null(node);
+	ub_tree_cache_stats(&tc, &before);
+	/* advice only: no block enters the cache, nothing is counted; slots past the end are ignored */
+	ub_tree_readahead(&tc, node, 0, UB_TREE_READAHEAD_LEAVES);
+	ub_tree_readahead(&tc, node, (int)ub_eb_nritems(node) - 1, UB_TREE_READAHEAD_LEAVES);
+	ub_tree_readahead(&tc, node, (int)ub_eb_nritems(node) + 5, UB_TREE_READAHEAD_LEAVES);
+	ub_tree_readahead(&tc, node, -3, 2);
+	ub_tree_cache_stats(&tc, &after);
+	assert_int_equal(after.bytes, before.bytes);
+	assert_int_equal(after.misses, before.misses);
+	assert_int_equal(after.hits, before.hits);
+	ub_eb_put(&tc, node);
 	ub_tree_ctx_destroy(&tc);
 }
 
@@ -382,6 +459,8 @@ int main(void)
 		cmocka_unit_test(test_hit_miss),
 		cmocka_unit_test(test_eviction_under_limit),
 		cmocka_unit_test(test_dirty_never_evicted),
+		cmocka_unit_test(test_interior_kept_over_leaves),
+		cmocka_unit_test(test_readahead_reads_nothing_in),
 		cmocka_unit_test(test_threads_one_copy),
 		cmocka_unit_test(test_threads_readers_and_writer),
 	};
