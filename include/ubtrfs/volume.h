@@ -4,13 +4,12 @@
  * logical -> physical translation for every profile.
  *
  * Library API: a user holds struct ub_volume as a handle (ub_fs_volume) and
- * reads it through ubtrfs/devinfo.h; its fields, ub_vdev and ub_chunk are
- * still visible here only because library code and tests read them.
+ * reads it through ubtrfs/devinfo.h. Its structure and the chunk map's are
+ * the library's (lib/volume/volume_priv.h).
  */
 #ifndef UBTRFS_VOLUME_H
 #define UBTRFS_VOLUME_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "ubtrfs/dev.h"
@@ -49,85 +48,16 @@ const struct ub_profile *ub_profile_of(uint64_t type);
 /* raid: whether a chunk of `type` may have `num` stripes (`sub` sub_stripes); the one rule the volume and tree_check share */
 bool ub_profile_stripes_valid(uint64_t type, unsigned num, unsigned sub);
 
-/* ---- chunk map (lib/volume/chunk_map.c) ---- */
+/* ---- open, close, map (lib/volume/volume.c, chunk_map.c) ---- */
 
-struct ub_vdev;
-
-struct ub_stripe {
-	uint64_t devid;
-	uint64_t physical;
-	uint8_t dev_uuid[UB_UUID_SIZE];
-	struct ub_vdev *dev; /* NULL when the device is missing */
-};
-
-struct ub_chunk {
-	uint64_t logical;
-	uint64_t length;
-	uint64_t type;        /* BTRFS_BLOCK_GROUP_* */
-	uint64_t stripe_len;
-	uint16_t num_stripes;
-	uint16_t sub_stripes;
-	const struct ub_profile *profile;
-	struct ub_stripe stripes[];
-};
-
-/* A device of the assembled volume. */
-struct ub_vdev {
-	uint64_t devid;
-	uint8_t uuid[UB_UUID_SIZE];
-	uint64_t total_bytes;  /* from the dev item */
-	uint64_t generation;   /* of the superblock read from it */
-	struct ub_dev *dev;    /* NULL when missing */
-	bool missing;
-	/*
-	 * The device's dev item as last known (its own superblock at open, then
-	 * the chunk tree's through ub_volume_add_dev_item): what
-	 * ub_volume_write_supers puts into this device's superblock.
-	 */
-	uint8_t item[sizeof(struct btrfs_dev_item)];
-};
+/* The assembled volume: the library's (lib/volume/volume_priv.h); a user holds a pointer. */
+struct ub_volume;
+/* A chunk of the chunk map (lib/volume/volume_priv.h). */
+struct ub_chunk;
 
 struct ub_volume_opts {
 	bool writable;
 	int super_mirror; /* -1: newest valid copy; 0..2: use exactly that copy */
-};
-
-struct ub_volume {
-	struct ub_log log;
-	uint8_t super[UB_SUPER_INFO_SIZE]; /* the superblock in use (validated) */
-	int super_mirror_used;
-	uint8_t fsid[UB_FSID_SIZE];
-	uint8_t metadata_uuid[UB_FSID_SIZE]; /* what tree block headers carry */
-	unsigned csum_type, csum_size;
-	uint32_t sectorsize, nodesize;
-	uint64_t generation;
-	uint64_t num_devices;
-	uint64_t generation_hint; /* newest generation among the given devices */
-	struct ub_vdev *vdevs;
-	int nvdevs;
-	struct ub_chunk **chunks; /* sorted by logical */
-	int nchunks, chunks_cap;
-	bool writable;
-	bool creating;        /* ub_volume_create: dev items name the blank devices */
-	/*
-	 * Sticky: the first failed device write or flush. Once set, every write,
-	 * flush and superblock write fails with -EROFS, so the last commit on disk
-	 * is never followed by a superblock that points at half-written blocks.
-	 */
-	int write_error;
-	/* device writes left out because the device is missing (degraded writes) */
-	uint64_t writes_skipped;
-	/*
-	 * ---- api: readers map through `chunks` from any thread while the writer
-	 * adds chunks (realloc, insertion). chunk_lock (set up by the first
-	 * ub_volume_add_chunk, before any reader can exist) is held for reading
-	 * across a lookup and for writing across a change; chunks themselves are
-	 * freed only at close, so a found chunk stays valid. The writer thread
-	 * alone changes the array, so its own loops over it need no lock. ----
-	 */
-	pthread_rwlock_t chunk_lock;
-	bool chunk_lock_ready;
-	/* ---- end api ---- */
 };
 
 /*
@@ -166,7 +96,6 @@ int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t 
  */
 int ub_volume_check_devices(struct ub_volume *vol);
 
-const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical);
 /* Number of distinct ways `logical` can be read (copies; RAID5: 2; RAID6: num_stripes, see raid56.c). 0 if unmapped. */
 int ub_volume_num_copies(const struct ub_volume *vol, uint64_t logical);
 /*

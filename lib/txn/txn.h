@@ -24,7 +24,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "ubtrfs/tree.h"
+#include "tree/tree_priv.h"
 #include "ubtrfs/volume.h"
 #include "tree/tree_write.h"
 #include "alloc/alloc.h"
