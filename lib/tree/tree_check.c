@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#include "ubtrfs/tree_check.h"
+#include "tree/tree_check.h"
 #include "ubtrfs/volume.h"
 
 /* Bit 7 of a dir entry's type byte is an encryption flag in newer kernels, not part of the type. */
