@@ -137,6 +137,9 @@ tools: $(TREE_DIGEST)
 # ---- end of the tree digest block ----
 # ---- library API: cmd/ is a library user and sees only include/ (lib/'s private headers stay out of reach) ----
 $(CMD_OBJS): CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
+# a test driver written as a library user: opens, writes and commits through include/ only
+# (private: the library it depends on keeps -Ilib)
+$(NOCOW_DRIVER): private CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
 # ---- end of the library API block ----
 
 # ---- fast inflate: libdeflate decodes the zlib extents the kernel writes ----

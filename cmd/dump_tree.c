@@ -198,21 +198,22 @@ static void dump_all_roots(struct dumper *d, bool contents)
 {
 	struct ub_key key = { 0, 0, 0 };
 	struct ub_root rt;
-	struct ub_path p;
+	struct ub_path *p;
 	int ret;
 
-	ub_path_init(&p);
-	ret = ub_fs_tree_root(d->fs, BTRFS_ROOT_TREE_OBJECTID, &rt);
+	ret = ub_path_new(&p);
 	if (!ret)
-		ret = ub_tree_search(d->tc, &rt, &key, &p);
+		ret = ub_fs_tree_root(d->fs, BTRFS_ROOT_TREE_OBJECTID, &rt);
+	if (!ret)
+		ret = ub_tree_search(d->tc, &rt, &key, p);
 	ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
 	while (ret == 0) {
 		const uint8_t *data;
 		uint32_t size;
 		struct ub_root r;
 
-		ub_path_key(&p, &key);
-		data = ub_path_data(&p, &size);
+		ub_path_key(p, &key);
+		data = ub_path_data(p, &size);
 		if (key.type == BTRFS_ROOT_ITEM_KEY && size >= offsetof(struct btrfs_root_item, generation_v2)) {
 			r.objectid = key.objectid;
 			r.bytenr = UB_GET(btrfs_root_item, bytenr, data);
@@ -227,9 +228,9 @@ static void dump_all_roots(struct dumper *d, bool contents)
 				printf(" %llu level %u\n", (unsigned long long)r.bytenr, r.level);
 			}
 		}
-		ret = ub_tree_next(&p);
+		ret = ub_tree_next(p);
 	}
-	ub_path_release(&p);
+	ub_path_free(p);
 	if (ret < 0)
 		d->rc = EXIT_PROBLEMS;
 }
@@ -243,7 +244,7 @@ static int dump_log(struct dumper *d)
 			      UB_GET(ub_disk_super, generation, sb) + 1,
 			      (uint8_t)UB_GET(ub_disk_super, log_root_level, sb) };
 	struct ub_key key = { 0, 0, 0 };
-	struct ub_path p;
+	struct ub_path *p;
 	int ret;
 
 	if (!lr.bytenr) {
@@ -253,15 +254,16 @@ static int dump_log(struct dumper *d)
 	printf("log root tree\n");
 	/* every log block carries owner TREE_LOG: only entering each once across all of them tells the trees apart */
 	dump_root_tagged(d, &lr, BTRFS_TREE_LOG_OBJECTID, true);
-	ub_path_init(&p);
-	ret = ub_tree_search(d->tc, &lr, &key, &p);
+	ret = ub_path_new(&p);
+	if (!ret)
+		ret = ub_tree_search(d->tc, &lr, &key, p);
 	/* 2: nothing at or after key 0, so the tree is empty */
 	ret = ret == 2 ? 1 : (ret < 0 ? ret : 0);
 	while (ret == 0) {
 		uint32_t size;
-		const uint8_t *data = ub_path_data(&p, &size);
+		const uint8_t *data = ub_path_data(p, &size);
 
-		ub_path_key(&p, &key);
+		ub_path_key(p, &key);
 		if (key.type == BTRFS_ROOT_ITEM_KEY && size >= offsetof(struct btrfs_root_item, generation_v2)) {
 			struct ub_root r = { BTRFS_TREE_LOG_OBJECTID, UB_GET(btrfs_root_item, bytenr, data),
 					     UB_GET(btrfs_root_item, generation, data),
@@ -271,9 +273,9 @@ static int dump_log(struct dumper *d)
 			printf(" \n");
 			dump_root_tagged(d, &r, key.offset, false);
 		}
-		ret = ub_tree_next(&p);
+		ret = ub_tree_next(p);
 	}
-	ub_path_release(&p);
+	ub_path_free(p);
 	if (ret < 0)
 		d->rc = EXIT_PROBLEMS;
 	return 0;

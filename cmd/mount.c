@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "cmd.h"
 #include "mount.h"
+#include "ubtrfs/devinfo.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/fsinfo.h"
 
@@ -50,19 +51,25 @@ static void mount_log(void *arg, enum ub_log_level lvl, const char *msg)
 /* The kernel refuses a filesystem with devices missing unless told "degraded": so do we. */
 static int check_devices(struct ub_fs *fs, bool degraded)
 {
-	struct ub_volume *vol = ub_fs_volume(fs);
-	int missing = 0;
+	struct ub_device_info *devs;
+	int ndevs, missing = 0;
+	int ret = ub_volume_list_devices(ub_fs_volume(fs), &devs, &ndevs);
 
-	for (int i = 0; i < vol->nvdevs; i++)
-		if (vol->vdevs[i].missing)
+	if (ret)
+		return ret;
+	for (int i = 0; i < ndevs; i++)
+		if (devs[i].missing)
 			missing++;
-	if (!missing || degraded)
+	if (!missing || degraded) {
+		free(devs);
 		return 0;
+	}
 	fprintf(stderr, "ubtrfs mount: error: %d device%s missing (devid", missing, missing > 1 ? "s" : "");
-	for (int i = 0; i < vol->nvdevs; i++)
-		if (vol->vdevs[i].missing)
-			fprintf(stderr, " %llu", (unsigned long long)vol->vdevs[i].devid);
+	for (int i = 0; i < ndevs; i++)
+		if (devs[i].missing)
+			fprintf(stderr, " %llu", (unsigned long long)devs[i].devid);
 	fprintf(stderr, "); give the others, or -o degraded\n");
+	free(devs);
 	return -ENODEV;
 }
 
@@ -198,10 +205,10 @@ int cmd_mount(int argc, char **argv)
 		ret = -ENOMEM;
 	if (ret)
 		goto out;
-	struct ub_volume *vol = ub_fs_volume(mc.fs);
-	mc.sectorsize = vol->sectorsize;
-	mc.total_bytes = UB_GET(ub_disk_super, total_bytes, vol->super);
-	mc.bytes_used = UB_GET(ub_disk_super, bytes_used, vol->super);
+	const uint8_t *sb = ub_volume_super(ub_fs_volume(mc.fs));
+	mc.sectorsize = (uint32_t)UB_GET(ub_disk_super, sectorsize, sb);
+	mc.total_bytes = UB_GET(ub_disk_super, total_bytes, sb);
+	mc.bytes_used = UB_GET(ub_disk_super, bytes_used, sb);
 	if (mc.bytes_used > mc.total_bytes)
 		mc.bytes_used = mc.total_bytes;
 	ret = serve(&mc, devs[0], argv[argc - 1], foreground);

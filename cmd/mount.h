@@ -51,9 +51,6 @@ struct mount_ctx {
 	uint64_t total_bytes, bytes_used;
 };
 
-/* statfs as the kernel's btrfs_statfs counts it (mount_statfs.c): 0 or <0 (logged). */
-struct statvfs;
-int mount_statfs(struct ub_fs *fs, struct statvfs *out);
 
 /* The low-level operations table (mount_ops.c). */
 struct fuse_lowlevel_ops;

@@ -13,6 +13,7 @@
 #include <sys/sysmacros.h>
 #include <sys/statvfs.h>
 #include "mount.h"
+#include "ubtrfs/fsinfo.h"
 
 /* Nothing changes under a read-only mount: the kernel may keep names and attributes as long as it likes. */
 #define MOUNT_TIMEOUT 86400.0
@@ -374,7 +375,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct statvfs sv;
 
 	/* a damaged block group or dev item (logged) leaves the superblock's figures */
-	if (mount_statfs(mc->fs, &sv)) {
+	if (ub_fs_statfs(mc->fs, &sv)) {
 		memset(&sv, 0, sizeof(sv));
 		sv.f_bsize = sv.f_frsize = mc->sectorsize;
 		sv.f_blocks = mc->total_bytes / mc->sectorsize;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+/* A device: the library's (lib/dev/dev_priv.h); a user holds a pointer. */
 struct ub_dev;
 
 /*
@@ -41,14 +42,6 @@ struct ub_dev_ops {
 	int (*readv)(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64_t off);
 	/* optional hint: [off, off+len) will be read soon (start reading it in the background); never fails */
 	void (*willneed)(struct ub_dev *dev, uint64_t off, uint64_t len);
-};
-
-struct ub_dev {
-	const struct ub_dev_ops *ops;
-	void *priv;     /* the backend's state */
-	char *path;     /* path or name, for messages */
-	uint64_t size;  /* bytes */
-	bool writable;
 };
 
 /*

@@ -12,4 +12,12 @@ struct ub_tree_ctx *ub_fs_trees(struct ub_fs *fs);
 /* The diagnostics sink the filesystem reports through, for a tool's own messages about it. */
 const struct ub_log *ub_fs_log(const struct ub_fs *fs);
 
+struct statvfs;
+/*
+ * The figures `df` shows on the kernel's read-only mount of this filesystem
+ * (its btrfs_statfs: space counted per profile from the block groups, new
+ * chunks from each present device's unallocated space): 0, or <0 (logged).
+ */
+int ub_fs_statfs(struct ub_fs *fs, struct statvfs *out);
+
 #endif

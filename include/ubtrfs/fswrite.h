@@ -18,8 +18,9 @@
  *
  * Threads: the transaction's rules (one caller at a time per engine).
  *
- * Library API (incomplete): the calls are public, but opening the engine and
- * its transactions is still private (lib/txn/txn.h).
+ * Library API: the engine and its transactions come from ubtrfs/engine.h
+ * (ub_engine_open, ub_txn_start or ub_fsw_begin, ub_txn_commit / ub_txn_abort
+ * or ub_engine_commit, ub_engine_close).
  */
 #ifndef UBTRFS_FSWRITE_H
 #define UBTRFS_FSWRITE_H
@@ -28,8 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "ubtrfs/engine.h"
 
-struct ub_txn;
 
 /* rdev as the kernel stores it in the inode item (its internal dev_t): major << 20 | minor */
 #define UB_FSW_MKDEV(major, minor) (((uint64_t)(major) << 20) | ((uint64_t)(minor) & 0xfffff))
@@ -166,7 +167,6 @@ int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char
 
 /* ---- reserving before each call (lib/fs/write_ops.c) ---- */
 
-struct ub_engine;
 enum {
 	UB_FSW_OP_CREATE = 1, /* create, mkdir, mknod, symlink */
 	UB_FSW_OP_LINK,

@@ -3,8 +3,8 @@
  * The tree layer: verified tree blocks, a block cache, search and iteration.
  *
  * Library API: read-only tree calls on the context ub_fs_trees gives; a
- * block is read through the ub_eb_* accessors. The fields of ub_tree_ctx,
- * ub_eb and ub_path are the library's (visible until they move to lib/tree).
+ * block is read through the ub_eb_* accessors, a position is a ub_path from
+ * ub_path_new. The structures are the library's (lib/tree/tree_priv.h).
  */
 #ifndef UBTRFS_TREE_H
 #define UBTRFS_TREE_H
@@ -15,34 +15,13 @@
 #include "ubtrfs/volume.h"
 
 /*
- * One tree block in memory (refcounted, owned by the cache): verified when read,
- * or created by the write side (lib/tree/tree_write.h).
- *
- * Ownership and threading: several reader threads and the one writer thread
- * may share a ub_tree_ctx. Its cache's lock (lib/tree/cache.h) guards the
- * table, the LRU, every block's refs/hnext/lru/dirty links, the negative
- * cache and the counters; reads from the device and checksum verification
- * run without it. A block's
- * data is immutable once published, except that
- * only the transaction's single writer changes block contents, and only blocks
- * of its own transaction (generation == transid, not yet written), which are
- * reachable only from the roots it updates: a reader walking from committed
- * root values never meets one, so committed blocks in the cache stay exactly
- * what is on disk. A dirty block holds one reference for the dirty list, so
- * eviction never drops it.
+ * The library's structures (lib/tree/tree_priv.h): a user holds pointers.
+ * A context is what ub_fs_trees gives; a block (ub_tree_read_block, or the
+ * callback of ub_tree_walk) is read through the ub_eb_* accessors below.
  */
-struct ub_eb {
-	uint64_t start;
-	uint32_t len;
-	int refs;
-	struct ub_eb *hnext, *lru_prev, *lru_next;
-	uint8_t *data;
-	struct ub_eb *dirty_prev, *dirty_next;
-	bool dirty;  /* changed in the running transaction, not yet written (on tc's dirty list) */
-	bool hashed; /* findable by address; a block dropped from the cache lives until its last put */
-	/* ---- shared blocks of the running transaction ---- */
-	uint64_t born; /* the writer's count of new blocks when this one was made (0: read from a device) */
-};
+struct ub_tree_ctx;
+struct ub_eb;
+struct ub_path;
 
 /* Where a tree starts. */
 struct ub_root {
@@ -87,28 +66,6 @@ void ub_block_set_free(struct ub_block_set *s);
 /* "FS_TREE", "EXTENT_TREE", or the number, for messages. */
 const char *ub_tree_name(uint64_t id, char *buf, size_t len);
 
-struct ub_tree_ctx {
-	struct ub_volume *vol;
-	struct ub_log log;
-	struct ub_block_cache *cache; /* the blocks and what guards them: lib/tree/cache.h */
-	bool quiet; /* no messages for blocks that fail (callers probing) */
-	/* write side: how many blocks the running transaction changed (the list is the cache's) */
-	size_t ndirty;
-	/*
-	 * What new block headers carry: metadata_uuid comes from the volume at
-	 * init; chunk_tree_uuid from the first verified block read, unless the
-	 * opener (mkfs, tests) sets it and have_chunk_tree_uuid first.
-	 */
-	uint8_t metadata_uuid[UB_FSID_SIZE];
-	uint8_t chunk_tree_uuid[UB_UUID_SIZE];
-	bool have_chunk_tree_uuid;
-	/* ---- shared blocks of the running transaction ---- */
-	uint64_t births; /* new blocks made so far (ub_eb.born); only grows */
-};
-
-int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_log *log);
-void ub_tree_ctx_destroy(struct ub_tree_ctx *tc);
-
 /*
  * Read and verify the block at `bytenr`, trying every copy until one passes
  * checksum, header and tree-checker validation. On failure of every copy the
@@ -135,13 +92,13 @@ struct ub_tree_cache_stats {
 void ub_tree_cache_stats(struct ub_tree_ctx *tc, struct ub_tree_cache_stats *out);
 
 /* Header and item accessors for a verified block. */
-static inline const uint8_t *ub_eb_data(const struct ub_eb *eb) { return eb->data; }
-static inline uint32_t ub_eb_len(const struct ub_eb *eb) { return eb->len; }
-static inline uint64_t ub_eb_start(const struct ub_eb *eb) { return eb->start; }
-static inline uint8_t ub_eb_level(const struct ub_eb *eb) { return (uint8_t)UB_GET(ub_disk_header, level, eb->data); }
-static inline uint32_t ub_eb_nritems(const struct ub_eb *eb) { return (uint32_t)UB_GET(ub_disk_header, nritems, eb->data); }
-static inline uint64_t ub_eb_owner(const struct ub_eb *eb) { return UB_GET(ub_disk_header, owner, eb->data); }
-static inline uint64_t ub_eb_generation(const struct ub_eb *eb) { return UB_GET(ub_disk_header, generation, eb->data); }
+const uint8_t *ub_eb_data(const struct ub_eb *eb);
+uint32_t ub_eb_len(const struct ub_eb *eb);
+uint64_t ub_eb_start(const struct ub_eb *eb);
+uint8_t ub_eb_level(const struct ub_eb *eb);
+uint32_t ub_eb_nritems(const struct ub_eb *eb);
+uint64_t ub_eb_owner(const struct ub_eb *eb);
+uint64_t ub_eb_generation(const struct ub_eb *eb);
 void ub_eb_item_key(const struct ub_eb *eb, int slot, struct ub_key *key);
 /* Item data pointer and size (leaf); bounds were verified when the block was read. */
 const uint8_t *ub_eb_item_data(const struct ub_eb *eb, int slot, uint32_t *size);
@@ -149,15 +106,13 @@ const uint8_t *ub_eb_item_data(const struct ub_eb *eb, int slot, uint32_t *size)
 uint64_t ub_eb_node_blockptr(const struct ub_eb *eb, int slot);
 uint64_t ub_eb_node_gen(const struct ub_eb *eb, int slot);
 
-/* A position in a tree: nodes[0] is the leaf. */
-struct ub_path {
-	struct ub_eb *nodes[UB_MAX_LEVEL];
-	int slots[UB_MAX_LEVEL];
-	struct ub_tree_ctx *tc;
-	const struct ub_root *root;
-};
-
-void ub_path_init(struct ub_path *p);
+/*
+ * A position in a tree (lib/tree/tree_priv.h), allocated here: ub_path_new
+ * gives an empty one (-ENOMEM), ub_path_free releases what it holds and frees
+ * it (NULL is fine). ub_path_release drops the blocks it holds, for reuse.
+ */
+int ub_path_new(struct ub_path **out);
+void ub_path_free(struct ub_path *p);
 void ub_path_release(struct ub_path *p);
 
 /*

@@ -72,7 +72,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "ubtrfs/tree.h"
+#include "tree/tree_priv.h"
 #include "ubtrfs/volume.h"
 #include "alloc/free_space.h"
 

@@ -3,6 +3,8 @@
 #ifndef UBTRFS_CHECK_PRIV_H
 #define UBTRFS_CHECK_PRIV_H
 
+#include "tree/tree_priv.h"
+#include "volume/volume_priv.h"
 #include "ubtrfs/check.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/fsinfo.h"

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 #include <linux/fs.h>
 #include "ubtrfs/dev.h"
+#include "dev/dev_priv.h"
 
 int ub_dev_create(const char *name, const struct ub_dev_ops *ops, void *priv, uint64_t size, bool writable,
 		  struct ub_dev **out)

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include "ubtrfs/dev.h"
+#include "dev/dev_priv.h"
 
 struct ub_fault_plan {
 	pthread_mutex_t lock;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 #include "ubtrfs/dev.h"
+#include "dev/dev_priv.h"
 
 /* ub_dev_read/write have checked the range, so the copies stay inside the buffer. */
 static int mem_read(struct ub_dev *dev, void *buf, size_t len, uint64_t off)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ubtrfs/dev.h"
+#include "dev/dev_priv.h"
 
 struct rec {
 	enum ub_rec_kind kind;

@@ -22,7 +22,7 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
-#include "ubtrfs/compress.h"
+#include "fs/compress.h"
 #include "ubtrfs/format.h"
 
 /* btrfs never compresses more than this much data into one extent. */

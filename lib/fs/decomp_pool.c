@@ -5,7 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include "ubtrfs/compress.h"
+#include "fs/compress.h"
 #include "decomp_pool.h"
 #include "fs_priv.h"
 

@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "ubtrfs/compress.h"
+#include "fs/compress.h"
 #include "ubtrfs/fs.h"
 #include "decomp_pool.h"
 #include "fs_priv.h"

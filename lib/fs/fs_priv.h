@@ -8,6 +8,7 @@
 #define UBTRFS_FS_FS_PRIV_H
 
 #include "ubtrfs/fs.h"
+#include "tree/tree_priv.h"
 
 struct ub_roots;
 struct ub_eroot;

@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 
 #include "fs/write.h"
-#include "ubtrfs/compress.h"
+#include "fs/compress.h"
 #include "txn/backref.h"
 
 #define II_GET(f, p) UB_GET(btrfs_inode_item, f, p)

@@ -17,6 +17,7 @@
 #include "mkfs/mkfs_internal.h"
 #include "ubtrfs/mkfs.h"
 #include "ubtrfs/volume.h"
+#include "volume/volume_priv.h"
 
 #define MiB (1024ULL * 1024)
 #define SECTORSIZE 4096U

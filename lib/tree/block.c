@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "ubtrfs/tree.h"
-#include "ubtrfs/tree_check.h"
+#include "tree/tree_check.h"
 #include "tree/tree_write.h"
 #include "tree/cache.h"
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The block cache's structures, private to lib/tree (block.c). The rules are
- * at struct ub_eb in include/ubtrfs/tree.h: one lock for everything below,
+ * at struct ub_eb in lib/tree/tree_priv.h: one lock for everything below,
  * never held across device I/O or checksum verification; one in-memory block
  * per address (the first verified copy published wins); dirty blocks hold a
  * reference for the dirty list, so eviction never sees them.
@@ -10,7 +10,7 @@
 #define UBTRFS_TREE_CACHE_H
 
 #include <pthread.h>
-#include "ubtrfs/tree.h"
+#include "tree/tree_priv.h"
 
 /* A block found bad, and under which expectation (`any`: bad whatever the parent says). */
 struct ub_bad_block {

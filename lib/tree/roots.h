@@ -36,7 +36,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include "ubtrfs/tree.h"
+#include "tree/tree_priv.h"
 
 struct ub_eroot {
 	uint64_t objectid;       /* set when the object is made, never changed: lookups read it without the writer */

@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#include "ubtrfs/tree_check.h"
-#include "ubtrfs/volume.h"
+#include "tree/tree_check.h"
+#include "volume/volume_priv.h"
 
 /* Bit 7 of a dir entry's type byte is an encryption flag in newer kernels, not part of the type. */
 #define UB_DIR_TYPE_FLAG_MASK 0x80

@@ -25,7 +25,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "ubtrfs/tree.h"
+#include "tree/tree_priv.h"
 
 /* The header flags' top byte: the back reference revision (the kernel's BTRFS_BACKREF_REV_SHIFT). */
 #define UB_BACKREF_REV_SHIFT 56

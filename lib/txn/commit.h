@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "ubtrfs/tree.h"
+#include "tree/tree_priv.h"
 
 /* Why the engine cannot write this superblock's filesystem: 0, or -EOPNOTSUPP and the reason in `why`. */
 int ub_engine_check_features(const uint8_t *sb, char *why, size_t len);

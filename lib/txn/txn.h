@@ -10,21 +10,16 @@
  * in place); an aborted transaction puts every `root` back to `committed`,
  * and a tree born in it stays in the table, empty.
  *
- * Threads: one transaction at a time per engine (ub_txn_start fails with
- * -EBUSY while one runs); every call on an engine and its transaction is made
- * by one thread at a time (the caller serialises). Readers in other threads
- * may use lib/fs on &e->fs: they see the committed root of every tree, which
- * the commit publishes under the root table's mutex (roots.h states the rule).
- *
- * After a failed commit or a write error the engine is broken (-EROFS for
- * every further transaction): what is on disk is the last commit.
+ * Threads and failed commits: as include/ubtrfs/engine.h says. Readers in
+ * other threads see the committed root of every tree, which the commit
+ * publishes under the root table's mutex (roots.h states the rule).
  */
 #ifndef UBTRFS_TXN_TXN_H
 #define UBTRFS_TXN_TXN_H
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "ubtrfs/tree.h"
+#include "tree/tree_priv.h"
 #include "ubtrfs/volume.h"
 #include "tree/tree_write.h"
 #include "alloc/alloc.h"
@@ -33,6 +28,7 @@
 #include "txn/commit.h"
 #include "tree/roots.h"
 #include "fs/fs_priv.h"
+#include "ubtrfs/engine.h" /* open, transactions, commit, close: the public part */
 
 struct ub_engine {
 	struct ub_fs fs;         /* volume (writable), tree context, root table: shared with the readers */
@@ -63,21 +59,6 @@ struct ub_txn {
 };
 
 /*
- * Open a filesystem for writing. Refuses (-EOPNOTSUPP, naming the feature)
- * what the engine does not keep up to date: quotas, the block group tree, the
- * raid-stripe tree, extent-tree-v2, mixed block groups, metadata without
- * skinny extents, any unknown incompat or compat_ro bit. A pending fsync log
- * is replayed into the trees and committed before the open returns, as the
- * kernel's mount does (lib/fs/log_commit.c; an info line says what it did);
- * a log that cannot be replayed fails the open (-EUCLEAN) with nothing written.
- */
-int ub_engine_open(const char *const *paths, int npaths, const struct ub_log *log, struct ub_engine **out);
-/* The same over devices already open (taken over, closed with the engine or on failure). */
-int ub_engine_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_log *log, struct ub_engine **out);
-/* Aborts a running transaction (nothing of it reaches the disk) and closes everything. */
-void ub_engine_close(struct ub_engine *e);
-
-/*
  * The root object of tree `objectid` in the table (loaded on first use from
  * its ROOT_ITEM in the live root tree): 0, -ENOENT (also for an empty tree), <0.
  */
@@ -91,9 +72,6 @@ int ub_engine_root(struct ub_engine *e, uint64_t objectid, struct ub_eroot **out
 int ub_engine_add_root(struct ub_engine *e, const struct ub_root *r, uint64_t item_offset, uint64_t last_snapshot,
 		       struct ub_eroot **out);
 
-int ub_txn_start(struct ub_engine *e, struct ub_txn **out);
-/* Commit and end the transaction (freed whatever the result). */
-int ub_txn_commit(struct ub_txn *t);
 /*
  * Commit t, then go on with the same handle as the next transaction (the
  * cleaner's share of a commit runs in between, cleaner.h): for a call that
@@ -102,8 +80,6 @@ int ub_txn_commit(struct ub_txn *t);
  * is still a handle to abort (a broken engine's refuses every commit).
  */
 int ub_txn_commit_keep(struct ub_txn *t);
-/* Forget every change of the transaction: the disk keeps the last commit. */
-void ub_txn_abort(struct ub_txn *t);
 
 /* What the tree layer's write calls take for this transaction. */
 static inline struct ub_tree_alloc *ub_txn_ta(struct ub_txn *t) { return &t->ta; }
@@ -134,8 +110,6 @@ int ub_txn_write_space(struct ub_txn *t);
  * the joined transaction untouched) or another error; *out is e->running.
  */
 int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out);
-/* Commit the running transaction if there is one. */
-int ub_engine_commit(struct ub_engine *e);
 
 /* ---- open flags ---- */
 #define UB_ENGINE_OPEN_NO_LOG_REPLAY (1U << 0) /* refuse (-EOPNOTSUPP) a pending fsync log instead of replaying it */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ubtrfs/devinfo.h"
+#include "volume/volume_priv.h"
 
 int ub_volume_get_info(const struct ub_volume *vol, struct ub_volume_info *out)
 {

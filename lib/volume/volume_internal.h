@@ -3,7 +3,7 @@
 #ifndef UBTRFS_VOLUME_INTERNAL_H
 #define UBTRFS_VOLUME_INTERNAL_H
 
-#include "ubtrfs/volume.h"
+#include "volume/volume_priv.h"
 
 struct ub_map {
 	int stripe;           /* index into chunk->stripes */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ubtrfs/compress.h"
+#include "fs/compress.h"
 
 #define FUZZ_MAX_OUT (128U * 1024U)
 

@@ -23,6 +23,7 @@
 #include "print.h"
 #include "ubtrfs/volume.h"
 #include "fuzz_util.h"
+#include "tree/tree_priv.h"
 
 #define FUZZ_PRINT_LIMIT (4U << 20)
 

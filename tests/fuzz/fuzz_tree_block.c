@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ubtrfs/tree_check.h"
+#include "tree/tree_check.h"
 
 static uint64_t features(uint8_t b)
 {

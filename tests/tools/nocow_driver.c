@@ -17,7 +17,7 @@
 
 #include "ubtrfs/format.h"
 #include "ubtrfs/fswrite.h"
-#include "txn/txn.h"
+#include "ubtrfs/engine.h"
 
 #define FS BTRFS_FS_TREE_OBJECTID
 #define TOP BTRFS_FIRST_FREE_OBJECTID

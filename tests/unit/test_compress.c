@@ -17,7 +17,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "ubtrfs/compress.h"
+#include "fs/compress.h"
 #include "ubtrfs/format.h"
 
 #define SECTOR 4096U

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "ubtrfs/dev.h"
+#include "dev/dev_priv.h"
 
 #define SIZE 8192
 

@@ -26,7 +26,7 @@
 
 #include <cmocka.h>
 
-#include "ubtrfs/tree_check.h"
+#include "tree/tree_check.h"
 
 #define NS_MAX 65536
 

@@ -34,7 +34,7 @@
 
 #include "ubtrfs/fs.h"
 #include "fs/fs_priv.h"
-#include "ubtrfs/tree_check.h"
+#include "tree/tree_check.h"
 #include "tree/tree_write.h"
 
 #define TEST_TYPE 248 /* a key type the checker has no rules for, outside the inode-keyed ones */

@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "ubtrfs/tree_check.h"
+#include "tree/tree_check.h"
 #include "txn/backref.h"
 #include "txn/commit.h"
 

@@ -18,6 +18,7 @@
 
 #include "ubtrfs/format.h"
 #include "ubtrfs/volume.h"
+#include "volume/volume_priv.h"
 
 static char g_dir[64];
 static bool g_have;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The mount's statfs: the figures `df` shows on the kernel's read-only mount of
+ * statfs: the figures `df` shows on the kernel's read-only mount of
  * the same filesystem (fs/btrfs/super.c's btrfs_statfs), computed from what is on
  * disk: the block group items (space per profile) and the dev items (unallocated
  * space per device). The kernel takes its global block reserve off the free
@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
-#include "mount.h"
+#include "fs_priv.h"
+#include "tree/tree_priv.h"
+#include "volume/volume_priv.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/fsinfo.h"
 #include "ubtrfs/log.h"
@@ -228,7 +230,7 @@ out:
 	return ret;
 }
 
-int mount_statfs(struct ub_fs *fs, struct statvfs *out)
+int ub_fs_statfs(struct ub_fs *fs, struct statvfs *out)
 {
 	const uint8_t *sb = ub_volume_super(ub_fs_volume(fs));
 	uint32_t sectorsize = (uint32_t)UB_GET(ub_disk_super, sectorsize, sb);

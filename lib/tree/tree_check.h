@@ -5,10 +5,10 @@
  * and value rules. Checksum, fsid, bytenr, level and generation are checked by
  * the reader (lib/tree/block.c) before this runs.
  *
- * Called by the library, the unit tests and the fuzzers, not by tools.
+ * Library-internal: called by the library, the unit tests and the fuzzers.
  */
-#ifndef UBTRFS_TREE_CHECK_H
-#define UBTRFS_TREE_CHECK_H
+#ifndef UBTRFS_TREE_TREE_CHECK_H
+#define UBTRFS_TREE_TREE_CHECK_H
 
 #include <stddef.h>
 #include <stdint.h>

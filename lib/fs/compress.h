@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Decompression of btrfs compressed extents (zlib, btrfs-framed lzo, zstd): the library's and the fuzzers'. */
-#ifndef UBTRFS_COMPRESS_H
-#define UBTRFS_COMPRESS_H
+#ifndef UBTRFS_FS_COMPRESS_H
+#define UBTRFS_FS_COMPRESS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The volume's structures, private to the library: include/ubtrfs/volume.h
+ * declares them opaque for users, who read a volume through
+ * ubtrfs/devinfo.h. Library code that reads the fields includes this.
+ */
+#ifndef UBTRFS_VOLUME_PRIV_H
+#define UBTRFS_VOLUME_PRIV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "dev/dev_priv.h"
+#include "ubtrfs/volume.h"
+
+struct ub_vdev;
+
+struct ub_stripe {
+	uint64_t devid;
+	uint64_t physical;
+	uint8_t dev_uuid[UB_UUID_SIZE];
+	struct ub_vdev *dev; /* NULL when the device is missing */
+};
+
+struct ub_chunk {
+	uint64_t logical;
+	uint64_t length;
+	uint64_t type;        /* BTRFS_BLOCK_GROUP_* */
+	uint64_t stripe_len;
+	uint16_t num_stripes;
+	uint16_t sub_stripes;
+	const struct ub_profile *profile;
+	struct ub_stripe stripes[];
+};
+
+/* A device of the assembled volume. */
+struct ub_vdev {
+	uint64_t devid;
+	uint8_t uuid[UB_UUID_SIZE];
+	uint64_t total_bytes;  /* from the dev item */
+	uint64_t generation;   /* of the superblock read from it */
+	struct ub_dev *dev;    /* NULL when missing */
+	bool missing;
+	/*
+	 * The device's dev item as last known (its own superblock at open, then
+	 * the chunk tree's through ub_volume_add_dev_item): what
+	 * ub_volume_write_supers puts into this device's superblock.
+	 */
+	uint8_t item[sizeof(struct btrfs_dev_item)];
+};
+
+struct ub_volume {
+	struct ub_log log;
+	uint8_t super[UB_SUPER_INFO_SIZE]; /* the superblock in use (validated) */
+	int super_mirror_used;
+	uint8_t fsid[UB_FSID_SIZE];
+	uint8_t metadata_uuid[UB_FSID_SIZE]; /* what tree block headers carry */
+	unsigned csum_type, csum_size;
+	uint32_t sectorsize, nodesize;
+	uint64_t generation;
+	uint64_t num_devices;
+	uint64_t generation_hint; /* newest generation among the given devices */
+	struct ub_vdev *vdevs;
+	int nvdevs;
+	struct ub_chunk **chunks; /* sorted by logical */
+	int nchunks, chunks_cap;
+	bool writable;
+	bool creating;        /* ub_volume_create: dev items name the blank devices */
+	/*
+	 * Sticky: the first failed device write or flush. Once set, every write,
+	 * flush and superblock write fails with -EROFS, so the last commit on disk
+	 * is never followed by a superblock that points at half-written blocks.
+	 */
+	int write_error;
+	/* device writes left out because the device is missing (degraded writes) */
+	uint64_t writes_skipped;
+	/*
+	 * ---- api: readers map through `chunks` from any thread while the writer
+	 * adds chunks (realloc, insertion). chunk_lock (set up by the first
+	 * ub_volume_add_chunk, before any reader can exist) is held for reading
+	 * across a lookup and for writing across a change; chunks themselves are
+	 * freed only at close, so a found chunk stays valid. The writer thread
+	 * alone changes the array, so its own loops over it need no lock. ----
+	 */
+	pthread_rwlock_t chunk_lock;
+	bool chunk_lock_ready;
+	/* ---- end api ---- */
+};
+
+const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical);
+
+/* ---- what only the library calls: chunk feeding, the write side ---- */
+
+/* ---- profiles (lib/volume/profile.c) ---- */
+
+/* How a family of profiles maps, reads, writes and counts copies (internal: lib/volume). */
+struct ub_layout;
+
+struct ub_profile {
+	uint64_t flag;         /* BTRFS_BLOCK_GROUP_* profile bit, 0 for single */
+	const char *name;      /* "single", "DUP", "RAID1", ... */
+	int ncopies;           /* full copies of each block (1 for RAID0/5/6) */
+	int nparity;           /* 0, 1 (RAID5) or 2 (RAID6) */
+	int sub_stripes;       /* 2 for RAID10, else 1 */
+	int devs_min;          /* fewest devices the profile is allowed on */
+	int tolerated_failures;
+	const struct ub_layout *layout;
+};
+/* Profile of a chunk/block group type (only the profile bits are looked at). */
+const struct ub_profile *ub_profile_of(uint64_t type);
+/* raid: whether a chunk of `type` may have `num` stripes (`sub` sub_stripes); the one rule the volume and tree_check share */
+bool ub_profile_stripes_valid(uint64_t type, unsigned num, unsigned sub);
+
+/*
+ * Add a chunk from a chunk item (`item` of `size` bytes, key offset = logical).
+ * Validates the item (stripe count, sizes, profile). Duplicates are ignored.
+ */
+int ub_volume_add_chunk(struct ub_volume *vol, uint64_t logical, const uint8_t *item, uint32_t size);
+/* Record a device item from the chunk tree (so missing devices are known). */
+int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t size);
+
+/*
+ * After the chunk tree is loaded: report each missing device (by devid) and
+ * whether every chunk's profile still covers it. -ENXIO if some chunk lost
+ * more devices than its redundancy allows (reads there will fail).
+ */
+int ub_volume_check_devices(struct ub_volume *vol);
+
+/*
+ * Write `len` bytes at `logical` to every copy (must not cross a chunk:
+ * -EINVAL; unmapped: -ENOENT). RAID5/6: P and Q are recomputed for every full
+ * stripe the write touches; the parts of those full stripes the write does not
+ * cover are read from disk (rebuilt from parity when their device is missing).
+ * Copies on missing devices are skipped and counted in writes_skipped as long
+ * as the chunk keeps every byte (-EIO otherwise, before anything is written).
+ * A physical range outside the device, inside its first MiB or over a
+ * superblock mirror is refused with -EUCLEAN. A failing device write makes the
+ * error sticky (see write_error): -EROFS from then on.
+ */
+int ub_volume_write(struct ub_volume *vol, uint64_t logical, uint64_t len, const void *buf);
+/* Flush every present device (sticky on failure, like writes). */
+int ub_volume_flush(struct ub_volume *vol);
+/*
+ * Superblock `sb` (UB_SUPER_INFO_SIZE bytes, already holding the new roots and
+ * backup roots) to every present device at every mirror offset that fits the
+ * device (and its dev item's total_bytes): per device the dev_item is that
+ * device's (vdev->item, generation 0, fsid = metadata_uuid), bytenr is the
+ * mirror's offset, the WRITTEN flag is set and the checksum recomputed with the
+ * superblock's algorithm. The devices are flushed before (the blocks the
+ * superblock points at must be durable first) and after. On success the
+ * volume's own copy (vol->super, generation) becomes `sb`.
+ */
+int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb);
+/*
+ * mkfs: a writable volume over blank devices (devs[i] gets devid i+1, total
+ * bytes = its size, until ub_volume_add_dev_item says otherwise) from a
+ * superblock template holding magic, fsid, sector and node sizes, csum type
+ * and the system chunk array (loaded as on open; the template needs no roots
+ * and no checksum yet). Call ub_volume_add_dev_item for every device before
+ * ub_volume_write_supers: its item is what that device's superblock carries.
+ * Nothing is read from the devices. The caller adds the other chunks and dev
+ * items with ub_volume_add_chunk / ub_volume_add_dev_item (a dev item also
+ * gives its device its uuid here). Takes every device over, as
+ * ub_volume_open_devs does (closed on failure too).
+ */
+int ub_volume_create(struct ub_dev *const *devs, int ndevs, const uint8_t *sb, const struct ub_log *log,
+		     struct ub_volume **out);
+/* The sticky write error: the first failed device write or flush; 0 if none. */
+int ub_volume_write_error(const struct ub_volume *vol);
+
+#endif
