@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "ubtrfs/fs.h"
+#include "decomp_pool.h"
 #include "items.h"
 
 /* Fill csums for sectors of [logical, logical+len); have[i] says whether sector i has one. */
@@ -205,5 +206,34 @@ out:
 	free(good);
 	free(tmp);
 	free(ok);
+	return ret;
+}
+
+int ub_data_read_ahead(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify)
+{
+	const uint32_t ss = fs->vol->sectorsize, cs = fs->vol->csum_size;
+	uint64_t nsec = len / ss;
+	uint8_t *csums, *have, *good;
+	int ret = -EIO;
+
+	if (logical % ss || len % ss || !nsec)
+		return -EINVAL;
+	csums = malloc(nsec * cs);
+	have = calloc(nsec, 1);
+	good = malloc(nsec);
+	if (!csums || !have || !good) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (verify && lookup_csums(fs, logical, nsec, csums, have))
+		goto out;
+	if (!ub_volume_num_copies(fs->vol, logical) || ub_volume_read(fs->vol, logical, len, 0, buf))
+		goto out;
+	if (verify_run(fs, 0, nsec, buf, csums, have, good, buf) == 0)
+		ret = 0;
+out:
+	free(csums);
+	free(have);
+	free(good);
 	return ret;
 }

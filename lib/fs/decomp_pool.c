@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "fs/compress.h"
 #include "decomp_pool.h"
@@ -25,6 +26,9 @@ struct ub_dc_pool {
 	int nidle;
 	int nthreads;
 	pthread_t threads[DC_MAX_THREADS];
+	/* read-ahead entries, oldest first */
+	struct ub_dc_ahead *ahead[UB_DC_AHEAD];
+	int nahead;
 };
 
 static void run(struct ub_dc_job *job)
@@ -133,6 +137,12 @@ void ub_dc_pool_destroy(struct ub_dc_pool *pool)
 	pthread_mutex_unlock(&pool->lock);
 	for (int i = 0; i < pool->nthreads; i++)
 		pthread_join(pool->threads[i], NULL);
+	/* the workers ran every queued job before they stopped */
+	for (int i = 0; i < pool->nahead; i++) {
+		free(pool->ahead[i]->in);
+		free(pool->ahead[i]->out);
+		free(pool->ahead[i]);
+	}
 	while (pool->nidle)
 		free(pool->idle[--pool->nidle]);
 	pthread_cond_destroy(&pool->done);
@@ -216,4 +226,70 @@ void ub_dc_buf_put(struct ub_dc_pool *pool, uint8_t *buf)
 		pthread_mutex_unlock(&pool->lock);
 	}
 	free(buf);
+}
+
+static bool same_key(const struct ub_dc_ahead *a, const struct ub_dc_ahead *b)
+{
+	return a->dbytenr == b->dbytenr && a->dlen == b->dlen && a->ram == b->ram && a->type == b->type &&
+	       a->verify == b->verify && a->era_bytenr == b->era_bytenr && a->era_gen == b->era_gen;
+}
+
+void ub_dc_ahead_free(struct ub_dc_pool *pool, struct ub_dc_ahead *a)
+{
+	if (!a)
+		return;
+	ub_dc_wait(pool, &a->job);
+	ub_dc_buf_put(pool, a->in);
+	ub_dc_buf_put(pool, a->out);
+	free(a);
+}
+
+void ub_dc_ahead_put(struct ub_dc_pool *pool, struct ub_dc_ahead *a)
+{
+	struct ub_dc_ahead *old = NULL;
+
+	pthread_mutex_lock(&pool->lock);
+	if (pool->nahead == UB_DC_AHEAD) {
+		old = pool->ahead[0];
+		memmove(pool->ahead, pool->ahead + 1, (UB_DC_AHEAD - 1) * sizeof(pool->ahead[0]));
+		pool->nahead--;
+	}
+	pool->ahead[pool->nahead++] = a;
+	pthread_mutex_unlock(&pool->lock);
+	ub_dc_ahead_free(pool, old);
+}
+
+/* The index of the entry with `key`'s key, or -1 (the lock held). */
+static int find_ahead(struct ub_dc_pool *pool, const struct ub_dc_ahead *key)
+{
+	for (int i = 0; i < pool->nahead; i++)
+		if (same_key(pool->ahead[i], key))
+			return i;
+	return -1;
+}
+
+struct ub_dc_ahead *ub_dc_ahead_take(struct ub_dc_pool *pool, const struct ub_dc_ahead *key)
+{
+	struct ub_dc_ahead *a = NULL;
+	int i;
+
+	pthread_mutex_lock(&pool->lock);
+	i = find_ahead(pool, key);
+	if (i >= 0) {
+		a = pool->ahead[i];
+		memmove(pool->ahead + i, pool->ahead + i + 1, (size_t)(pool->nahead - i - 1) * sizeof(pool->ahead[0]));
+		pool->nahead--;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	return a;
+}
+
+bool ub_dc_ahead_has(struct ub_dc_pool *pool, const struct ub_dc_ahead *key)
+{
+	bool has;
+
+	pthread_mutex_lock(&pool->lock);
+	has = find_ahead(pool, key) >= 0;
+	pthread_mutex_unlock(&pool->lock);
+	return has;
 }

@@ -53,4 +53,41 @@ void ub_dc_wait(struct ub_dc_pool *pool, struct ub_dc_job *job);
 uint8_t *ub_dc_buf_get(struct ub_dc_pool *pool);
 void ub_dc_buf_put(struct ub_dc_pool *pool, uint8_t *buf);
 
+/*
+ * ---- read-ahead across read calls ----
+ * A read call that ends inside a run of compressed extents reads and queues
+ * the next few (already checked against their checksums) before it returns,
+ * so the workers go on decoding while the caller handles what it got; the
+ * next call takes them instead of reading them again. At most UB_DC_AHEAD
+ * are parked per pool (two buffers each: 2 MiB); more push out the oldest.
+ * An entry is found by everything its bytes depend on, the committed extent
+ * tree included: a commit may free and reuse the disk extent.
+ */
+#define UB_DC_AHEAD 8
+
+struct ub_dc_ahead {
+	struct ub_dc_job job; /* decodes `in` into `out` */
+	uint8_t *in, *out;
+	/* the key */
+	uint64_t dbytenr, dlen, ram, era_bytenr, era_gen;
+	int type;
+	bool verify;
+};
+
+/* Park `a` (allocated with malloc, its job submitted); the pool owns it from here. */
+void ub_dc_ahead_put(struct ub_dc_pool *pool, struct ub_dc_ahead *a);
+/* The parked entry whose key is `key`'s, removed from the pool (the caller frees it), or NULL. */
+struct ub_dc_ahead *ub_dc_ahead_take(struct ub_dc_pool *pool, const struct ub_dc_ahead *key);
+/* Whether an entry with `key`'s key is parked. */
+bool ub_dc_ahead_has(struct ub_dc_pool *pool, const struct ub_dc_ahead *key);
+/* Wait for an entry's job and give back its buffers and itself. */
+void ub_dc_ahead_free(struct ub_dc_pool *pool, struct ub_dc_ahead *a);
+
+/*
+ * The read-ahead's read of a data extent (data.c): the first copy, each
+ * sector checked as ub_data_read checks it, nothing logged; 0 only when all
+ * of it is good, else the extent is left to ub_data_read and its messages.
+ */
+int ub_data_read_ahead(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify);
+
 #endif

@@ -20,6 +20,8 @@
  * call uses at most 2 MiB for them, whatever the request's size.
  */
 #define DC_DEPTH 8
+/* Requests from this size on read ahead past their end (see ub_file_read). */
+#define READ_AHEAD_MIN (512U * 1024U)
 
 /* A compressed extent on its way: its job, buffers, and where its bytes go. */
 struct dc_slot {
@@ -27,6 +29,7 @@ struct dc_slot {
 	uint8_t *in, *out, *bad;
 	uint64_t key_off, num, eoff, dbytenr;
 	bool direct; /* decoded straight into the caller's buffer */
+	struct ub_dc_ahead *ahead; /* read by an earlier call: its job and buffers stand in for these */
 };
 
 struct file_ctx {
@@ -44,6 +47,9 @@ struct file_ctx {
 	struct dc_slot slots[DC_DEPTH];
 	unsigned int dc_head, dc_count;
 	uint64_t covered; /* where the extent items before the current one reach */
+	/* the committed extent tree, part of a read-ahead entry's key; have_era false: no read-ahead */
+	struct ub_root era;
+	bool have_era, took_ahead;
 };
 
 /* A cheap fingerprint of a message, to tell repeats of one error apart from new ones. */
@@ -159,16 +165,19 @@ static void place(struct file_ctx *c, uint64_t at, const uint8_t *src, uint64_t 
 static void dc_finish_oldest(struct file_ctx *c)
 {
 	struct dc_slot *sl = &c->slots[c->dc_head];
+	struct ub_dc_job *job = sl->ahead ? &sl->ahead->job : &sl->job;
 
-	ub_dc_wait(c->pool, &sl->job);
-	if (sl->job.ret) {
+	ub_dc_wait(c->pool, job);
+	if (job->ret) {
 		/* a direct decode left what it made of the bad stream where zeros belong */
 		if (sl->direct)
 			memset(c->buf + (sl->key_off - c->off), 0, sl->num);
-		report_bad(c, sl->key_off, sl->key_off, sl->num, sl->dbytenr, sl->job.why);
+		report_bad(c, sl->key_off, sl->key_off, sl->num, sl->dbytenr, job->why);
 	} else if (!sl->direct) {
-		place(c, sl->key_off, sl->out + sl->eoff, sl->num);
+		place(c, sl->key_off, (sl->ahead ? sl->ahead->out : sl->out) + sl->eoff, sl->num);
 	}
+	ub_dc_ahead_free(c->pool, sl->ahead);
+	sl->ahead = NULL;
 	c->dc_head = (c->dc_head + 1) % DC_DEPTH;
 	c->dc_count--;
 }
@@ -287,6 +296,80 @@ out:
 }
 
 /*
+ * The read-ahead key of a regular compressed extent item, false when it is
+ * none or its sizes are not safe to read and decode (the read that reaches
+ * the item checks and names what is wrong with it).
+ */
+static bool ahead_key(const struct file_ctx *c, const uint8_t *d, struct ub_dc_ahead *k)
+{
+	const uint32_t ss = c->fs->vol->sectorsize;
+	uint64_t dbytenr = FE(disk_bytenr, d), dlen = FE(disk_num_bytes, d), ram = FE(ram_bytes, d), end;
+	int comp = (int)FE(compression, d);
+
+	if (!c->have_era || FE(type, d) != BTRFS_FILE_EXTENT_REG || comp == UB_COMPRESS_NONE ||
+	    !ub_compress_name(comp) || FE(encryption, d) || FE(other_encoding, d))
+		return false;
+	if (!dbytenr || !dlen || !ram || dbytenr % ss || dlen % ss || dlen > MAX_UNCOMPRESSED ||
+	    ram > MAX_UNCOMPRESSED || __builtin_add_overflow(dbytenr, dlen, &end))
+		return false;
+	*k = (struct ub_dc_ahead){ .dbytenr = dbytenr, .dlen = dlen, .ram = ram, .type = comp, .verify = c->verify,
+				   .era_bytenr = c->era.bytenr, .era_gen = c->era.generation };
+	return true;
+}
+
+/* An entry of ours that never reached the workers. */
+static void ahead_drop(struct ub_dc_pool *pool, struct ub_dc_ahead *a)
+{
+	ub_dc_buf_put(pool, a->in);
+	ub_dc_buf_put(pool, a->out);
+	free(a);
+}
+
+/*
+ * After a request that ended inside a file's compressed extents: the next
+ * few (the cursor is at the first item past the request) are read, checked
+ * and queued for the workers, so that they decode while the caller handles
+ * this request's bytes. Silent: whatever is odd or unreadable is left for the
+ * call that reaches it, which reports it as always.
+ */
+static void read_ahead(struct file_ctx *c, struct ub_icur *cur)
+{
+	const uint32_t ss = c->fs->vol->sectorsize;
+	int ret = 0;
+
+	dc_drain(c);
+	for (int n = 0; n < UB_DC_AHEAD && ret == 0; n++, ret = ub_icur_next(cur)) {
+		struct ub_dc_ahead k, *a;
+		struct ub_key key;
+		const uint8_t *d;
+		uint32_t size;
+
+		ub_icur_key(cur, &key);
+		if (key.type != BTRFS_EXTENT_DATA_KEY)
+			return;
+		d = ub_icur_data(cur, &size);
+		if (size != sizeof(struct btrfs_file_extent_item) || !ahead_key(c, d, &k))
+			return;
+		if (ub_dc_ahead_has(c->pool, &k))
+			continue;
+		a = malloc(sizeof(*a));
+		if (!a)
+			return;
+		*a = k;
+		a->in = ub_dc_buf_get(c->pool);
+		a->out = ub_dc_buf_get(c->pool);
+		if (!a->in || !a->out || ub_data_read_ahead(c->fs, k.dbytenr, k.dlen, a->in, c->verify)) {
+			ahead_drop(c->pool, a);
+			return;
+		}
+		a->job = (struct ub_dc_job){ .type = k.type, .in = a->in, .inlen = k.dlen, .out = a->out,
+					     .outlen = k.ram, .sectorsize = ss };
+		ub_dc_submit(c->pool, &a->job);
+		ub_dc_ahead_put(c->pool, a);
+	}
+}
+
+/*
  * A compressed extent: read and checked here, decoded by the workers while
  * the next extents are read, placed by dc_finish_oldest.
  */
@@ -295,6 +378,7 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 	const uint32_t ss = c->fs->vol->sectorsize;
 	uint64_t dbytenr = FE(disk_bytenr, d), dlen = FE(disk_num_bytes, d);
 	uint64_t num = FE(num_bytes, d), ram = FE(ram_bytes, d);
+	struct ub_dc_ahead k;
 	struct dc_slot *sl;
 	int ret;
 
@@ -303,9 +387,22 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 		return 0;
 	if (c->dc_count == DC_DEPTH)
 		dc_finish_oldest(c);
-	if (!c->pool)
+	if (!c->pool) {
 		c->pool = ub_dc_pool_get(c->fs);
+		c->have_era = c->pool && c->fs->extent_tree && !ub_fs_committed(c->fs, c->fs->extent_tree, &c->era);
+	}
 	sl = &c->slots[(c->dc_head + c->dc_count) % DC_DEPTH];
+	sl->key_off = key->offset;
+	sl->num = num;
+	sl->eoff = FE(offset, d);
+	sl->dbytenr = dbytenr;
+	if (ahead_key(c, d, &k) && (sl->ahead = ub_dc_ahead_take(c->pool, &k)) != NULL) {
+		/* an earlier call read it, checked it and has it decoding already */
+		sl->direct = false;
+		c->took_ahead = true;
+		c->dc_count++;
+		return 0;
+	}
 	/*
 	 * The whole extent inside the request and nothing before it reaching in:
 	 * decode into the caller's buffer. Its part of the buffer is then written
@@ -333,10 +430,6 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 	sl->job = (struct ub_dc_job){ .type = (int)FE(compression, d), .in = sl->in, .inlen = dlen,
 				      .out = sl->direct ? c->buf + (key->offset - c->off) : sl->out,
 				      .outlen = ram, .sectorsize = ss };
-	sl->key_off = key->offset;
-	sl->num = num;
-	sl->eoff = FE(offset, d);
-	sl->dbytenr = dbytenr;
 	ub_dc_submit(c->pool, &sl->job);
 	c->dc_count++;
 	return 0;
@@ -509,6 +602,12 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 		covered = max_u64(covered, extent_end(fs, &key, d));
 		ret = ub_icur_next(&cur);
 	}
+	/*
+	 * A large request, a file's start or one that used what the last call read ahead reads on
+	 * (a small request somewhere in the middle is likely a random access, not a stream).
+	 */
+	if (ret == 0 && more && c.pool && !c.err && (c.took_ahead || off == 0 || len >= READ_AHEAD_MIN))
+		read_ahead(&c, &cur);
 	ub_icur_close(&cur);
 	dc_free(&c);
 	/*
