@@ -65,16 +65,20 @@ static inline bool long_length(const uint8_t **ipp, const uint8_t *ip_end, size_
 	return true;
 }
 
-/* Fail with `err` unless `room` bytes are at least `n`. */
-#define NEED(room, n, err)                                   \
-	do {                                                 \
-		if ((size_t)(room) < (size_t)(n)) {          \
-			ret = (err);                         \
-			goto out;                            \
-		}                                            \
+#define NEED_IN(n)                                     \
+	do {                                           \
+		if ((size_t)(ip_end - ip) < (size_t)(n)) { \
+			ret = LZO_E_INPUT_OVERRUN;     \
+			goto out;                      \
+		}                                      \
 	} while (0)
-#define NEED_IN(n) NEED(ip_end - ip, n, LZO_E_INPUT_OVERRUN)
-#define NEED_OUT(n) NEED(op_end - op, n, LZO_E_OUTPUT_OVERRUN)
+#define NEED_OUT(n)                                    \
+	do {                                           \
+		if ((size_t)(op_end - op) < (size_t)(n)) { \
+			ret = LZO_E_OUTPUT_OVERRUN;    \
+			goto out;                      \
+		}                                      \
+	} while (0)
 
 int ub_lzo1x_decode(const uint8_t *in, size_t inlen, uint8_t *out, size_t *outlen)
 {
