@@ -24,7 +24,6 @@
 
 #include "fs/compress.h"
 #include "ubtrfs/format.h"
-#include "lzo_decode.h"
 
 /* btrfs never compresses more than this much data into one extent. */
 #define UB_MAX_COMPRESSED (128U * 1024U)
@@ -312,7 +311,7 @@ static int decompress_lzo(struct decoders *dec, const uint8_t *in, size_t inlen,
 	ret = 0;
 	while (pos < total && done < outlen) {
 		size_t seg_len, left_in_sector, copy;
-		size_t seg_out_len = sectorsize;
+		lzo_uint seg_out_len = sectorsize;
 		bool direct;
 		int lret;
 
@@ -338,7 +337,7 @@ static int decompress_lzo(struct decoders *dec, const uint8_t *in, size_t inlen,
 		}
 		/* a whole sector still fits: decode in place, else through seg_out and cut */
 		direct = outlen - done >= sectorsize;
-		lret = ub_lzo1x_decode(in + pos, seg_len, direct ? out + done : seg_out, &seg_out_len);
+		lret = lzo1x_decompress_safe(in + pos, seg_len, direct ? out + done : seg_out, &seg_out_len, NULL);
 		/* lzo reports what it wrote even on failure; keep that as partial output. */
 		if (seg_out_len > sectorsize)
 			seg_out_len = sectorsize;

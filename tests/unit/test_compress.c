@@ -19,7 +19,6 @@
 
 #include "fs/compress.h"
 #include "ubtrfs/format.h"
-#include "fs/lzo_decode.h"
 
 #define SECTOR 4096U
 #define LZO_HDR 4U
@@ -960,78 +959,6 @@ static void test_real_extents_mutated(void **state)
 	}
 }
 
-/*
- * The project's LZO1X decoder against liblzo2's safe one, on streams of both
- * of its compressors over data with short and long matches, intact, with a
- * flipped bit, cut short, and as noise: the same verdict, the same bytes
- * when both succeed, and on failure only bytes liblzo2 wrote as well.
- */
-static uint64_t xorshift(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
-static void test_lzo_decoder_matches_liblzo(void **state)
-{
-	static uint8_t src[SECTOR], comp[2 * SECTOR], o1[SECTOR + 64], o2[SECTOR + 64];
-	static uint8_t wrk[LZO1X_999_MEM_COMPRESS];
-	uint64_t s = 0x2545F4914F6CDD1DULL;
-
-	assert_int_equal(lzo_init(), LZO_E_OK);
-	for (int iter = 0; iter < 6000; iter++) {
-		size_t len, cap, inlen, l2;
-		lzo_uint clen = 0, l1;
-		int r1, r2;
-
-		len = 1 + xorshift(&s) % SECTOR;
-		cap = iter & 1 ? SECTOR : 1 + xorshift(&s) % (SECTOR + 64);
-		for (size_t i = 0; i < len; i++) {
-			uint64_t r = xorshift(&s);
-
-			if (iter % 4 == 0)
-				src[i] = (uint8_t)r;
-			else if (iter % 4 == 1)
-				src[i] = (uint8_t)"abcdefgh"[r % (1 + iter % 8)];
-			else if (i > 8 && r % 4)
-				src[i] = src[i - 1 - (r >> 8) % (iter % 4 == 2 ? 8 : i)];
-			else
-				src[i] = (uint8_t)('a' + r % 26);
-		}
-		if (iter % 3 == 0)
-			assert_int_equal(lzo1x_999_compress(src, len, comp, &clen, wrk), LZO_E_OK);
-		else
-			assert_int_equal(lzo1x_1_compress(src, len, comp, &clen, wrk), LZO_E_OK);
-		inlen = clen;
-		if (iter % 5 == 1)
-			comp[xorshift(&s) % clen] ^= (uint8_t)(1U << (xorshift(&s) % 8));
-		else if (iter % 5 == 2)
-			inlen = xorshift(&s) % clen;
-		else if (iter % 5 == 3)
-			for (size_t i = 0; i < clen; i++)
-				comp[i] = (uint8_t)xorshift(&s);
-		l1 = cap;
-		l2 = cap;
-		r1 = lzo1x_decompress_safe(comp, inlen, o1, &l1, NULL);
-		r2 = ub_lzo1x_decode(comp, inlen, o2, &l2);
-		if ((r1 == LZO_E_OK) != (r2 == LZO_E_OK))
-			fail_msg("iter %d: liblzo2 says %d, ours %d", iter, r1, r2);
-		if (r1 == LZO_E_OK) {
-			assert_int_equal(l1, l2);
-			assert_memory_equal(o1, o2, l2);
-			if (iter % 5 == 0 && cap >= len) {
-				assert_int_equal(l2, len);
-				assert_memory_equal(o2, src, len);
-			}
-		} else {
-			assert_true(l2 <= cap);
-			assert_memory_equal(o1, o2, l2 < l1 ? l2 : l1);
-		}
-	}
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1051,7 +978,6 @@ int main(void)
 		cmocka_unit_test(test_unknown_type_and_names),
 		cmocka_unit_test(test_real_kernel_extents),
 		cmocka_unit_test(test_real_lzo_layout),
-		cmocka_unit_test(test_lzo_decoder_matches_liblzo),
 		cmocka_unit_test(test_real_extents_mutated),
 	};
 
