@@ -77,6 +77,16 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb);
 
 /*
+ * Every copy of the block at `bytenr` read from the device (not the cache) and
+ * verified as ub_tree_read_block verifies one; `bad` is called for each copy
+ * that fails, with the copy's place on disk and what failed. Copies on
+ * missing devices are skipped. The number of bad copies, or -ENOMEM. For a
+ * checker: a read succeeds on any good copy and says nothing of the others.
+ */
+int ub_tree_check_copies(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp,
+			 void (*bad)(void *arg, int mirror, const char *where, const char *why), void *arg);
+
+/*
  * The cache's size bound in bytes (default UB_TREE_CACHE_DEFAULT); unreferenced
  * blocks beyond it are evicted now, leaves before interior nodes.
  */

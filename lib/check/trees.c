@@ -113,6 +113,22 @@ static int enter(struct walk *w, uint64_t bytenr, const struct ub_key *key)
 	return 1;
 }
 
+struct bad_copy {
+	struct walk *w;
+	uint64_t bytenr;
+	const struct ub_key *key;
+};
+
+static void report_bad_copy(void *arg, int mirror, const char *where, const char *why)
+{
+	struct bad_copy *b = arg;
+	struct ub_chk_problem p;
+
+	where_block(&p, b->w, b->bytenr, b->key);
+	(void)mirror;
+	chk_report(b->w->c, &p, "%s is bad: %s; another copy is good", where, why);
+}
+
 static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, const struct ub_key *key)
 {
 	struct ub_chk_problem p;
@@ -140,6 +156,19 @@ static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, c
 	if (!descend) {
 		ub_eb_put(w->tc, eb);
 		return 0;
+	}
+	/* the read stopped at the first good copy: the others are checked here, once per block */
+	if (ub_volume_num_copies(w->vol, bytenr) > 1) {
+		struct bad_copy b = { w, bytenr, key };
+
+		chk_capture(w->c);
+		ret = ub_tree_check_copies(w->tc, bytenr, exp, report_bad_copy, &b);
+		(void)chk_captured(w->c);
+		if (ret == -ENOMEM) {
+			ub_eb_put(w->tc, eb);
+			return ret;
+		}
+		ret = 0;
 	}
 	w->c->sum.tree_blocks++;
 	w->c->sum.meta_bytes += ub_eb_len(eb);

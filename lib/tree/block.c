@@ -402,6 +402,39 @@ static void remember_bad_locked(struct ub_tree_ctx *tc, uint64_t bytenr, const s
 	pthread_mutex_unlock(&tc->cache->lock);
 }
 
+int ub_tree_check_copies(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp,
+			 void (*bad)(void *arg, int mirror, const char *where, const char *why), void *arg)
+{
+	struct ub_volume *vol = tc->vol;
+	char why[320], where[256];
+	int copies = ub_volume_num_copies(vol, bytenr), nbad = 0;
+	uint8_t *buf = malloc(vol->nodesize);
+
+	if (!buf)
+		return -ENOMEM;
+	for (int m = 1; m <= copies; m++) {
+		int r = ub_volume_read(vol, bytenr, vol->nodesize, m, buf);
+
+		/* no such copy to read here, or a missing device (reported as such elsewhere) */
+		if (r == -EOPNOTSUPP || r == -ENXIO)
+			continue;
+		if (r) {
+			snprintf(why, sizeof(why), "read error: %s", strerror(-r));
+		} else {
+			r = verify_intrinsic(tc, buf, bytenr, why, sizeof(why));
+			if (r == 0)
+				r = verify_expect(buf, exp, why, sizeof(why));
+		}
+		if (r) {
+			ub_volume_describe_copy(vol, bytenr, m, where, sizeof(where));
+			bad(arg, m, where, why);
+			nbad++;
+		}
+	}
+	free(buf);
+	return nbad;
+}
+
 /* Publish a verified copy; a copy another thread published meanwhile wins and `eb` goes. Caller holds cache_lock. */
 static struct ub_eb *publish(struct ub_tree_ctx *tc, struct ub_eb *eb, const struct ub_expect *exp)
 {

@@ -336,3 +336,19 @@ def test_refuses_ubtrfs_mount(ubtrfs_bin, base, tmp_path):
         assert cp.returncode == 2 and b"ubtrfs mount" in cp.stderr, T.describe(cp)
     finally:
         T.run(["fusermount3", "-u", "-z", mnt], check=False)
+
+
+def test_tree_block_copy_damaged(ubtrfs_bin, base):
+    # a read takes the first good copy; the checker reads every copy. btrfs check reads one
+    # good copy and stays quiet: the test's own record of what it broke is the oracle
+    with C.Image(base) as im:
+        logical = im.tree_root(C.FS_TREE)[0]
+        phys = im.physical(logical)
+    assert len(phys) == 2, "the base image has DUP metadata"
+    T.overwrite(base, phys[1] + 64, b"\xa5" * 64)
+    cp = check("--json", base)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1, T.describe(cp) + cp.stdout.decode()[-3000:]
+    bad = [r for r in recs if r["class"] == "tree" and r["logical"] == logical]
+    assert len(bad) == 1 and "copy 2" in bad[0]["message"] and str(phys[1]) in bad[0]["message"], recs
+    assert "checksum" in bad[0]["message"], recs
