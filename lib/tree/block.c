@@ -402,6 +402,31 @@ static void remember_bad_locked(struct ub_tree_ctx *tc, uint64_t bytenr, const s
 	pthread_mutex_unlock(&tc->cache->lock);
 }
 
+/*
+ * Copy `m` of the block read and verified: 0, -EOPNOTSUPP (no such copy),
+ * -EIO/-EUCLEAN for a failed read, or the verifiers' error with `why` filled;
+ * *pointer_wrong when the copy is whole but not what the pointer expects.
+ */
+static int read_copy(struct ub_tree_ctx *tc, uint64_t bytenr, int m, const struct ub_expect *exp, uint8_t *buf,
+		     char *why, size_t whylen, bool *pointer_wrong)
+{
+	int r = ub_volume_read(tc->vol, bytenr, tc->vol->nodesize, m, buf);
+
+	*pointer_wrong = false;
+	if (r == -EOPNOTSUPP)
+		return r;
+	if (r) {
+		snprintf(why, whylen, "read error: %s", strerror(-r));
+		return r == -ERANGE ? -EUCLEAN : r == -ENXIO ? -ENXIO : -EIO;
+	}
+	r = verify_intrinsic(tc, buf, bytenr, why, whylen);
+	if (r)
+		return r;
+	r = verify_expect(buf, exp, why, whylen);
+	*pointer_wrong = r != 0;
+	return r;
+}
+
 int ub_tree_check_copies(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp,
 			 void (*bad)(void *arg, int mirror, const char *where, const char *why), void *arg)
 {
@@ -413,18 +438,12 @@ int ub_tree_check_copies(struct ub_tree_ctx *tc, uint64_t bytenr, const struct u
 	if (!buf)
 		return -ENOMEM;
 	for (int m = 1; m <= copies; m++) {
-		int r = ub_volume_read(vol, bytenr, vol->nodesize, m, buf);
+		bool pointer_wrong;
+		int r = read_copy(tc, bytenr, m, exp, buf, why, sizeof(why), &pointer_wrong);
 
 		/* no such copy to read here, or a missing device (reported as such elsewhere) */
 		if (r == -EOPNOTSUPP || r == -ENXIO)
 			continue;
-		if (r) {
-			snprintf(why, sizeof(why), "read error: %s", strerror(-r));
-		} else {
-			r = verify_intrinsic(tc, buf, bytenr, why, sizeof(why));
-			if (r == 0)
-				r = verify_expect(buf, exp, why, sizeof(why));
-		}
 		if (r) {
 			ub_volume_describe_copy(vol, bytenr, m, where, sizeof(where));
 			bad(arg, m, where, why);
@@ -512,24 +531,15 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	if (!buf)
 		return -ENOMEM;
 	for (int m = 1; m <= copies; m++) {
-		int r = ub_volume_read(vol, bytenr, vol->nodesize, m, buf);
 		bool pointer_wrong = false;
+		int r = read_copy(tc, bytenr, m, exp, buf, why, sizeof(why), &pointer_wrong);
 
 		if (r == -EOPNOTSUPP)
 			continue;
-		if (r) {
-			snprintf(why, sizeof(why), "read error: %s", strerror(-r));
-			ret = r == -ERANGE ? -EUCLEAN : -EIO;
-		} else {
-			r = verify_intrinsic(tc, buf, bytenr, why, sizeof(why));
-			if (r == 0) {
-				r = verify_expect(buf, exp, why, sizeof(why));
-				pointer_wrong = r != 0;
-				if (r)
-					intrinsic_only = false;
-			}
-			ret = r;
-		}
+		if (pointer_wrong)
+			intrinsic_only = false;
+		/* a copy on a missing device is an I/O failure to the caller, as any unreadable copy */
+		ret = r == -ENXIO ? -EIO : r;
 		if (r == 0) {
 			if (bad_mirror && !tc->quiet)
 				ub_info(&tc->log, "tree block at logical %llu: read good copy %d", (unsigned long long)bytenr, m);
