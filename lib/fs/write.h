@@ -43,7 +43,10 @@ int fsw_del_key(struct fsw *w, struct ub_root *root, const struct ub_key *key);
 int fsw_del_all(struct fsw *w, uint64_t ino, uint8_t tmin, uint8_t tmax);
 /* the item is a sequence of dir_item records (DIR_ITEM, XATTR_ITEM): find `name`: 0 and its position */
 int fsw_dir_item_find(const uint8_t *d, uint32_t size, const char *name, size_t len, uint32_t *pos, uint32_t *esize);
-/* insert one record into the item at key (the item is created, or the record appended on a hash collision) */
+/*
+ * insert one record into the item at key (the item is created, or the record
+ * appended: a hash collision, another ref); -EOVERFLOW when the item cannot grow
+ */
 int fsw_dir_item_add(struct fsw *w, const struct ub_key *key, const uint8_t *rec, uint32_t rsize);
 /* remove `name`'s record from the item at key (the item goes with its last record) */
 int fsw_dir_item_del(struct fsw *w, const struct ub_key *key, const char *name, size_t len);

@@ -240,7 +240,7 @@ int fsw_dir_item_add(struct fsw *w, const struct ub_key *key, const uint8_t *rec
 	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, key, rec, rsize);
 	if (ret != -EEXIST)
 		return ret;
-	/* a hash collision: the records share one item, one after the other */
+	/* the records share one item, one after the other (a hash collision, or a second name's ref) */
 	ub_path_init(&p);
 	ret = ub_tree_search_slot(w->tc, w->ta, &w->fs->root, key, &p, (int)rsize, true);
 	if (ret == 0)
@@ -431,60 +431,22 @@ static int add_ref(struct fsw *w, uint64_t ino, uint64_t parent, const char *nam
 {
 	uint8_t rec[EXTREF_HDR + UB_NAME_LEN];
 	struct ub_key key = { ino, BTRFS_INODE_REF_KEY, parent };
-	uint32_t rsize = REF_HDR + (uint32_t)len;
-	struct ub_path p;
-	uint32_t size;
-	uint8_t *d;
 	int ret;
 
 	UB_SET(btrfs_inode_ref, index, rec, index);
 	UB_SET(btrfs_inode_ref, name_len, rec, len);
 	memcpy(rec + REF_HDR, name, len);
-	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &key, rec, rsize);
-	if (ret != -EEXIST)
-		return ret;
-	ub_path_init(&p);
-	ret = ub_tree_search_slot(w->tc, w->ta, &w->fs->root, &key, &p, (int)rsize, true);
-	if (ret == 0)
-		ret = ub_tree_extend_item(w->tc, w->ta, &w->fs->root, &p, rsize);
-	if (ret == 0) {
-		d = ub_path_data_mut(&p, &size);
-		if (!d) {
-			ret = -EUCLEAN;
-		} else {
-			memcpy(d + size - rsize, rec, rsize);
-			ub_path_mark_dirty(&p);
-		}
-	}
-	ub_path_release(&p);
+	ret = fsw_dir_item_add(w, &key, rec, REF_HDR + (uint32_t)len);
 	if (ret != -EOVERFLOW)
-		return ret > 0 ? -EUCLEAN : ret;
+		return ret;
 	if (!(w->e->incompat & BTRFS_FEATURE_INCOMPAT_EXTENDED_IREF))
 		return -EMLINK;
 	UB_SET(btrfs_inode_extref, parent_objectid, rec, parent);
 	UB_SET(btrfs_inode_extref, index, rec, index);
 	UB_SET(btrfs_inode_extref, name_len, rec, len);
 	memcpy(rec + EXTREF_HDR, name, len);
-	rsize = EXTREF_HDR + (uint32_t)len;
 	key = (struct ub_key){ ino, BTRFS_INODE_EXTREF_KEY, extref_hash(parent, name, len) };
-	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &key, rec, rsize);
-	if (ret != -EEXIST)
-		return ret;
-	ub_path_init(&p);
-	ret = ub_tree_search_slot(w->tc, w->ta, &w->fs->root, &key, &p, (int)rsize, true);
-	if (ret == 0)
-		ret = ub_tree_extend_item(w->tc, w->ta, &w->fs->root, &p, rsize);
-	if (ret == 0) {
-		d = ub_path_data_mut(&p, &size);
-		if (!d) {
-			ret = -EUCLEAN;
-		} else {
-			memcpy(d + size - rsize, rec, rsize);
-			ub_path_mark_dirty(&p);
-		}
-	}
-	ub_path_release(&p);
-	return ret > 0 ? -EUCLEAN : ret;
+	return fsw_dir_item_add(w, &key, rec, EXTREF_HDR + (uint32_t)len);
 }
 
 /* remove a record from a ref / extref item: hdr is the record header size, match() finds it */
