@@ -7,33 +7,18 @@
 #ifndef UBTRFS_TESTS_MKFS_IMAGE_H
 #define UBTRFS_TESTS_MKFS_IMAGE_H
 
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "scratch.h"
 
 static char g_dir[64], g_img[128];
 static bool g_have;
 
-static int sh(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
-
 /* `tag` names the folder (/tmp/ub-TAG-XXXXXX) so a leftover tells which test left it. */
 static int mkfs_image_setup(const char *tag)
 {
-	snprintf(g_dir, sizeof(g_dir), "/tmp/ub-%s-XXXXXX", tag);
-	if (!mkdtemp(g_dir))
+	if (scratch_dir(tag, g_dir, sizeof(g_dir)))
 		return -1;
 	snprintf(g_img, sizeof(g_img), "%s/img", g_dir);
-	g_have = sh("command -v mkfs.btrfs >/dev/null 2>&1") == 0 &&
+	g_have = have_mkfs_btrfs() &&
 		 sh("truncate -s 256M %s && mkfs.btrfs -q -f -n 4096 %s >/dev/null 2>&1", g_img, g_img) == 0;
 	return 0;
 }

@@ -37,6 +37,7 @@
 #include "fs/fs_priv.h"
 #include "alloc/alloc_internal.h"
 #include "tree/roots.h"
+#include "scratch.h"
 
 enum { IMG_DEFAULT, IMG_NOFST, IMG_MIXED, IMG_ROOTDIR, IMG_64K, IMG_KERNEL, IMG_R5, IMG_R6, IMG_R10, IMG_R0, NIMG };
 
@@ -56,20 +57,9 @@ struct env {
 
 static struct env E;
 
-static int sh(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
-
 static int group_setup(void **state)
 {
-	snprintf(E.dir, sizeof(E.dir), "/tmp/ubtrfs-unit-alloc-XXXXXX");
-	if (!mkdtemp(E.dir))
+	if (scratch_dir("alloc", E.dir, sizeof(E.dir)))
 		return -1;
 	static const int ndev[NIMG] = { [IMG_R5] = 3, [IMG_R6] = 4, [IMG_R10] = 4, [IMG_R0] = 3 };
 	for (int i = 0; i < NIMG; i++) {

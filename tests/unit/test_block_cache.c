@@ -33,6 +33,7 @@
 #include "fs/fs_priv.h"
 #include "tree/tree_write.h"
 #include "tree/cache.h"
+#include "scratch.h"
 
 #define MAX_BLOCKS 4096
 
@@ -49,17 +50,6 @@ static struct {
 	size_t nblocks;
 	uint32_t nodesize;
 } E;
-
-static int sh(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
 
 static int collect(void *arg, const struct ub_eb *eb)
 {
@@ -81,11 +71,10 @@ static int group_setup(void **state)
 	struct ub_root root;
 
 	(void)state;
-	snprintf(E.dir, sizeof(E.dir), "/tmp/ubtrfs-unit-cache-XXXXXX");
-	if (!mkdtemp(E.dir))
+	if (scratch_dir("cache", E.dir, sizeof(E.dir)))
 		return -1;
 	snprintf(E.img, sizeof(E.img), "%s/cache.img", E.dir);
-	E.have_mkfs = sh("command -v mkfs.btrfs >/dev/null 2>&1") == 0;
+	E.have_mkfs = have_mkfs_btrfs();
 	if (!E.have_mkfs)
 		return 0;
 	if (sh("mkdir %s/src && cd %s/src && for i in $(seq 1500); do printf %%s $i > file-$i; done", E.dir, E.dir) ||
@@ -109,13 +98,7 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-#define NEED_MKFS()                                                                    \
-	do {                                                                           \
-		if (!E.have_mkfs) {                                                    \
-			fprintf(stderr, "mkfs.btrfs not installed: skipped\n");       \
-			skip();                                                        \
-		}                                                                      \
-	} while (0)
+#define NEED_MKFS() SKIP_WITHOUT_MKFS(E.have_mkfs)
 
 static struct ub_expect expect_of(const struct blk *b)
 {

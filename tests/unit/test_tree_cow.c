@@ -36,6 +36,7 @@
 #include "fs/fs_priv.h"
 #include "tree/tree_check.h"
 #include "tree/tree_write.h"
+#include "scratch.h"
 
 #define TEST_TYPE 248 /* a key type the checker has no rules for, outside the inode-keyed ones */
 #define TREE_ID 256ULL
@@ -44,17 +45,6 @@
 static char g_dir[64];
 static bool g_have_mkfs;
 static unsigned g_errors;
-
-static int sh(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
 
 static void sink_fn(void *arg, enum ub_log_level lvl, const char *msg)
 {
@@ -883,13 +873,7 @@ static void run_random(uint32_t nodesize, const char *csum, uint64_t seed, unsig
 }
 
 
-#define NEED_MKFS()                                                          \
-	do {                                                                 \
-		if (!g_have_mkfs) {                                          \
-			fprintf(stderr, "mkfs.btrfs not installed: skipped\n"); \
-			skip();                                              \
-		}                                                            \
-	} while (0)
+#define NEED_MKFS() SKIP_WITHOUT_MKFS(g_have_mkfs)
 
 static void test_random_4k(void **state)
 {
@@ -1624,10 +1608,9 @@ static void test_search_readonly(void **state)
 static int group_setup(void **state)
 {
 	(void)state;
-	snprintf(g_dir, sizeof(g_dir), "/tmp/ubtrfs-unit-cow-XXXXXX");
-	if (!mkdtemp(g_dir))
+	if (scratch_dir("cow", g_dir, sizeof(g_dir)))
 		return -1;
-	g_have_mkfs = sh("command -v mkfs.btrfs >/dev/null 2>&1") == 0;
+	g_have_mkfs = have_mkfs_btrfs();
 	return 0;
 }
 

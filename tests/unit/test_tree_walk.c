@@ -29,6 +29,7 @@
 
 #include "ubtrfs/fs.h"
 #include "fs/fs_priv.h"
+#include "scratch.h"
 
 struct env {
 	char dir[64];
@@ -69,26 +70,14 @@ static struct ub_fs *open_image(const char *path, struct sink *s)
 	return fs;
 }
 
-static int sh(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
-
 static int group_setup(void **state)
 {
 	(void)state;
-	snprintf(E.dir, sizeof(E.dir), "/tmp/ubtrfs-unit-walk-XXXXXX");
-	if (!mkdtemp(E.dir))
+	if (scratch_dir("walk", E.dir, sizeof(E.dir)))
 		return -1;
 	snprintf(E.small, sizeof(E.small), "%s/small.img", E.dir);
 	snprintf(E.big, sizeof(E.big), "%s/big.img", E.dir);
-	E.have_mkfs = sh("command -v mkfs.btrfs >/dev/null 2>&1") == 0;
+	E.have_mkfs = have_mkfs_btrfs();
 	if (!E.have_mkfs)
 		return 0;
 	/* 1800 files at 4 KiB nodes: a few hundred leaves, so the fs tree has level-1 nodes below its root */
@@ -107,13 +96,7 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-#define NEED_MKFS()                                                                    \
-	do {                                                                           \
-		if (!E.have_mkfs) {                                                    \
-			fprintf(stderr, "mkfs.btrfs not installed: skipped\n");       \
-			skip();                                                        \
-		}                                                                      \
-	} while (0)
+#define NEED_MKFS() SKIP_WITHOUT_MKFS(E.have_mkfs)
 
 static struct ub_expect root_expect(struct ub_root r)
 {

@@ -19,23 +19,13 @@
 #include "ubtrfs/format.h"
 #include "ubtrfs/volume.h"
 #include "volume/volume_priv.h"
+#include "scratch.h"
 
 static char g_dir[64];
 static bool g_have;
 static char g_img3[3][160], g_old[160];
 static uint64_t g_gen;
 static const struct ub_log quiet = { .verbosity = -1 };
-
-static int sh(const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
 
 static int teardown_all(void **state)
 {
@@ -47,13 +37,12 @@ static int teardown_all(void **state)
 static int setup_all(void **state)
 {
 	(void)state;
-	snprintf(g_dir, sizeof(g_dir), "/tmp/ub-assembly-XXXXXX");
-	if (!mkdtemp(g_dir))
+	if (scratch_dir("assembly", g_dir, sizeof(g_dir)))
 		return -1;
 	for (int d = 0; d < 3; d++)
 		snprintf(g_img3[d], sizeof(g_img3[d]), "%s/d%d", g_dir, d);
 	snprintf(g_old, sizeof(g_old), "%s/old", g_dir);
-	g_have = sh("command -v mkfs.btrfs >/dev/null 2>&1") == 0 &&
+	g_have = have_mkfs_btrfs() &&
 		 sh("truncate -s 256M %s %s %s && mkfs.btrfs -q -f -m raid1 -d raid1 %s %s %s >/dev/null 2>&1",
 		    g_img3[0], g_img3[1], g_img3[2], g_img3[0], g_img3[1], g_img3[2]) == 0;
 	return 0;
