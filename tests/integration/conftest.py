@@ -44,6 +44,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist runs on one worker")
     if _is_worker(config) or os.environ.get(T.SHARED_ENV):
         return
+    T.sweep_stale_scratch()
     d = T.make_scratch_dir(prefix="ubtrfs-it-shared-")
     # workers are started after this hook and inherit the environment
     os.environ[T.SHARED_ENV] = d

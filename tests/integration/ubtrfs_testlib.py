@@ -841,15 +841,62 @@ def mentions_number(text, n):
             or re.search(r"0x0*%x(?![0-9a-f])" % n, text, re.I) is not None)
 
 
+SCRATCH_OWNER = ".owner-pid"
+
+
 def make_scratch_dir(prefix="ubtrfs-it-"):
-    """Images live on tmpfs when it has room: it is much faster than disk."""
+    """Images live on tmpfs when it has room: it is much faster than disk. The
+    folder names the process that made it, so that a later run can remove it
+    when that process was killed before it could (sweep_stale_scratch)."""
+    d = None
     for base in ("/dev/shm", None):
         if base and os.path.isdir(base):
             st = os.statvfs(base)
             if st.f_bavail * st.f_frsize < 6 << 30:
                 continue
-        return tempfile.mkdtemp(prefix=prefix, dir=base)
-    return tempfile.mkdtemp(prefix=prefix)
+        d = tempfile.mkdtemp(prefix=prefix, dir=base)
+        break
+    with open(os.path.join(d, SCRATCH_OWNER), "w") as f:
+        f.write("%d\n" % os.getpid())
+    return d
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_scratch():
+    """Remove the scratch folders of earlier runs whose process is gone (a run
+    killed by a timeout leaves gigabytes on tmpfs) and that nothing is mounted
+    from or attached to. Folders without an owner file are left alone."""
+    removed = []
+    for base in ("/dev/shm", tempfile.gettempdir()):
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            d = os.path.join(base, name)
+            if not name.startswith("ubtrfs-it-") or not os.path.isdir(d):
+                continue
+            try:
+                with open(os.path.join(d, SCRATCH_OWNER)) as f:
+                    pid = int(f.read().strip())
+            except (OSError, ValueError):
+                continue
+            if _pid_alive(pid):
+                continue
+            loops, mounts = leftovers(d)
+            if not loops and not mounts:
+                rmtree(d)
+                removed.append(d)
+    return removed
 
 
 def rmtree(path):
