@@ -17,6 +17,7 @@ static const struct {
 	{ "umount", cmd_umount, "unmount what 'ubtrfs mount' mounted" },
 	{ "check", cmd_check, "verify a filesystem read-only and report every problem found" },
 	{ "find-root", cmd_find_root, "list the root trees still on disk (for --root BYTENR)" },
+	{ "restore", cmd_restore, "copy the files out of a filesystem, damaged or not, read-only" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

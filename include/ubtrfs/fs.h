@@ -180,4 +180,24 @@ int ub_xattr_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t ino,
 /* Verified read of data extent bytes (logical, len sector-aligned); bad sectors flagged in `bad` (1 byte per sector). */
 int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad);
 
+/* ---- copies that keep holes, subvolumes ---- */
+/*
+ * The first run of file offsets at or after `off` that extent items give
+ * data to (holes and preallocated space excluded; consecutive extents
+ * merged), clamped to the file's size: 0 and [*start, *end), 1 when only
+ * holes follow, <0 on errors. The bytes themselves come from ub_file_read,
+ * which verifies them.
+ */
+int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t *start,
+		      uint64_t *end);
+
+struct ub_subvol_info {
+	uint64_t id, generation, flags;
+	uint8_t uuid[16], parent_uuid[16];
+	bool readonly;
+	bool snapshot; /* it has a parent uuid: made as a snapshot of another subvolume */
+};
+/* The ROOT_ITEM of subvolume `id`: 0, -ENOENT, -EUCLEAN (an item too short), <0. */
+int ub_subvol_info(struct ub_fs *fs, uint64_t id, struct ub_subvol_info *out);
+
 #endif

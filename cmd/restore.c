@@ -1,0 +1,468 @@
+/* SPDX-License-Identifier: MIT */
+/* ubtrfs restore: copy the files out of a filesystem (damaged or not) into a folder, read-only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "restore.h"
+
+static const char help[] =
+	"usage: ubtrfs restore [OPTIONS] DEV... OUTDIR\n\n"
+	"Copy the files of a btrfs filesystem into the folder OUTDIR without mounting it:\n"
+	"every subvolume and snapshot under its path, directories, regular files (holes\n"
+	"stay holes), symbolic links, hard links (made again as links), device nodes, fifos\n"
+	"and sockets, with owner, mode, times and extended attributes. The devices are\n"
+	"only read. Nothing is written outside OUTDIR, whatever the filesystem's names say;\n"
+	"OUTDIR is made if it does not exist. What cannot be restored is listed on stderr\n"
+	"and the rest goes on.\n\n"
+	"      --path P         only P (a file or a directory, an absolute path) and what\n"
+	"                       is below it, under OUTDIR/P\n"
+	"      --path-regex RE  only the paths (absolute, from the top-level subvolume)\n"
+	"                       that the POSIX extended regular expression RE matches;\n"
+	"                       their directories are made as needed\n"
+	"      --no-snapshots   leave out subvolumes that are snapshots\n"
+	"      --no-owner       leave owner and group to the user running restore\n"
+	"      --no-mode        permissions from the umask instead of the filesystem's\n"
+	"      --no-times       leave access and modification times at now\n"
+	"      --no-xattrs      leave out extended attributes (and POSIX ACLs)\n"
+	"      --overwrite      replace files that exist in OUTDIR (never a directory);\n"
+	"                       without it they are kept and reported\n"
+	"  -n, --dry-run        list what would be restored (directories end in '/',\n"
+	"                       symlinks in '@'); make nothing\n"
+	"  -h, --help           this text\n"
+	OPEN_ARGS_HELP
+	"\nExit codes: 0 everything was restored, 1 something could not be (each listed:\n"
+	"unreadable inodes or data, names that cannot be paths, files that exist),\n"
+	"2 usage or fatal error (not btrfs, OUTDIR unusable).\n";
+
+struct entry {
+	struct ub_dirent de;
+	char *name; /* NUL-terminated copy */
+};
+
+struct entries {
+	struct entry *v;
+	size_t n, cap;
+};
+
+static int collect(void *arg, const struct ub_dirent *de)
+{
+	struct entries *es = arg;
+
+	if (es->n == es->cap) {
+		size_t cap = es->cap ? es->cap * 2 : 64;
+		struct entry *v = realloc(es->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		es->v = v;
+		es->cap = cap;
+	}
+	es->v[es->n].name = strndup(de->name, de->name_len);
+	if (!es->v[es->n].name)
+		return -ENOMEM;
+	es->v[es->n].de = *de;
+	es->v[es->n].de.name = es->v[es->n].name;
+	es->n++;
+	return 0;
+}
+
+static char *join(const char *dir, const char *name)
+{
+	size_t dl = strlen(dir), nl = strlen(name);
+	char *p = malloc(dl + nl + 2);
+
+	if (p)
+		snprintf(p, dl + nl + 2, "%s%s%s", dir, dl ? "/" : "", name);
+	return p;
+}
+
+static bool selected(struct restorer *r, const char *rel)
+{
+	char *abs;
+	bool ok;
+
+	if (!r->use_regex)
+		return true;
+	/* the expression sees absolute paths, as --path names them */
+	abs = malloc(strlen(rel) + 2);
+	if (!abs)
+		return false;
+	abs[0] = '/';
+	strcpy(abs + 1, rel);
+	ok = regexec(&r->regex, abs, 0, NULL, 0) == 0;
+	free(abs);
+	return ok;
+}
+
+/* May the walk enter the directory entry `de` leads to? Only once, and only through its real name. */
+static bool may_enter(struct restorer *r, const char *rel, const struct ub_dirent *de)
+{
+	int ret = ub_dir_entry_is_link(r->fs, de);
+
+	if (ret == 0) {
+		rs_problem(r, rel, "a second name of directory %llu of subvolume %llu (its back reference names "
+			   "another): not entered", (unsigned long long)de->ino, (unsigned long long)de->subvol);
+		return false;
+	}
+	if (ret < 0 && ret != -ENOENT)
+		rs_problem(r, rel, "the back reference of directory %llu cannot be read: %s",
+			   (unsigned long long)de->ino, strerror(-ret));
+	ret = rmap_add(&r->entered, de->subvol, de->ino, NULL, NULL);
+	if (ret == 0)
+		rs_problem(r, rel, "directory %llu of subvolume %llu was restored under another name already: not "
+			   "entered again", (unsigned long long)de->ino, (unsigned long long)de->subvol);
+	if (ret < 0) {
+		rs_problem(r, rel, "out of memory");
+		r->rc = EXIT_FATAL;
+	}
+	return ret == 1;
+}
+
+static bool skip_subvol(struct restorer *r, const char *rel, const struct ub_dirent *de)
+{
+	struct ub_subvol_info si;
+	int ret;
+
+	if (!r->no_snapshots || de->subvol == de->dir_subvol)
+		return false;
+	ret = ub_subvol_info(r->fs, de->subvol, &si);
+	if (ret) {
+		rs_problem(r, rel, "subvolume %llu: its root item cannot be read: %s", (unsigned long long)de->subvol,
+			   strerror(-ret));
+		return false;
+	}
+	if (si.snapshot && r->oa.verbosity > UB_LOG_WARN)
+		fprintf(stderr, "ubtrfs: note: /%s: snapshot %llu left out\n", rel, (unsigned long long)de->subvol);
+	return si.snapshot;
+}
+
+static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint64_t ino);
+
+static void walk_entry(struct restorer *r, struct frame *f, const struct entry *e)
+{
+	struct ub_inode in;
+	char *rel;
+	int ret;
+
+	rel = join(f->rel, e->name);
+	if (!rel) {
+		rs_problem(r, f->rel, "out of memory");
+		r->rc = EXIT_FATAL;
+		return;
+	}
+	/* the reader hands out valid names only; a second look costs nothing */
+	if (!ub_name_valid(e->de.name, e->de.name_len)) {
+		rs_problem(r, f->rel, "an entry's name cannot be a path component: not restored");
+		free(rel);
+		return;
+	}
+	ret = ub_dirent_inode(r->fs, &e->de, &in);
+	if (ret) {
+		rs_problem(r, rel, "inode %llu of subvolume %llu cannot be read: %s", (unsigned long long)e->de.ino,
+			   (unsigned long long)e->de.subvol, strerror(-ret));
+	} else if (S_ISDIR(in.mode)) {
+		if (!skip_subvol(r, rel, &e->de) && may_enter(r, rel, &e->de)) {
+			struct frame child = { f, e->name, rel, -1, false, false, true, in };
+
+			if (selected(r, rel))
+				rs_dir_make(r, &child);
+			walk_dir(r, &child, e->de.subvol, e->de.ino);
+			rs_dir_done(r, &child);
+		}
+	} else if (selected(r, rel)) {
+		rs_entry(r, f, e->name, rel, &in);
+	}
+	free(rel);
+}
+
+static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint64_t ino)
+{
+	struct entries es = { NULL, 0, 0 };
+	int ret;
+
+	if (f->failed || r->rc == EXIT_FATAL)
+		return;
+	/* a snapshot's stand-in for a subvolume it did not take along is empty */
+	if (ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		return;
+	if (r->depth >= 4096) {
+		rs_problem(r, f->rel, "directories nested deeper than 4096: not entered");
+		return;
+	}
+	r->depth++;
+	ret = ub_dir_iterate(r->fs, subvol, ino, collect, &es);
+	if (ret)
+		rs_problem(r, f->rel, "the directory (inode %llu of subvolume %llu) cannot be read to its end: %s",
+			   (unsigned long long)ino, (unsigned long long)subvol, strerror(-ret));
+	for (size_t i = 0; i < es.n && r->rc != EXIT_FATAL; i++)
+		walk_entry(r, f, &es.v[i]);
+	for (size_t i = 0; i < es.n; i++)
+		free(es.v[i].name);
+	free(es.v);
+	r->depth--;
+}
+
+/* --path's components, as ub_path_lookup takes them: "." dropped, ".." one up. */
+static int split_path(const char *path, char ***out, size_t *n)
+{
+	char *copy = strdup(path), *save = NULL, *tok, **v;
+	size_t k = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	v = calloc(strlen(path) / 2 + 2, sizeof(*v));
+	if (!v) {
+		free(copy);
+		return -ENOMEM;
+	}
+	for (tok = strtok_r(copy, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(tok, "."))
+			continue;
+		if (!strcmp(tok, "..")) {
+			if (k)
+				free(v[--k]);
+			continue;
+		}
+		if (!(v[k++] = strdup(tok))) {
+			for (size_t i = 0; i < k - 1; i++)
+				free(v[i]);
+			free(v);
+			free(copy);
+			return -ENOMEM;
+		}
+	}
+	free(copy);
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+/* "/a/b" from the first n components. */
+static char *abs_path(char **comps, size_t n)
+{
+	size_t len = 2;
+	char *p;
+
+	for (size_t i = 0; i < n; i++)
+		len += strlen(comps[i]) + 1;
+	p = malloc(len);
+	if (!p)
+		return NULL;
+	strcpy(p, n ? "" : "/");
+	for (size_t i = 0; i < n; i++) {
+		strcat(p, "/");
+		strcat(p, comps[i]);
+	}
+	return p;
+}
+
+/* --path: the directories down to it (made plainly, without metadata of theirs), then it and what is below. */
+static void restore_path(struct restorer *r, struct frame *root, const char *path)
+{
+	struct frame *chain = NULL, *pf = root;
+	char **comps = NULL, *where = NULL;
+	size_t n = 0, ndirs = 0, made = 0;
+	uint64_t subvol, ino;
+	struct ub_inode in;
+	int ret;
+
+	ret = split_path(path, &comps, &n);
+	if (!ret)
+		ret = (where = abs_path(comps, n)) ? 0 : -ENOMEM;
+	if (!ret)
+		ret = ub_path_lookup(r->fs, where, &subvol, &ino);
+	if (!ret)
+		ret = ub_inode_read(r->fs, subvol, ino, &in);
+	if (ret) {
+		fprintf(stderr, "ubtrfs: error: %s: %s\n", path, strerror(-ret));
+		r->rc = EXIT_FATAL;
+		goto out;
+	}
+	ndirs = S_ISDIR(in.mode) ? n : n - 1;
+	chain = calloc(ndirs + 1, sizeof(*chain));
+	if (!chain)
+		goto oom;
+	for (made = 0; made < ndirs; made++) {
+		struct frame *f = &chain[made];
+
+		f->parent = made ? &chain[made - 1] : root;
+		f->name = comps[made];
+		f->rel = join(f->parent->rel, comps[made]);
+		f->fd = -1;
+		if (!f->rel)
+			goto oom;
+		/* the directories on the way get their own metadata too, when they can be read */
+		{
+			char *at = abs_path(comps, made + 1);
+
+			f->have_inode = at && ub_path_lookup_inode(r->fs, at, &f->in) == 0;
+			free(at);
+		}
+	}
+	pf = ndirs ? &chain[ndirs - 1] : root;
+	if (S_ISDIR(in.mode)) {
+		if (ndirs) {
+			pf->have_inode = true;
+			pf->in = in;
+		}
+		if (rmap_add(&r->entered, subvol, ino, NULL, NULL) < 0)
+			goto oom;
+		if (selected(r, pf->rel))
+			rs_dir_make(r, pf);
+		walk_dir(r, pf, subvol, ino);
+	} else {
+		struct entry e = { .name = comps[n - 1] };
+
+		free(where);
+		where = abs_path(comps, n - 1);
+		ret = where ? ub_path_lookup(r->fs, where, &subvol, &ino) : -ENOMEM;
+		if (!ret)
+			ret = ub_dir_lookup(r->fs, subvol, ino, e.name, strlen(e.name), &e.de);
+		/* the entry's name is ours (the lookup's may not outlive it) */
+		e.de.name = e.name;
+		if (ret) {
+			fprintf(stderr, "ubtrfs: error: %s: %s\n", path, strerror(-ret));
+			r->rc = EXIT_FATAL;
+		} else {
+			walk_entry(r, pf, &e);
+		}
+	}
+	goto out;
+oom:
+	fprintf(stderr, "ubtrfs: error: out of memory\n");
+	r->rc = EXIT_FATAL;
+out:
+	while (made-- > 0) {
+		rs_dir_done(r, &chain[made]);
+		free(chain[made].rel);
+	}
+	free(chain);
+	for (size_t i = 0; i < n; i++)
+		free(comps[i]);
+	free(comps);
+	free(where);
+}
+
+/* OUTDIR: made when missing (one level), else it must be a directory. */
+static int open_outdir(struct restorer *r, const char *dir)
+{
+	if (r->dry_run)
+		return 0;
+	if (mkdir(dir, 0755) && errno != EEXIST) {
+		fprintf(stderr, "ubtrfs: error: %s: cannot make the output folder: %s\n", dir, strerror(errno));
+		return -1;
+	}
+	r->rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (r->rootfd < 0) {
+		fprintf(stderr, "ubtrfs: error: %s: %s\n", dir, errno == ENOTDIR ? "not a directory" : strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+int cmd_restore(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "path", required_argument, NULL, 'p' }, { "path-regex", required_argument, NULL, 0x300 },
+		{ "no-snapshots", no_argument, NULL, 0x301 }, { "no-owner", no_argument, NULL, 0x302 },
+		{ "no-mode", no_argument, NULL, 0x303 }, { "no-times", no_argument, NULL, 0x304 },
+		{ "no-xattrs", no_argument, NULL, 0x305 }, { "overwrite", no_argument, NULL, 0x306 },
+		{ "dry-run", no_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' },
+		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
+	};
+	struct restorer r = { .owner = true, .mode = true, .times = true, .xattrs = true, .rootfd = -1 };
+	struct frame root = { .rel = "", .fd = -1 };
+	const char *path = NULL, *outdir;
+	int opt, o, ret;
+
+	open_args_init(&r.oa);
+	while ((opt = getopt_long(argc, argv, "nhvq", longopts, NULL)) != -1) {
+		if ((o = open_args_parse(&r.oa, opt, optarg)) != 0) {
+			if (o < 0)
+				return usage_error("restore", "invalid value '%s'", optarg);
+			continue;
+		}
+		switch (opt) {
+		case 'p': path = optarg; break;
+		case 0x300:
+			if (r.use_regex)
+				regfree(&r.regex);
+			ret = regcomp(&r.regex, optarg, REG_EXTENDED | REG_NOSUB);
+			if (ret)
+				return usage_error("restore", "invalid regular expression '%s'", optarg);
+			r.use_regex = true;
+			break;
+		case 0x301: r.no_snapshots = true; break;
+		case 0x302: r.owner = false; break;
+		case 0x303: r.mode = false; break;
+		case 0x304: r.times = false; break;
+		case 0x305: r.xattrs = false; break;
+		case 0x306: r.overwrite = true; break;
+		case 'n': r.dry_run = true; break;
+		case 'h': fputs(help, stdout); return EXIT_OK;
+		default: return usage_error("restore", "invalid option");
+		}
+	}
+	if (argc - optind < 2)
+		return usage_error("restore", "give the devices, then the output folder");
+	if (path && path[0] != '/')
+		return usage_error("restore", "--path must be absolute");
+	outdir = argv[argc - 1];
+	r.umask = umask(0);
+	umask(r.umask);
+	r.tty = isatty(STDERR_FILENO) && r.oa.verbosity >= UB_LOG_WARN;
+	r.buf = malloc(4U << 20);
+	r.target = malloc(65536);
+	if (!r.buf || !r.target) {
+		fprintf(stderr, "ubtrfs: error: out of memory\n");
+		r.rc = EXIT_FATAL;
+		goto out;
+	}
+	if (open_outdir(&r, outdir)) {
+		r.rc = EXIT_FATAL;
+		goto out;
+	}
+	root.fd = r.rootfd;
+	if (open_fs(&r.oa, argv + optind, argc - optind - 1, &r.fs)) {
+		r.rc = EXIT_FATAL;
+		goto out;
+	}
+	if (path) {
+		restore_path(&r, &root, path);
+	} else {
+		uint64_t subvol, ino;
+
+		ret = ub_path_lookup(r.fs, "/", &subvol, &ino);
+		if (!ret)
+			ret = rmap_add(&r.entered, subvol, ino, NULL, NULL) < 0 ? -ENOMEM : 0;
+		if (ret) {
+			fprintf(stderr, "ubtrfs: error: the top-level directory: %s\n", strerror(-ret));
+			r.rc = EXIT_FATAL;
+		} else {
+			walk_dir(&r, &root, subvol, ino);
+		}
+	}
+	rs_progress(&r, true);
+	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run)
+		fprintf(stderr, "restored %llu directories, %llu files (%llu bytes), %llu symlinks, %llu hard links, "
+			"%llu special files; %llu problems\n", (unsigned long long)r.ndirs,
+			(unsigned long long)r.nfiles, (unsigned long long)r.bytes, (unsigned long long)r.nsymlinks,
+			(unsigned long long)r.nhardlinks, (unsigned long long)r.nspecial,
+			(unsigned long long)r.nproblems);
+out:
+	if (fflush(stdout) && r.rc == EXIT_OK)
+		r.rc = EXIT_FATAL;
+	ub_fs_close(r.fs);
+	if (r.rootfd >= 0)
+		close(r.rootfd);
+	if (r.use_regex)
+		regfree(&r.regex);
+	rmap_free(&r.links);
+	rmap_free(&r.entered);
+	free(r.buf);
+	free(r.target);
+	return final_rc(&r.oa, r.rc);
+}

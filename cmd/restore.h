@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ubtrfs restore: what its parts share. restore.c parses the options and
+ * walks the filesystem; restore_out.c makes each entry under OUTDIR, always
+ * relative to a directory descriptor and never through a symbolic link;
+ * restore_map.c remembers inodes (hard links, directories entered).
+ */
+#ifndef UBTRFS_CMD_RESTORE_H
+#define UBTRFS_CMD_RESTORE_H
+
+#include <regex.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+#include "cmd.h"
+
+/* (subvolume, inode) -> a path under OUTDIR (or NULL: only "seen"). */
+struct rmap {
+	struct rmap_slot {
+		uint64_t subvol, ino;
+		char *path;
+	} *v;
+	size_t n, cap;
+};
+
+/* 1 added, 0 there already (*path: its value), <0 -ENOMEM. The value is copied. */
+int rmap_add(struct rmap *m, uint64_t subvol, uint64_t ino, const char *path, const char **found);
+void rmap_free(struct rmap *m);
+
+struct restorer {
+	struct ub_fs *fs;
+	struct open_args oa;
+	bool dry_run, overwrite, no_snapshots;
+	bool owner, mode, times, xattrs; /* what metadata is restored */
+	bool use_regex;
+	regex_t regex;
+	int rootfd;       /* OUTDIR */
+	mode_t umask;     /* for --no-mode */
+	int rc;
+	uint8_t *buf;     /* file data */
+	char *target;     /* symlink targets */
+	struct rmap links;   /* inodes with several names: the path restored first */
+	struct rmap entered; /* directories entered, against loops */
+	int depth;
+	/* counts for the summary */
+	uint64_t ndirs, nfiles, nsymlinks, nhardlinks, nspecial, bytes, nproblems, nexisting;
+	/* progress on a terminal */
+	bool tty;
+	struct timespec last_progress;
+};
+
+/* A directory on the walk; made under OUTDIR only when something goes into it (lazily). */
+struct frame {
+	struct frame *parent;
+	const char *name; /* its entry's name (NUL-terminated), NULL for OUTDIR */
+	char *rel;        /* path under OUTDIR, "" for OUTDIR itself */
+	int fd;           /* -1 until made or opened */
+	bool made;        /* restore made it (its metadata is restored when the walk leaves it) */
+	bool failed;      /* it could not be made: nothing goes below it */
+	bool have_inode;
+	struct ub_inode in;
+};
+
+/* Report a problem with a path under OUTDIR ("" is OUTDIR): one line on stderr, exit code 1. */
+void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void rs_progress(struct restorer *r, bool final);
+
+/* Make (or open) the directory of frame f and its parents: 0, or <0 (reported, f->failed set). */
+int rs_dir_make(struct restorer *r, struct frame *f);
+/* Leave a directory: its metadata when restore made it, then its descriptor closed. */
+void rs_dir_done(struct restorer *r, struct frame *f);
+/* Restore one entry that is not a directory into directory `dir` (made already). */
+void rs_entry(struct restorer *r, struct frame *dir, const char *name, const char *rel, const struct ub_inode *in);
+
+#endif

@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/* Where a file holds data and where it has holes, from its extent items (for copies that keep holes). */
+#include <errno.h>
+#include "ubtrfs/fs.h"
+#include "fs_priv.h"
+#include "items.h"
+
+#define FE(field, p) UB_GET(btrfs_file_extent_item, field, p)
+
+/* The file offsets an extent item gives bytes to: 0 and [*s, *e), or 1 for a hole or preallocated space. */
+static int data_span(const struct ub_fs *fs, const struct ub_key *key, const uint8_t *d, uint32_t size,
+		     uint64_t *s, uint64_t *e)
+{
+	uint64_t n;
+
+	if (size < UB_FILE_EXTENT_INLINE_DATA_START)
+		return -EUCLEAN;
+	if (FE(type, d) == BTRFS_FILE_EXTENT_INLINE) {
+		/* an inline extent fills at most its first sector; ub_file_read checks the rest */
+		n = fs->vol->sectorsize;
+	} else {
+		if (size < sizeof(struct btrfs_file_extent_item))
+			return -EUCLEAN;
+		if (FE(type, d) != BTRFS_FILE_EXTENT_REG || !FE(disk_bytenr, d))
+			return 1;
+		n = FE(num_bytes, d);
+	}
+	*s = key->offset;
+	if (__builtin_add_overflow(key->offset, n, e))
+		*e = UINT64_MAX;
+	return 0;
+}
+
+int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t *start,
+		      uint64_t *end)
+{
+	struct ub_inode inode;
+	struct ub_icur cur;
+	struct ub_key key;
+	bool found = false;
+	int ret;
+
+	ret = ub_inode_read(fs, subvol, ino, &inode);
+	if (ret)
+		return ret;
+	if (off >= inode.size)
+		return 1;
+	ret = ub_icur_open(fs, subvol, ino, &cur);
+	if (ret)
+		return ret;
+	ret = ub_icur_seek_le(&cur, BTRFS_EXTENT_DATA_KEY, off);
+	if (ret == 0) {
+		ub_icur_key(&cur, &key);
+		if (key.type != BTRFS_EXTENT_DATA_KEY)
+			ret = ub_icur_next(&cur);
+	} else if (ret == 1) {
+		ret = ub_icur_seek(&cur, BTRFS_EXTENT_DATA_KEY, 0);
+	}
+	/* the first span reaching past `off`, then every span that continues it without a gap */
+	while (ret == 0) {
+		const uint8_t *d;
+		uint32_t size;
+		uint64_t s, e;
+		int r;
+
+		ub_icur_key(&cur, &key);
+		if (key.type != BTRFS_EXTENT_DATA_KEY || key.offset >= inode.size || (found && key.offset > *end))
+			break;
+		d = ub_icur_data(&cur, &size);
+		r = data_span(fs, &key, d, size, &s, &e);
+		if (r < 0) {
+			ret = r;
+			break;
+		}
+		if (r == 0 && e > off) {
+			if (!found) {
+				*start = s > off ? s : off;
+				*end = e;
+				found = true;
+			} else if (e > *end) {
+				*end = e;
+			}
+		} else if (found && r == 1) {
+			break;
+		}
+		ret = ub_icur_next(&cur);
+	}
+	ub_icur_close(&cur);
+	if (ret < 0)
+		return ret;
+	if (!found)
+		return 1;
+	if (*end > inode.size)
+		*end = inode.size;
+	return 0;
+}

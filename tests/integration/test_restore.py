@@ -1,0 +1,308 @@
+# SPDX-License-Identifier: MIT
+"""`ubtrfs restore`: the files copied out must be what the kernel's mount of the image shows.
+
+Oracle: the kernel's read-only mount of the same image (the factory's cached view: every
+entry's type, mode, owner, size, times, symlink target, device numbers and xattrs, and
+every file's sha256). The images are the shared kernel-made ones: subvolumes, snapshots
+(one read-only), a placeholder for a subvolume a snapshot left behind, reflinks, zstd,
+hard links, special files, xattrs on files, directories and symlinks; and one with
+preallocated, punched and nodatacow files. A small image of this module adds a POSIX ACL
+and the crafted escape: an entry `a` that is a symlink to a folder outside OUTDIR, and a
+second entry `a` that is a directory holding `passwd`.
+
+Also: the devices are only read (sha256 before and after), holes stay holes (allocated
+blocks no more than the kernel's), --path, --path-regex, --dry-run, --no-snapshots,
+existing files kept (exit 1) or replaced with --overwrite, and `btrfs restore` on the
+same image restores no file that ubtrfs does not.
+"""
+
+import hashlib
+import os
+import stat
+import struct
+from pathlib import Path
+
+import pytest
+
+import craft as C
+import ubtrfs_testlib as T
+
+pytestmark = pytest.mark.xdist_group("restore")
+
+
+@pytest.fixture(scope="module")
+def outfs(tmp_path_factory):
+    """Where restores go: a btrfs the kernel mounts read-write, so that every xattr fits
+    (tmpfs and ext4 cap the xattrs of one inode below what btrfs holds)."""
+    d = tmp_path_factory.mktemp("restore-out")
+    img = d / "out.img"
+    with open(img, "wb") as f:
+        f.truncate(3 << 30)
+    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    with T.mounted([img], d / "mnt", readonly=False) as mnt:
+        yield Path(mnt)
+
+
+def _image_hashes(devices):
+    out = []
+    for d in devices:
+        h = hashlib.sha256()
+        with open(d, "rb") as f:
+            while True:
+                b = f.read(1 << 22)
+                if not b:
+                    break
+                h.update(b)
+        out.append(h.hexdigest())
+    return out
+
+
+def _restore(*args, rc=0):
+    cp = T.ubtrfs("restore", *[str(a) for a in args])
+    assert cp.returncode == rc, T.describe(cp)
+    return cp
+
+
+def _without_btrfs_props(xattrs):
+    # btrfs.* (the compression property) has no namespace on other filesystems
+    return {k: v for k, v in xattrs.items() if not k.startswith("btrfs.")}
+
+
+def _compare(view, out, only=None, skip_prefixes=()):
+    """Every entry of the kernel's view (below `only` if given) is in `out`, alike; nothing else is."""
+    got = T.walk_tree(out, btrfs=False)
+    want = {p: e for p, e in view.entries.items()
+            if (only is None or p == only or p.startswith(only.rstrip("/") + "/"))
+            and not any(p == s or p.startswith(s + "/") for s in skip_prefixes)}
+    if only:
+        # the directories down to --path's are made too (checked where their own entries are)
+        for p in list(got):
+            if only.startswith(p + "/"):
+                del got[p]
+    problems = []
+    for p in sorted(set(want) - set(got))[:10]:
+        problems.append("missing: %s" % p)
+    for p in sorted(set(got) - set(want))[:10]:
+        problems.append("not in the filesystem: %s" % p)
+    groups_want, groups_got = {}, {}
+    for p in sorted(set(want) & set(got)):
+        w, g = want[p], got[p]
+        for f in ("type", "mode", "uid", "gid"):
+            if w[f] != g[f]:
+                problems.append("%s: %s %r, restored %r" % (p, f, w[f], g[f]))
+        if w["type"] != "dir" and w["size"] != g["size"]:
+            problems.append("%s: size %r, restored %r" % (p, w["size"], g["size"]))
+        # the kernel makes up a placeholder's times at lookup: they are "now", not on disk
+        if not (w["type"] == "dir" and w["ino"] == T.EMPTY_SUBVOL_DIR_INO):
+            # reading a restored symlink (the walk does) moves its atime; mtime says as much
+            for f in ("mtime",) if w["type"] == "symlink" else ("mtime", "atime"):
+                if w[f] != g[f]:
+                    problems.append("%s: %s %r, restored %r" % (p, f, w[f], g[f]))
+        for f in ("target", "rdev_major", "rdev_minor"):
+            if w.get(f) != g.get(f):
+                problems.append("%s: %s %r, restored %r" % (p, f, w.get(f), g.get(f)))
+        if _without_btrfs_props(w["xattrs"]) != g["xattrs"]:
+            problems.append("%s: xattrs %r, restored %r" % (p, sorted(w["xattrs"]), sorted(g["xattrs"])))
+        if w["type"] == "file":
+            groups_want.setdefault((w["subvol"], w["ino"]), set()).add(p)
+            groups_got.setdefault(g["ino"], set()).add(p)
+            if T.sha256_file(os.path.join(out, p.lstrip("/"))) != view.hashes[p]:
+                problems.append("%s: content differs" % p)
+        if len(problems) > 30:
+            break
+    # hard links: the same sets of names share an inode
+    if sorted(map(sorted, groups_want.values())) != sorted(map(sorted, groups_got.values())):
+        problems.append("hard link groups differ: %r" % [sorted(s) for s in groups_want.values() if len(s) > 1][:5])
+    assert not problems, "\n".join(problems)
+    return got
+
+
+@pytest.mark.parametrize("name", ["kernel-subvol-zstd", "kernel-many"])
+def test_restore_equals_kernel_view(factory, outfs, name):
+    tmp_path = outfs / name
+    tmp_path.mkdir()
+    image = factory.image(name)
+    view = factory.view(image)
+    before = _image_hashes(image.devices)
+    out = tmp_path / "out"
+    cp = _restore(*image.devices, out)
+    assert b"0 problems" in cp.stderr, T.describe(cp)
+    _compare(view, out)
+    assert _image_hashes(image.devices) == before, "restore changed the image"
+    # holes stay holes: no file takes more space than on the kernel's mount
+    with T.mounted(image.devices, factory.mountpoint()) as mnt:
+        fat = []
+        for p, e in view.entries.items():
+            if e["type"] == "file" and e["size"] > 65536:
+                k = os.lstat(os.path.join(mnt, p.lstrip("/"))).st_blocks
+                r = os.lstat(os.path.join(out, p.lstrip("/"))).st_blocks
+                if r > k and r * 512 > e["size"] // 8:
+                    fat.append("%s: %d blocks, kernel %d" % (p, r, k))
+        assert not fat, fat[:10]
+
+
+def test_restore_options(factory, outfs):
+    tmp_path = outfs / "options"
+    tmp_path.mkdir()
+    image = factory.image("kernel-subvol-zstd")
+    view = factory.view(image)
+    devs = image.devices
+
+    # --no-snapshots leaves out snap and snap_ro (and nothing else)
+    out = tmp_path / "nosnap"
+    _restore("--no-snapshots", *devs, out)
+    _compare(view, out, skip_prefixes=("/snap", "/snap_ro"))
+
+    # --path: a directory in a subvolume, under its own path
+    out = tmp_path / "path"
+    _restore("--path", "/subvol/links", *devs, out)
+    _compare(view, out, only="/subvol/links", skip_prefixes=())
+    assert sorted(os.listdir(out)) == ["subvol"]
+
+    # --path of one file
+    out = tmp_path / "one"
+    _restore("--path", "/subvol/nested/inner.txt", *devs, out)
+    assert T.sha256_file(out / "subvol/nested/inner.txt") == view.hashes["/subvol/nested/inner.txt"]
+
+    # --path-regex: only the matching paths, their directories made as needed
+    out = tmp_path / "re"
+    _restore("--path-regex", r"^/snap_ro/xattrs(/x[0-3])?$", *devs, out)
+    got = T.walk_tree(out, btrfs=False)
+    assert set(got) == {"/snap_ro", "/snap_ro/xattrs", "/snap_ro/xattrs/x0", "/snap_ro/xattrs/x1",
+                        "/snap_ro/xattrs/x2", "/snap_ro/xattrs/x3"}, sorted(got)
+
+    # --dry-run lists what a restore makes, and makes nothing
+    out = tmp_path / "dry"
+    cp = _restore("--dry-run", *devs, out)
+    assert not out.exists()
+    text = "\n" + cp.stdout.decode("utf-8", "surrogateescape")
+    # names may hold newlines: look for each path as whole lines, and count the lines
+    absent = [p for p in view.entries if not any("\n%s%s\n" % (p, end) in text for end in ("", "/", "@"))]
+    assert not absent, absent[:10]
+    assert text.count("\n") - 1 == sum(p.count("\n") + 1 for p in view.entries)
+
+    # existing files are kept and named (exit 1); --overwrite replaces them
+    out = tmp_path / "again"
+    _restore("--path", "/subvol/links", *devs, out)
+    victim = out / "subvol/links/a"
+    victim.chmod(0o644)
+    victim.write_bytes(b"changed by the user")
+    cp = _restore("--path", "/subvol/links", *devs, out, rc=1)
+    assert b"exists; not overwritten" in cp.stderr and b"/subvol/links/a" in cp.stderr, T.describe(cp)
+    assert victim.read_bytes() == b"changed by the user"
+    _restore("--overwrite", "--path", "/subvol/links", *devs, out)
+    _compare(view, out, only="/subvol/links")
+
+
+def test_restore_no_metadata(factory, outfs):
+    tmp_path = outfs / "nometa"
+    tmp_path.mkdir()
+    image = factory.image("kernel-subvol-zstd")
+    view = factory.view(image)
+    out = tmp_path / "plain"
+    _restore("--no-owner", "--no-mode", "--no-times", "--no-xattrs", "--path", "/subvol/xattrs",
+             *image.devices, out)
+    for p, e in view.entries.items():
+        if not p.startswith("/subvol/xattrs/") or e["type"] != "file":
+            continue
+        st = os.lstat(out / p.lstrip("/"))
+        assert st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o666 & ~_umask(), p
+        assert st.st_mtime_ns != e["mtime"][0] * 10**9 + e["mtime"][1], p
+        assert os.listxattr(out / p.lstrip("/")) == [], p
+        assert T.sha256_file(out / p.lstrip("/")) == view.hashes[p], p
+
+
+def _umask():
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def _acl(entries):
+    """A system.posix_acl_access value: version 2, then (tag, perm, id) per entry."""
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, i) for t, p, i in entries)
+
+
+@pytest.fixture(scope="module")
+def crafted(tmp_path_factory, factory):
+    """A small kernel-made image with an ACL, and the escape: `a` a symlink to a folder outside
+    OUTDIR, `a` again a directory holding `passwd` (its INODE_REF says `a` too)."""
+    d = tmp_path_factory.mktemp("restore-crafted")
+    img = d / "img"
+    with open(img, "wb") as f:
+        f.truncate(256 * T.MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    victim = d / "victim"
+    victim.mkdir()
+    (victim / "keep").write_bytes(b"outside OUTDIR\n")
+    with T.mounted([img], d / "mnt", readonly=False) as mnt:
+        acl = _acl([(1, 6, 0xFFFFFFFF), (2, 6, 1234), (4, 4, 0xFFFFFFFF), (0x10, 6, 0xFFFFFFFF),
+                    (0x20, 4, 0xFFFFFFFF)])
+        with open(os.path.join(mnt, "acl_file"), "wb") as f:
+            f.write(b"with an access ACL\n")
+        os.setxattr(os.path.join(mnt, "acl_file"), "system.posix_acl_access", acl)
+        os.symlink(str(victim), os.path.join(mnt, "a"))
+        os.mkdir(os.path.join(mnt, "b"))
+        with open(os.path.join(mnt, "b", "passwd"), "wb") as f:
+            f.write(b"root::0:0::/:/bin/sh\n")
+        b_ino = os.lstat(os.path.join(mnt, "b")).st_ino
+        T.run(["sync"])
+    with C.Image(str(img)) as im:
+        root = im.tree_root(C.FS_TREE)[0]
+        body = C.dir_item(C.Key(b_ino, C.INODE_ITEM, 0), 7, b"a", C.FT_DIR)
+        # the DIR_INDEX a listing reads; the DIR_ITEM of the name "a" stays the symlink's
+        im.insert_item(root, (256, C.DIR_INDEX, 1000), body)
+        blk, slot = im.find_item(im.tree_root(C.FS_TREE)[0], (b_ino, C.INODE_REF, 256))
+        blk.set_item_data(slot, C.inode_ref(1000, b"a"))
+        im.write_block(blk)
+    return img, victim, acl
+
+
+def test_restore_acl_and_escape(crafted, outfs):
+    tmp_path = outfs / "escape"
+    tmp_path.mkdir()
+    img, victim, acl = crafted
+    before = sorted(os.listdir(victim))
+    for opts in ([], ["--overwrite"]):
+        out = tmp_path / ("out%d" % len(opts))
+        cp = _restore(*opts, img, out, rc=1)
+        assert sorted(os.listdir(victim)) == before, "restore wrote outside OUTDIR"
+        assert os.path.islink(out / "a") and not (out / "a" / "passwd").exists() or \
+            not os.path.lexists(out / "a"), sorted(os.listdir(out))
+        assert b"/a: exists and is not a directory" in cp.stderr, T.describe(cp)
+        assert os.getxattr(out / "acl_file", "system.posix_acl_access") == acl
+
+
+def test_restore_usage(tmp_path):
+    cp = T.ubtrfs("restore", "--help")
+    assert cp.returncode == 0 and b"--path-regex" in cp.stdout
+    for args in ([], ["only-one"], ["--path", "relative", "img", "out"], ["--path-regex", "(", "img", "out"],
+                 ["--bogus", "img", "out"]):
+        cp = T.ubtrfs("restore", *args)
+        assert cp.returncode == 2, (args, T.describe(cp))
+    cp = T.ubtrfs("restore", str(tmp_path / "no-such-image"), str(tmp_path / "out"))
+    assert cp.returncode == 2 and b"error" in cp.stderr, T.describe(cp)
+
+
+def test_restore_against_btrfs_restore(factory, outfs):
+    """btrfs-progs' restore (snapshots included, xattrs, symlinks) gets no file ubtrfs does not."""
+    tmp_path = outfs / "progs"
+    tmp_path.mkdir()
+    image = factory.image("kernel-subvol-zstd")
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    _restore(*image.devices, ours)
+    theirs.mkdir()
+    T.run(["btrfs", "restore", "-s", "-x", "-S", "-i", image.devices[0], str(theirs)], check=False)
+    # btrfs restore also enters subvolumes that a snapshot did not take along (the kernel and
+    # ubtrfs show an empty directory there): only what the kernel shows counts
+    shown = factory.view(image).entries
+    progs = {p: e for p, e in T.walk_tree(theirs, btrfs=False).items() if e["type"] == "file" and p in shown}
+    assert progs, "btrfs restore restored nothing: the comparison would say nothing"
+    missing = []
+    for p in progs:
+        mine = ours / p.lstrip("/")
+        if not mine.is_file():
+            missing.append(p)
+        elif T.sha256_file(mine) != T.sha256_file(theirs / p.lstrip("/")):
+            missing.append(p + " (differs)")
+    assert not missing, missing[:10]
