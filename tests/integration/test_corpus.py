@@ -59,6 +59,8 @@ COMMANDS = [
     dict(name="ls-long", argv=["ls", "-R", "-l", "{img}"]),
     dict(name="filesystem-show", argv=["filesystem", "show", "{img}"]),
     dict(name="find-root", argv=["find-root", "--backups-only", "{img}"]),
+    # "{out}": a fresh folder for the command's output, removed after the run
+    dict(name="restore", argv=["restore", "-q", "{img}", "{out}"]),
 ]
 # (`ls -R -l --json` is not here: --json overrides -l (cmd/ls.c), so it is the same run
 # as LIST_COMMAND below, whose output is also parsed)
@@ -352,11 +354,13 @@ def _regular_files(res):
 # --------------------------------------------------------------------------
 # the session runner: commands for all selected images, 2 at a time
 
-def _fill(argv, img, path=None):
+def _fill(argv, img, path=None, outdir=None):
     out = []
     for a in argv:
         if a == "{img}":
             out.append(str(img))
+        elif a == "{out}":
+            out.append(str(outdir))
         elif a == "{path}":
             out.append(os.fsencode(path))
         else:
@@ -395,13 +399,15 @@ class CorpusRunner:
             copy = self.work_dir / ("%s.%s.raw" % (name.replace("/", "_"), cmd["name"]))
             subprocess.run(["cp", "--sparse=always", str(img), str(copy)], check=True)
             src = copy
+        outdir = self.work_dir / ("%s.%s.out" % (name.replace("/", "_"), cmd["name"]))
         try:
             label = cmd["name"] if path is None else "%s %s" % (cmd["name"], path)
-            return run_one(self.binary, label, _fill(cmd["argv"], src, path), self.env,
+            return run_one(self.binary, label, _fill(cmd["argv"], src, path, outdir), self.env,
                            capture=cmd.get("capture", False))
         finally:
             if copy:
                 copy.unlink(missing_ok=True)
+            shutil.rmtree(outdir, ignore_errors=True)
 
     def _image(self, name):
         """All commands for one image, in this worker thread."""
