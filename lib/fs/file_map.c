@@ -31,6 +31,15 @@ static int data_span(const struct ub_fs *fs, const struct ub_key *key, const uin
 	return 0;
 }
 
+static int no_item(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t from, uint64_t to, uint64_t size)
+{
+	ub_err(&fs->log, "subvol %llu ino %llu: no file extent item covers file offsets %llu..%llu of its %llu "
+	       "bytes, and this filesystem (no-holes off) keeps an item for every hole: the size is corrupt or "
+	       "items are missing", (unsigned long long)subvol, (unsigned long long)ino, (unsigned long long)from,
+	       (unsigned long long)to, (unsigned long long)size);
+	return -EUCLEAN;
+}
+
 int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t *start,
 		      uint64_t *end)
 {
@@ -38,6 +47,8 @@ int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t 
 	struct ub_icur cur;
 	struct ub_key key;
 	bool found = false;
+	bool holes_kept = !(fs->incompat & BTRFS_FEATURE_INCOMPAT_NO_HOLES);
+	uint64_t covered = UINT64_MAX; /* where the items seen so far end; none seen yet */
 	int ret;
 
 	ret = ub_inode_read(fs, subvol, ino, &inode);
@@ -66,12 +77,25 @@ int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t 
 		ub_icur_key(&cur, &key);
 		if (key.type != BTRFS_EXTENT_DATA_KEY || key.offset >= inode.size || (found && key.offset > *end))
 			break;
+		/* without no-holes every hole has its item: a gap is items lost (as ub_file_read says) */
+		if (holes_kept && !found && key.offset > (covered == UINT64_MAX ? off : covered)) {
+			ret = no_item(fs, subvol, ino, covered == UINT64_MAX ? off : covered, key.offset, inode.size);
+			break;
+		}
 		d = ub_icur_data(&cur, &size);
 		r = data_span(fs, &key, d, size, &s, &e);
 		if (r < 0) {
 			ret = r;
 			break;
 		}
+		if (r == 1) {
+			s = key.offset;
+			e = key.offset + (size >= sizeof(struct btrfs_file_extent_item) ? FE(num_bytes, d) : 0);
+			if (e < s)
+				e = UINT64_MAX;
+		}
+		if (covered == UINT64_MAX || e > covered)
+			covered = e;
 		if (r == 0 && e > off) {
 			if (!found) {
 				*start = s > off ? s : off;
@@ -88,6 +112,8 @@ int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t 
 	ub_icur_close(&cur);
 	if (ret < 0)
 		return ret;
+	if (!found && holes_kept && (covered == UINT64_MAX ? 0 : covered) < inode.size)
+		return no_item(fs, subvol, ino, covered == UINT64_MAX ? off : covered, inode.size, inode.size);
 	if (!found)
 		return 1;
 	if (*end > inode.size)

@@ -27,7 +27,8 @@ with its checksum recomputed), so that nothing but the meaning is wrong:
 
 Every command (dump-super -f --all, dump-tree, dump-tree -t fs, dump-tree -t
 log for the crash image, ls -R, ls -R -l --json, cat of a few files,
-filesystem show) runs on every hostile image of its case, and must:
+filesystem show, restore into a fresh folder) runs on every hostile image of its case,
+and must:
 
   * end within 10 s;
   * exit 0, 1 or 2, and 1 or 2 for every command that must read the damage
@@ -359,7 +360,8 @@ def commands(base, case):
             ("dumpfs", ["dump-tree", "-t", "fs"]),
             ("ls", ["ls", "-R"]),
             ("lsj", ["ls", "-R", "-l", "--json"]),
-            ("show", ["filesystem", "show"])]
+            ("show", ["filesystem", "show"]),
+            ("restore", ["restore", "-q"])]
     if base.has_log:
         cmds.append(("dumplog", ["dump-tree", "-t", "log"]))
     # the quick run reads the damaged files and one other; the long run reads them all
@@ -416,7 +418,13 @@ def run_case(base, case, image, ubtrfs_bin):
     results = {}
     limit = mem_limit_kib(ubtrfs_bin)
     for key, argv in commands(base, case):
-        res = run_limited([ubtrfs_bin, *argv, image], rss_kill_kib=4 * limit)
+        # restore writes into a folder of its own beside the image, removed after the run
+        outdir = [image + ".restored"] if key == "restore" else []
+        try:
+            res = run_limited([ubtrfs_bin, *argv, image, *outdir], rss_kill_kib=4 * limit)
+        finally:
+            if outdir:
+                shutil.rmtree(outdir[0], ignore_errors=True)
         results[key] = res
         where = "%s (%s)" % (key, " ".join(argv))
         err = res.err
@@ -470,6 +478,10 @@ class Case:
     def must_fail_key(self, key, base):
         if key in self.must_fail:
             return True
+        # restore reads every name and every file: what ls or a cat must notice, it must too
+        if key == "restore":
+            return any(k in self.must_fail for k in ("ls", "lsj", "*", "cat:*")) or \
+                any(k.startswith("cat:") for k in self.must_fail)
         if "cat:*" in self.must_fail and key.startswith("cat:"):
             return True
         if "*" in self.must_fail and key != "super":

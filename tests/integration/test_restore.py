@@ -117,7 +117,7 @@ def _compare(view, out, only=None, skip_prefixes=()):
     return got
 
 
-@pytest.mark.parametrize("name", ["kernel-subvol-zstd", "kernel-many"])
+@pytest.mark.parametrize("name", ["kernel-subvol-zstd", "kernel-many", "kernel-noholes"])
 def test_restore_equals_kernel_view(factory, outfs, name):
     tmp_path = outfs / name
     tmp_path.mkdir()
