@@ -19,6 +19,9 @@
  *   space_driver [opts] chunk KIND COUNT DEV...
  *       COUNT chunks of KIND (data, metadata, system) in the profile the
  *       existing ones have, then a commit; "enospc at N" if the devices fill
+ *   space_driver [opts] clean DEV...
+ *       ub_engine_clean until nothing is left: dead roots dropped, then the
+ *       empty block groups removed (system ones too), each step committed
  *   space_driver [opts] data LEN DEV...
  *       reserves LEN bytes of data in 1 MiB pieces (adding data chunks),
  *       then gives them back, and commits: data chunk creation only
@@ -45,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "txn/txn.h"
+#include "txn/cleaner.h"
 #include "alloc/chunk_alloc.h"
 #include "ubtrfs/fswrite.h"
 
@@ -303,6 +307,8 @@ int main(int argc, char **argv)
 		prefix = argv[i];
 		to = atol(argv[i + 1]);
 		i += 2;
+	} else if (strcmp(op, "clean") == 0 && argc - i >= 1) {
+		/* no operands */
 	} else if (strcmp(op, "data") == 0 && argc - i >= 2) {
 		dlen = strtoull(argv[i], NULL, 0);
 		i += 1;
@@ -336,6 +342,19 @@ int main(int argc, char **argv)
 		ret = start(&c);
 	if (!ret && strcmp(op, "data") == 0) {
 		ret = data_cycle(&c, dlen);
+	} else if (!ret && strcmp(op, "clean") == 0) {
+		bool more = true;
+		uint64_t before[3], after[3];
+
+		ret = commit(&c, false);
+		/* each call removes what it can; it is done when a call changes nothing */
+		for (int n = 0; !ret && n < 64; n++) {
+			ub_chunk_stats(c.e->alloc, before);
+			ret = ub_engine_clean(c.e, 0, &more);
+			ub_chunk_stats(c.e->alloc, after);
+			if (!more && !memcmp(before, after, sizeof(before)))
+				break;
+		}
 	} else if (!ret && strcmp(op, "chunk") == 0) {
 		uint64_t kind = strcmp(prefix, "data") == 0       ? BTRFS_BLOCK_GROUP_DATA
 				: strcmp(prefix, "metadata") == 0 ? BTRFS_BLOCK_GROUP_METADATA
