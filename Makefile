@@ -163,3 +163,7 @@ CFLAGS_BASE += -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS_BASE += -fsanitize=thread
 endif
 # ---- end of the ThreadSanitizer block ----
+
+# ---- NBD devices: libnbd for lib/dev/nbd.c ----
+LIBS += -lnbd
+# ---- end of the NBD block ----

@@ -31,7 +31,8 @@ struct open_args {
 	{ "generation", required_argument, NULL, 0x180 },          \
 	{ "backup", no_argument, NULL, 0x181 },                     \
 	{ "root", required_argument, NULL, 0x182 },                 \
-	{ "no-scan", no_argument, NULL, 0x102 }
+	{ "no-scan", no_argument, NULL, 0x102 },                    \
+	{ "io-timeout", required_argument, NULL, 0x183 }
 
 #define OPEN_ARGS_HELP                                                                    \
 	"  -v, --verbose      say more (repeat for debug output)\n"                           \
@@ -44,7 +45,9 @@ struct open_args {
 	"                     root that can\n"                                             \
 	"      --root BYTENR  read the root tree at logical address BYTENR (see find-root)\n" \
 	"      --no-scan      use the devices named only (no search of the block devices;\n" \
-	"                     DEV may be UUID=... or LABEL=... unless this is given)\n"
+	"                     DEV may be UUID=... or LABEL=... unless this is given)\n" \
+	"      --io-timeout S a network device (nbd://...) that does not answer within S\n" \
+	"                     seconds (default 5) is a missing device from then on\n"
 
 void open_args_init(struct open_args *oa);
 /* Handle one of the shared options; returns 1 if `opt` was one of them, -1 on a bad value. */

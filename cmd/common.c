@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <uuid/uuid.h>
+#include "ubtrfs/dev.h"
 #include "ubtrfs/scan.h"
 #include "cmd.h"
 
@@ -79,6 +80,16 @@ int open_args_parse(struct open_args *oa, int opt, const char *arg)
 			return -1;
 		oa->root_bytenr = v;
 		return 1;
+	case 0x183: {
+		/* seconds, fractions allowed: network devices wait this long for an answer */
+		char *end;
+		double sec = strtod(arg, &end);
+
+		if (*end || !(sec >= 0.01 && sec <= 3600))
+			return -1;
+		ub_dev_set_io_timeout((unsigned)(sec * 1000));
+		return 1;
+	}
 	}
 	return 0;
 }

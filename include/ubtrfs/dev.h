@@ -194,4 +194,24 @@ int ub_dev_readv(struct ub_dev *dev, const struct iovec *iov, int iovcnt, uint64
 /* Hints that [off, off+len) is read next, so a file backend reads it ahead; out of range or unsupported: nothing. */
 void ub_dev_willneed(struct ub_dev *dev, uint64_t off, uint64_t len);
 
+/* ---- network devices (lib/dev/nbd.c): NBD exports through libnbd ---- */
+/*
+ * Does `path` name an NBD export: nbd://host[:port][/export], nbds://...
+ * (TLS), nbd+unix:///export?socket=PATH, nbd+vsock://...? ub_dev_open opens
+ * those with ub_dev_open_nbd, so every command takes them beside local paths.
+ */
+bool ub_dev_is_uri(const char *path);
+/*
+ * Connect to an NBD export (the URI forms of ub_dev_is_uri). A server that
+ * does not answer within the I/O timeout fails the open with -ETIMEDOUT; a
+ * request it does not answer in time fails with -ETIMEDOUT and every later
+ * one on that device with -EIO at once (the volume layer then reads from
+ * mirrors and parity, as for a missing disk).
+ */
+int ub_dev_open_nbd(const char *uri, bool writable, struct ub_dev **out);
+/* The I/O timeout of network devices, for every device opened after (0: the default), in milliseconds. */
+#define UB_DEV_IO_TIMEOUT_DEFAULT_MS 5000U
+void ub_dev_set_io_timeout(unsigned ms);
+unsigned ub_dev_io_timeout(void);
+
 #endif

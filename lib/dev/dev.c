@@ -245,6 +245,8 @@ int ub_dev_open(const char *path, bool writable, struct ub_dev **out)
 	uint64_t size;
 	int fd, ret;
 
+	if (ub_dev_is_uri(path))
+		return ub_dev_open_nbd(path, writable, out);
 	/*
 	 * O_EXCL without O_CREAT: on Linux an exclusive open of a block device
 	 * (EBUSY while mounted); ignored for regular files, which get a flock

@@ -16,10 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include "ubtrfs/dev.h"
 #include "ubtrfs/mkfs.h"
 
 struct devset {
@@ -238,15 +240,72 @@ static int parts_and_holders(dev_t dn, struct devset *out)
 	return ret;
 }
 
+/*
+ * A network device as blkid can probe it: a sparse memory file of its size
+ * holding its first and last MiB, where signatures and partition tables are.
+ */
+static int remote_copy(const char *uri, int *fdp)
+{
+	struct ub_dev *dev;
+	uint8_t *buf = NULL;
+	uint64_t size, spans[2][2];
+	int fd, ret = ub_dev_open(uri, false, &dev);
+
+	if (ret)
+		return ret;
+	size = ub_dev_size(dev);
+	spans[0][0] = 0;
+	spans[0][1] = size < (1U << 20) ? size : 1U << 20;
+	spans[1][0] = size > (2U << 20) ? size - (1U << 20) : spans[0][1];
+	spans[1][1] = size - spans[1][0];
+	fd = memfd_create("ubtrfs-probe", MFD_CLOEXEC);
+	buf = malloc(1U << 20);
+	if (fd < 0 || !buf || ftruncate(fd, (off_t)size)) {
+		ret = fd < 0 || !buf ? -ENOMEM : -errno;
+		goto out;
+	}
+	for (int i = 0; i < 2 && !ret; i++) {
+		if (!spans[i][1])
+			continue;
+		ret = ub_dev_read(dev, buf, spans[i][1], spans[i][0]);
+		if (!ret && pwrite(fd, buf, spans[i][1], (off_t)spans[i][0]) != (ssize_t)spans[i][1])
+			ret = -EIO;
+	}
+out:
+	free(buf);
+	ub_dev_close(dev);
+	if (ret && fd >= 0)
+		close(fd);
+	if (!ret)
+		*fdp = fd;
+	return ret;
+}
+
 /* what blkid finds on the device: 1 and a name, 0 nothing */
 static int probe_signature(const char *path, char *what, size_t len)
 {
-	blkid_probe pr = blkid_new_probe_from_filename(path);
+	blkid_probe pr;
 	const char *type = NULL;
-	int rc, ret = 0;
+	int rc, ret = 0, fd = -1;
 
-	if (!pr)
-		return -errno ? -errno : -EIO;
+	if (ub_dev_is_uri(path)) {
+		ret = remote_copy(path, &fd);
+		if (ret)
+			return ret;
+		pr = blkid_new_probe();
+		if (pr && blkid_probe_set_device(pr, fd, 0, 0)) {
+			blkid_free_probe(pr);
+			pr = NULL;
+		}
+	} else {
+		pr = blkid_new_probe_from_filename(path);
+	}
+	if (!pr) {
+		ret = -errno ? -errno : -EIO;
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
 	blkid_probe_enable_superblocks(pr, 1);
 	blkid_probe_set_superblocks_flags(pr, BLKID_SUBLKS_TYPE);
 	blkid_probe_enable_partitions(pr, 1);
@@ -267,6 +326,8 @@ static int probe_signature(const char *path, char *what, size_t len)
 		ret = -EIO;
 	}
 	blkid_free_probe(pr);
+	if (fd >= 0)
+		close(fd);
 	return ret;
 }
 
@@ -279,6 +340,17 @@ int ub_mkfs_check_paths(const char *const *paths, int npaths, bool force, char *
 	if (!st)
 		return -ENOMEM;
 	for (int i = 0; i < npaths; i++) {
+		/* a network device: no local mount or holder to look for; the same URI twice is refused */
+		if (ub_dev_is_uri(paths[i])) {
+			for (int j = 0; j < i; j++) {
+				if (!strcmp(paths[i], paths[j])) {
+					snprintf(why, whylen, "%s is given twice", paths[i]);
+					ret = -EINVAL;
+					goto out;
+				}
+			}
+			continue;
+		}
 		if (stat(paths[i], &st[i])) {
 			ret = -errno;
 			snprintf(why, whylen, "cannot access %s: %s", paths[i], strerror(errno));
@@ -290,7 +362,7 @@ int ub_mkfs_check_paths(const char *const *paths, int npaths, bool force, char *
 			goto out;
 		}
 		for (int j = 0; j < i; j++) {
-			bool same = S_ISBLK(st[i].st_mode) ? S_ISBLK(st[j].st_mode) && st[i].st_rdev == st[j].st_rdev
+			bool same = ub_dev_is_uri(paths[j]) ? false : S_ISBLK(st[i].st_mode) ? S_ISBLK(st[j].st_mode) && st[i].st_rdev == st[j].st_rdev
 							   : S_ISREG(st[j].st_mode) && st[i].st_dev == st[j].st_dev &&
 								     st[i].st_ino == st[j].st_ino;
 			if (same) {
@@ -309,6 +381,9 @@ int ub_mkfs_check_paths(const char *const *paths, int npaths, bool force, char *
 	for (int i = 0; i < npaths; i++) {
 		struct devset mine = { 0 };
 		bool mounted = false;
+
+		if (ub_dev_is_uri(paths[i]))
+			continue;
 
 		if (S_ISBLK(st[i].st_mode)) {
 			ret = parts_and_holders(st[i].st_rdev, &mine);

@@ -383,16 +383,27 @@ int ub_volume_open(const char *const *paths, int npaths, const struct ub_volume_
 	devs = calloc((size_t)npaths, sizeof(*devs));
 	if (!devs)
 		return -ENOMEM;
-	for (; n < npaths; n++) {
-		ret = ub_dev_open(paths[n], opts && opts->writable, &devs[n]);
+	for (int i = 0; i < npaths; i++) {
+		ret = ub_dev_open(paths[i], opts && opts->writable, &devs[n]);
+		/*
+		 * A network device whose server is down is a missing device for a reader, as a
+		 * disk left out would be: the profile's redundancy decides what can still be read.
+		 */
+		if (ret && ub_dev_is_uri(paths[i]) && !(opts && opts->writable) && npaths > 1) {
+			ub_err(log ? log : &quiet, "%s: cannot connect: %s; the device is treated as missing", paths[i],
+			       strerror(-ret));
+			ret = 0;
+			continue;
+		}
 		if (ret) {
-			ub_err(log ? log : &quiet, "%s: cannot open: %s", paths[n], strerror(-ret));
+			ub_err(log ? log : &quiet, "%s: cannot open: %s", paths[i], strerror(-ret));
 			while (n > 0)
 				ub_dev_close(devs[--n]);
 			goto out;
 		}
+		n++;
 	}
-	ret = ub_volume_open_devs(devs, npaths, opts, log, out);
+	ret = n ? ub_volume_open_devs(devs, n, opts, log, out) : -ENODEV;
 out:
 	free(devs);
 	return ret;

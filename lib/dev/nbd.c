@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A device on another machine: an NBD export, through libnbd. Every request
+ * goes out asynchronously (a large read as several requests in flight) and is
+ * waited for at most the I/O timeout: a server that is down or stops
+ * answering becomes a failed device, named by its URI, and the volume layer
+ * reads on from mirrors and parity as for a missing disk. Once a device has
+ * timed out, later requests fail at once instead of waiting again.
+ */
+#include <errno.h>
+#include <libnbd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "dev_priv.h"
+
+#define NBD_CHUNK (1U << 20) /* bytes per request of a large read or write */
+#define NBD_MAX_INFLIGHT 16
+
+static _Atomic unsigned io_timeout_ms = UB_DEV_IO_TIMEOUT_DEFAULT_MS;
+
+struct nbd_dev {
+	struct nbd_handle *h;
+	/* one caller at a time drives the handle's state machine (nbd_poll is not for several threads) */
+	pthread_mutex_t lock;
+	bool failed;
+	uint64_t max_request;
+};
+
+void ub_dev_set_io_timeout(unsigned ms)
+{
+	io_timeout_ms = ms ? ms : UB_DEV_IO_TIMEOUT_DEFAULT_MS;
+}
+
+unsigned ub_dev_io_timeout(void)
+{
+	return io_timeout_ms;
+}
+
+bool ub_dev_is_uri(const char *path)
+{
+	static const char *const schemes[] = { "nbd://", "nbds://", "nbd+unix://", "nbds+unix://", "nbd+vsock://",
+					       "nbds+vsock://" };
+
+	for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+		if (!strncmp(path, schemes[i], strlen(schemes[i])))
+			return true;
+	return false;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* libnbd's errno for the last failure on this thread, never 0. */
+static int nbd_err(void)
+{
+	int e = nbd_get_errno();
+
+	return e ? -e : -EIO;
+}
+
+/*
+ * Drive the handle until every cookie completed, or the timeout: 0, the first
+ * command's error, or -ETIMEDOUT (the device is failed from then on).
+ */
+static int wait_all(struct nbd_dev *n, int64_t *cookies, int nc, int64_t deadline)
+{
+	int ret = 0, left = nc;
+
+	while (left > 0) {
+		int64_t wait = deadline - now_ms();
+		int r;
+
+		for (int i = 0; i < nc; i++) {
+			if (cookies[i] < 0)
+				continue;
+			r = nbd_aio_command_completed(n->h, (uint64_t)cookies[i]);
+			if (r == 0)
+				continue;
+			if (r < 0 && !ret)
+				ret = nbd_err();
+			cookies[i] = -1;
+			left--;
+		}
+		if (!left)
+			break;
+		if (wait <= 0 || nbd_aio_is_dead(n->h) || nbd_aio_is_closed(n->h)) {
+			n->failed = true;
+			return wait <= 0 ? -ETIMEDOUT : -EIO;
+		}
+		r = nbd_poll(n->h, (int)(wait > 1000 ? 1000 : wait));
+		if (r < 0) {
+			n->failed = true;
+			return nbd_err();
+		}
+	}
+	return ret;
+}
+
+/* A read or write of `len` bytes at `off`, split into requests, several in flight. */
+static int transfer(struct ub_dev *dev, void *buf, size_t len, uint64_t off, bool write, bool fua)
+{
+	struct nbd_dev *n = dev->priv;
+	int64_t cookies[NBD_MAX_INFLIGHT];
+	uint64_t chunk = n->max_request < NBD_CHUNK ? n->max_request : NBD_CHUNK;
+	size_t done = 0;
+	int ret = 0;
+
+	pthread_mutex_lock(&n->lock);
+	if (n->failed) {
+		pthread_mutex_unlock(&n->lock);
+		return -EIO;
+	}
+	while (!ret && done < len) {
+		int64_t deadline = now_ms() + io_timeout_ms;
+		int nc = 0;
+
+		for (; nc < NBD_MAX_INFLIGHT && done < len; nc++) {
+			size_t piece = len - done < chunk ? len - done : (size_t)chunk;
+			uint8_t *p = (uint8_t *)buf + done;
+
+			cookies[nc] = write ? nbd_aio_pwrite(n->h, p, piece, off + done, NBD_NULL_COMPLETION,
+							     fua ? LIBNBD_CMD_FLAG_FUA : 0)
+					    : nbd_aio_pread(n->h, p, piece, off + done, NBD_NULL_COMPLETION, 0);
+			if (cookies[nc] < 0) {
+				ret = nbd_err();
+				break;
+			}
+			done += piece;
+		}
+		if (nc) {
+			int r = wait_all(n, cookies, nc, deadline);
+
+			if (!ret)
+				ret = r;
+		}
+	}
+	pthread_mutex_unlock(&n->lock);
+	return ret;
+}
+
+static int nd_read(struct ub_dev *dev, void *buf, size_t len, uint64_t off)
+{
+	return transfer(dev, buf, len, off, false, false);
+}
+
+static int nd_write(struct ub_dev *dev, const void *buf, size_t len, uint64_t off)
+{
+	return transfer(dev, (void *)(uintptr_t)buf, len, off, true, false);
+}
+
+static int nd_flush(struct ub_dev *dev)
+{
+	struct nbd_dev *n = dev->priv;
+	int64_t cookie;
+	int ret;
+
+	pthread_mutex_lock(&n->lock);
+	if (n->failed) {
+		ret = -EIO;
+	} else if (nbd_can_flush(n->h) != 1) {
+		/* a server that cannot flush writes through: nothing to wait for */
+		ret = 0;
+	} else {
+		cookie = nbd_aio_flush(n->h, NBD_NULL_COMPLETION, 0);
+		ret = cookie < 0 ? nbd_err() : wait_all(n, &cookie, 1, now_ms() + io_timeout_ms);
+	}
+	pthread_mutex_unlock(&n->lock);
+	return ret;
+}
+
+static void nd_release(struct ub_dev *dev)
+{
+	struct nbd_dev *n = dev->priv;
+
+	if (!n)
+		return;
+	if (!n->failed && nbd_aio_is_ready(n->h))
+		nbd_shutdown(n->h, 0);
+	nbd_close(n->h);
+	pthread_mutex_destroy(&n->lock);
+	free(n);
+}
+
+static const struct ub_dev_ops nbd_ops = {
+	.kind = "nbd",
+	.read = nd_read,
+	.write = nd_write,
+	.flush = nd_flush,
+	.release = nd_release,
+};
+
+/* Connect within the timeout: 0, or <0 with the handle closed. */
+static int connect_uri(struct nbd_handle *h, const char *uri)
+{
+	int64_t deadline = now_ms() + io_timeout_ms;
+
+	if (nbd_aio_connect_uri(h, uri) < 0)
+		return nbd_err();
+	while (nbd_aio_is_connecting(h) == 1) {
+		int64_t wait = deadline - now_ms();
+
+		if (wait <= 0)
+			return -ETIMEDOUT;
+		if (nbd_poll(h, (int)(wait > 1000 ? 1000 : wait)) < 0)
+			return nbd_err();
+	}
+	return nbd_aio_is_ready(h) == 1 ? 0 : nbd_err();
+}
+
+int ub_dev_open_nbd(const char *uri, bool writable, struct ub_dev **out)
+{
+	struct nbd_dev *n;
+	int64_t size, max;
+	int ret;
+
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	n->h = nbd_create();
+	if (!n->h) {
+		free(n);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&n->lock, NULL);
+	/* a URI names a server, never a local program to start or file to read */
+	nbd_set_uri_allow_local_file(n->h, false);
+	ret = connect_uri(n->h, uri);
+	if (!ret) {
+		size = nbd_get_size(n->h);
+		if (size < 0)
+			ret = nbd_err();
+		else if (writable && nbd_is_read_only(n->h) == 1)
+			ret = -EROFS;
+	}
+	if (ret) {
+		nbd_close(n->h);
+		pthread_mutex_destroy(&n->lock);
+		free(n);
+		return ret;
+	}
+	max = nbd_get_block_size(n->h, LIBNBD_SIZE_MAXIMUM);
+	n->max_request = max > 0 ? (uint64_t)max : 32U << 20;
+	return ub_dev_create(uri, &nbd_ops, n, (uint64_t)size, writable, out);
+}
