@@ -230,8 +230,8 @@ int ub_dev_open_nbd(const char *uri, bool writable, struct ub_dev **out)
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&n->lock, NULL);
-	/* a URI names a server, never a local program to start or file to read */
-	nbd_set_uri_allow_local_file(n->h, false);
+	/* the URI is the user's own: ?tls-psk-file= may name the key file on this machine */
+	nbd_set_uri_allow_local_file(n->h, true);
 	ret = connect_uri(n->h, uri);
 	if (!ret) {
 		size = nbd_get_size(n->h);

@@ -14,7 +14,8 @@ image files directly plus `btrfs check`.
     filter): the command finishes within its --io-timeout with every byte;
   * `ubtrfs mkfs --rootdir` onto six exports (RAID6 data, RAID1C3 metadata): the kernel
     mounts the image files and shows the source, `btrfs check` is clean;
-  * the FUSE mount over six exports reads byte for byte.
+  * the FUSE mount over six exports reads byte for byte;
+  * TLS with a pre-shared key (nbds://, the key file named in the URI).
 """
 
 import hashlib
@@ -203,3 +204,19 @@ def test_nbd_mkfs_raid6(tmp_path, source):
     with T.mounted(imgs, tmp_path / "kmnt") as m:
         diff = T.run(["diff", "-r", "--no-dereference", str(source), m], check=False)
         assert diff.returncode == 0, diff.stdout.decode()[-2000:]
+
+
+def test_nbd_tls_psk(tmp_path, source):
+    """nbds:// with a pre-shared key: the key file named in the URI opens it; without TLS it is refused."""
+    imgs = _images(tmp_path, "tls", source, 1, "single", "dup")
+    psk = tmp_path / "psk"
+    psk.write_text("ubtrfs:%s\n" % os.urandom(32).hex())
+    psk.chmod(0o600)
+    tls = ["--tls=require", "--tls-psk=%s" % psk]
+    with Servers(imgs, tmp_path, filters={0: (tls, [])}) as srv:
+        sock = srv.uris[0].split("socket=")[1]
+        uri = "nbds+unix://ubtrfs@/?socket=%s&tls-psk-file=%s" % (sock, psk)
+        cp = _cat([uri], "/big.bin")
+        assert cp.returncode == 0 and _sha(cp.stdout) == _source_files(source)["/big.bin"], T.describe(cp)
+        cp = _cat(srv.uris, "/big.bin")
+        assert cp.returncode == 2 and b"cannot open" in cp.stderr, T.describe(cp)
