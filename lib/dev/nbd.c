@@ -21,12 +21,36 @@
 
 static _Atomic unsigned io_timeout_ms = UB_DEV_IO_TIMEOUT_DEFAULT_MS;
 
+#define NBD_RA_SLOTS 4           /* ranges read ahead per device */
+#define NBD_RA_MAX (8U << 20)     /* the largest range read ahead */
+#define NBD_RA_REQS ((int)(NBD_RA_MAX / NBD_CHUNK))
+
+/*
+ * A range asked for by ub_dev_willneed, read into a buffer of its own while
+ * the caller reads other devices: so the servers of a striped chunk work at
+ * the same time, and the next part of a stream is on its way before it is
+ * asked for.
+ */
+struct nbd_ahead {
+	uint8_t *buf;
+	size_t cap;
+	uint64_t off, len;
+	int64_t cookies[NBD_RA_REQS];
+	int nc;
+	bool used;   /* the slot holds a range */
+	bool landed; /* its requests completed (ok: all good) */
+	bool ok;
+	uint64_t seq; /* age, for eviction */
+};
+
 struct nbd_dev {
 	struct nbd_handle *h;
 	/* one caller at a time drives the handle's state machine (nbd_poll is not for several threads) */
 	pthread_mutex_t lock;
 	bool failed;
 	uint64_t max_request;
+	struct nbd_ahead ahead[NBD_RA_SLOTS];
+	uint64_t seq;
 };
 
 void ub_dev_set_io_timeout(unsigned ms)
@@ -104,12 +128,62 @@ static int wait_all(struct nbd_dev *n, int64_t *cookies, int nc, int64_t deadlin
 	return ret;
 }
 
+static uint64_t request_size(const struct nbd_dev *n)
+{
+	return n->max_request < NBD_CHUNK ? n->max_request : NBD_CHUNK;
+}
+
+/* Wait for a slot's requests (once): ok when every one of them succeeded. */
+static void ahead_land(struct nbd_dev *n, struct nbd_ahead *a)
+{
+	if (a->landed)
+		return;
+	a->ok = wait_all(n, a->cookies, a->nc, now_ms() + io_timeout_ms) == 0;
+	a->landed = true;
+}
+
+static void ahead_drop(struct nbd_dev *n, struct nbd_ahead *a)
+{
+	uint8_t *buf = a->buf;
+	size_t cap = a->cap;
+
+	/* its requests must be collected, or libnbd keeps them */
+	if (!n->failed)
+		ahead_land(n, a);
+	/* the buffer stays for the next range: fresh pages cost a fault each */
+	memset(a, 0, sizeof(*a));
+	a->buf = buf;
+	a->cap = cap;
+}
+
+/* A read served from the ranges read ahead: 1 done, 0 not there (or failed there: read it anew). */
+static int ahead_read(struct nbd_dev *n, void *buf, size_t len, uint64_t off)
+{
+	for (int i = 0; i < NBD_RA_SLOTS; i++) {
+		struct nbd_ahead *a = &n->ahead[i];
+
+		if (!a->used || off < a->off || off + len > a->off + a->len)
+			continue;
+		ahead_land(n, a);
+		if (!a->ok) {
+			ahead_drop(n, a);
+			return 0;
+		}
+		memcpy(buf, a->buf + (off - a->off), len);
+		/* a stream moves on: what ends here is not asked for again */
+		if (off + len == a->off + a->len)
+			ahead_drop(n, a);
+		return 1;
+	}
+	return 0;
+}
+
 /* A read or write of `len` bytes at `off`, split into requests, several in flight. */
 static int transfer(struct ub_dev *dev, void *buf, size_t len, uint64_t off, bool write, bool fua)
 {
 	struct nbd_dev *n = dev->priv;
 	int64_t cookies[NBD_MAX_INFLIGHT];
-	uint64_t chunk = n->max_request < NBD_CHUNK ? n->max_request : NBD_CHUNK;
+	uint64_t chunk = request_size(n);
 	size_t done = 0;
 	int ret = 0;
 
@@ -117,6 +191,15 @@ static int transfer(struct ub_dev *dev, void *buf, size_t len, uint64_t off, boo
 	if (n->failed) {
 		pthread_mutex_unlock(&n->lock);
 		return -EIO;
+	}
+	if (write) {
+		/* what is read ahead may be overwritten now */
+		for (int i = 0; i < NBD_RA_SLOTS; i++)
+			if (n->ahead[i].used && off < n->ahead[i].off + n->ahead[i].len && n->ahead[i].off < off + len)
+				ahead_drop(n, &n->ahead[i]);
+	} else if (ahead_read(n, buf, len, off)) {
+		pthread_mutex_unlock(&n->lock);
+		return n->failed ? -EIO : 0;
 	}
 	while (!ret && done < len) {
 		int64_t deadline = now_ms() + io_timeout_ms;
@@ -176,12 +259,71 @@ static int nd_flush(struct ub_dev *dev)
 	return ret;
 }
 
+static void nd_willneed(struct ub_dev *dev, uint64_t off, uint64_t len)
+{
+	struct nbd_dev *n = dev->priv;
+	struct nbd_ahead *a = NULL;
+	uint64_t chunk;
+
+	if (len == 0 || len > NBD_RA_MAX)
+		return;
+	pthread_mutex_lock(&n->lock);
+	if (n->failed)
+		goto out;
+	for (int i = 0; i < NBD_RA_SLOTS; i++) {
+		struct nbd_ahead *s = &n->ahead[i];
+
+		if (s->used && off >= s->off && off + len <= s->off + s->len)
+			goto out; /* on its way already */
+		if (!s->used && !a)
+			a = s;
+	}
+	if (!a) {
+		a = &n->ahead[0];
+		for (int i = 1; i < NBD_RA_SLOTS; i++)
+			if (n->ahead[i].seq < a->seq)
+				a = &n->ahead[i];
+		ahead_drop(n, a);
+	}
+	if (a->cap < len) {
+		uint8_t *b = realloc(a->buf, len);
+
+		if (!b)
+			goto out;
+		a->buf = b;
+		a->cap = len;
+	}
+	a->used = true;
+	a->off = off;
+	a->len = len;
+	a->seq = ++n->seq;
+	chunk = request_size(n);
+	for (uint64_t done = 0; done < len && a->nc < NBD_RA_REQS; a->nc++) {
+		uint64_t piece = len - done < chunk ? len - done : chunk;
+
+		a->cookies[a->nc] = nbd_aio_pread(n->h, a->buf + done, piece, off + done, NBD_NULL_COMPLETION, 0);
+		if (a->cookies[a->nc] < 0)
+			break;
+		done += piece;
+	}
+	/* a range not wholly asked for is not served from: collect what went out and forget it */
+	if (a->nc < NBD_RA_REQS && (uint64_t)a->nc * chunk < len)
+		ahead_drop(n, a);
+out:
+	pthread_mutex_unlock(&n->lock);
+}
+
 static void nd_release(struct ub_dev *dev)
 {
 	struct nbd_dev *n = dev->priv;
 
 	if (!n)
 		return;
+	for (int i = 0; i < NBD_RA_SLOTS; i++) {
+		if (n->ahead[i].used)
+			ahead_drop(n, &n->ahead[i]);
+		free(n->ahead[i].buf);
+	}
 	if (!n->failed && nbd_aio_is_ready(n->h))
 		nbd_shutdown(n->h, 0);
 	nbd_close(n->h);
@@ -195,6 +337,7 @@ static const struct ub_dev_ops nbd_ops = {
 	.write = nd_write,
 	.flush = nd_flush,
 	.release = nd_release,
+	.willneed = nd_willneed,
 };
 
 /* Connect within the timeout: 0, or <0 with the handle closed. */
