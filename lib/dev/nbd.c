@@ -51,7 +51,14 @@ struct nbd_dev {
 	uint64_t max_request;
 	struct nbd_ahead ahead[NBD_RA_SLOTS];
 	uint64_t seq;
+	/* ---- reconnecting ---- */
+	char *uri;
+	int64_t size;
+	int64_t failed_at;   /* ms, when it failed or last failed to reconnect */
 };
+
+/* How long a failed device rests before a request tries to reconnect it. */
+#define NBD_RETRY_MS 5000
 
 void ub_dev_set_io_timeout(unsigned ms)
 {
@@ -117,11 +124,13 @@ static int wait_all(struct nbd_dev *n, int64_t *cookies, int nc, int64_t deadlin
 			break;
 		if (wait <= 0 || nbd_aio_is_dead(n->h) || nbd_aio_is_closed(n->h)) {
 			n->failed = true;
+			n->failed_at = now_ms();
 			return wait <= 0 ? -ETIMEDOUT : -EIO;
 		}
 		r = nbd_poll(n->h, (int)(wait > 1000 ? 1000 : wait));
 		if (r < 0) {
 			n->failed = true;
+			n->failed_at = now_ms();
 			return nbd_err();
 		}
 	}
@@ -142,18 +151,23 @@ static void ahead_land(struct nbd_dev *n, struct nbd_ahead *a)
 	a->landed = true;
 }
 
-static void ahead_drop(struct nbd_dev *n, struct nbd_ahead *a)
+/* An empty slot; the buffer stays for the next range (fresh pages cost a fault each). */
+static void ahead_reset(struct nbd_ahead *a)
 {
 	uint8_t *buf = a->buf;
 	size_t cap = a->cap;
 
-	/* its requests must be collected, or libnbd keeps them */
-	if (!n->failed)
-		ahead_land(n, a);
-	/* the buffer stays for the next range: fresh pages cost a fault each */
 	memset(a, 0, sizeof(*a));
 	a->buf = buf;
 	a->cap = cap;
+}
+
+static void ahead_drop(struct nbd_dev *n, struct nbd_ahead *a)
+{
+	/* its requests must be collected, or libnbd keeps them */
+	if (!n->failed)
+		ahead_land(n, a);
+	ahead_reset(a);
 }
 
 /* A read served from the ranges read ahead: 1 done, 0 not there (or failed there: read it anew). */
@@ -178,29 +192,44 @@ static int ahead_read(struct nbd_dev *n, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-/* A read or write of `len` bytes at `off`, split into requests, several in flight. */
-static int transfer(struct ub_dev *dev, void *buf, size_t len, uint64_t off, bool write, bool fua)
+static int connect_uri(struct nbd_handle *h, const char *uri);
+
+/*
+ * A failed device that has rested NBD_RETRY_MS tries its server again (a
+ * server that came back, under a long-running mount): on a new connection to
+ * an export of the same size it serves requests again. Called locked.
+ */
+static void maybe_reconnect(struct nbd_dev *n)
 {
-	struct nbd_dev *n = dev->priv;
+	struct nbd_handle *h;
+
+	if (!n->failed || now_ms() - n->failed_at < NBD_RETRY_MS)
+		return;
+	n->failed_at = now_ms();
+	h = nbd_create();
+	if (!h)
+		return;
+	nbd_set_uri_allow_local_file(h, true);
+	if (connect_uri(h, n->uri) || nbd_get_size(h) != n->size) {
+		nbd_close(h);
+		return;
+	}
+	/* what the old connection had on its way is gone with it */
+	for (int i = 0; i < NBD_RA_SLOTS; i++)
+		ahead_reset(&n->ahead[i]);
+	nbd_close(n->h);
+	n->h = h;
+	n->failed = false;
+}
+
+/* Requests for `len` bytes at `off` on the current connection, several in flight. Called locked. */
+static int transfer_once(struct nbd_dev *n, void *buf, size_t len, uint64_t off, bool write, bool fua)
+{
 	int64_t cookies[NBD_MAX_INFLIGHT];
 	uint64_t chunk = request_size(n);
 	size_t done = 0;
 	int ret = 0;
 
-	pthread_mutex_lock(&n->lock);
-	if (n->failed) {
-		pthread_mutex_unlock(&n->lock);
-		return -EIO;
-	}
-	if (write) {
-		/* what is read ahead may be overwritten now */
-		for (int i = 0; i < NBD_RA_SLOTS; i++)
-			if (n->ahead[i].used && off < n->ahead[i].off + n->ahead[i].len && n->ahead[i].off < off + len)
-				ahead_drop(n, &n->ahead[i]);
-	} else if (ahead_read(n, buf, len, off)) {
-		pthread_mutex_unlock(&n->lock);
-		return n->failed ? -EIO : 0;
-	}
 	while (!ret && done < len) {
 		int64_t deadline = now_ms() + io_timeout_ms;
 		int nc = 0;
@@ -214,6 +243,10 @@ static int transfer(struct ub_dev *dev, void *buf, size_t len, uint64_t off, boo
 					    : nbd_aio_pread(n->h, p, piece, off + done, NBD_NULL_COMPLETION, 0);
 			if (cookies[nc] < 0) {
 				ret = nbd_err();
+				if (nbd_aio_is_dead(n->h) == 1 || nbd_aio_is_closed(n->h) == 1) {
+					n->failed = true;
+					n->failed_at = now_ms();
+				}
 				break;
 			}
 			done += piece;
@@ -224,6 +257,42 @@ static int transfer(struct ub_dev *dev, void *buf, size_t len, uint64_t off, boo
 			if (!ret)
 				ret = r;
 		}
+	}
+	return ret;
+}
+
+/* A read or write of `len` bytes at `off`. */
+static int transfer(struct ub_dev *dev, void *buf, size_t len, uint64_t off, bool write, bool fua)
+{
+	struct nbd_dev *n = dev->priv;
+	int ret;
+
+	pthread_mutex_lock(&n->lock);
+	maybe_reconnect(n);
+	if (n->failed) {
+		pthread_mutex_unlock(&n->lock);
+		return -EIO;
+	}
+	if (write) {
+		/* what is read ahead may be overwritten now */
+		for (int i = 0; i < NBD_RA_SLOTS; i++)
+			if (n->ahead[i].used && off < n->ahead[i].off + n->ahead[i].len && n->ahead[i].off < off + len)
+				ahead_drop(n, &n->ahead[i]);
+	} else if (ahead_read(n, buf, len, off)) {
+		pthread_mutex_unlock(&n->lock);
+		return n->failed ? -EIO : 0;
+	}
+	ret = transfer_once(n, buf, len, off, write, fua);
+	/*
+	 * A connection found closed (the server went away since the last request,
+	 * perhaps to come back: a restart) is tried again at once, one time; a
+	 * server that does not answer in time rests first.
+	 */
+	if (ret && ret != -ETIMEDOUT && n->failed) {
+		n->failed_at = now_ms() - NBD_RETRY_MS;
+		maybe_reconnect(n);
+		if (!n->failed)
+			ret = transfer_once(n, buf, len, off, write, fua);
 	}
 	pthread_mutex_unlock(&n->lock);
 	return ret;
@@ -328,6 +397,7 @@ static void nd_release(struct ub_dev *dev)
 		nbd_shutdown(n->h, 0);
 	nbd_close(n->h);
 	pthread_mutex_destroy(&n->lock);
+	free(n->uri);
 	free(n);
 }
 
@@ -388,6 +458,14 @@ int ub_dev_open_nbd(const char *uri, bool writable, struct ub_dev **out)
 		pthread_mutex_destroy(&n->lock);
 		free(n);
 		return ret;
+	}
+	n->size = size;
+	n->uri = strdup(uri);
+	if (!n->uri) {
+		nbd_close(n->h);
+		pthread_mutex_destroy(&n->lock);
+		free(n);
+		return -ENOMEM;
 	}
 	max = nbd_get_block_size(n->h, LIBNBD_SIZE_MAXIMUM);
 	n->max_request = max > 0 ? (uint64_t)max : 32U << 20;

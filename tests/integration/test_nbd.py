@@ -15,7 +15,8 @@ image files directly plus `btrfs check`.
   * `ubtrfs mkfs --rootdir` onto six exports (RAID6 data, RAID1C3 metadata): the kernel
     mounts the image files and shows the source, `btrfs check` is clean;
   * the FUSE mount over six exports reads byte for byte;
-  * TLS with a pre-shared key (nbds://, the key file named in the URI).
+  * TLS with a pre-shared key (nbds://, the key file named in the URI);
+  * a mount uses a server again once it is back (one killed, restarted, then the other killed).
 """
 
 import hashlib
@@ -62,6 +63,20 @@ class Servers:
                 assert time.monotonic() < deadline, "nbdkit did not start"
                 time.sleep(0.02)
 
+    def restart(self, i):
+        """Serve image i again on the same socket (a server that came back)."""
+        self.kill(i)
+        sock = self.uris[i].split("socket=")[1]
+        if os.path.exists(sock):
+            os.unlink(sock)
+        self.procs[i] = subprocess.Popen(["nbdkit", "-f", "--exit-with-parent", "-U", sock, "file", self.images[i]],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(sock):
+            assert time.monotonic() < deadline, "nbdkit did not start again"
+            time.sleep(0.02)
+
     def kill(self, i):
         p = self.procs[i]
         if p.poll() is None:
@@ -77,6 +92,12 @@ class Servers:
 
     def __exit__(self, *a):
         self.close()
+
+
+def _umount(mnt):
+    T.ubtrfs("umount", str(mnt))
+    if os.path.ismount(str(mnt)):
+        T.run(["fusermount3", "-u", "-z", str(mnt)], check=False)
 
 
 def _sha(data):
@@ -199,7 +220,7 @@ def test_nbd_mkfs_raid6(tmp_path, source):
             diff = T.run(["diff", "-r", "--no-dereference", str(source), str(mnt)], check=False)
             assert diff.returncode == 0, diff.stdout.decode()[-2000:]
         finally:
-            T.ubtrfs("umount", str(mnt))
+            _umount(mnt)
     progs_check(imgs)
     with T.mounted(imgs, tmp_path / "kmnt") as m:
         diff = T.run(["diff", "-r", "--no-dereference", str(source), m], check=False)
@@ -220,3 +241,28 @@ def test_nbd_tls_psk(tmp_path, source):
         assert cp.returncode == 0 and _sha(cp.stdout) == _source_files(source)["/big.bin"], T.describe(cp)
         cp = _cat(srv.uris, "/big.bin")
         assert cp.returncode == 2 and b"cannot open" in cp.stderr, T.describe(cp)
+
+
+def test_nbd_mount_reconnects(tmp_path, source):
+    """A mount whose server went away and came back uses it again: with the other server gone
+    next, the files still read (RAID1 of two exports)."""
+    imgs = _images(tmp_path, "rc", source, 2, "raid1", "raid1")
+    want = _source_files(source)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with Servers(imgs, tmp_path) as srv:
+        cp = T.ubtrfs("mount", "--io-timeout", "1", *srv.uris, str(mnt))
+        assert cp.returncode == 0, T.describe(cp)
+        try:
+            srv.kill(1)
+            for i in range(0, 10):
+                p = "/dir/f%02d" % i
+                assert _sha(open(str(mnt) + p, "rb").read()) == want[p], p
+            srv.restart(1)
+            time.sleep(6)  # the rest a failed device takes before it tries its server again
+            srv.kill(0)
+            for i in range(10, 40):
+                p = "/dir/f%02d" % i
+                assert _sha(open(str(mnt) + p, "rb").read()) == want[p], p
+        finally:
+            _umount(mnt)
