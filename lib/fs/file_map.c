@@ -59,14 +59,7 @@ int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t 
 	ret = ub_icur_open(fs, subvol, ino, &cur);
 	if (ret)
 		return ret;
-	ret = ub_icur_seek_le(&cur, BTRFS_EXTENT_DATA_KEY, off);
-	if (ret == 0) {
-		ub_icur_key(&cur, &key);
-		if (key.type != BTRFS_EXTENT_DATA_KEY)
-			ret = ub_icur_next(&cur);
-	} else if (ret == 1) {
-		ret = ub_icur_seek(&cur, BTRFS_EXTENT_DATA_KEY, 0);
-	}
+	ret = ub_icur_seek_extent(&cur, off);
 	/* the first span reaching past `off`, then every span that continues it without a gap */
 	while (ret == 0) {
 		const uint8_t *d;

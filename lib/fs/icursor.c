@@ -85,6 +85,22 @@ int ub_icur_seek_le(struct ub_icur *cur, uint8_t type, uint64_t offset)
 	return check_tree_pos(cur);
 }
 
+int ub_icur_seek_extent(struct ub_icur *cur, uint64_t off)
+{
+	struct ub_key key;
+	int ret = ub_icur_seek_le(cur, BTRFS_EXTENT_DATA_KEY, off);
+
+	if (ret == 0) {
+		/* an item of a lower type (the inode item, xattrs) stands before the extents */
+		ub_icur_key(cur, &key);
+		if (key.type != BTRFS_EXTENT_DATA_KEY)
+			ret = ub_icur_next(cur);
+	} else if (ret == 1) {
+		ret = ub_icur_seek(cur, BTRFS_EXTENT_DATA_KEY, 0);
+	}
+	return ret;
+}
+
 int ub_icur_next(struct ub_icur *cur)
 {
 	int ret;

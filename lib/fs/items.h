@@ -42,6 +42,12 @@ void ub_icur_close(struct ub_icur *cur);
 int ub_icur_seek(struct ub_icur *cur, uint8_t type, uint64_t offset);
 /* Last item of this inode <= (type, offset): 0 positioned, 1 none, <0 error. */
 int ub_icur_seek_le(struct ub_icur *cur, uint8_t type, uint64_t offset);
+/*
+ * The file extent item that covers `off` (the last one starting at or before
+ * it), else the first after it; an item of another type may be where it
+ * stops (the caller checks the key): 0 positioned, 1 none, <0 error.
+ */
+int ub_icur_seek_extent(struct ub_icur *cur, uint64_t off);
 /* Next item of this inode: 0 positioned, 1 no more, <0 error. */
 int ub_icur_next(struct ub_icur *cur);
 void ub_icur_key(const struct ub_icur *cur, struct ub_key *key);
