@@ -581,6 +581,14 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 		else if (ret == 1)
 			ret = 0;
 	}
+	/* the checksum tree's items against the chunk map */
+	if (ret >= 0 && !s.chunks_incomplete) {
+		s.csum_size = vi.csum_size;
+		chk_progress(c, "checksums", 0, 0);
+		ret = chk_scan_tree(&s, BTRFS_CSUM_TREE_OBJECTID, &from, chk_csum_item);
+		if (ret == 1)
+			ret = 0;
+	}
 	for (size_t i = 0; i < s.nch; i++)
 		free(s.ch[i].st);
 	free(s.ch);

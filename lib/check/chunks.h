@@ -40,6 +40,9 @@ struct cstate {
 	uint64_t prev_free_end;            /* last free space extent or bitmap */
 	bool chunks_incomplete, devext_incomplete, extents_incomplete, bg_incomplete;
 	bool newest_root; /* the superblock's own root tree, not an older one (--generation) */
+	/* ---- checksum tree ---- */
+	uint32_t csum_size;
+	uint64_t prev_csum_end; /* end of the data the items so far cover */
 };
 
 void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical);
@@ -56,5 +59,8 @@ long chk_find_chunk(const struct cstate *s, uint64_t logical);
 /* free_space.c: one item of the free space tree's stream; then the verdicts per block group. */
 int chk_free_space_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
 void chk_free_space_check(struct cstate *s);
+
+/* csum_tree.c: one item of the checksum tree's stream. */
+int chk_csum_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
 
 #endif

@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: MIT
+"""`ubtrfs check`, class csum: the checksum tree's items against the chunk map.
+
+Oracle: `btrfs check --readonly` on the same image calls the damage an error;
+damage injected with craft.py (block checksums rewritten, so the leaf is read).
+Clean images of every profile are test_check.py's (class csum included).
+"""
+
+import json
+
+import pytest
+
+import craft as C
+import ubtrfs_testlib as T
+
+CSUM_KEY = 128
+
+
+def check(*args):
+    return T.ubtrfs("check", *[str(a) for a in args], timeout=120)
+
+
+def problems(cp):
+    recs = [json.loads(line) for line in cp.stdout.decode().splitlines() if line.strip()]
+    assert recs and "summary" in recs[-1], T.describe(cp)
+    return recs[:-1], recs[-1]["summary"]
+
+
+@pytest.fixture
+def base(factory, tmp_path):
+    dst = tmp_path / "damaged.img"
+    T.copy_sparse(factory.image("damage-base").devices[0], dst)
+    return dst
+
+
+def damaged(img, edit):
+    """btrfs check must call the edit damage; ubtrfs check's records and summary."""
+    with C.Image(img) as im:
+        edit(im)
+    ref = T.run(["btrfs", "check", "--readonly", str(img)], check=False, timeout=120)
+    assert ref.returncode != 0, "the referee calls the damage clean:\n" + ref.stdout.decode()[-2000:]
+    cp = check("--json", img)
+    recs, summary = problems(cp)
+    assert cp.returncode == 1, T.describe(cp) + cp.stdout.decode()[-3000:]
+    return recs, summary
+
+
+def test_clean_counts_csum(ubtrfs_bin, base):
+    cp = check("--json", base)
+    recs, summary = problems(cp)
+    assert cp.returncode == 0 and not recs, [r["message"] for r in recs]
+    assert summary["by_class"]["csum"] == 0
+
+
+def test_csum_outside_data_chunk(ubtrfs_bin, base):
+    where = {}
+
+    def edit(im):
+        # the tree's last item moved past every chunk (keys stay in order): checksums of space no chunk holds
+        root = im.tree_root(C.CSUM_TREE)[0]
+        blk, slot = im.find_items(root, lambda k: k.type == CSUM_KEY)[-1]
+        where["at"] = max(c.logical + c.length for c in im.chunks) + (1 << 20)
+        new = C.Key(blk.item_key(slot).objectid, CSUM_KEY, where["at"])
+        path = im.leaf_path(root, blk.item_key(slot))
+        leaf, slot = path[-1]
+        leaf.set_item_key(slot, new)
+        im.write_block(leaf)
+        # a leaf's first key is also its parent's pointer key
+        for node, pslot in reversed(path[:-1]):
+            if slot:
+                break
+            node.set_ptr(pslot, key=new)
+            im.write_block(node)
+            slot = pslot
+    recs, summary = damaged(base, edit)
+    assert any(r["class"] == "csum" and r["logical"] == where["at"] and "which no data chunk holds" in r["message"]
+               for r in recs), [r["message"] for r in recs]
+    assert summary["by_class"]["csum"] >= 1
+
+
+def test_csum_items_overlap(ubtrfs_bin, base):
+    def edit(im):
+        blk, slot = im.find_item(im.tree_root(C.CSUM_TREE)[0], lambda k: k.type == CSUM_KEY)
+        # split the item in two whose ranges share sectors (inside one leaf: the leaf check sees it)
+        k, d = blk.items()[slot]
+        cs = {0: 4, 1: 8}.get(im.super("csum_type"), 32)
+        n = len(d) // cs
+        assert n >= 4, "the first checksum item is too short to split"
+        half = n // 2
+        items = blk.items()
+        items[slot:slot + 1] = [(k, d[:(half + 1) * cs]),
+                                (C.Key(k.objectid, CSUM_KEY, k.offset + half * im.sectorsize), d[half * cs:])]
+        blk.rebuild_leaf(items)
+        im.write_block(blk)
+    recs, _ = damaged(base, edit)
+    assert any(r["tree"] == C.CSUM_TREE and "previous one" in r["message"] for r in recs), \
+        [(r["tree"], r["message"]) for r in recs]
