@@ -585,9 +585,13 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	if (ret >= 0 && !s.chunks_incomplete) {
 		s.csum_size = vi.csum_size;
 		chk_progress(c, "checksums", 0, 0);
-		ret = chk_scan_tree(&s, BTRFS_CSUM_TREE_OBJECTID, &from, chk_csum_item);
+		/* a pending fsync log may hold extents the extent tree gets only when the log is replayed */
+		ret = chk_csum_begin(&s, !s.extents_incomplete && !UB_GET(ub_disk_super, log_root, sb));
+		if (!ret)
+			ret = chk_scan_tree(&s, BTRFS_CSUM_TREE_OBJECTID, &from, chk_csum_item);
 		if (ret == 1)
 			ret = 0;
+		chk_csum_end(&s);
 	}
 	for (size_t i = 0; i < s.nch; i++)
 		free(s.ch[i].st);

@@ -33,12 +33,14 @@ def base(factory, tmp_path):
     return dst
 
 
-def damaged(img, edit):
-    """btrfs check must call the edit damage; ubtrfs check's records and summary."""
+def damaged(img, edit, refereed=True):
+    """btrfs check must call the edit damage (unless not `refereed`: then the test's own record
+    of what it broke is the oracle); ubtrfs check's records and summary."""
     with C.Image(img) as im:
         edit(im)
-    ref = T.run(["btrfs", "check", "--readonly", str(img)], check=False, timeout=120)
-    assert ref.returncode != 0, "the referee calls the damage clean:\n" + ref.stdout.decode()[-2000:]
+    if refereed:
+        ref = T.run(["btrfs", "check", "--readonly", str(img)], check=False, timeout=120)
+        assert ref.returncode != 0, "the referee calls the damage clean:\n" + ref.stdout.decode()[-2000:]
     cp = check("--json", img)
     recs, summary = problems(cp)
     assert cp.returncode == 1, T.describe(cp) + cp.stdout.decode()[-3000:]
@@ -95,3 +97,29 @@ def test_csum_items_overlap(ubtrfs_bin, base):
     recs, _ = damaged(base, edit)
     assert any(r["tree"] == C.CSUM_TREE and "previous one" in r["message"] for r in recs), \
         [(r["tree"], r["message"]) for r in recs]
+
+
+def test_csum_without_extent(ubtrfs_bin, base):
+    where = {}
+
+    def edit(im):
+        # one checksum more, after the last item, for a free sector of a data chunk
+        exts = sorted((b.item_key(s).objectid, b.item_key(s).offset)
+                      for b, s in im.find_items(im.tree_root(C.EXTENT_TREE)[0], lambda k: k.type == 168)
+                      if b.get_item(s, 16, "<Q") & 1)  # BTRFS_EXTENT_FLAG_DATA
+        blk, slot = im.find_items(im.tree_root(C.CSUM_TREE)[0], lambda k: k.type == CSUM_KEY)[-1]
+        k, d = blk.items()[slot]
+        cs = {0: 4, 1: 8}.get(im.super("csum_type"), 32)
+        at = k.offset + len(d) // cs * im.sectorsize
+        for start, length in exts:
+            if start <= at < start + length:
+                at = start + length
+        c = im.chunk(at)
+        assert c and c.type & 1 and not any(s <= at < s + n for s, n in exts), "no free data sector after the last checksum"
+        where["at"] = at
+        blk.insert_item(C.Key(k.objectid, CSUM_KEY, at), bytes(cs))
+        im.write_block(blk)
+    # btrfs check 6.2 looks at such checksums only with --check-data-csum (they do not match the free sector)
+    recs, _ = damaged(base, edit, refereed=False)
+    assert any(r["class"] == "csum" and r["logical"] == where["at"] and "which no data extent holds" in r["message"]
+               for r in recs), [r["message"] for r in recs]
