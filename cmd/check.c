@@ -207,12 +207,15 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 			       (unsigned long long)s->problems[i]);
 		printf("},\"superblocks\":%llu,\"trees\":%llu,\"tree_blocks\":%llu,\"shared_blocks\":%llu,"
 		       "\"metadata_bytes\":%llu,\"chunks\":%llu,\"block_groups\":%llu,\"dev_extents\":%llu,"
-		       "\"extents\":%llu,\"data_bytes\":%llu}}\n",
+		       "\"extents\":%llu,\"data_bytes\":%llu",
 		       (unsigned long long)s->superblocks, (unsigned long long)s->trees,
 		       (unsigned long long)s->tree_blocks, (unsigned long long)s->shared_blocks,
 		       (unsigned long long)s->meta_bytes, (unsigned long long)s->chunks,
 		       (unsigned long long)s->block_groups, (unsigned long long)s->dev_extents,
 		       (unsigned long long)s->extents, (unsigned long long)s->data_bytes);
+		/* ---- checksum tree ---- */
+		printf(",\"csum_items\":%llu,\"csum_bytes\":%llu}}\n", (unsigned long long)s->csum_items,
+		       (unsigned long long)s->csum_bytes);
 		return;
 	}
 	printf("checked: %llu superblock copies, %llu trees, %llu tree blocks (%llu bytes of metadata, %llu shared "
@@ -222,6 +225,9 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 	       (unsigned long long)s->meta_bytes, (unsigned long long)s->shared_blocks, (unsigned long long)s->chunks,
 	       (unsigned long long)s->block_groups, (unsigned long long)s->dev_extents,
 	       (unsigned long long)s->extents, (unsigned long long)s->data_bytes);
+	/* ---- checksum tree ---- */
+	printf("checksums: %llu items covering %llu bytes of data\n", (unsigned long long)s->csum_items,
+	       (unsigned long long)s->csum_bytes);
 	printf("problems: %llu", (unsigned long long)total);
 	for (int i = 0; i < UB_CHK_NCLASSES; i++)
 		printf("%s%s %llu", i ? ", " : " (", ub_chk_class_name((enum ub_chk_class)i),

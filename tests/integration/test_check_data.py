@@ -52,6 +52,7 @@ def test_clean_counts_csum(ubtrfs_bin, base):
     recs, summary = problems(cp)
     assert cp.returncode == 0 and not recs, [r["message"] for r in recs]
     assert summary["by_class"]["csum"] == 0
+    assert summary["csum_items"] > 0 and summary["csum_bytes"] > 0
 
 
 def test_csum_outside_data_chunk(ubtrfs_bin, base):
