@@ -424,6 +424,7 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 	uint64_t len;
 	long i;
 
+	chk_data_refs_item(s, k, d, size);
 	if (k->type == BTRFS_BLOCK_GROUP_ITEM_KEY) {
 		block_group(s, k, d, size, BTRFS_EXTENT_TREE_OBJECTID);
 		return 0;
@@ -563,8 +564,10 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 		chk_progress(c, "extents", 0, 0);
 		ret = chk_scan_tree(&s, BTRFS_EXTENT_TREE_OBJECTID, &from, extent_item);
 		s.extents_incomplete = ret == 1;
-		if (ret == 0)
+		if (ret == 0) {
 			chk_extent_refs_end(c, &s.blocks_cursor);
+			chk_data_refs_end(&s);
+		}
 		if (!(UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE))
 			s.bg_incomplete = s.extents_incomplete;
 	}

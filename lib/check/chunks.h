@@ -52,6 +52,10 @@ struct cstate {
 	struct ub_root ext_root;
 	uint64_t ext_start, ext_end;
 	bool ext_at_item, ext_done;
+	/* ---- data extent references ---- */
+	struct ub_key dref_key; /* the data extent item open */
+	uint64_t dref_refs, dref_sum;
+	bool dref_open, dref_unknown;
 };
 
 void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical);
@@ -77,5 +81,9 @@ void chk_free_space_check(struct cstate *s);
 int chk_csum_begin(struct cstate *s, bool with_extents);
 int chk_csum_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
 void chk_csum_end(struct cstate *s);
+
+/* data_refs.c: every item of the extent tree's stream, then its end. */
+void chk_data_refs_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
+void chk_data_refs_end(struct cstate *s);
 
 #endif

@@ -124,3 +124,21 @@ def test_csum_without_extent(ubtrfs_bin, base):
     recs, _ = damaged(base, edit, refereed=False)
     assert any(r["class"] == "csum" and r["logical"] == where["at"] and "which no data extent holds" in r["message"]
                for r in recs), [r["message"] for r in recs]
+
+
+def test_data_extent_refs_count(ubtrfs_bin, base):
+    where = {}
+
+    def edit(im):
+        # a data extent item (flags DATA) counting one reference more than its references hold
+        blk, slot = im.find_item(im.tree_root(C.EXTENT_TREE)[0],
+                                 lambda k: k.type == 168 and k.objectid >= min(c.logical for c in im.chunks))
+        while not blk.get_item(slot, 16, "<Q") & 1:
+            blk, slot = im.find_items(im.tree_root(C.EXTENT_TREE)[0],
+                                      lambda k, o=blk.item_key(slot).objectid: k.type == 168 and k.objectid > o)[0]
+        where["at"] = blk.item_key(slot).objectid
+        blk.patch_item(slot, 0, "<Q", blk.get_item(slot, 0, "<Q") + 1)
+        im.write_block(blk)
+    recs, _ = damaged(base, edit)
+    assert any(r["class"] == "extent" and r["logical"] == where["at"] and "its references count" in r["message"]
+               for r in recs), [r["message"] for r in recs]
