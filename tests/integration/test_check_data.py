@@ -126,18 +126,27 @@ def test_csum_without_extent(ubtrfs_bin, base):
                for r in recs), [r["message"] for r in recs]
 
 
-def test_data_extent_refs_count(ubtrfs_bin, base):
+def first_data_extent(im):
+    """(Block, slot) of the first data extent item (EXTENT_ITEM with flags DATA) with one inline reference."""
+    for blk, slot in im.find_items(im.tree_root(C.EXTENT_TREE)[0], lambda k: k.type == 168):
+        if blk.get_item(slot, 16, "<Q") & 1 and len(blk.item_data(slot)) == 24 + 29:
+            return blk, slot
+    raise AssertionError("no data extent item with one inline reference")
+
+
+@pytest.mark.parametrize("damage", ["refs", "inline-ref"])
+def test_data_extent_refs_count(ubtrfs_bin, base, damage):
     where = {}
 
     def edit(im):
-        # a data extent item (flags DATA) counting one reference more than its references hold
-        blk, slot = im.find_item(im.tree_root(C.EXTENT_TREE)[0],
-                                 lambda k: k.type == 168 and k.objectid >= min(c.logical for c in im.chunks))
-        while not blk.get_item(slot, 16, "<Q") & 1:
-            blk, slot = im.find_items(im.tree_root(C.EXTENT_TREE)[0],
-                                      lambda k, o=blk.item_key(slot).objectid: k.type == 168 and k.objectid > o)[0]
+        blk, slot = first_data_extent(im)
         where["at"] = blk.item_key(slot).objectid
-        blk.patch_item(slot, 0, "<Q", blk.get_item(slot, 0, "<Q") + 1)
+        if damage == "refs":
+            # one reference more than its references hold
+            blk.patch_item(slot, 0, "<Q", blk.get_item(slot, 0, "<Q") + 1)
+        else:
+            # its only EXTENT_DATA_REF removed
+            blk.set_item_data(slot, blk.item_data(slot)[:24])
         im.write_block(blk)
     recs, _ = damaged(base, edit)
     assert any(r["class"] == "extent" and r["logical"] == where["at"] and "its references count" in r["message"]
