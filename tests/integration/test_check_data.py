@@ -151,3 +151,19 @@ def test_data_extent_refs_count(ubtrfs_bin, base, damage):
     recs, _ = damaged(base, edit)
     assert any(r["class"] == "extent" and r["logical"] == where["at"] and "its references count" in r["message"]
                for r in recs), [r["message"] for r in recs]
+
+
+def test_tree_block_ref_root(ubtrfs_bin, base):
+    where = {}
+
+    def edit(im):
+        # the FS tree's root leaf: its skinny METADATA_ITEM's inline TREE_BLOCK_REF names the extent tree instead
+        leaf = im.tree_root(C.FS_TREE)[0]
+        blk, slot = im.find_item(im.tree_root(C.EXTENT_TREE)[0], lambda k: k.type == 169 and k.objectid == leaf)
+        assert len(blk.item_data(slot)) == 24 + 9 and blk.item_data(slot)[24] == 176, "not one inline TREE_BLOCK_REF"
+        where["at"] = leaf
+        blk.patch_item(slot, 25, "<Q", C.EXTENT_TREE)
+        im.write_block(blk)
+    recs, _ = damaged(base, edit)
+    assert any(r["class"] == "extent" and r["logical"] == where["at"] and "TREE_BLOCK_REF names tree EXTENT_TREE" in r["message"]
+               for r in recs), [r["message"] for r in recs]
