@@ -7,6 +7,7 @@ Clean images of every profile are test_check.py's (class csum included).
 """
 
 import json
+import random
 
 import pytest
 
@@ -167,3 +168,37 @@ def test_tree_block_ref_root(ubtrfs_bin, base):
     recs, _ = damaged(base, edit)
     assert any(r["class"] == "extent" and r["logical"] == where["at"] and "TREE_BLOCK_REF names tree EXTENT_TREE" in r["message"]
                for r in recs), [r["message"] for r in recs]
+
+
+def test_clean_kernel_data_kinds(ubtrfs_bin, factory, tmp_path):
+    """Reflinks, a snapshot whose copy of a file was then changed, zstd compression, a NOCOW
+    (nodatasum) file and a preallocated one, written by the kernel: clean, as btrfs check says."""
+    img = tmp_path / "kinds.img"
+    with open(img, "wb") as f:
+        f.truncate(256 << 20)
+    T.run(["mkfs.btrfs", "-f", "-q", img])
+    rnd = random.Random(10)
+    with T.mounted([img], factory.mountpoint(), options="compress=zstd", readonly=False) as m:
+        T.run(["btrfs", "subvolume", "create", "%s/sv" % m])
+        with open("%s/sv/data" % m, "wb") as f:
+            f.write(rnd.randbytes(3 << 20))
+        with open("%s/sv/text" % m, "wb") as f:
+            f.write(b"compressible line\n" * 100000)
+        T.run(["cp", "--reflink=always", "%s/sv/data" % m, "%s/sv/data.ref" % m])
+        open("%s/sv/nocow" % m, "wb").close()
+        T.run(["chattr", "+C", "%s/sv/nocow" % m])
+        with open("%s/sv/nocow" % m, "wb") as f:
+            f.write(rnd.randbytes(1 << 20))
+        T.run(["fallocate", "-l", "2M", "%s/sv/prealloc" % m])
+        T.run(["sync"])
+        T.run(["btrfs", "subvolume", "snapshot", "%s/sv" % m, "%s/snap" % m])
+        with open("%s/snap/data" % m, "r+b") as f:
+            f.seek(1 << 20)
+            f.write(rnd.randbytes(8192))
+        T.run(["sync"])
+    ref = T.run(["btrfs", "check", "--readonly", str(img)], check=False, timeout=120)
+    assert ref.returncode == 0, ref.stdout.decode()[-2000:]
+    cp = check("--json", img)
+    recs, summary = problems(cp)
+    assert cp.returncode == 0 and not recs, [r["message"] for r in recs]
+    assert summary["csum_items"] > 0
