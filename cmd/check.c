@@ -21,6 +21,8 @@ static const char help[] =
 	"wrong), then a summary. A device the kernel or a ubtrfs mount holds is refused.\n\n"
 	"      --json         one JSON object per problem, then one {\"summary\": ...} object\n"
 	"      --force        check a device even if a mounted filesystem uses it\n"
+	"      --check-data-csum  read every data sector the checksum tree covers, on every copy,\n"
+	"                     and verify its checksum\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
 	"\nExit codes: 0 no problem found, 1 problems found, 2 usage or fatal error (the\n"
@@ -241,6 +243,7 @@ int cmd_check(int argc, char **argv)
 		OPEN_ARGS_LONGOPTS,
 		{ "json", no_argument, NULL, 0x400 },
 		{ "force", no_argument, NULL, 0x401 },
+		{ "check-data-csum", no_argument, NULL, 0x402 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -267,6 +270,7 @@ int cmd_check(int argc, char **argv)
 		switch (opt) {
 		case 0x400: o.json = true; break;
 		case 0x401: force = true; break;
+		case 0x402: copts.check_data_csum = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("check", "invalid option");
 		}

@@ -57,6 +57,8 @@ struct ub_chk_sink {
 struct ub_chk_opts {
 	int verbosity;        /* library messages that are no problem go to stderr up to this level */
 	bool no_log;          /* leave the fsync log trees out (as the filesystem was opened with no_log) */
+	/* ---- data checksums ---- */
+	bool check_data_csum; /* read every sector the checksum tree covers, on every copy, and verify it */
 };
 
 struct ub_chk_summary {

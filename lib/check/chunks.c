@@ -587,6 +587,7 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	/* the checksum tree's items against the chunk map */
 	if (ret >= 0 && !s.chunks_incomplete) {
 		s.csum_size = vi.csum_size;
+		s.csum_type = vi.csum_type;
 		chk_progress(c, "checksums", 0, 0);
 		/* a pending fsync log may hold extents the extent tree gets only when the log is replayed */
 		ret = chk_csum_begin(&s, !s.extents_incomplete && !UB_GET(ub_disk_super, log_root, sb));

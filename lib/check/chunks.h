@@ -56,6 +56,10 @@ struct cstate {
 	struct ub_key dref_key; /* the data extent item open */
 	uint64_t dref_refs, dref_sum;
 	bool dref_open, dref_unknown;
+	/* ---- data checksums (--check-data-csum) ---- */
+	unsigned csum_type;
+	uint8_t *data_buf; /* one read's worth */
+	uint64_t data_done;
 };
 
 void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical);

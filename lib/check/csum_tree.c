@@ -4,7 +4,11 @@
  * whole sectors, lies inside data chunks and overlaps no other item.
  * Streamed in key order after the chunk tree, against the chunk pass's map.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "check/chunks.h"
+#include "ubtrfs/volume.h"
 
 static void where_csum(struct ub_chk_problem *p, const struct ub_key *k)
 {
@@ -25,6 +29,80 @@ void chk_csum_end(struct cstate *s)
 {
 	ub_path_free(s->ext_path);
 	s->ext_path = NULL;
+	free(s->data_buf);
+	s->data_buf = NULL;
+}
+
+/* Bytes one read takes at most: large sequential reads, whole sectors. */
+#define DATA_READ_MAX (4u << 20)
+
+/* Copy `mirror` of [at, +n) (one chunk) against the sums `sums` (one per sector). */
+static void verify_copy(struct cstate *s, const struct ub_key *k, uint64_t at, uint64_t n, int mirror,
+			const uint8_t *sums)
+{
+	struct ub_volume *vol = ub_fs_volume(s->fs);
+	struct ub_chk_problem p;
+	uint8_t out[UB_CSUM_SIZE_MAX];
+	uint64_t bad = 0, first = 0;
+	char where[256];
+	const char *why;
+	int ret;
+
+	chk_capture(s->c);
+	ret = ub_volume_read(vol, at, n, mirror, s->data_buf);
+	why = chk_captured(s->c);
+	where_csum(&p, k);
+	if (ret) {
+		ub_volume_describe_copy(vol, at, mirror, where, sizeof(where));
+		p.logical = at;
+		ub_volume_map(vol, at, mirror, &p.devid, &p.physical, &p.path);
+		chk_report(s->c, &p, "data [%llu, +%llu): %s cannot be read: %s", (unsigned long long)at,
+			   (unsigned long long)n, where, *why ? why : strerror(-ret));
+		return;
+	}
+	for (uint64_t off = 0; off < n; off += s->sectorsize) {
+		if (ub_csum(s->csum_type, s->data_buf + off, s->sectorsize, out) ||
+		    !memcmp(out, sums + off / s->sectorsize * s->csum_size, s->csum_size))
+			continue;
+		if (!bad++)
+			first = at + off;
+	}
+	if (!bad)
+		return;
+	p.logical = first;
+	ub_volume_map(vol, first, mirror, &p.devid, &p.physical, &p.path);
+	ub_volume_describe_copy(vol, first, mirror, where, sizeof(where));
+	chk_report(s->c, &p, "data checksum mismatch at %llu on %s (%llu of the sectors in [%llu, +%llu))",
+		   (unsigned long long)first, where, (unsigned long long)bad, (unsigned long long)at,
+		   (unsigned long long)n);
+}
+
+/* Every copy of the data an item's checksums cover ([start, end), inside data chunks). */
+static void verify_data(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint64_t start, uint64_t end)
+{
+	struct ub_volume *vol = ub_fs_volume(s->fs);
+
+	if (!s->data_buf && !(s->data_buf = malloc(DATA_READ_MAX)))
+		return;
+	for (uint64_t at = start; at < end;) {
+		long i = chk_find_chunk(s, at);
+		uint64_t n = end - at, cend;
+		int copies;
+
+		if (i < 0)
+			return;
+		cend = s->ch[i].logical + s->ch[i].length;
+		if (n > cend - at)
+			n = cend - at;
+		if (n > DATA_READ_MAX)
+			n = DATA_READ_MAX;
+		copies = ub_volume_num_copies(vol, at);
+		for (int m = 1; m <= copies; m++)
+			verify_copy(s, k, at, n, m, d + (at - start) / s->sectorsize * s->csum_size);
+		at += n;
+		s->data_done += n;
+		chk_progress(s->c, "data", s->data_done, 0);
+	}
 }
 
 /*
@@ -131,6 +209,18 @@ int chk_csum_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, ui
 				   (unsigned long long)k->offset, (unsigned long long)len, (unsigned long long)at);
 			break;
 		}
+	}
+	if (s->c->opts.check_data_csum && !(k->offset % s->sectorsize)) {
+		bool in_data = true;
+
+		for (uint64_t at = k->offset; at < end && in_data;) {
+			i = chk_find_chunk(s, at);
+			in_data = i >= 0 && (s->ch[i].type & BTRFS_BLOCK_GROUP_DATA) && s->ch[i].logical + s->ch[i].length > at;
+			if (in_data)
+				at = s->ch[i].logical + s->ch[i].length;
+		}
+		if (in_data)
+			verify_data(s, k, d, k->offset, end);
 	}
 	if (s->ext_path) {
 		uint64_t at = first_uncovered(s, k->offset, end);

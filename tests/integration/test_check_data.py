@@ -202,3 +202,35 @@ def test_clean_kernel_data_kinds(ubtrfs_bin, factory, tmp_path):
     recs, summary = problems(cp)
     assert cp.returncode == 0 and not recs, [r["message"] for r in recs]
     assert summary["csum_items"] > 0
+
+
+@pytest.mark.parametrize("name", ["kernel-raid1", "kernel-raid5", "kernel-subvol-zstd"])
+def test_check_data_csum_clean(ubtrfs_bin, factory, name):
+    devs = factory.image(name).devices
+    cp = check("--json", "--check-data-csum", *devs)
+    recs, summary = problems(cp)
+    assert cp.returncode == 0 and not recs, [r["message"] for r in recs]
+    assert summary["csum_bytes"] > 0
+
+
+def test_check_data_csum_bad_mirror(ubtrfs_bin, factory, tmp_path):
+    img = tmp_path / "dup.img"
+    with open(img, "wb") as f:
+        f.truncate(256 << 20)
+    T.run(["mkfs.btrfs", "-f", "-q", "-d", "dup", "--rootdir", factory.source("damage"), img])
+    where = {}
+    with C.Image(img) as im:
+        blk, slot = im.find_item(im.tree_root(C.CSUM_TREE)[0], lambda k: k.type == CSUM_KEY)
+        at = blk.item_key(slot).offset + 3 * im.sectorsize
+        phys = im.chunk(at).copies(at)[1]
+        where.update(sector=at, physical=phys)
+        b = im._pread(phys + 5, 1)
+        im._pwrite(phys + 5, bytes([b[0] ^ 0xff]))
+    ref = T.run(["btrfs", "check", "--readonly", "--check-data-csum", img], check=False, timeout=120)
+    assert ref.returncode != 0 and b"mirror 2 bytenr %d" % at in ref.stdout + ref.stderr
+    assert check(img).returncode == 0, "without --check-data-csum the data is not read"
+    cp = check("--json", "--check-data-csum", img)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1
+    assert [(r["class"], r["logical"], r["devid"], r["physical"]) for r in recs] == \
+        [("csum", where["sector"], 1, where["physical"])], [r["message"] for r in recs]
