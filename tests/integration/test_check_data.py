@@ -204,7 +204,7 @@ def test_clean_kernel_data_kinds(ubtrfs_bin, factory, tmp_path):
     assert summary["csum_items"] > 0
 
 
-@pytest.mark.parametrize("name", ["kernel-raid1", "kernel-raid5", "kernel-subvol-zstd"])
+@pytest.mark.parametrize("name", ["kernel-raid1", "kernel-raid5", "kernel-raid6", "kernel-subvol-zstd"])
 def test_check_data_csum_clean(ubtrfs_bin, factory, name):
     devs = factory.image(name).devices
     cp = check("--json", "--check-data-csum", *devs)
