@@ -7,6 +7,7 @@ Clean images of every profile are test_check.py's (class csum included).
 """
 
 import json
+import re
 import random
 
 import pytest
@@ -234,3 +235,47 @@ def test_check_data_csum_bad_mirror(ubtrfs_bin, factory, tmp_path):
     assert cp.returncode == 1
     assert [(r["class"], r["logical"], r["devid"], r["physical"]) for r in recs] == \
         [("csum", where["sector"], 1, where["physical"])], [r["message"] for r in recs]
+
+
+def _data_chunk(devs):
+    """(logical, stripe_len, [(devid, physical)]) of the first data chunk, from btrfs's own dump."""
+    out = T.ubtrfs("dump-tree", "-t", "chunk", *[str(d) for d in devs]).stdout.decode()
+    for m in re.finditer(r"key \(FIRST_CHUNK_TREE CHUNK_ITEM (\d+)\).*?\n(.*?)(?=\n\titem|\Z)", out, re.S):
+        body = m.group(2)
+        if "type DATA" in body:
+            stripe_len = int(re.search(r"stripe_len (\d+)", body).group(1))
+            stripes = [(int(a), int(b)) for a, b in re.findall(r"devid (\d+) offset (\d+)", body)]
+            return int(m.group(1)), stripe_len, stripes
+    raise AssertionError("no data chunk")
+
+
+def test_check_data_csum_bad_parity(ubtrfs_bin, factory, tmp_path):
+    """A byte of P flipped on RAID5: the copy rebuilt from P of the data sector beside it is bad."""
+    devs = []
+    for i, src in enumerate(factory.image("kernel-raid5").devices):
+        devs.append(tmp_path / ("r5.%d.img" % i))
+        T.copy_sparse(src, devs[-1])
+    out = T.ubtrfs("dump-tree", "-t", "csum", *[str(d) for d in devs]).stdout.decode()
+    sector = int(re.search(r"key \(EXTENT_CSUM EXTENT_CSUM (\d+)\)", out).group(1))
+    logical, stripe_len, stripes = _data_chunk(devs)
+    n = len(stripes)
+    off = sector - logical
+    row, in_row = divmod(off, stripe_len * (n - 1))
+    devid, phys = stripes[(n - 1 + row) % n]  # P of this row: data stripes rotate by the row number
+    at = phys + row * stripe_len + in_row % stripe_len + 7
+    with open(devs[devid - 1], "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0xff]))
+    assert check(*devs).returncode == 0
+    cp = check("--json", "--check-data-csum", *devs)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1
+    # P covers the same sector of every data stripe of its row: each one's copy rebuilt from P is bad
+    row_start = logical + row * stripe_len * (n - 1)
+    want = sorted(row_start + k * stripe_len + in_row % stripe_len // 4096 * 4096 for k in range(n - 1))
+    assert sector in want
+    assert sorted(r["logical"] for r in recs) == want, [r["message"] for r in recs]
+    assert all("on copy 2" in r["message"] for r in recs), [r["message"] for r in recs]
+    assert all(r["class"] == "csum" and "mismatch" in r["message"] for r in recs), [r["message"] for r in recs]
