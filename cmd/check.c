@@ -16,11 +16,14 @@ static const char help[] =
 	"usage: ubtrfs check [OPTIONS] DEV...\n\n"
 	"Check the filesystem on DEV... without changing it (devices are opened read-only):\n"
 	"superblocks, tree blocks, chunks, block groups, device extents, the extent items of\n"
-	"tree blocks, the free space tree and root references (docs/check.md).\n"
+	"tree blocks, data extents' reference counts, the free space tree, root references and\n"
+	"the checksum tree; with --check-data-csum every copy of the data (docs/check.md).\n"
 	"Each problem is one line on stdout (class, tree, key, logical address, device, what is\n"
 	"wrong), then a summary. A device the kernel or a ubtrfs mount holds is refused.\n\n"
 	"      --json         one JSON object per problem, then one {\"summary\": ...} object\n"
 	"      --force        check a device even if a mounted filesystem uses it\n"
+	"      --check-data-csum  read every data sector the checksum tree covers, on every copy,\n"
+	"                     and verify its checksum\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
 	"\nExit codes: 0 no problem found, 1 problems found, 2 usage or fatal error (the\n"
@@ -207,12 +210,15 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 			       (unsigned long long)s->problems[i]);
 		printf("},\"superblocks\":%llu,\"trees\":%llu,\"tree_blocks\":%llu,\"shared_blocks\":%llu,"
 		       "\"metadata_bytes\":%llu,\"chunks\":%llu,\"block_groups\":%llu,\"dev_extents\":%llu,"
-		       "\"extents\":%llu,\"data_bytes\":%llu}}\n",
+		       "\"extents\":%llu,\"data_bytes\":%llu",
 		       (unsigned long long)s->superblocks, (unsigned long long)s->trees,
 		       (unsigned long long)s->tree_blocks, (unsigned long long)s->shared_blocks,
 		       (unsigned long long)s->meta_bytes, (unsigned long long)s->chunks,
 		       (unsigned long long)s->block_groups, (unsigned long long)s->dev_extents,
 		       (unsigned long long)s->extents, (unsigned long long)s->data_bytes);
+		/* ---- checksum tree ---- */
+		printf(",\"csum_items\":%llu,\"csum_bytes\":%llu}}\n", (unsigned long long)s->csum_items,
+		       (unsigned long long)s->csum_bytes);
 		return;
 	}
 	printf("checked: %llu superblock copies, %llu trees, %llu tree blocks (%llu bytes of metadata, %llu shared "
@@ -222,6 +228,9 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 	       (unsigned long long)s->meta_bytes, (unsigned long long)s->shared_blocks, (unsigned long long)s->chunks,
 	       (unsigned long long)s->block_groups, (unsigned long long)s->dev_extents,
 	       (unsigned long long)s->extents, (unsigned long long)s->data_bytes);
+	/* ---- checksum tree ---- */
+	printf("checksums: %llu items covering %llu bytes of data\n", (unsigned long long)s->csum_items,
+	       (unsigned long long)s->csum_bytes);
 	printf("problems: %llu", (unsigned long long)total);
 	for (int i = 0; i < UB_CHK_NCLASSES; i++)
 		printf("%s%s %llu", i ? ", " : " (", ub_chk_class_name((enum ub_chk_class)i),
@@ -235,6 +244,7 @@ int cmd_check(int argc, char **argv)
 		OPEN_ARGS_LONGOPTS,
 		{ "json", no_argument, NULL, 0x400 },
 		{ "force", no_argument, NULL, 0x401 },
+		{ "check-data-csum", no_argument, NULL, 0x402 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -261,6 +271,7 @@ int cmd_check(int argc, char **argv)
 		switch (opt) {
 		case 0x400: o.json = true; break;
 		case 0x401: force = true; break;
+		case 0x402: copts.check_data_csum = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("check", "invalid option");
 		}

@@ -25,11 +25,12 @@ enum ub_chk_class {
 	UB_CHK_EXTENT,    /* the extent tree against what the trees reference */
 	UB_CHK_FREE_SPACE, /* the free space tree against the block groups' unused bytes */
 	UB_CHK_ROOT,      /* root items and root references */
+	UB_CHK_CSUM,      /* the checksum tree: its items' layout */
 	UB_CHK_OTHER,     /* a library error no check asked for (logged while opening, ...) */
 	UB_CHK_NCLASSES
 };
 
-/* "super", "tree", "chunk", "extent", "free-space", "root", "other". */
+/* "super", "tree", "chunk", "extent", "free-space", "root", "csum", "other". */
 const char *ub_chk_class_name(enum ub_chk_class c);
 
 /* One problem. Fields not known are 0 (has_key false, path NULL). Valid during the callback only. */
@@ -56,6 +57,8 @@ struct ub_chk_sink {
 struct ub_chk_opts {
 	int verbosity;        /* library messages that are no problem go to stderr up to this level */
 	bool no_log;          /* leave the fsync log trees out (as the filesystem was opened with no_log) */
+	/* ---- data checksums ---- */
+	bool check_data_csum; /* read every sector the checksum tree covers, on every copy, and verify it */
 };
 
 struct ub_chk_summary {
@@ -68,6 +71,9 @@ struct ub_chk_summary {
 	uint64_t chunks, block_groups, dev_extents;
 	uint64_t extents;       /* extent items counted into block groups */
 	uint64_t data_bytes;    /* bytes of data extents counted */
+	/* ---- checksum tree ---- */
+	uint64_t csum_items;    /* EXTENT_CSUM items */
+	uint64_t csum_bytes;    /* data bytes they cover */
 };
 
 struct ub_checker;

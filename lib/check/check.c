@@ -8,7 +8,7 @@
 
 #include "check/check_priv.h"
 
-static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "free-space", "root", "other" };
+static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "free-space", "root", "csum", "other" };
 
 const char *ub_chk_class_name(enum ub_chk_class c)
 {

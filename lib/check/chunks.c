@@ -424,6 +424,7 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 	uint64_t len;
 	long i;
 
+	chk_data_refs_item(s, k, d, size);
 	if (k->type == BTRFS_BLOCK_GROUP_ITEM_KEY) {
 		block_group(s, k, d, size, BTRFS_EXTENT_TREE_OBJECTID);
 		return 0;
@@ -563,8 +564,10 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 		chk_progress(c, "extents", 0, 0);
 		ret = chk_scan_tree(&s, BTRFS_EXTENT_TREE_OBJECTID, &from, extent_item);
 		s.extents_incomplete = ret == 1;
-		if (ret == 0)
+		if (ret == 0) {
 			chk_extent_refs_end(c, &s.blocks_cursor);
+			chk_data_refs_end(&s);
+		}
 		if (!(UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE))
 			s.bg_incomplete = s.extents_incomplete;
 	}
@@ -580,6 +583,19 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 			chk_free_space_check(&s);
 		else if (ret == 1)
 			ret = 0;
+	}
+	/* the checksum tree's items against the chunk map */
+	if (ret >= 0 && !s.chunks_incomplete) {
+		s.csum_size = vi.csum_size;
+		s.csum_type = vi.csum_type;
+		chk_progress(c, "checksums", 0, 0);
+		/* a pending fsync log may hold extents the extent tree gets only when the log is replayed */
+		ret = chk_csum_begin(&s, !s.extents_incomplete && !UB_GET(ub_disk_super, log_root, sb));
+		if (!ret)
+			ret = chk_scan_tree(&s, BTRFS_CSUM_TREE_OBJECTID, &from, chk_csum_item);
+		if (ret == 1)
+			ret = 0;
+		chk_csum_end(&s);
 	}
 	for (size_t i = 0; i < s.nch; i++)
 		free(s.ch[i].st);

@@ -40,6 +40,26 @@ struct cstate {
 	uint64_t prev_free_end;            /* last free space extent or bitmap */
 	bool chunks_incomplete, devext_incomplete, extents_incomplete, bg_incomplete;
 	bool newest_root; /* the superblock's own root tree, not an older one (--generation) */
+	/* ---- checksum tree ---- */
+	uint32_t csum_size;
+	uint64_t prev_csum_end; /* end of the data the items so far cover */
+	/*
+	 * A second cursor in the extent tree, moving forward with the checksum
+	 * items: the data extent it is at is [ext_start, ext_end). NULL: the
+	 * checksums are not compared with the extents.
+	 */
+	struct ub_path *ext_path;
+	struct ub_root ext_root;
+	uint64_t ext_start, ext_end;
+	bool ext_at_item, ext_done;
+	/* ---- data extent references ---- */
+	struct ub_key dref_key; /* the data extent item open */
+	uint64_t dref_refs, dref_sum;
+	bool dref_open, dref_unknown;
+	/* ---- data checksums (--check-data-csum) ---- */
+	unsigned csum_type;
+	uint8_t *data_buf; /* one read's worth */
+	uint64_t data_done;
 };
 
 void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical);
@@ -56,5 +76,18 @@ long chk_find_chunk(const struct cstate *s, uint64_t logical);
 /* free_space.c: one item of the free space tree's stream; then the verdicts per block group. */
 int chk_free_space_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
 void chk_free_space_check(struct cstate *s);
+
+/*
+ * csum_tree.c: chk_csum_begin (before the stream: `with_extents`, compare
+ * with the extent tree's data extents too; 0 or -ENOMEM), then one item of
+ * the checksum tree's stream each, then chk_csum_end.
+ */
+int chk_csum_begin(struct cstate *s, bool with_extents);
+int chk_csum_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
+void chk_csum_end(struct cstate *s);
+
+/* data_refs.c: every item of the extent tree's stream, then its end. */
+void chk_data_refs_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
+void chk_data_refs_end(struct cstate *s);
 
 #endif

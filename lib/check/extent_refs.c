@@ -47,6 +47,22 @@ static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 	}
 }
 
+/*
+ * The root a tree block item's only reference names: its inline TREE_BLOCK_REF
+ * when that is the one reference record, else 0 (shared, keyed or unreadable).
+ */
+static uint64_t only_ref_root(const struct ub_key *k, const uint8_t *d, uint32_t size)
+{
+	uint32_t at = sizeof(struct btrfs_extent_item);
+
+	if (k->type == BTRFS_EXTENT_ITEM_KEY)
+		at += sizeof(struct btrfs_tree_block_info);
+	if (size != at + sizeof(struct btrfs_extent_inline_ref) ||
+	    UB_GET(btrfs_extent_inline_ref, type, d + at) != BTRFS_TREE_BLOCK_REF_KEY)
+		return 0;
+	return UB_GET(btrfs_extent_inline_ref, offset, d + at);
+}
+
 void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size,
 			  uint32_t nodesize, size_t *cursor)
 {
@@ -88,6 +104,15 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 	if (refs != b->ptrs)
 		chk_report(c, &p, "extent item counts %llu references, %u pointers reach the block",
 			   (unsigned long long)refs, b->ptrs);
+	/* ---- individual tree block references ---- */
+	if (refs == 1 && b->ptrs == 1) {
+		uint64_t root = only_ref_root(k, d, size);
+		char name[32], want[32];
+
+		if (root && root != tree_of(c, b))
+			chk_report(c, &p, "the block's TREE_BLOCK_REF names tree %s, the block is in %s",
+				   ub_tree_name(root, name, sizeof(name)), ub_tree_name(tree_of(c, b), want, sizeof(want)));
+	}
 }
 
 void chk_extent_refs_end(struct ub_checker *c, size_t *cursor)
