@@ -83,7 +83,7 @@ static int rebuild(const struct ub_chunk *c, uint64_t full, uint64_t soff, int t
 			bad[i] = true;
 			continue;
 		}
-		if (!s->dev || ub_dev_read(s->dev->dev, stripes[i], len, s->physical + full * c->stripe_len + soff))
+		if (!s->dev || ub_vdev_read(s->dev, stripes[i], len, s->physical + full * c->stripe_len + soff))
 			bad[i] = true;
 		else
 			used++;
@@ -109,7 +109,7 @@ static int read_segment(const struct ub_chunk *c, const struct ub_map *m, uint64
 
 	if (mirror == 1) {
 		const struct ub_stripe *s = &c->stripes[m->stripe];
-		return s->dev ? ub_dev_read(s->dev->dev, buf, len, m->physical) : -ENXIO;
+		return s->dev ? ub_vdev_read(s->dev, buf, len, m->physical) : -ENXIO;
 	}
 	if (mirror == 3)
 		bad[n] = true; /* rebuild from Q: P assumed bad */
@@ -317,7 +317,7 @@ static int slot_read(const struct ub_chunk *c, const struct full_write *fw, int 
 {
 	const struct ub_stripe *s = &c->stripes[slot_stripe(c, fw->full, slot)];
 
-	return ub_dev_read(s->dev->dev, out, fw->hi - fw->lo, slot_phys(c, fw->full, slot) + fw->lo);
+	return ub_vdev_read(s->dev, out, fw->hi - fw->lo, slot_phys(c, fw->full, slot) + fw->lo);
 }
 
 /*

@@ -146,7 +146,7 @@ int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int m
 	for (int i = 0; i < p.nspans && ret == 0; i++) {
 		const struct span *sp = &p.spans[i];
 
-		ret = ub_dev_readv(c->stripes[sp->stripe].dev->dev, p.iov + sp->first, sp->n, sp->phys);
+		ret = ub_vdev_readv(c->stripes[sp->stripe].dev, p.iov + sp->first, sp->n, sp->phys);
 	}
 	/* the same plan arrays fit each part ahead: none is longer than this one */
 	for (uint64_t k = 1; ret == 0 && p.nspans > 1 && len >= UB_STREAM_MIN && k <= UB_STREAM_AHEAD; k++) {

@@ -169,6 +169,7 @@ static int add_vdev(struct ub_volume *vol, uint64_t devid, const uint8_t *uuid, 
 	n->dev = dev;
 	n->generation = gen;
 	n->missing = dev == NULL;
+	n->log = &vol->log;
 	UB_SET(btrfs_dev_item, devid, n->item, devid);
 	UB_SET(btrfs_dev_item, total_bytes, n->item, total);
 	memcpy(n->item + offsetof(struct btrfs_dev_item, uuid), uuid, UB_UUID_SIZE);
@@ -669,4 +670,29 @@ out:
 		*out = vol;
 	}
 	return ret;
+}
+
+/*
+ * A device that fails a read (an I/O error, a server gone) is said once, as
+ * an error: what it held is then read from the other copies or rebuilt from
+ * parity without a word per block, and the command's exit code tells that
+ * something was wrong.
+ */
+static int vdev_said(struct ub_vdev *vd, uint64_t phys, int ret)
+{
+	if (ret && ret != -ENXIO && vd->log && !atomic_exchange(&vd->read_failed, true))
+		ub_err(vd->log, "devid %llu (%s): read failed at physical %llu: %s; its copies are read from the other "
+		       "devices from now on where the profile has them", (unsigned long long)vd->devid,
+		       ub_dev_path(vd->dev), (unsigned long long)phys, strerror(-ret));
+	return ret;
+}
+
+int ub_vdev_read(struct ub_vdev *vd, void *buf, size_t len, uint64_t phys)
+{
+	return vdev_said(vd, phys, ub_dev_read(vd->dev, buf, len, phys));
+}
+
+int ub_vdev_readv(struct ub_vdev *vd, const struct iovec *iov, int iovcnt, uint64_t phys)
+{
+	return vdev_said(vd, phys, ub_dev_readv(vd->dev, iov, iovcnt, phys));
 }

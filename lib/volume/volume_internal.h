@@ -70,6 +70,9 @@ int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost,
  * I/O when a unit is on a missing device.
  */
 int ub_span_read(const struct ub_chunk *c, uint64_t logical, uint64_t len, int mirror, uint8_t *buf);
+/* A present device's read, its first failure logged (volume.c): 0 or <0 as ub_dev_read / ub_dev_readv. */
+int ub_vdev_read(struct ub_vdev *vd, void *buf, size_t len, uint64_t phys);
+int ub_vdev_readv(struct ub_vdev *vd, const struct iovec *iov, int iovcnt, uint64_t phys);
 /*
  * Copy `copy` of [logical, logical+len) written with one gathered write per
  * run of units on a device; units on missing devices are left out (the caller

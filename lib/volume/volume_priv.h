@@ -8,6 +8,7 @@
 #define UBTRFS_VOLUME_PRIV_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "dev/dev_priv.h"
@@ -47,6 +48,9 @@ struct ub_vdev {
 	 * ub_volume_write_supers puts into this device's superblock.
 	 */
 	uint8_t item[sizeof(struct btrfs_dev_item)];
+	/* ---- read failures ---- the volume's log; set once the device's first failed read was said */
+	const struct ub_log *log;
+	atomic_bool read_failed;
 };
 
 struct ub_volume {
