@@ -39,12 +39,16 @@ static const char help[] =
 
 struct entry {
 	struct ub_dirent de;
-	char *name; /* NUL-terminated copy */
+	char *name;        /* NUL-terminated copy */
+	struct ub_fs *fs;  /* the older root it was listed from; NULL: the root in use */
+	uint64_t gen;      /* that root's generation */
 };
 
 struct entries {
 	struct entry *v;
 	size_t n, cap;
+	struct ub_fs *fs; /* what collect() marks its entries with */
+	uint64_t gen;
 };
 
 static int collect(void *arg, const struct ub_dirent *de)
@@ -65,8 +69,51 @@ static int collect(void *arg, const struct ub_dirent *de)
 		return -ENOMEM;
 	es->v[es->n].de = *de;
 	es->v[es->n].de.name = es->v[es->n].name;
+	es->v[es->n].fs = es->fs;
+	es->v[es->n].gen = es->gen;
 	es->n++;
 	return 0;
+}
+
+static bool has_name(const struct entries *es, const char *name)
+{
+	for (size_t i = 0; i < es->n; i++)
+		if (!strcmp(es->v[i].name, name))
+			return true;
+	return false;
+}
+
+/*
+ * A directory the root in use cannot list to its end: the names it lacks are
+ * taken from older roots, newest first, until one lists the directory whole.
+ */
+static void list_from_older(struct restorer *r, const char *rel, uint64_t subvol, uint64_t ino, struct entries *es)
+{
+	struct ub_fs *fs;
+	uint64_t gen;
+
+	for (int i = 0; !rs_older(r, i, &fs, &gen); i++) {
+		struct entries more = { .fs = fs, .gen = gen };
+		size_t added = 0;
+		int ret = ub_dir_iterate(fs, subvol, ino, collect, &more);
+
+		for (size_t k = 0; k < more.n; k++) {
+			if (has_name(es, more.v[k].name) || collect(es, &more.v[k].de)) {
+				free(more.v[k].name);
+				continue;
+			}
+			es->v[es->n - 1].fs = fs;
+			es->v[es->n - 1].gen = gen;
+			free(more.v[k].name);
+			added++;
+		}
+		free(more.v);
+		if (added && r->oa.verbosity >= UB_LOG_WARN)
+			fprintf(stderr, "ubtrfs: note: /%s: %zu entries from the older root of generation %llu\n", rel,
+				added, (unsigned long long)gen);
+		if (!ret)
+			break;
+	}
 }
 
 static char *join(const char *dir, const char *name)
@@ -143,6 +190,7 @@ static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint6
 
 static void walk_entry(struct restorer *r, struct frame *f, const struct entry *e)
 {
+	struct ub_fs *saved;
 	struct ub_inode in;
 	char *rel;
 	int ret;
@@ -159,10 +207,29 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 		free(rel);
 		return;
 	}
+	saved = r->fs;
+	if (e->fs)
+		r->fs = e->fs;
 	ret = ub_dirent_inode(r->fs, &e->de, &in);
 	if (ret) {
+		struct ub_fs *fs;
+		uint64_t gen;
+
 		rs_problem(r, rel, "inode %llu of subvolume %llu cannot be read: %s", (unsigned long long)e->de.ino,
 			   (unsigned long long)e->de.subvol, strerror(-ret));
+		/* a second chance in the older roots: the inode as it was there */
+		for (int i = 0; ret && !e->fs && !rs_older(r, i, &fs, &gen); i++) {
+			if (ub_dirent_inode(fs, &e->de, &in) == 0) {
+				ret = 0;
+				r->fs = fs;
+				if (r->oa.verbosity >= UB_LOG_WARN)
+					fprintf(stderr, "ubtrfs: note: /%s: restored as it was in the older root of "
+						"generation %llu\n", rel, (unsigned long long)gen);
+			}
+		}
+	}
+	if (ret) {
+		/* said above */
 	} else if (S_ISDIR(in.mode)) {
 		if (!skip_subvol(r, rel, &e->de) && may_enter(r, rel, &e->de)) {
 			struct frame child = { f, e->name, rel, -1, false, false, true, in };
@@ -175,6 +242,7 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 	} else if (selected(r, rel)) {
 		rs_entry(r, f, e->name, rel, &in);
 	}
+	r->fs = saved;
 	free(rel);
 }
 
@@ -197,6 +265,8 @@ static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint6
 	if (ret)
 		rs_problem(r, f->rel, "the directory (inode %llu of subvolume %llu) cannot be read to its end: %s",
 			   (unsigned long long)ino, (unsigned long long)subvol, strerror(-ret));
+	if (ret && ret != -ENOMEM)
+		list_from_older(r, f->rel, subvol, ino, &es);
 	for (size_t i = 0; i < es.n && r->rc != EXIT_FATAL; i++)
 		walk_entry(r, f, &es.v[i]);
 	for (size_t i = 0; i < es.n; i++)
@@ -426,9 +496,16 @@ int cmd_restore(int argc, char **argv)
 		goto out;
 	}
 	root.fd = r.rootfd;
-	if (open_fs(&r.oa, argv + optind, argc - optind - 1, &r.fs)) {
+	r.devs = argv + optind;
+	r.ndevs = argc - optind - 1;
+	if (open_fs(&r.oa, r.devs, r.ndevs, &r.fs)) {
 		r.rc = EXIT_FATAL;
 		goto out;
+	}
+	{
+		struct ub_root rt;
+
+		r.generation = ub_fs_tree_root(r.fs, BTRFS_ROOT_TREE_OBJECTID, &rt) == 0 ? rt.generation : UINT64_MAX;
 	}
 	if (path) {
 		restore_path(&r, &root, path);
@@ -455,6 +532,7 @@ int cmd_restore(int argc, char **argv)
 out:
 	if (fflush(stdout) && r.rc == EXIT_OK)
 		r.rc = EXIT_FATAL;
+	rs_older_close(&r);
 	ub_fs_close(r.fs);
 	if (r.rootfd >= 0)
 		close(r.rootfd);

@@ -47,6 +47,16 @@ struct restorer {
 	/* progress on a terminal */
 	bool tty;
 	struct timespec last_progress;
+	/* ---- older roots (restore_older.c) ---- */
+	char **devs;          /* the devices as given, to open older roots from */
+	int ndevs;
+	uint64_t generation;  /* of the root in use: only older ones are a second chance */
+	bool older_tried;
+	struct rs_older {
+		struct ub_fs *fs;
+		uint64_t generation;
+	} *older;
+	int nolder;
 };
 
 /* A directory on the walk; made under OUTDIR only when something goes into it (lazily). */
@@ -60,6 +70,13 @@ struct frame {
 	bool have_inode;
 	struct ub_inode in;
 };
+
+/*
+ * Older root i (0: the newest below the one in use), opened on the first call:
+ * 0 and the filesystem and its generation, -ENOENT past the last.
+ */
+int rs_older(struct restorer *r, int i, struct ub_fs **fs, uint64_t *generation);
+void rs_older_close(struct restorer *r);
 
 /* Report a problem with a path under OUTDIR ("" is OUTDIR): one line on stderr, exit code 1. */
 void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

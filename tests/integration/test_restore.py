@@ -306,3 +306,44 @@ def test_restore_against_btrfs_restore(factory, outfs):
         elif T.sha256_file(mine) != T.sha256_file(theirs / p.lstrip("/")):
             missing.append(p + " (differs)")
     assert not missing, missing[:10]
+
+
+def test_restore_from_older_root(tmp_path):
+    """A leaf of the fs tree lost in both DUP copies: the names, inodes and file extents it held
+    come from the older root of the commit before (the leaf changed since, so that root has its
+    own copy); restore says so and exits 1. btrfs restore, on the same image, gets less."""
+    img = tmp_path / "img"
+    with open(img, "wb") as f:
+        f.truncate(256 * T.MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    files = {}
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        d = os.path.join(mnt, "d")
+        os.mkdir(d)
+        for i in range(60):
+            data = (b"file %02d " % i) * 1024
+            with open(os.path.join(d, "f%02d" % i), "wb") as f:
+                f.write(data)
+            files["/d/f%02d" % i] = data
+        d_ino = os.lstat(d).st_ino
+        T.run(["sync"])
+        # a change to the directory: its leaf is copied, the older root keeps the old copy
+        with open(os.path.join(d, "late"), "wb") as f:
+            f.write(b"written after the first commit\n")
+        T.run(["sync"])
+    with C.Image(str(img)) as im:
+        blk, _ = im.find_item(im.tree_root(C.FS_TREE)[0], lambda k: k.objectid == d_ino and k.type == C.DIR_INDEX)
+        copies = im.physical(blk.logical)
+    assert len(copies) == 2, copies
+    for phys in copies:
+        T.overwrite(img, phys + 64, os.urandom(512))
+    out = tmp_path / "out"
+    cp = _restore(img, out, rc=1)
+    assert b"older root of generation" in cp.stderr, T.describe(cp)
+    got = {p: (out / p.lstrip("/")).read_bytes() for p in files if (out / p.lstrip("/")).is_file()}
+    assert got == files, (sorted(set(files) - set(got))[:10], T.describe(cp))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    T.run(["btrfs", "restore", "-i", str(img), str(theirs)], check=False)
+    progs = {p for p in files if (theirs / p.lstrip("/")).is_file()}
+    assert progs < set(got), (len(progs), len(got))
