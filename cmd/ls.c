@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include "cmd.h"
+#include "dirlist.h"
 
 static const char help[] =
 	"usage: ubtrfs ls [OPTIONS] DEV...\n\n"
@@ -37,16 +38,6 @@ struct lister {
 	/* every directory entered (open addressing, ino 0 = free): each is listed once */
 	struct dirid *visited;
 	size_t nvisited, vcap;
-};
-
-struct entry {
-	char *name;          /* NUL-terminated copy (names never contain NUL) */
-	struct ub_dirent de; /* de.name points at `name` */
-};
-
-struct entries {
-	struct entry *v;
-	size_t n, cap;
 };
 
 static const char *type_name(uint32_t mode)
@@ -287,31 +278,6 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 	}
 }
 
-static int collect(void *arg, const struct ub_dirent *de)
-{
-	struct entries *es = arg;
-	struct entry *e;
-
-	if (es->n == es->cap) {
-		size_t cap = es->cap ? es->cap * 2 : 64;
-		struct entry *v = realloc(es->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		es->v = v;
-		es->cap = cap;
-	}
-	e = &es->v[es->n];
-	e->name = malloc(de->name_len + 1);
-	if (!e->name)
-		return -ENOMEM;
-	memcpy(e->name, de->name, de->name_len);
-	e->name[de->name_len] = 0;
-	e->de = *de;
-	e->de.name = e->name;
-	es->n++;
-	return 0;
-}
-
 static bool on_stack(const struct lister *l, uint64_t subvol, uint64_t ino)
 {
 	for (int i = 0; i < l->depth; i++)
@@ -392,7 +358,7 @@ static bool real_dir_name(struct lister *l, const char *child, const struct entr
 
 static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64_t ino)
 {
-	struct entries es = { NULL, 0, 0 };
+	struct entries es = { 0 };
 	int ret;
 
 	if (l->depth >= 4096 || on_stack(l, subvol, ino)) {
@@ -418,7 +384,7 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 	l->stack[l->depth].subvol = subvol;
 	l->stack[l->depth].ino = ino;
 	l->depth++;
-	ret = ub_dir_iterate(l->fs, subvol, ino, collect, &es);
+	ret = ub_dir_iterate(l->fs, subvol, ino, entries_add, &es);
 	if (ret) {
 		fprintf(stderr, "ubtrfs: error: %s: cannot read the directory (subvol %llu ino %llu) fully: %s\n", path,
 			(unsigned long long)subvol, (unsigned long long)ino, strerror(-ret));
@@ -449,9 +415,7 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 		}
 		free(child);
 	}
-	for (size_t i = 0; i < es.n; i++)
-		free(es.v[i].name);
-	free(es.v);
+	entries_free(&es);
 	l->depth--;
 }
 

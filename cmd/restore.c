@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "dirlist.h"
 #include "restore.h"
 
 static const char help[] =
@@ -37,44 +38,6 @@ static const char help[] =
 	"unreadable inodes or data, names that cannot be paths, files that exist),\n"
 	"2 usage or fatal error (not btrfs, OUTDIR unusable).\n";
 
-struct entry {
-	struct ub_dirent de;
-	char *name;        /* NUL-terminated copy */
-	struct ub_fs *fs;  /* the older root it was listed from; NULL: the root in use */
-	uint64_t gen;      /* that root's generation */
-};
-
-struct entries {
-	struct entry *v;
-	size_t n, cap;
-	struct ub_fs *fs; /* what collect() marks its entries with */
-	uint64_t gen;
-};
-
-static int collect(void *arg, const struct ub_dirent *de)
-{
-	struct entries *es = arg;
-
-	if (es->n == es->cap) {
-		size_t cap = es->cap ? es->cap * 2 : 64;
-		struct entry *v = realloc(es->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		es->v = v;
-		es->cap = cap;
-	}
-	es->v[es->n].name = strndup(de->name, de->name_len);
-	if (!es->v[es->n].name)
-		return -ENOMEM;
-	es->v[es->n].de = *de;
-	es->v[es->n].de.name = es->v[es->n].name;
-	es->v[es->n].fs = es->fs;
-	es->v[es->n].gen = es->gen;
-	es->n++;
-	return 0;
-}
-
 static bool has_name(const struct entries *es, const char *name)
 {
 	for (size_t i = 0; i < es->n; i++)
@@ -95,19 +58,16 @@ static void list_from_older(struct restorer *r, const char *rel, uint64_t subvol
 	for (int i = 0; !rs_older(r, i, &fs, &gen); i++) {
 		struct entries more = { .fs = fs, .gen = gen };
 		size_t added = 0;
-		int ret = ub_dir_iterate(fs, subvol, ino, collect, &more);
+		int ret = ub_dir_iterate(fs, subvol, ino, entries_add, &more);
 
 		for (size_t k = 0; k < more.n; k++) {
-			if (has_name(es, more.v[k].name) || collect(es, &more.v[k].de)) {
-				free(more.v[k].name);
+			if (has_name(es, more.v[k].name) || entries_add(es, &more.v[k].de))
 				continue;
-			}
 			es->v[es->n - 1].fs = fs;
 			es->v[es->n - 1].gen = gen;
-			free(more.v[k].name);
 			added++;
 		}
-		free(more.v);
+		entries_free(&more);
 		if (added && r->oa.verbosity >= UB_LOG_WARN)
 			fprintf(stderr, "ubtrfs: note: /%s: %zu entries from the older root of generation %llu\n", rel,
 				added, (unsigned long long)gen);
@@ -248,7 +208,7 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 
 static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint64_t ino)
 {
-	struct entries es = { NULL, 0, 0 };
+	struct entries es = { 0 };
 	int ret;
 
 	if (f->failed || r->rc == EXIT_FATAL)
@@ -261,7 +221,7 @@ static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint6
 		return;
 	}
 	r->depth++;
-	ret = ub_dir_iterate(r->fs, subvol, ino, collect, &es);
+	ret = ub_dir_iterate(r->fs, subvol, ino, entries_add, &es);
 	if (ret)
 		rs_problem(r, f->rel, "the directory (inode %llu of subvolume %llu) cannot be read to its end: %s",
 			   (unsigned long long)ino, (unsigned long long)subvol, strerror(-ret));
@@ -269,9 +229,7 @@ static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint6
 		list_from_older(r, f->rel, subvol, ino, &es);
 	for (size_t i = 0; i < es.n && r->rc != EXIT_FATAL; i++)
 		walk_entry(r, f, &es.v[i]);
-	for (size_t i = 0; i < es.n; i++)
-		free(es.v[i].name);
-	free(es.v);
+	entries_free(&es);
 	r->depth--;
 }
 

@@ -574,15 +574,7 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 		return ret;
 	c = (struct file_ctx){ .fs = fs, .subvol = subvol, .ino = ino, .verify = !(inode.flags & UB_INODE_NODATASUM),
 			       .buf = buf, .off = off, .end = off + len, .rep = rep, .corrupt_at = UINT64_MAX };
-	/* the extent covering `off` starts at or before it */
-	ret = ub_icur_seek_le(&cur, BTRFS_EXTENT_DATA_KEY, off);
-	if (ret == 0) {
-		ub_icur_key(&cur, &key);
-		if (key.type != BTRFS_EXTENT_DATA_KEY)
-			ret = ub_icur_next(&cur);
-	} else if (ret == 1) {
-		ret = ub_icur_seek(&cur, BTRFS_EXTENT_DATA_KEY, 0);
-	}
+	ret = ub_icur_seek_extent(&cur, off);
 	while (ret == 0) {
 		const uint8_t *d;
 		uint32_t size;
