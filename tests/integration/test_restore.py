@@ -16,7 +16,6 @@ existing files kept (exit 1) or replaced with --overwrite, and `btrfs restore` o
 same image restores no file that ubtrfs does not.
 """
 
-import hashlib
 import os
 import stat
 import struct
@@ -44,17 +43,7 @@ def outfs(tmp_path_factory):
 
 
 def _image_hashes(devices):
-    out = []
-    for d in devices:
-        h = hashlib.sha256()
-        with open(d, "rb") as f:
-            while True:
-                b = f.read(1 << 22)
-                if not b:
-                    break
-                h.update(b)
-        out.append(h.hexdigest())
-    return out
+    return [T.sha256_file(d) for d in devices]
 
 
 def _restore(*args, rc=0):
