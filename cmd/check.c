@@ -217,8 +217,12 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 		       (unsigned long long)s->block_groups, (unsigned long long)s->dev_extents,
 		       (unsigned long long)s->extents, (unsigned long long)s->data_bytes);
 		/* ---- checksum tree ---- */
-		printf(",\"csum_items\":%llu,\"csum_bytes\":%llu}}\n", (unsigned long long)s->csum_items,
+		printf(",\"csum_items\":%llu,\"csum_bytes\":%llu", (unsigned long long)s->csum_items,
 		       (unsigned long long)s->csum_bytes);
+		/* ---- file trees ---- */
+		printf(",\"subvolumes\":%llu,\"inodes\":%llu,\"names\":%llu,\"file_extents\":%llu}}\n",
+		       (unsigned long long)s->subvols, (unsigned long long)s->inodes, (unsigned long long)s->names,
+		       (unsigned long long)s->file_extents);
 		return;
 	}
 	printf("checked: %llu superblock copies, %llu trees, %llu tree blocks (%llu bytes of metadata, %llu shared "
@@ -231,6 +235,10 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 	/* ---- checksum tree ---- */
 	printf("checksums: %llu items covering %llu bytes of data\n", (unsigned long long)s->csum_items,
 	       (unsigned long long)s->csum_bytes);
+	/* ---- file trees ---- */
+	printf("file trees: %llu subvolumes, %llu inodes, %llu names, %llu file extents\n",
+	       (unsigned long long)s->subvols, (unsigned long long)s->inodes, (unsigned long long)s->names,
+	       (unsigned long long)s->file_extents);
 	printf("problems: %llu", (unsigned long long)total);
 	for (int i = 0; i < UB_CHK_NCLASSES; i++)
 		printf("%s%s %llu", i ? ", " : " (", ub_chk_class_name((enum ub_chk_class)i),

@@ -26,11 +26,12 @@ enum ub_chk_class {
 	UB_CHK_FREE_SPACE, /* the free space tree against the block groups' unused bytes */
 	UB_CHK_ROOT,      /* root items and root references */
 	UB_CHK_CSUM,      /* the checksum tree: its items' layout */
+	UB_CHK_FS,        /* file trees: inodes, names, directory entries, file extents */
 	UB_CHK_OTHER,     /* a library error no check asked for (logged while opening, ...) */
 	UB_CHK_NCLASSES
 };
 
-/* "super", "tree", "chunk", "extent", "free-space", "root", "csum", "other". */
+/* "super", "tree", "chunk", "extent", "free-space", "root", "csum", "fs", "other". */
 const char *ub_chk_class_name(enum ub_chk_class c);
 
 /* One problem. Fields not known are 0 (has_key false, path NULL). Valid during the callback only. */
@@ -74,6 +75,9 @@ struct ub_chk_summary {
 	/* ---- checksum tree ---- */
 	uint64_t csum_items;    /* EXTENT_CSUM items */
 	uint64_t csum_bytes;    /* data bytes they cover */
+	/* ---- file trees ---- */
+	uint64_t subvols;       /* subvolume trees checked */
+	uint64_t inodes, names, file_extents;
 };
 
 struct ub_checker;

@@ -231,6 +231,8 @@ int ub_csum(unsigned type, const void *data, size_t len, uint8_t out[UB_CSUM_SIZ
 uint64_t ub_name_hash(const char *name, size_t len);
 /* Hash for extent data ref keys (owner objectid / offset). */
 uint64_t ub_extent_data_ref_hash(uint64_t root, uint64_t owner, uint64_t offset);
+/* The BTRFS_FT_* type a directory entry gives an inode of `mode` (BTRFS_FT_UNKNOWN if none). */
+uint8_t ub_mode_ftype(uint32_t mode);
 
 /* ---- names for printing (lib/disk/names.c) ------------------------------------ */
 const char *ub_key_type_name(uint8_t type);          /* "INODE_ITEM", or NULL */

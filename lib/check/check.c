@@ -8,7 +8,7 @@
 
 #include "check/check_priv.h"
 
-static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "free-space", "root", "csum", "other" };
+static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "free-space", "root", "csum", "fs", "other" };
 
 const char *ub_chk_class_name(enum ub_chk_class c)
 {
@@ -37,6 +37,7 @@ void ub_checker_free(struct ub_checker *c)
 	free(c->dev_supers);
 	free(c->root_refs);
 	free(c->live_subvols);
+	free(c->fext);
 	free(c);
 }
 
@@ -136,6 +137,8 @@ int ub_checker_run(struct ub_checker *c, struct ub_fs *fs)
 	ret = chk_trees(c, fs);
 	if (!ret)
 		ret = chk_chunks(c, fs);
+	if (!ret)
+		ret = chk_fs_trees(c, fs);
 	return ret;
 }
 

@@ -64,6 +64,14 @@ struct ub_checker {
 	size_t nroot_refs, root_refs_cap;
 	uint64_t *live_subvols;
 	size_t nlive, live_cap;
+	/*
+	 * ---- data references ----
+	 * The disk_bytenr of every file extent item with data on disk, one per
+	 * item of each leaf the tree pass walked (a leaf snapshots share is walked
+	 * once, as the extent tree counts it once), sorted after the walk.
+	 */
+	uint64_t *fext;
+	size_t nfext, fext_cap;
 };
 
 /*
@@ -95,5 +103,7 @@ void chk_root_refs_check(struct ub_checker *c);
 
 int chk_trees(struct ub_checker *c, struct ub_fs *fs);
 int chk_chunks(struct ub_checker *c, struct ub_fs *fs);
+/* File trees: inodes, names and directory entries, file extents (fs_tree.c). */
+int chk_fs_trees(struct ub_checker *c, struct ub_fs *fs);
 
 #endif

@@ -47,6 +47,8 @@ int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, ch
 
 	if (ret == -ENOENT) {
 		chk_where(&p, tree, NULL, 0);
+		if (s->scan_cls)
+			p.cls = s->scan_cls;
 		chk_report(s->c, &p, "%s is missing", ub_tree_name(tree, name, sizeof(name)));
 		return 1;
 	}
@@ -81,8 +83,11 @@ int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, ch
 	ub_path_release(&path);
 	if (ret < 0 && ret != -ENOMEM) {
 		chk_where(&p, tree, NULL, 0);
-		chk_report(s->c, &p, "%s cannot be read to its end: %s", ub_tree_name(tree, name, sizeof(name)),
-			   *why ? why : strerror(-ret));
+		if (s->scan_cls)
+			p.cls = s->scan_cls;
+		/* a block that failed before fails again quietly: the tree pass has named it */
+		chk_report(s->c, &p, "%s cannot be read to its end: %s%s", ub_tree_name(tree, name, sizeof(name)),
+			   *why ? why : strerror(-ret), *why ? "" : " (the tree block problem above names the block)");
 		return 1;
 	}
 	return ret;
@@ -439,6 +444,16 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 		chk_report(s->c, &p, "extent [%llu, +%llu) overlaps the extent at %llu (ending at %llu)",
 			   (unsigned long long)k->objectid, (unsigned long long)len, (unsigned long long)s->prev_ext,
 			   (unsigned long long)s->prev_ext_end);
+	if (size >= sizeof(struct btrfs_extent_item)) {
+		uint64_t gen = UB_GET(btrfs_extent_item, generation, d);
+
+		if (!gen || gen > s->c->super_generation) {
+			p.cls = UB_CHK_EXTENT;
+			chk_report(s->c, &p, "extent item generation %llu, expected in [1, %llu]", (unsigned long long)gen,
+				   (unsigned long long)s->c->super_generation);
+			p.cls = UB_CHK_CHUNK;
+		}
+	}
 	if (k->objectid + len > s->prev_ext_end) {
 		s->prev_ext = k->objectid;
 		s->prev_ext_end = k->objectid + len;

@@ -56,10 +56,14 @@ struct cstate {
 	struct ub_key dref_key; /* the data extent item open */
 	uint64_t dref_refs, dref_sum;
 	bool dref_open, dref_unknown;
+	uint64_t dref_files;  /* file extent items that point at the open extent */
+	size_t fext_cursor;   /* the next entry of c->fext */
 	/* ---- data checksums (--check-data-csum) ---- */
 	unsigned csum_type;
 	uint8_t *data_buf; /* one read's worth */
 	uint64_t data_done;
+	/* ---- passes that stream trees ---- */
+	enum ub_chk_class scan_cls; /* the class of a tree that cannot be read (0: chunk) */
 };
 
 void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical);

@@ -15,6 +15,38 @@ static void where_ref(struct ub_chk_problem *p, const struct ub_key *k)
 	p->cls = UB_CHK_EXTENT;
 }
 
+/*
+ * The file extent items' side is whole only when every tree was walked to its
+ * end and no half-dropped subvolume (whose leaves still hold references) was
+ * left out.
+ */
+static bool files_known(const struct cstate *s)
+{
+	return s->c->walk_complete && !s->c->dropped_roots;
+}
+
+/* File extent items that point at addresses below `upto` with no data extent item there. */
+static void unowned_before(struct cstate *s, uint64_t upto)
+{
+	const struct ub_checker *c = s->c;
+
+	while (s->fext_cursor < c->nfext && c->fext[s->fext_cursor] < upto) {
+		uint64_t at = c->fext[s->fext_cursor], n = 0;
+		struct ub_chk_problem p;
+
+		while (s->fext_cursor < c->nfext && c->fext[s->fext_cursor] == at) {
+			s->fext_cursor++;
+			n++;
+		}
+		if (!files_known(s))
+			continue;
+		chk_where(&p, BTRFS_EXTENT_TREE_OBJECTID, NULL, at);
+		p.cls = UB_CHK_EXTENT;
+		chk_report(s->c, &p, "%llu file extent item%s point at data at %llu, which has no data extent item",
+			   (unsigned long long)n, n == 1 ? "" : "s", (unsigned long long)at);
+	}
+}
+
 static void finish(struct cstate *s)
 {
 	struct ub_chk_problem p;
@@ -22,11 +54,13 @@ static void finish(struct cstate *s)
 	if (!s->dref_open)
 		return;
 	s->dref_open = false;
-	if (s->dref_unknown || s->dref_sum == s->dref_refs)
-		return;
 	where_ref(&p, &s->dref_key);
-	chk_report(s->c, &p, "data extent item counts %llu references, its references count %llu",
-		   (unsigned long long)s->dref_refs, (unsigned long long)s->dref_sum);
+	if (!s->dref_unknown && s->dref_sum != s->dref_refs)
+		chk_report(s->c, &p, "data extent item counts %llu references, its references count %llu",
+			   (unsigned long long)s->dref_refs, (unsigned long long)s->dref_sum);
+	else if (files_known(s) && s->dref_files != s->dref_refs)
+		chk_report(s->c, &p, "data extent item counts %llu references, %llu file extent items point at it",
+			   (unsigned long long)s->dref_refs, (unsigned long long)s->dref_files);
 }
 
 /* The inline references after the extent item proper: their counts, or unknown on a record it cannot read. */
@@ -68,6 +102,12 @@ void chk_data_refs_item(struct cstate *s, const struct ub_key *k, const uint8_t 
 	if (k->type == BTRFS_EXTENT_ITEM_KEY && size >= sizeof(struct btrfs_extent_item) &&
 	    (UB_GET(btrfs_extent_item, flags, d) & BTRFS_EXTENT_FLAG_DATA)) {
 		finish(s);
+		unowned_before(s, k->objectid);
+		s->dref_files = 0;
+		while (s->fext_cursor < s->c->nfext && s->c->fext[s->fext_cursor] == k->objectid) {
+			s->fext_cursor++;
+			s->dref_files++;
+		}
 		s->dref_open = true;
 		s->dref_unknown = false;
 		s->dref_key = *k;
@@ -95,4 +135,6 @@ void chk_data_refs_item(struct cstate *s, const struct ub_key *k, const uint8_t 
 void chk_data_refs_end(struct cstate *s)
 {
 	finish(s);
+	/* no data extent can start at the last address: the tree checker aligns them */
+	unowned_before(s, UINT64_MAX);
 }

@@ -46,6 +46,8 @@ static void check_fields(struct ub_checker *c, const struct dev_super *d, const 
 					   ? UB_PTR(ub_disk_super, metadata_uuid, sb)
 					   : UB_PTR(ub_disk_super, fsid, sb);
 	struct ub_chk_problem p;
+	bool current_ok = false;
+	int current = -1;
 
 	where_dev(&p, d, off);
 	if (!SB(root, sb) || !aligned(SB(root, sb), ss))
@@ -94,14 +96,18 @@ static void check_fields(struct ub_checker *c, const struct dev_super *d, const 
 				   (unsigned)BK(tree_root_level, sb, i), (unsigned long long)BK(chunk_root, sb, i),
 				   (unsigned)BK(chunk_root_level, sb, i));
 		if (bgen == gen) {
-			if (BK(tree_root, sb, i) != SB(root, sb) || BK(chunk_root, sb, i) != SB(chunk_root, sb))
-				chk_report(c, &p, "superblock copy at %llu: backup root %d of the current generation %llu names tree root %llu and chunk root %llu, the superblock %llu and %llu",
-					   (unsigned long long)off, i, (unsigned long long)gen,
-					   (unsigned long long)BK(tree_root, sb, i),
-					   (unsigned long long)BK(chunk_root, sb, i), (unsigned long long)SB(root, sb),
-					   (unsigned long long)SB(chunk_root, sb));
+			if (BK(tree_root, sb, i) == SB(root, sb) && BK(chunk_root, sb, i) == SB(chunk_root, sb))
+				current_ok = true;
+			else if (current < 0)
+				current = i;
 		}
 	}
+	/* the kernel may commit one generation twice (two slots of it): one must be the superblock's */
+	if (current >= 0 && !current_ok)
+		chk_report(c, &p, "superblock copy at %llu: backup root %d of the current generation %llu names tree root %llu and chunk root %llu, the superblock %llu and %llu",
+			   (unsigned long long)off, current, (unsigned long long)gen,
+			   (unsigned long long)BK(tree_root, sb, current), (unsigned long long)BK(chunk_root, sb, current),
+			   (unsigned long long)SB(root, sb), (unsigned long long)SB(chunk_root, sb));
 }
 
 static int read_device(struct ub_checker *c, struct dev_super *d)

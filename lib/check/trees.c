@@ -49,6 +49,13 @@ struct root_list {
 	size_t n, cap;
 };
 
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 static bool subvol_tree(uint64_t id)
 {
 	return id == BTRFS_FS_TREE_OBJECTID || id == BTRFS_TREE_RELOC_OBJECTID || id == BTRFS_DATA_RELOC_TREE_OBJECTID ||
@@ -241,11 +248,44 @@ static int add_root(struct root_list *l, const struct ub_key *key, const uint8_t
 	return 0;
 }
 
+/* File extent items with data on disk (log trees' make no references and are not looked at). */
+static int collect_file_extents(struct walk *w, const struct ub_eb *eb)
+{
+	struct ub_checker *c = w->c;
+	uint32_t n = ub_eb_nritems(eb);
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct ub_key k;
+		uint32_t size;
+		const uint8_t *d;
+		uint8_t type;
+
+		ub_eb_item_key(eb, (int)i, &k);
+		if (k.type != BTRFS_EXTENT_DATA_KEY)
+			continue;
+		d = ub_eb_item_data(eb, (int)i, &size);
+		/* the tree checker has rejected an item too short for its type */
+		if (size < sizeof(struct btrfs_file_extent_item))
+			continue;
+		type = (uint8_t)UB_GET(btrfs_file_extent_item, type, d);
+		if ((type != BTRFS_FILE_EXTENT_REG && type != BTRFS_FILE_EXTENT_PREALLOC) ||
+		    !UB_GET(btrfs_file_extent_item, disk_bytenr, d))
+			continue;
+		if (chk_reserve(&c->fext, &c->fext_cap, c->nfext, sizeof(*c->fext), 1024))
+			return -ENOMEM;
+		c->fext[c->nfext++] = UB_GET(btrfs_file_extent_item, disk_bytenr, d);
+	}
+	return 0;
+}
+
 /* Root items in a leaf of the root tree or of the log root tree: the trees to walk after it. */
 static int collect_roots(struct walk *w, const struct ub_eb *eb)
 {
 	uint32_t n = ub_eb_nritems(eb);
 
+	/* the free space cache's inodes (v1) live in the root tree, with data extents of their own */
+	if (w->roots != w->log_roots && collect_file_extents(w, eb))
+		return -ENOMEM;
 	for (uint32_t i = 0; i < n; i++) {
 		struct ub_key k;
 		uint32_t size;
@@ -288,7 +328,7 @@ static int walk_roots(struct walk *w, struct root_list *l, bool log)
 		w->shareable = !log && subvol_tree(w->tree);
 		/* below its root a subvolume tree accepts any subvolume's block (the reader's rule) */
 		w->owner = w->tree;
-		w->leaf = NULL;
+		w->leaf = log ? NULL : collect_file_extents;
 		ret = walk_tree(w, &r->root, &r->key);
 	}
 	return ret;
@@ -349,5 +389,6 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 	c->tag_tree = w.tag_tree;
 	c->ntags = w.ntags;
 	chk_block_map_sort(&c->blocks);
+	qsort(c->fext, c->nfext, sizeof(*c->fext), u64_cmp);
 	return ret < 0 ? ret : 0;
 }

@@ -6,6 +6,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "ubtrfs/format.h"
 
@@ -127,4 +128,18 @@ void ub_uuid_str(const uint8_t *uuid, char out[UB_UUID_STR_LEN])
 		out[o++] = hex[uuid[i] & 15];
 	}
 	out[o] = '\0';
+}
+
+uint8_t ub_mode_ftype(uint32_t mode)
+{
+	switch (mode & S_IFMT) {
+	case S_IFREG: return BTRFS_FT_REG_FILE;
+	case S_IFDIR: return BTRFS_FT_DIR;
+	case S_IFCHR: return BTRFS_FT_CHRDEV;
+	case S_IFBLK: return BTRFS_FT_BLKDEV;
+	case S_IFIFO: return BTRFS_FT_FIFO;
+	case S_IFSOCK: return BTRFS_FT_SOCK;
+	case S_IFLNK: return BTRFS_FT_SYMLINK;
+	default: return BTRFS_FT_UNKNOWN;
+	}
 }

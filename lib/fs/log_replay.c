@@ -145,16 +145,7 @@ static uint8_t ftype_of(const struct ub_itemset *t)
 	if (!it || it->size < sizeof(struct btrfs_inode_item))
 		return BTRFS_FT_UNKNOWN;
 	mode = (uint32_t)UB_GET(btrfs_inode_item, mode, it->data);
-	switch (mode & S_IFMT) {
-	case S_IFREG: return BTRFS_FT_REG_FILE;
-	case S_IFDIR: return BTRFS_FT_DIR;
-	case S_IFCHR: return BTRFS_FT_CHRDEV;
-	case S_IFBLK: return BTRFS_FT_BLKDEV;
-	case S_IFIFO: return BTRFS_FT_FIFO;
-	case S_IFSOCK: return BTRFS_FT_SOCK;
-	case S_IFLNK: return BTRFS_FT_SYMLINK;
-	default: return BTRFS_FT_UNKNOWN;
-	}
+	return ub_mode_ftype(mode);
 }
 
 /*

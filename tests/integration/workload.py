@@ -1153,6 +1153,24 @@ def compare_image(res, what, devices, view, extra=(), missing=(), every_name=Fal
     res.problems += ["[%s] %s" % (what, p) for p in problems]
 
 
+def check_image(res, what, devices, extra=()):
+    """`ubtrfs check` on what the kernel wrote must find nothing; where it
+    does, `btrfs check` on the same single-device image is the referee (the
+    kernel could have written something wrong; it has not so far)."""
+    cp = T.ubtrfs("check", *extra, *devices)
+    problems = _check_run(cp)
+    if cp.returncode == 0:
+        return
+    referee = ""
+    if len(devices) == 1:
+        ref = T.run(["btrfs", "check", "--readonly", devices[0]], check=False)
+        referee = "; btrfs check exit %d" % ref.returncode
+    lines = [l for l in cp.stdout.decode("utf-8", "replace").splitlines()
+             if not l.startswith(("checked:", "checksums:", "file trees:", "problems:"))]
+    problems.append("check exit %d%s: %s" % (cp.returncode, referee, " | ".join(lines[:8])))
+    res.problems += ["[%s] %s" % (what, p) for p in problems]
+
+
 def _names_missing(stderr, devid):
     import re
     return re.search(r"devid %d\b[^\n]*missing" % devid, stderr.decode("utf-8", "replace")) is not None
@@ -1240,6 +1258,7 @@ def run_config(cfg, workdir, seed=None, ops=None, long_mode=False, want_coverage
         count(view)
         t0 = time.time()
         compare_image(res, "final image, all devices", images, view, every_name=long_mode)
+        check_image(res, "final image", images)
         for missing in cfg.degraded_sets(long_mode):
             devs = [img for d, img in enumerate(images, 1) if d not in missing]
             compare_image(res, "final image without devid %s" % ",".join(map(str, missing)), devs, view,
@@ -1260,6 +1279,7 @@ def run_config(cfg, workdir, seed=None, ops=None, long_mode=False, want_coverage
         count(committed)
         compare_image(res, "crash copy, last commit (--no-log)", crash_images, committed,
                       extra=("--no-log",), every_name=long_mode)
+        check_image(res, "crash copy", crash_images)
         if int(sup.get("log_root", "0")) != 0:
             copies = []
             for i, img in enumerate(crash_images):
