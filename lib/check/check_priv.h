@@ -12,8 +12,11 @@
 /* A tree block the walk reached. */
 struct chk_block {
 	uint64_t addr;
-	uint32_t ptrs; /* pointers (and root items) that reached it */
-	uint32_t tag;  /* the walk's tag of the first tree that reached it (1-based) */
+	uint64_t owner; /* its header's */
+	uint32_t ptrs;  /* pointers (and root items) that reached it */
+	uint32_t tag;   /* the walk's tag of the first tree that reached it (1-based) */
+	bool owner_reached; /* the tree its header names reached it */
+	bool reloc;         /* its header has the RELOC flag */
 };
 
 struct chk_block_map {
@@ -26,6 +29,19 @@ int chk_block_map_add(struct chk_block_map *m, uint64_t addr, uint32_t tag, stru
 /* Compact and sort by address: v[0..n) from then on, no more adds. */
 void chk_block_map_sort(struct chk_block_map *m);
 void chk_block_map_free(struct chk_block_map *m);
+
+/*
+ * A file extent item with data on disk and the reference it makes: an
+ * EXTENT_DATA_REF (root: the leaf's owner, inode, file offset minus the
+ * extent offset) or, from a leaf with full back references, a
+ * SHARED_DATA_REF naming the leaf.
+ */
+struct chk_fext {
+	uint64_t bytenr;
+	uint64_t root, ino, offset;
+	uint64_t leaf;
+	bool used; /* matched with a reference (by the extent tree's stream) */
+};
 
 struct ub_checker {
 	struct ub_chk_opts opts;
@@ -66,11 +82,11 @@ struct ub_checker {
 	size_t nlive, live_cap;
 	/*
 	 * ---- data references ----
-	 * The disk_bytenr of every file extent item with data on disk, one per
-	 * item of each leaf the tree pass walked (a leaf snapshots share is walked
-	 * once, as the extent tree counts it once), sorted after the walk.
+	 * Every file extent item with data on disk, one per item of each leaf the
+	 * tree pass walked (a leaf snapshots share is walked once, as the extent
+	 * tree counts it once), sorted after the walk by what it references.
 	 */
-	uint64_t *fext;
+	struct chk_fext *fext;
 	size_t nfext, fext_cap;
 };
 
@@ -95,6 +111,9 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 			  uint32_t nodesize, size_t *cursor);
 /* The stream reached its end: blocks left have no extent item. */
 void chk_extent_refs_end(struct ub_checker *c, size_t *cursor);
+
+/* Order of file extent records: address, then root, inode, offset, leaf. */
+int chk_fext_cmp(const struct chk_fext *a, const struct chk_fext *b);
 
 /* A root tree item: its references are kept for chk_root_refs_check. 0 or -ENOMEM. */
 int chk_root_refs_add(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size);

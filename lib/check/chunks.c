@@ -616,5 +616,6 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 		free(s.ch[i].st);
 	free(s.ch);
 	free(s.dev);
+	free(s.drefs);
 	return ret < 0 ? ret : 0;
 }

@@ -56,8 +56,16 @@ struct cstate {
 	struct ub_key dref_key; /* the data extent item open */
 	uint64_t dref_refs, dref_sum;
 	bool dref_open, dref_unknown;
-	uint64_t dref_files;  /* file extent items that point at the open extent */
 	size_t fext_cursor;   /* the next entry of c->fext */
+	size_t fext_first, fext_n; /* the entries that point at the open extent */
+	struct chk_dref {
+		bool shared;
+		uint64_t root, ino, offset; /* EXTENT_DATA_REF */
+		uint64_t parent;            /* SHARED_DATA_REF */
+		uint64_t count;
+	} *drefs;             /* the open extent's references */
+	size_t ndrefs, drefs_cap;
+	bool drefs_nomem;
 	/* ---- data checksums (--check-data-csum) ---- */
 	unsigned csum_type;
 	uint8_t *data_buf; /* one read's worth */

@@ -63,6 +63,45 @@ static uint64_t only_ref_root(const struct ub_key *k, const uint8_t *d, uint32_t
 	return UB_GET(btrfs_extent_inline_ref, offset, d + at);
 }
 
+/*
+ * The tree its header names must account for a block (btrfs check's rule): it
+ * reaches the block, or one of the item's TREE_BLOCK_REFs names it. Told only
+ * when every reference is inline and none is a full back reference.
+ */
+static void owner_refs(struct ub_checker *c, const struct ub_chk_problem *p, const struct chk_block *b,
+		       const struct ub_key *k, const uint8_t *d, uint32_t size, uint64_t refs)
+{
+	uint32_t at = sizeof(struct btrfs_extent_item);
+	uint64_t seen = 0;
+	char name[32];
+
+	if (UB_GET(btrfs_extent_item, flags, d) & BTRFS_BLOCK_FLAG_FULL_BACKREF)
+		return;
+	/* relocation writes such blocks with full back references (btrfs check's rule too) */
+	if (b->reloc) {
+		chk_report(c, p, "the block's header has the RELOC flag, its extent item not FULL_BACKREF");
+		return;
+	}
+	if (b->owner_reached)
+		return;
+	if (k->type == BTRFS_EXTENT_ITEM_KEY)
+		at += sizeof(struct btrfs_tree_block_info);
+	while (at + sizeof(struct btrfs_extent_inline_ref) <= size) {
+		uint8_t type = (uint8_t)UB_GET(btrfs_extent_inline_ref, type, d + at);
+
+		if (type == BTRFS_TREE_BLOCK_REF_KEY && UB_GET(btrfs_extent_inline_ref, offset, d + at) == b->owner)
+			return;
+		if (type != BTRFS_TREE_BLOCK_REF_KEY && type != BTRFS_SHARED_BLOCK_REF_KEY)
+			return;
+		seen++;
+		at += sizeof(struct btrfs_extent_inline_ref);
+	}
+	if (seen != refs)
+		return;
+	chk_report(c, p, "the block's owner %s (in its header) neither reaches it nor has a TREE_BLOCK_REF for it",
+		   ub_tree_name(b->owner, name, sizeof(name)));
+}
+
 void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size,
 			  uint32_t nodesize, size_t *cursor)
 {
@@ -105,6 +144,7 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 		chk_report(c, &p, "extent item counts %llu references, %u pointers reach the block",
 			   (unsigned long long)refs, b->ptrs);
 	/* ---- individual tree block references ---- */
+	owner_refs(c, &p, b, k, d, size, refs);
 	if (refs == 1 && b->ptrs == 1) {
 		uint64_t root = only_ref_root(k, d, size);
 		char name[32], want[32];

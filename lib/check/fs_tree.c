@@ -179,8 +179,17 @@ static void ref_item(struct fstate *f, const struct ub_key *k, const uint8_t *d,
 		n.hash = (uint32_t)ub_name_hash((const char *)e + hdr, n.len);
 		n.type = f->cur.item ? ub_mode_ftype(f->cur.mode) : 0;
 		/* the root directory's ".." names itself: no directory entry goes with it */
-		if (!(n.dir == k->objectid && k->objectid == f->root_dirid))
+		if (n.dir == k->objectid && k->objectid == f->root_dirid) {
+			if (n.index || n.len != 2 || memcmp(e + hdr, "..", 2)) {
+				struct ub_chk_problem p;
+
+				chk_fs_where(&p, f, k->objectid, k->type, k->offset);
+				chk_report(f->s.c, &p, "the root directory's reference to itself has index %llu and a %u-byte name; it must be \"..\" at index 0",
+					   (unsigned long long)n.index, n.len);
+			}
+		} else {
 			chk_name_add(f, &n);
+		}
 		at += hdr + n.len;
 	}
 }

@@ -49,11 +49,9 @@ struct root_list {
 	size_t n, cap;
 };
 
-static int u64_cmp(const void *a, const void *b)
+static int fext_cmp(const void *a, const void *b)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
+	return chk_fext_cmp(a, b);
 }
 
 static bool subvol_tree(uint64_t id)
@@ -75,7 +73,7 @@ static void where_block(struct ub_chk_problem *p, const struct walk *w, uint64_t
 }
 
 /* 1: walk the block's children, 0: do not (already checked through another tree), <0: stop. */
-static int enter(struct walk *w, uint64_t bytenr, const struct ub_key *key)
+static int enter(struct walk *w, uint64_t bytenr, const struct ub_key *key, struct chk_block **bp)
 {
 	char name[32], other[32];
 	struct ub_chk_problem p;
@@ -86,6 +84,7 @@ static int enter(struct walk *w, uint64_t bytenr, const struct ub_key *key)
 
 	if (ret < 0)
 		return ret;
+	*bp = b;
 	b->ptrs++;
 	first = b->tag;
 	where_block(&p, w, bytenr, key);
@@ -140,10 +139,11 @@ static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, c
 {
 	struct ub_chk_problem p;
 	struct ub_eb *eb = NULL;
+	struct chk_block *b = NULL;
 	const char *why;
 	uint32_t n;
 	uint8_t level;
-	int ret = enter(w, bytenr, key);
+	int ret = enter(w, bytenr, key, &b);
 	bool descend = ret == 1;
 
 	if (ret < 0)
@@ -160,16 +160,22 @@ static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, c
 		w->c->walk_complete = false;
 		return 0;
 	}
+	/* the map may move while children are added: the entry is used before that */
+	b->owner = ub_eb_owner(eb);
+	if (b->owner == w->tree)
+		b->owner_reached = true;
+	if (UB_GET(ub_disk_header, flags, ub_eb_data(eb)) & BTRFS_HEADER_FLAG_RELOC)
+		b->reloc = true;
 	if (!descend) {
 		ub_eb_put(w->tc, eb);
 		return 0;
 	}
 	/* the read stopped at the first good copy: the others are checked here, once per block */
 	if (ub_volume_num_copies(w->vol, bytenr) > 1) {
-		struct bad_copy b = { w, bytenr, key };
+		struct bad_copy bc = { w, bytenr, key };
 
 		chk_capture(w->c);
-		ret = ub_tree_check_copies(w->tc, bytenr, exp, report_bad_copy, &b);
+		ret = ub_tree_check_copies(w->tc, bytenr, exp, report_bad_copy, &bc);
 		(void)chk_captured(w->c);
 		if (ret == -ENOMEM) {
 			ub_eb_put(w->tc, eb);
@@ -273,7 +279,12 @@ static int collect_file_extents(struct walk *w, const struct ub_eb *eb)
 			continue;
 		if (chk_reserve(&c->fext, &c->fext_cap, c->nfext, sizeof(*c->fext), 1024))
 			return -ENOMEM;
-		c->fext[c->nfext++] = UB_GET(btrfs_file_extent_item, disk_bytenr, d);
+		c->fext[c->nfext++] = (struct chk_fext){
+			.bytenr = UB_GET(btrfs_file_extent_item, disk_bytenr, d),
+			.root = ub_eb_owner(eb), .ino = k.objectid,
+			.offset = k.offset - UB_GET(btrfs_file_extent_item, offset, d),
+			.leaf = ub_eb_start(eb),
+		};
 	}
 	return 0;
 }
@@ -389,6 +400,6 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 	c->tag_tree = w.tag_tree;
 	c->ntags = w.ntags;
 	chk_block_map_sort(&c->blocks);
-	qsort(c->fext, c->nfext, sizeof(*c->fext), u64_cmp);
+	qsort(c->fext, c->nfext, sizeof(*c->fext), fext_cmp);
 	return ret < 0 ? ret : 0;
 }

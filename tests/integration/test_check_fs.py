@@ -288,4 +288,4 @@ def test_data_refs_against_file_extents(ubtrfs_bin, base):
         b.patch_item(s, count_at, "<I", b.get_item(s, count_at, "<I") + 1)
         im.write_block(b)
     recs = inject(base, edit)
-    assert has(recs, "extent", where["key"], None, ("counts 2 references", "1 file extent items point at it")), recs
+    assert has(recs, "extent", where["key"], None, ("EXTENT_DATA_REF", "counts 2, 1 file extent items make it")), recs
