@@ -9,9 +9,10 @@
  * per tree, shared only between subvolume trees), the chunk a block lies in
  * and pointer generations against their node's.
  *
- * Memory: one entry per block reached (16 bytes: address, pointers, tree;
- * handed to the extent checks) and the root items to walk; the blocks
- * themselves go through the bounded block cache.
+ * Memory: one entry per block reached (32 bytes: address, owner, pointers,
+ * tree; handed to the extent checks), one record per file extent item with
+ * data (40 bytes, for the data references) and the root items to walk; the
+ * blocks themselves go through the bounded block cache.
  */
 #include <errno.h>
 #include <stdlib.h>
