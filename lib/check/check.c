@@ -139,6 +139,8 @@ int ub_checker_run(struct ub_checker *c, struct ub_fs *fs)
 		ret = chk_chunks(c, fs);
 	if (!ret)
 		ret = chk_fs_trees(c, fs);
+	if (!ret)
+		ret = chk_root_items(c, fs);
 	return ret;
 }
 

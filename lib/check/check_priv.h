@@ -124,5 +124,7 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs);
 int chk_chunks(struct ub_checker *c, struct ub_fs *fs);
 /* File trees: inodes, names and directory entries, file extents (fs_tree.c). */
 int chk_fs_trees(struct ub_checker *c, struct ub_fs *fs);
+/* Root items' generations, deleted subvolumes' orphan items, the uuid tree (root_items.c). */
+int chk_root_items(struct ub_checker *c, struct ub_fs *fs);
 
 #endif

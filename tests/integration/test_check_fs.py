@@ -10,7 +10,7 @@ workloads of test_differential.py (which run `ubtrfs check` on every final
 image and crash copy) are the no-false-alarm side.
 """
 
-import struct
+import os
 
 import pytest
 
@@ -289,3 +289,58 @@ def test_data_refs_against_file_extents(ubtrfs_bin, base):
         im.write_block(b)
     recs = inject(base, edit)
     assert has(recs, "extent", where["key"], None, ("EXTENT_DATA_REF", "counts 2, 1 file extent items make it")), recs
+
+
+@pytest.fixture
+def received(tmp_path):
+    """A kernel-made image with a subvolume, its read-only snapshot and a copy of that received
+    by `btrfs receive` (so the uuid tree holds a received uuid too)."""
+    img = tmp_path / "recv.img"
+    with open(img, "wb") as f:
+        f.truncate(300 * T.MiB)
+    T.run(["mkfs.btrfs", "-q", "-f", str(img)])
+    with T.mounted([str(img)], tmp_path / "mnt", readonly=False) as m:
+        m = str(m)
+        T.run(["btrfs", "subvolume", "create", m + "/s1"])
+        with open(m + "/s1/f", "wb") as f:
+            f.write(b"received " * 5000)
+        T.run(["btrfs", "subvolume", "snapshot", "-r", m + "/s1", m + "/snap"])
+        os.mkdir(m + "/recv")
+        send = T.run(["btrfs", "send", "-q", m + "/snap"])
+        T.run(["btrfs", "receive", "-q", m + "/recv"], input=send.stdout)
+        T.run(["sync"])
+    return img
+
+
+def test_root_items_and_uuid_tree_clean(ubtrfs_bin, received):
+    cp = check("--json", received)
+    recs, _ = problems(cp)
+    assert cp.returncode == 0 and not recs, recs
+    assert btrfs_check(received).returncode == 0
+
+
+def test_uuid_tree_entry_dropped(ubtrfs_bin, received):
+    # btrfs check does not read the uuid tree (the kernel rebuilds it when the superblock says
+    # it is stale): the test's record of the entry it removed is the oracle
+    where = {}
+
+    def edit(im):
+        root = im.tree_root(9)[0]
+        b, s = next((b, s) for b, s in im.walk(root) if b.item_key(s).type == 252)  # UUID_KEY_RECEIVED_SUBVOL
+        where["subvol"] = b.get_item(s, 0, "<Q")
+        b.delete_item(s)
+        im.write_block(b)
+    recs = inject(received, edit, refereed=False)
+    sub = where["subvol"]
+    assert has(recs, "root", (sub, C.ROOT_ITEM, 0), None, ("no entry for its received uuid",)), recs
+
+
+def test_root_item_generation_future(ubtrfs_bin, received):
+    where = {}
+
+    def edit(im):
+        (b, s) = next(v for (oid, _), v in sorted(im.root_items().items()) if oid >= 256)
+        where["key"] = tuple(b.item_key(s))
+        patch(im, b, s, C.ROOT_ITEM_GENERATION, "<Q", im.super("generation") + 50)
+    recs = inject(received, edit)
+    assert has(recs, "root", where["key"], None, ("root item generation",)), recs
