@@ -177,6 +177,7 @@ static int chunk_item(struct cstate *s, const struct ub_key *k, const uint8_t *d
 
 		ci->st[i].devid = UB_GET(btrfs_stripe, devid, st);
 		ci->st[i].physical = UB_GET(btrfs_stripe, offset, st);
+		memcpy(ci->st[i].dev_uuid, UB_PTR(btrfs_stripe, dev_uuid, st), UB_UUID_SIZE);
 	}
 	s->nch++;
 	chk_where(&p, BTRFS_CHUNK_TREE_OBJECTID, k, ci->logical);
@@ -315,6 +316,10 @@ static void check_chunk_devices(struct cstate *s)
 					   (unsigned long long)ci->st[j].devid);
 				continue;
 			}
+			/* the kernel finds a stripe's device by devid and uuid: another uuid is a missing device */
+			if (memcmp(ci->st[j].dev_uuid, dv->uuid, UB_UUID_SIZE))
+				chk_report(s->c, &p, "stripe %u names devid %llu with a device uuid that is not its device item's", j,
+					   (unsigned long long)ci->st[j].devid);
 			if (ci->st[j].physical + ci->stripe_size > dv->total)
 				chk_report(s->c, &p, "stripe %u (%llu bytes at %llu) runs past the end of devid %llu (%llu bytes)",
 					   j, (unsigned long long)ci->stripe_size, (unsigned long long)ci->st[j].physical,

@@ -7,6 +7,7 @@
 
 struct cstripe {
 	uint64_t devid, physical;
+	uint8_t dev_uuid[UB_UUID_SIZE];
 	bool found;
 };
 

@@ -362,13 +362,16 @@ struct subvols {
 	size_t n, cap;
 };
 
-/* The live subvolume trees the root tree names: the top one and every subvolume or snapshot. */
+/*
+ * The live subvolume trees the root tree names: the top one, every subvolume
+ * or snapshot, and the data relocation tree (a directory of its own).
+ */
 static int root_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size)
 {
 	struct subvols *l = (struct subvols *)s;
 
 	if (k->type != BTRFS_ROOT_ITEM_KEY ||
-	    (k->objectid != BTRFS_FS_TREE_OBJECTID &&
+	    (k->objectid != BTRFS_FS_TREE_OBJECTID && k->objectid != BTRFS_DATA_RELOC_TREE_OBJECTID &&
 	     (k->objectid < BTRFS_FIRST_FREE_OBJECTID || k->objectid > BTRFS_LAST_FREE_OBJECTID)))
 		return 0;
 	/* a deleted subvolume (refs 0) may be half dropped: its inodes are the cleaner's */
