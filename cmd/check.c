@@ -11,6 +11,7 @@
 #include "ubtrfs/fsinfo.h"
 #include "ubtrfs/mkfs.h"
 #include "cmd.h"
+#include "print_priv.h"
 
 static const char help[] =
 	"usage: ubtrfs check [OPTIONS] DEV...\n\n"
@@ -110,8 +111,12 @@ static void on_problem(void *arg, const struct ub_chk_problem *p)
 		printf(" devid %llu", (unsigned long long)p->devid);
 	if (p->devid && p->physical)
 		printf(" physical %llu", (unsigned long long)p->physical);
-	if (p->path)
-		printf(" (%s)", p->path);
+	/* a path may be a name from the disk: escaped, so that one problem stays one line */
+	if (p->path) {
+		fputs(" (", stdout);
+		pr_name(stdout, (const uint8_t *)p->path, strlen(p->path));
+		fputs(")", stdout);
+	}
 	printf("%s%s\n", p->tree || p->has_key || p->inode || p->logical || p->devid || p->path ? ": " : " ", p->msg);
 }
 

@@ -140,6 +140,14 @@ int ub_dir_lookup(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, const cha
 int ub_path_lookup(struct ub_fs *fs, const char *path, uint64_t *subvol, uint64_t *ino);
 /* ub_path_lookup, then the inode it leads to (placeholders take after the directory holding them). */
 int ub_path_lookup_inode(struct ub_fs *fs, const char *path, struct ub_inode *out);
+/*
+ * The path of inode `ino` inside subvolume `subvol` ("/a/b", "/" for its root
+ * directory), following each inode's first name back to the root directory,
+ * as the committed items say (no log replay). NUL-terminated in buf[bufsz];
+ * the names' bytes as they are. -ENOENT (an inode with no name), -ELOOP (a
+ * loop or deeper than 256), -ENAMETOOLONG, -EUCLEAN, or a read error.
+ */
+int ub_inode_path(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz);
 
 /* What a data read could not deliver (the caller got zeros there). */
 struct ub_read_report {

@@ -62,13 +62,23 @@ int chk_reserve(void *arrayp, size_t *cap, size_t n, size_t elem, size_t first)
 void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const char *fmt, ...)
 {
 	struct ub_chk_problem p = *where;
-	char msg[1024];
+	char msg[1024], path[1024];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	p.msg = msg;
+	/* an inode of a file tree: its path too, when its names lead to the root directory */
+	if (c->fs && !p.path && p.inode >= BTRFS_FIRST_FREE_OBJECTID && p.tree && p.tree != BTRFS_EXTENT_TREE_OBJECTID) {
+		bool was = c->capturing;
+
+		/* what the path's blocks say is the passes' to report, not this lookup's */
+		c->capturing = true;
+		if (!ub_inode_path(c->fs, p.tree, p.inode, path, sizeof(path)))
+			p.path = path;
+		c->capturing = was;
+	}
 	if ((unsigned)p.cls >= UB_CHK_NCLASSES)
 		p.cls = UB_CHK_OTHER;
 	c->sum.problems[p.cls]++;
@@ -134,6 +144,7 @@ int ub_checker_run(struct ub_checker *c, struct ub_fs *fs)
 	if (ret)
 		return ret;
 	c->super_generation = vi.generation;
+	c->fs = fs;
 	ret = chk_trees(c, fs);
 	if (!ret)
 		ret = chk_chunks(c, fs);

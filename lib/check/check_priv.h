@@ -88,6 +88,8 @@ struct ub_checker {
 	 */
 	struct chk_fext *fext;
 	size_t nfext, fext_cap;
+	/* ---- paths ---- */
+	struct ub_fs *fs; /* the filesystem being checked: problems about an inode get its path */
 };
 
 /*

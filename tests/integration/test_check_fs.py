@@ -176,6 +176,11 @@ def test_nbytes_wrong(ubtrfs_bin, base):
     ino = where["ino"]
     assert has(recs, "fs", (ino, C.INODE_ITEM, 0), ino,
                ("nbytes %d" % (where["nbytes"] + 4096), "hold %d" % where["nbytes"])), recs
+    # the record's path is one of the inode's names, as the forward walk of ls finds them
+    names = {o["path"] for o in T.parse_ls_json(T.ubtrfs("ls", "-R", "--json", base).stdout)
+             if o.get("ino") == ino and o.get("subvol", 5) == 5}
+    paths = {r["path"] for r in recs if r["class"] == "fs" and r["inode"] == ino}
+    assert names and paths and paths <= names, (paths, names)
 
 
 def test_inode_generation_future(ubtrfs_bin, base):

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * An inode's path inside its subvolume, found backwards: each step follows
+ * the inode's first name (INODE_REF, else INODE_EXTREF) to its directory,
+ * until the subvolume's root directory. For messages about an inode (the
+ * checker's), so it reads the committed items, bounds the walk and never
+ * trusts a name to be printable as more than bytes.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "ubtrfs/fs.h"
+#include "fs_priv.h"
+#include "items.h"
+
+/* Steps at most: a deeper path, or a loop, is not followed to its end. */
+#define MAX_DEPTH 256
+
+/* The first name of `ino`: its directory and the name's bytes (copied into name[UB_NAME_LEN]). */
+static int first_name(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *dir, char *name, size_t *len)
+{
+	struct ub_icur cur;
+	struct ub_key k;
+	const uint8_t *d;
+	uint32_t size, hdr;
+	int ret = ub_icur_open_disk(fs, subvol, ino, &cur);
+
+	if (ret)
+		return ret;
+	ret = ub_icur_seek(&cur, BTRFS_INODE_REF_KEY, 0);
+	if (ret)
+		goto out;
+	ub_icur_key(&cur, &k);
+	d = ub_icur_data(&cur, &size);
+	if (k.type == BTRFS_INODE_REF_KEY) {
+		hdr = sizeof(struct btrfs_inode_ref);
+		*dir = k.offset;
+		*len = size >= hdr ? UB_GET(btrfs_inode_ref, name_len, d) : 0;
+	} else if (k.type == BTRFS_INODE_EXTREF_KEY) {
+		hdr = sizeof(struct btrfs_inode_extref);
+		*dir = size >= hdr ? UB_GET(btrfs_inode_extref, parent_objectid, d) : 0;
+		*len = size >= hdr ? UB_GET(btrfs_inode_extref, name_len, d) : 0;
+	} else {
+		ret = 1;
+		goto out;
+	}
+	/* the tree checker bounded the name by the item; an empty or overlong one is not a name */
+	if (!*len || *len > UB_NAME_LEN || hdr + *len > size) {
+		ret = -EUCLEAN;
+		goto out;
+	}
+	memcpy(name, d + hdr, *len);
+out:
+	ub_icur_close(&cur);
+	return ret > 0 ? -ENOENT : ret;
+}
+
+int ub_inode_path(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz)
+{
+	char name[UB_NAME_LEN];
+	size_t at = bufsz, len;
+	uint64_t dir;
+	int ret;
+
+	if (bufsz < 2)
+		return -ENAMETOOLONG;
+	buf[--at] = 0;
+	for (int depth = 0; ino != BTRFS_FIRST_FREE_OBJECTID; depth++) {
+		if (depth >= MAX_DEPTH)
+			return -ELOOP;
+		ret = first_name(fs, subvol, ino, &dir, name, &len);
+		if (ret)
+			return ret;
+		if (dir == ino)
+			return -ELOOP;
+		if (len + 1 > at)
+			return -ENAMETOOLONG;
+		at -= len;
+		memcpy(buf + at, name, len);
+		buf[--at] = '/';
+		ino = dir;
+	}
+	if (at == bufsz - 1)
+		buf[--at] = '/';
+	memmove(buf, buf + at, bufsz - at);
+	return 0;
+}
