@@ -152,6 +152,20 @@ static int chunk_item(struct cstate *s, const struct ub_key *k, const uint8_t *d
 						  .used = UB_GET(btrfs_dev_item, bytes_used, d) };
 		memcpy(s->dev[s->ndev].uuid, UB_PTR(btrfs_dev_item, uuid, d), UB_UUID_SIZE);
 		s->ndev++;
+		{
+			const uint8_t *sb = ub_volume_super(ub_fs_volume(s->fs));
+			const uint8_t *want = UB_GET(ub_disk_super, incompat_flags, sb) & BTRFS_FEATURE_INCOMPAT_METADATA_UUID
+						      ? UB_PTR(ub_disk_super, metadata_uuid, sb)
+						      : UB_PTR(ub_disk_super, fsid, sb);
+
+			/* the kernel takes a device item of another fsid for a seed device's: this one goes missing */
+			if (memcmp(UB_PTR(btrfs_dev_item, fsid, d), want, UB_FSID_SIZE)) {
+				chk_where(&p, BTRFS_CHUNK_TREE_OBJECTID, k, 0);
+				p.devid = UB_GET(btrfs_dev_item, devid, d);
+				chk_report(s->c, &p, "the device item of devid %llu names another filesystem's fsid",
+					   (unsigned long long)p.devid);
+			}
+		}
 		return 0;
 	}
 	if (k->type != BTRFS_CHUNK_ITEM_KEY || size < offsetof(struct btrfs_chunk, stripe))
