@@ -13,6 +13,9 @@
 #include "cmd.h"
 #include "print_priv.h"
 
+/* The block cache of a check: 32 MiB (bench/check: faster than 192 MiB, 16 MiB gains little). */
+#define CHECK_CACHE_BYTES (32ULL << 20)
+
 static const char help[] =
 	"usage: ubtrfs check [OPTIONS] DEV...\n\n"
 	"Check the filesystem on DEV... without changing it (devices are opened read-only):\n"
@@ -302,6 +305,13 @@ int cmd_check(int argc, char **argv)
 	{
 		struct ub_fs_opts fo = open_args_fs_opts(&oa);
 
+		/*
+		 * The passes stream their trees in key order and a block is rarely
+		 * wanted twice: a small cache is faster here than a mount's large one
+		 * (fewer fresh pages to fault in) and holds less (docs/check.md).
+		 */
+		if (!fo.cache_bytes)
+			fo.cache_bytes = CHECK_CACHE_BYTES;
 		ret = open_fs_with(&oa, argv + optind, argc - optind, &fo, &log, &fs);
 	}
 	if (ret) {

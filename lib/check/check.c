@@ -10,6 +10,14 @@
 
 static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "free-space", "root", "csum", "fs", "other" };
 
+/* What a thread's pass keeps of the errors the library logs while it reads (see chk_capture). */
+static __thread struct {
+	bool on;
+	bool defer; /* the second thread: its problems wait in c->deferred */
+	char last[512];
+	unsigned n;
+} tls;
+
 const char *ub_chk_class_name(enum ub_chk_class c)
 {
 	return (unsigned)c < UB_CHK_NCLASSES ? class_names[c] : "?";
@@ -24,6 +32,7 @@ int ub_checker_new(const struct ub_chk_opts *opts, const struct ub_chk_sink *sin
 	if (opts)
 		c->opts = *opts;
 	c->sink = *sink;
+	pthread_mutex_init(&c->lock, NULL);
 	*out = c;
 	return 0;
 }
@@ -38,6 +47,12 @@ void ub_checker_free(struct ub_checker *c)
 	free(c->root_refs);
 	free(c->live_subvols);
 	free(c->fext);
+	for (size_t i = 0; i < c->ndeferred; i++) {
+		free((char *)c->deferred[i].msg);
+		free((char *)c->deferred[i].path);
+	}
+	free(c->deferred);
+	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
@@ -59,6 +74,50 @@ int chk_reserve(void *arrayp, size_t *cap, size_t n, size_t elem, size_t first)
 	return 0;
 }
 
+/* Keep a copy of `p` for the sink (under c->lock); without memory it is counted, not kept. */
+static void defer(struct ub_checker *c, const struct ub_chk_problem *p)
+{
+	struct ub_chk_problem *d;
+
+	if (chk_reserve(&c->deferred, &c->deferred_cap, c->ndeferred, sizeof(*c->deferred), 16))
+		goto lost;
+	d = &c->deferred[c->ndeferred];
+	*d = *p;
+	d->msg = strdup(p->msg);
+	d->path = p->path ? strdup(p->path) : NULL;
+	if (!d->msg || (p->path && !d->path)) {
+		free((char *)d->msg);
+		free((char *)d->path);
+		goto lost;
+	}
+	c->ndeferred++;
+	return;
+lost:
+	c->deferred_nomem = true;
+	c->sum.problems[p->cls]++;
+}
+
+/* The second thread's problems, in the order it found them (after the first thread's). */
+static void flush_deferred(struct ub_checker *c)
+{
+	for (size_t i = 0; i < c->ndeferred; i++) {
+		struct ub_chk_problem *d = &c->deferred[i];
+
+		c->sum.problems[d->cls]++;
+		if (c->sink.problem)
+			c->sink.problem(c->sink.arg, d);
+		free((char *)d->msg);
+		free((char *)d->path);
+	}
+	c->ndeferred = 0;
+	if (c->deferred_nomem) {
+		struct ub_chk_problem p = { .cls = UB_CHK_OTHER };
+
+		c->deferred_nomem = false;
+		chk_report(c, &p, "out of memory: some problems of the file tree pass were counted but not kept");
+	}
+}
+
 void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const char *fmt, ...)
 {
 	struct ub_chk_problem p = *where;
@@ -71,48 +130,60 @@ void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const 
 	p.msg = msg;
 	/* an inode of a file tree: its path too, when its names lead to the root directory */
 	if (c->fs && !p.path && p.inode >= BTRFS_FIRST_FREE_OBJECTID && p.tree && p.tree != BTRFS_EXTENT_TREE_OBJECTID) {
-		bool was = c->capturing;
+		bool was = tls.on;
 
 		/* what the path's blocks say is the passes' to report, not this lookup's */
-		c->capturing = true;
+		tls.on = true;
 		if (!ub_inode_path(c->fs, p.tree, p.inode, path, sizeof(path)))
 			p.path = path;
-		c->capturing = was;
+		tls.on = was;
 	}
 	if ((unsigned)p.cls >= UB_CHK_NCLASSES)
 		p.cls = UB_CHK_OTHER;
-	c->sum.problems[p.cls]++;
-	if (c->sink.problem)
-		c->sink.problem(c->sink.arg, &p);
+	pthread_mutex_lock(&c->lock);
+	if (tls.defer) {
+		defer(c, &p);
+	} else {
+		c->sum.problems[p.cls]++;
+		if (c->sink.problem)
+			c->sink.problem(c->sink.arg, &p);
+	}
+	pthread_mutex_unlock(&c->lock);
 }
 
 void chk_capture(struct ub_checker *c)
 {
-	c->capturing = true;
-	c->last[0] = 0;
-	c->nlogged = 0;
+	(void)c;
+	tls.on = true;
+	tls.last[0] = 0;
+	tls.n = 0;
 }
 
 const char *chk_captured(struct ub_checker *c)
 {
-	c->capturing = false;
-	return c->last;
+	(void)c;
+	tls.on = false;
+	return tls.last;
 }
 
 void chk_progress(struct ub_checker *c, const char *phase, uint64_t done, uint64_t total)
 {
-	if (c->sink.progress)
-		c->sink.progress(c->sink.arg, phase, done, total);
+	/* the progress line follows the first thread's passes */
+	if (!c->sink.progress || tls.defer)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->sink.progress(c->sink.arg, phase, done, total);
+	pthread_mutex_unlock(&c->lock);
 }
 
 static void log_bridge(void *arg, enum ub_log_level lvl, const char *msg)
 {
 	struct ub_checker *c = arg;
 
-	if (lvl == UB_LOG_ERROR && c->capturing) {
+	if (lvl == UB_LOG_ERROR && tls.on) {
 		/* the first error of a read names its cause; later ones only repeat it per copy */
-		if (!c->nlogged++)
-			snprintf(c->last, sizeof(c->last), "%s", msg);
+		if (!tls.n++)
+			snprintf(tls.last, sizeof(tls.last), "%s", msg);
 		return;
 	}
 	if (lvl == UB_LOG_ERROR) {
@@ -122,7 +193,7 @@ static void log_bridge(void *arg, enum ub_log_level lvl, const char *msg)
 		return;
 	}
 	/* a failed copy's warning repeats what the problem says; -v shows it */
-	if (c->capturing && lvl == UB_LOG_WARN && c->opts.verbosity < UB_LOG_INFO)
+	if (tls.on && lvl == UB_LOG_WARN && c->opts.verbosity < UB_LOG_INFO)
 		return;
 	if ((int)lvl <= c->opts.verbosity)
 		fprintf(stderr, "ubtrfs: %s: %s\n", lvl == UB_LOG_WARN ? "warning" : "note", msg);
@@ -136,8 +207,32 @@ void ub_checker_log(struct ub_checker *c, struct ub_log *out)
 	out->verbosity = UB_LOG_DEBUG;
 }
 
+struct second {
+	struct ub_checker *c;
+	struct ub_fs *fs;
+	pthread_t self; /* the caller's thread: run there, nothing is deferred */
+	int ret;
+};
+
+/* The passes that need nothing of the tree and chunk passes: file trees, root items. */
+static void *second_passes(void *arg)
+{
+	struct second *s = arg;
+	bool threaded = !pthread_equal(pthread_self(), s->self);
+
+	tls.defer = threaded;
+	s->ret = chk_fs_trees(s->c, s->fs);
+	if (!s->ret)
+		s->ret = chk_root_items(s->c, s->fs);
+	tls.defer = false;
+	return NULL;
+}
+
 int ub_checker_run(struct ub_checker *c, struct ub_fs *fs)
 {
+	struct second second = { .self = pthread_self() };
+	bool threaded;
+	pthread_t tid;
 	struct ub_volume_info vi;
 	int ret = ub_volume_get_info(ub_fs_volume(fs), &vi);
 
@@ -145,14 +240,20 @@ int ub_checker_run(struct ub_checker *c, struct ub_fs *fs)
 		return ret;
 	c->super_generation = vi.generation;
 	c->fs = fs;
+	second.c = c;
+	second.fs = fs;
+	/* without a second thread the same passes run after the others, on this one */
+	threaded = !pthread_create(&tid, NULL, second_passes, &second);
 	ret = chk_trees(c, fs);
 	if (!ret)
 		ret = chk_chunks(c, fs);
-	if (!ret)
-		ret = chk_fs_trees(c, fs);
-	if (!ret)
-		ret = chk_root_items(c, fs);
-	return ret;
+	if (threaded) {
+		pthread_join(tid, NULL);
+		flush_deferred(c);
+	} else {
+		second_passes(&second);
+	}
+	return ret ? ret : second.ret;
 }
 
 void ub_checker_summary(const struct ub_checker *c, struct ub_chk_summary *out)

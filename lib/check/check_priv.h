@@ -3,6 +3,8 @@
 #ifndef UBTRFS_CHECK_PRIV_H
 #define UBTRFS_CHECK_PRIV_H
 
+#include <pthread.h>
+
 #include "tree/tree_priv.h"
 #include "volume/volume_priv.h"
 #include "ubtrfs/check.h"
@@ -48,13 +50,19 @@ struct ub_checker {
 	struct ub_chk_sink sink;
 	struct ub_chk_summary sum;
 	/*
-	 * While a pass reads (capturing), errors the library logs are kept here
-	 * instead of becoming problems of their own: the pass reports them with
-	 * the place it knows. Passes run on one thread.
+	 * While a pass reads (chk_capture), errors the library logs on that
+	 * thread are kept (per thread, check.c) instead of becoming problems of
+	 * their own: the pass reports them with the place it knows.
+	 *
+	 * Two threads: the tree and chunk passes on the caller's, the file tree
+	 * and root item passes (which need nothing of theirs) beside them. The
+	 * second thread's problems wait in `deferred` and reach the sink after
+	 * the first thread's, so the output keeps the order of the classes.
 	 */
-	bool capturing;
-	char last[512];
-	unsigned nlogged;
+	pthread_mutex_t lock; /* the sink, problem counts, deferred */
+	struct ub_chk_problem *deferred;
+	size_t ndeferred, deferred_cap;
+	bool deferred_nomem;
 	uint64_t super_generation; /* of the superblock in use, for the tree pass */
 	/*
 	 * What the tree pass hands the extent checks: every block reached, sorted,

@@ -58,6 +58,14 @@ static int root_tree_item(struct cstate *s, const struct ub_key *k, const uint8_
 		chk_report(s->c, &p, "root item generation %llu is newer than the filesystem's %llu",
 			   (unsigned long long)gen, (unsigned long long)s->c->super_generation);
 	}
+	/* the fixed trees have one root item each, at offset 0 (extent-tree-v2, which numbers them, is not supported) */
+	if (k->objectid < BTRFS_FIRST_FREE_OBJECTID && k->objectid != BTRFS_FS_TREE_OBJECTID && k->offset) {
+		char name[32];
+
+		where_root(&p, BTRFS_ROOT_TREE_OBJECTID, k);
+		chk_report(s->c, &p, "the root item of %s has offset %llu, not 0",
+			   ub_tree_name(k->objectid, name, sizeof(name)), (unsigned long long)k->offset);
+	}
 	if (!is_subvol(k->objectid))
 		return 0;
 	if (chk_reserve(&r->v, &r->cap, r->n, sizeof(*r->v), 16))
