@@ -99,7 +99,8 @@ void chk_names_check(struct fstate *f)
 {
 	size_t i = 0;
 
-	qsort(f->names, f->nnames, sizeof(*f->names), name_cmp);
+	if (f->nnames)
+		qsort(f->names, f->nnames, sizeof(*f->names), name_cmp);
 	while (i < f->nnames) {
 		size_t j = i + 1;
 
@@ -121,7 +122,8 @@ void chk_orphans_check(struct fstate *f)
 {
 	size_t o = 0;
 
-	qsort(f->orphans, f->norphans, sizeof(*f->orphans), u64_cmp);
+	if (f->norphans)
+		qsort(f->orphans, f->norphans, sizeof(*f->orphans), u64_cmp);
 	for (size_t i = 0; i < f->nunlinked; i++) {
 		struct ub_chk_problem p;
 		uint64_t ino = f->unlinked[i];

@@ -401,6 +401,7 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 	c->tag_tree = w.tag_tree;
 	c->ntags = w.ntags;
 	chk_block_map_sort(&c->blocks);
-	qsort(c->fext, c->nfext, sizeof(*c->fext), fext_cmp);
+	if (c->nfext)
+		qsort(c->fext, c->nfext, sizeof(*c->fext), fext_cmp);
 	return ret < 0 ? ret : 0;
 }
