@@ -228,9 +228,11 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 		printf(",\"csum_items\":%llu,\"csum_bytes\":%llu", (unsigned long long)s->csum_items,
 		       (unsigned long long)s->csum_bytes);
 		/* ---- file trees ---- */
-		printf(",\"subvolumes\":%llu,\"inodes\":%llu,\"names\":%llu,\"file_extents\":%llu}}\n",
+		printf(",\"subvolumes\":%llu,\"inodes\":%llu,\"names\":%llu,\"file_extents\":%llu",
 		       (unsigned long long)s->subvols, (unsigned long long)s->inodes, (unsigned long long)s->names,
 		       (unsigned long long)s->file_extents);
+		/* ---- RAID5/6 parity ---- */
+		printf(",\"parity_stripes\":%llu}}\n", (unsigned long long)s->parity_stripes);
 		return;
 	}
 	printf("checked: %llu superblock copies, %llu trees, %llu tree blocks (%llu bytes of metadata, %llu shared "
@@ -247,6 +249,9 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 	printf("file trees: %llu subvolumes, %llu inodes, %llu names, %llu file extents\n",
 	       (unsigned long long)s->subvols, (unsigned long long)s->inodes, (unsigned long long)s->names,
 	       (unsigned long long)s->file_extents);
+	if (s->parity_stripes)
+		printf("parity: %llu RAID5/6 full stripes compared with their data\n",
+		       (unsigned long long)s->parity_stripes);
 	printf("problems: %llu", (unsigned long long)total);
 	for (int i = 0; i < UB_CHK_NCLASSES; i++)
 		printf("%s%s %llu", i ? ", " : " (", ub_chk_class_name((enum ub_chk_class)i),

@@ -78,6 +78,8 @@ struct ub_chk_summary {
 	/* ---- file trees ---- */
 	uint64_t subvols;       /* subvolume trees checked */
 	uint64_t inodes, names, file_extents;
+	/* ---- RAID5/6 parity (--check-data-csum) ---- */
+	uint64_t parity_stripes; /* full stripes whose P (and Q) were compared with their data */
 };
 
 struct ub_checker;

@@ -488,6 +488,7 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 		chk_report(s->c, &p, "extent [%llu, +%llu) runs past the end of chunk %llu",
 			   (unsigned long long)k->objectid, (unsigned long long)len, (unsigned long long)s->ch[i].logical);
 	s->ch[i].extents_sum += len;
+	chk_parity_mark(s, &s->ch[i], k->objectid, len);
 	if (s->ch[i].type & BTRFS_BLOCK_GROUP_DATA)
 		s->c->sum.data_bytes += len;
 	{
@@ -631,8 +632,15 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 			ret = 0;
 		chk_csum_end(&s);
 	}
-	for (size_t i = 0; i < s.nch; i++)
+	/* RAID5/6 parity of every full stripe with extents (--check-data-csum) */
+	if (ret >= 0 && !s.extents_incomplete && c->opts.check_data_csum) {
+		chk_progress(c, "parity", 0, 0);
+		chk_parity_verify(&s);
+	}
+	for (size_t i = 0; i < s.nch; i++) {
 		free(s.ch[i].st);
+		free(s.ch[i].full_used);
+	}
 	free(s.ch);
 	free(s.dev);
 	free(s.drefs);

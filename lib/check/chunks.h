@@ -20,6 +20,7 @@ struct cinfo {
 	uint16_t num;
 	bool bg, free_info;
 	struct cstripe *st;
+	uint64_t *full_used; /* RAID5/6 with --check-data-csum: a bit per full stripe an extent touches */
 };
 
 struct dinfo {
@@ -98,6 +99,10 @@ void chk_free_space_check(struct cstate *s);
 int chk_csum_begin(struct cstate *s, bool with_extents);
 int chk_csum_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
 void chk_csum_end(struct cstate *s);
+
+/* parity.c (--check-data-csum): mark the full stripes an extent touches; then verify those. */
+void chk_parity_mark(struct cstate *s, struct cinfo *ci, uint64_t logical, uint64_t len);
+void chk_parity_verify(struct cstate *s);
 
 /* data_refs.c: every item of the extent tree's stream, then its end. */
 void chk_data_refs_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);

@@ -502,3 +502,56 @@ const struct ub_layout ub_layout_parity = {
 	.write = parity_write,
 	.readable = parity_readable,
 };
+
+/* ---- verifying parity ---- */
+
+int ub_volume_parity_check(const struct ub_chunk *c, uint64_t full, int *bad_parity, int *unreadable)
+{
+	const int total = c->num_stripes, np = c->profile ? c->profile->nparity : 0, n = total - np;
+	const size_t len = (size_t)c->stripe_len;
+	uint8_t *bufs, *stripes[UB_RAID_MAX_STRIPES];
+	int ret = 0;
+
+	*bad_parity = *unreadable = -1;
+	if (np < 1 || n < 1 || total > UB_RAID_MAX_STRIPES || full >= c->length / ((uint64_t)n * c->stripe_len))
+		return -EINVAL;
+	/* the strips as stored, then the parity their data gives, side by side */
+	bufs = malloc((size_t)(total + np) * len);
+	if (!bufs)
+		return -ENOMEM;
+	for (int i = 0; i < total; i++) {
+		const struct ub_stripe *s = &c->stripes[slot_stripe(c, full, i)];
+
+		stripes[i] = bufs + (size_t)i * len;
+		if (!s->dev || ub_vdev_read(s->dev, stripes[i], len, s->physical + full * c->stripe_len)) {
+			*unreadable = i;
+			ret = 1;
+			goto out;
+		}
+	}
+	{
+		uint8_t *fresh[UB_RAID_MAX_STRIPES];
+
+		for (int i = 0; i < n; i++)
+			fresh[i] = stripes[i];
+		for (int p = 0; p < np; p++)
+			fresh[n + p] = bufs + (size_t)(total + p) * len;
+		ret = ub_raid_gen_parity(n, np, fresh, len);
+		if (ret)
+			goto out;
+		for (int p = 0; p < np; p++)
+			if (memcmp(fresh[n + p], stripes[n + p], len)) {
+				*bad_parity = p;
+				ret = 2;
+				break;
+			}
+	}
+out:
+	free(bufs);
+	return ret;
+}
+
+int ub_volume_parity_slot(const struct ub_chunk *c, uint64_t full, int slot)
+{
+	return slot_stripe(c, full, slot);
+}

@@ -92,6 +92,15 @@ struct ub_volume {
 };
 
 const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical);
+/*
+ * RAID5/6: read every strip of full stripe `full` of chunk `c` as stored and
+ * compare P (and Q) with what the data strips give. 0 consistent; 1 a strip
+ * cannot be read (*unreadable: its slot, data 0..n-1 then P, Q); 2 parity
+ * differs (*bad_parity: 0 P, 1 Q; the first that differs); <0 -errno.
+ */
+int ub_volume_parity_check(const struct ub_chunk *c, uint64_t full, int *bad_parity, int *unreadable);
+/* The index into c->stripes of slot `slot` (data 0..n-1, P, Q) of full stripe `full`. */
+int ub_volume_parity_slot(const struct ub_chunk *c, uint64_t full, int slot);
 
 /* ---- what only the library calls: chunk feeding, the write side ---- */
 

@@ -202,6 +202,8 @@ def test_check_data_csum_clean(ubtrfs_bin, factory, name):
     recs, summary = problems(cp)
     assert cp.returncode == 0 and not recs, [r["message"] for r in recs]
     assert summary["csum_bytes"] > 0
+    # every full stripe with extents had its parity compared with its data
+    assert (summary["parity_stripes"] > 0) == (name in ("kernel-raid5", "kernel-raid6")), summary
 
 
 def test_check_data_csum_bad_mirror(ubtrfs_bin, factory, tmp_path):
@@ -240,7 +242,9 @@ def _data_chunk(devs):
 
 
 def test_check_data_csum_bad_parity(ubtrfs_bin, factory, tmp_path):
-    """A byte of P flipped on RAID5: the copy rebuilt from P of the data sector beside it is bad."""
+    """A byte of P flipped on RAID5: the copy rebuilt from P of the data sector beside it is bad,
+    and the full stripe's P does not match its data (no referee: btrfs check does not read parity,
+    the test's record of where P lies, from the chunk item, is the oracle)."""
     devs = []
     for i, src in enumerate(factory.image("kernel-raid5").devices):
         devs.append(tmp_path / ("r5.%d.img" % i))
@@ -266,6 +270,12 @@ def test_check_data_csum_bad_parity(ubtrfs_bin, factory, tmp_path):
     row_start = logical + row * stripe_len * (n - 1)
     want = sorted(row_start + k * stripe_len + in_row % stripe_len // 4096 * 4096 for k in range(n - 1))
     assert sector in want
+    # the full stripe's P is named once, with its device and place
+    parity = [r for r in recs if "does not match its data strips" in r["message"]]
+    recs = [r for r in recs if r not in parity]
+    assert [(r["class"], r["devid"], r["physical"], r["logical"]) for r in parity] == \
+        [("csum", devid, phys + row * stripe_len, row_start)], parity
+    assert ": P (devid" in parity[0]["message"], parity
     # one record per read names its first bad sector and how many there are
     msgs = [r["message"] for r in recs]
     assert recs and all(r["logical"] in want and "on copy 2" in r["message"] for r in recs), msgs

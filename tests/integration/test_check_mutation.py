@@ -25,7 +25,7 @@ from test_mutation import base, mutate  # noqa: F401 (the fixture is used by nam
 
 ROUNDS = 300 if os.environ.get("UBTRFS_LONG_TESTS") == "1" else 30
 SEEDS = [21]
-SUMMARY = ("checked:", "checksums:", "file trees:", "problems:")
+SUMMARY = ("checked:", "checksums:", "file trees:", "parity:", "problems:")
 
 
 def problem_lines(cp):

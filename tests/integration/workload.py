@@ -1166,7 +1166,7 @@ def check_image(res, what, devices, extra=()):
         ref = T.run(["btrfs", "check", "--readonly", devices[0]], check=False)
         referee = "; btrfs check exit %d" % ref.returncode
     lines = [l for l in cp.stdout.decode("utf-8", "replace").splitlines()
-             if not l.startswith(("checked:", "checksums:", "file trees:", "problems:"))]
+             if not l.startswith(("checked:", "checksums:", "file trees:", "parity:", "problems:"))]
     problems.append("check exit %d%s: %s" % (cp.returncode, referee, " | ".join(lines[:8])))
     res.problems += ["[%s] %s" % (what, p) for p in problems]
 
