@@ -281,3 +281,30 @@ def test_check_data_csum_bad_parity(ubtrfs_bin, factory, tmp_path):
     assert recs and all(r["logical"] in want and "on copy 2" in r["message"] for r in recs), msgs
     assert sum(int(re.search(r"\((\d+) of the sectors", m).group(1)) for m in msgs) == len(want), msgs
     assert all(r["class"] == "csum" and "mismatch" in r["message"] for r in recs), [r["message"] for r in recs]
+
+
+def test_check_data_csum_bad_q(ubtrfs_bin, factory, tmp_path):
+    """A byte of Q flipped on RAID6: the full stripe's Q is named (no referee: btrfs check does not
+    read parity; the test's record of where Q lies, from the chunk item, is the oracle)."""
+    devs = []
+    for i, src in enumerate(factory.image("kernel-raid6").devices):
+        devs.append(tmp_path / ("r6.%d.img" % i))
+        T.copy_sparse(src, devs[-1])
+    out = T.ubtrfs("dump-tree", "-t", "csum", *[str(d) for d in devs]).stdout.decode()
+    sector = int(re.search(r"key \(EXTENT_CSUM EXTENT_CSUM (\d+)\)", out).group(1))
+    logical, stripe_len, stripes = _data_chunk(devs)
+    n = len(stripes)
+    row = (sector - logical) // (stripe_len * (n - 2))
+    devid, phys = stripes[(n - 1 + row) % n]  # Q: the slot after P, rotating with the row
+    at = phys + row * stripe_len + 100
+    with open(devs[devid - 1], "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x5a]))
+    cp = check("--json", "--check-data-csum", *devs)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1, T.describe(cp)
+    parity = [r for r in recs if "does not match its data strips" in r["message"]]
+    assert [(r["devid"], r["physical"]) for r in parity] == [(devid, phys + row * stripe_len)], recs
+    assert ": Q (devid" in parity[0]["message"], parity
