@@ -30,6 +30,9 @@ static const char help[] =
 	"      --no-xattrs      leave out extended attributes (and POSIX ACLs)\n"
 	"      --overwrite      replace files that exist in OUTDIR (never a directory);\n"
 	"                       without it they are kept and reported\n"
+	"      --report FILE    write one JSON line per damaged or lost file to FILE: its\n"
+	"                       path, and for a file whose data could not all be read,\n"
+	"                       the byte ranges lost and why\n"
 	"  -n, --dry-run        list what would be restored (directories end in '/',\n"
 	"                       symlinks in '@'); make nothing\n"
 	"  -h, --help           this text\n"
@@ -398,12 +401,13 @@ int cmd_restore(int argc, char **argv)
 		{ "no-snapshots", no_argument, NULL, 0x301 }, { "no-owner", no_argument, NULL, 0x302 },
 		{ "no-mode", no_argument, NULL, 0x303 }, { "no-times", no_argument, NULL, 0x304 },
 		{ "no-xattrs", no_argument, NULL, 0x305 }, { "overwrite", no_argument, NULL, 0x306 },
+		{ "report", required_argument, NULL, 0x307 },
 		{ "dry-run", no_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' },
 		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
 	};
 	struct restorer r = { .owner = true, .mode = true, .times = true, .xattrs = true, .rootfd = -1 };
 	struct frame root = { .rel = "", .fd = -1 };
-	const char *path = NULL, *outdir;
+	const char *path = NULL, *outdir, *report = NULL;
 	int opt, o, ret;
 
 	open_args_init(&r.oa);
@@ -429,6 +433,7 @@ int cmd_restore(int argc, char **argv)
 		case 0x304: r.times = false; break;
 		case 0x305: r.xattrs = false; break;
 		case 0x306: r.overwrite = true; break;
+		case 0x307: report = optarg; break;
 		case 'n': r.dry_run = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("restore", "invalid option");
@@ -446,6 +451,11 @@ int cmd_restore(int argc, char **argv)
 	r.target = malloc(65536);
 	if (!r.buf || !r.target) {
 		fprintf(stderr, "ubtrfs: error: out of memory\n");
+		r.rc = EXIT_FATAL;
+		goto out;
+	}
+	if (report && !(r.report = fopen(report, "we"))) {
+		fprintf(stderr, "ubtrfs: error: --report %s: %s\n", report, strerror(errno));
 		r.rc = EXIT_FATAL;
 		goto out;
 	}
@@ -487,6 +497,11 @@ int cmd_restore(int argc, char **argv)
 			(unsigned long long)r.nfiles, (unsigned long long)r.bytes, (unsigned long long)r.nsymlinks,
 			(unsigned long long)r.nhardlinks, (unsigned long long)r.nspecial,
 			(unsigned long long)r.nproblems);
+	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run)
+		fprintf(stderr, "files: %llu complete, %llu partial, %llu lost; data: %llu bytes recovered, %llu lost\n",
+			(unsigned long long)r.files_complete, (unsigned long long)r.files_partial,
+			(unsigned long long)r.files_lost, (unsigned long long)(r.bytes - r.bytes_zeroed),
+			(unsigned long long)r.bytes_lost);
 out:
 	if (fflush(stdout) && r.rc == EXIT_OK)
 		r.rc = EXIT_FATAL;
@@ -496,6 +511,11 @@ out:
 		close(r.rootfd);
 	if (r.use_regex)
 		regfree(&r.regex);
+	if (r.report && fclose(r.report) && r.rc == EXIT_OK) {
+		fprintf(stderr, "ubtrfs: error: --report %s: %s\n", report, strerror(errno));
+		r.rc = EXIT_FATAL;
+	}
+	free(r.lost);
 	rmap_free(&r.links);
 	rmap_free(&r.entered);
 	free(r.buf);

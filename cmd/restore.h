@@ -11,6 +11,7 @@
 #include <regex.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 #include "cmd.h"
 
@@ -57,6 +58,17 @@ struct restorer {
 		uint64_t generation;
 	} *older;
 	int nolder;
+	/* ---- the report ---- */
+	FILE *report;      /* --report: one JSON line per damaged or lost file */
+	uint64_t files_complete, files_partial, files_lost, bytes_lost;
+	uint64_t bytes_zeroed; /* of `bytes`: written as zeros where the data could not be read */
+	struct rs_lost {
+		uint64_t off, len;
+		char why[128];
+	} *lost;           /* the ranges of the file being copied that could not be read */
+	size_t nlost, lost_cap;
+	bool lost_nomem;
+	bool data_verdict; /* the file's report line is written: its data problems add none */
 };
 
 /* A directory on the walk; made under OUTDIR only when something goes into it (lazily). */

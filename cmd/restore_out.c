@@ -17,24 +17,106 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include "json.h"
 #include "restore.h"
 
 #define DATA_CHUNK (4U << 20)
 
+/* The start of a report line: {"path": "/REL" */
+static void report_path(struct restorer *r, const char *rel)
+{
+	char *p = malloc(strlen(rel) + 2);
+
+	fputs("{\"path\": ", r->report);
+	if (p) {
+		p[0] = '/';
+		strcpy(p + 1, rel);
+		json_str(r->report, p, strlen(p));
+		free(p);
+	} else {
+		json_str(r->report, rel, strlen(rel));
+	}
+}
+
 void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...)
 {
+	char msg[1024];
 	va_list ap;
 
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
 	if (r->tty)
 		fputs("\r\033[K", stderr);
-	fprintf(stderr, "ubtrfs: error: /%s: ", rel);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, "ubtrfs: error: /%s: %s\n", rel, msg);
+	/* a file's unreadable data is its verdict's line (file_verdict), not one more */
+	if (r->report && !r->data_verdict) {
+		report_path(r, rel);
+		fputs(", \"status\": \"problem\", \"why\": ", r->report);
+		json_str(r->report, msg, strlen(msg));
+		fputs("}\n", r->report);
+	}
 	r->nproblems++;
 	if (r->rc == EXIT_OK)
 		r->rc = EXIT_PROBLEMS;
+}
+
+/* A range the reader could not give (ub_read_report's callback): kept, adjacent ones of one cause merged. */
+static void note_bad(void *arg, uint64_t off, uint64_t len, const char *why)
+{
+	struct restorer *r = arg;
+	struct rs_lost *l = r->nlost ? &r->lost[r->nlost - 1] : NULL;
+
+	if (l && l->off + l->len == off && !strncmp(l->why, why, sizeof(l->why) - 1)) {
+		l->len += len;
+		return;
+	}
+	if (r->nlost == r->lost_cap) {
+		size_t cap = r->lost_cap ? r->lost_cap * 2 : 16;
+		struct rs_lost *v = realloc(r->lost, cap * sizeof(*v));
+
+		if (!v) {
+			r->lost_nomem = true;
+			return;
+		}
+		r->lost = v;
+		r->lost_cap = cap;
+	}
+	l = &r->lost[r->nlost++];
+	l->off = off;
+	l->len = len;
+	snprintf(l->why, sizeof(l->why), "%s", why);
+}
+
+/* A file copied: complete, partial or lost, counted; the latter two get a report line with their ranges. */
+static void file_verdict(struct restorer *r, const char *rel, const struct ub_inode *in)
+{
+	uint64_t lost = 0;
+
+	for (size_t i = 0; i < r->nlost; i++)
+		lost += r->lost[i].len;
+	r->bytes_lost += lost;
+	if (!r->nlost) {
+		r->files_complete++;
+		return;
+	}
+	if (lost >= in->size)
+		r->files_lost++;
+	else
+		r->files_partial++;
+	if (!r->report)
+		return;
+	report_path(r, rel);
+	fprintf(r->report, ", \"subvol\": %llu, \"inode\": %llu, \"size\": %llu, \"status\": \"%s\", \"lost_bytes\": %llu, \"lost\": [",
+		(unsigned long long)in->subvol, (unsigned long long)in->ino, (unsigned long long)in->size,
+		lost >= in->size ? "lost" : "partial", (unsigned long long)lost);
+	for (size_t i = 0; i < r->nlost; i++) {
+		fprintf(r->report, "%s{\"offset\": %llu, \"length\": %llu, \"why\": ", i ? ", " : "",
+			(unsigned long long)r->lost[i].off, (unsigned long long)r->lost[i].len);
+		json_str(r->report, r->lost[i].why, strlen(r->lost[i].why));
+		fputc('}', r->report);
+	}
+	fprintf(r->report, "]%s}\n", r->lost_nomem ? ", \"ranges_incomplete\": true" : "");
 }
 
 void rs_progress(struct restorer *r, bool final)
@@ -200,10 +282,12 @@ static int make_room(struct restorer *r, int dfd, const char *name, const char *
 /* Write the file's data; holes stay holes. 0, or <0 when the file is not whole (reported). */
 static int copy_data(struct restorer *r, int fd, const char *rel, const struct ub_inode *in)
 {
-	struct ub_read_report rep = { 0, 0 };
+	struct ub_read_report rep = { .bad_range = note_bad, .bad_arg = r };
 	uint64_t off = 0, start, end;
 	int ret = 0;
 
+	r->nlost = 0;
+	r->lost_nomem = false;
 	while (off < in->size) {
 		ret = ub_file_next_data(r->fs, in->subvol, in->ino, off, &start, &end);
 		if (ret)
@@ -236,6 +320,11 @@ static int copy_data(struct restorer *r, int fd, const char *rel, const struct u
 	ub_read_report_flush(r->fs, &rep);
 	if (ret == 1)
 		ret = 0;
+	if (ret && off < in->size)
+		note_bad(r, off, in->size - off, ret == -EUCLEAN ? "a corrupt file extent item ends the file's data" : strerror(-ret));
+	file_verdict(r, rel, in);
+	r->bytes_zeroed += rep.bad_bytes;
+	r->data_verdict = true;
 	if (ret == -EUCLEAN) {
 		rs_problem(r, rel, "a corrupt file extent at offset %llu ends the file's data there",
 			   (unsigned long long)off);
@@ -246,6 +335,7 @@ static int copy_data(struct restorer *r, int fd, const char *rel, const struct u
 			   (unsigned long long)rep.bad_bytes, (unsigned long long)rep.first_bad_offset);
 		ret = -EIO;
 	}
+	r->data_verdict = false;
 	if (ftruncate(fd, (off_t)in->size)) {
 		rs_problem(r, rel, "cannot set the size: %s", strerror(errno));
 		ret = -EIO;

@@ -157,6 +157,9 @@ struct ub_read_report {
 	bool seen;
 	uint64_t last_subvol, last_ino, last_key, last_end, repeats;
 	uint32_t last_why;
+	/* optional: told every range that could not be read (file offset, length, why), repeats too */
+	void (*bad_range)(void *arg, uint64_t off, uint64_t len, const char *why);
+	void *bad_arg;
 };
 /* Print "... and N more like this" for errors held back as repeats; call when done reading. */
 void ub_read_report_flush(struct ub_fs *fs, struct ub_read_report *rep);

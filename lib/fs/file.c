@@ -95,6 +95,8 @@ static void report_bad(struct file_ctx *c, uint64_t key_off, uint64_t foff, uint
 		len = e - s;
 	}
 	c->err = -EIO;
+	if (rep && rep->bad_range)
+		rep->bad_range(rep->bad_arg, foff, len, what);
 	if (rep) {
 		uint32_t h = why_hash(what);
 

@@ -336,3 +336,41 @@ def test_restore_from_older_root(tmp_path):
     T.run(["btrfs", "restore", "-i", str(img), str(theirs)], check=False)
     progs = {p for p in files if (theirs / p.lstrip("/")).is_file()}
     assert progs < set(got), (len(progs), len(got))
+
+
+def test_restore_report_damaged_data(tmp_path):
+    """A sector of a file's data overwritten on its only copy: the file is restored with every
+    other byte as the kernel wrote it and zeros there, the summary counts it partial, and
+    --report names it with the byte range lost and why (the test's record of where it wrote
+    is the oracle; the kernel's read of the same file fails with EIO there too)."""
+    img = tmp_path / "img"
+    with open(img, "wb") as f:
+        f.truncate(256 * T.MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    data = bytes((i * 7) % 251 for i in range(64 * 1024))
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        with open(os.path.join(mnt, "victim"), "wb") as f:
+            f.write(data)
+        with open(os.path.join(mnt, "intact"), "wb") as f:
+            f.write(b"intact\n" * 1000)
+        ino = os.lstat(os.path.join(mnt, "victim")).st_ino
+        T.run(["sync"])
+    dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", str(img)]).stdout.decode()
+    (foff, disk, _, eoff, _, comp), = T.file_extents(dump, ino)
+    assert foff == 0 and comp == 0
+    bad_off = 3 * 4096  # the fourth sector of the file
+    (_, phys), = T.map_logical(img, disk + eoff + bad_off, 4096)
+    T.overwrite(img, phys, b"\xee" * 4096)
+    out, report = tmp_path / "out", tmp_path / "report.jsonl"
+    cp = _restore("--report", report, img, out, rc=1)
+    assert b"1 partial, 0 lost" in cp.stderr, T.describe(cp)
+    got = (out / "victim").read_bytes()
+    assert got == data[:bad_off] + bytes(4096) + data[bad_off + 4096:]
+    assert (out / "intact").read_bytes() == b"intact\n" * 1000
+    import json
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert len(lines) == 1, lines
+    rec = lines[0]
+    assert rec["path"] == "/victim" and rec["status"] == "partial" and rec["inode"] == ino, rec
+    assert rec["lost_bytes"] == 4096 and [(x["offset"], x["length"]) for x in rec["lost"]] == [(bad_off, 4096)], rec
+    assert "checksum" in rec["lost"][0]["why"], rec
