@@ -280,26 +280,30 @@ static int make_room(struct restorer *r, int dfd, const char *name, const char *
 }
 
 /* Write the file's data; holes stay holes. 0, or <0 when the file is not whole (reported). */
-static int copy_data(struct restorer *r, int fd, const char *rel, const struct ub_inode *in)
+/*
+ * Copy the data of `in` from `fs`, from *offp on (left where it stopped).
+ * Unreadable data is zeros, counted in `rep`; 0 at the end, -ECANCELED when
+ * writing OUTDIR failed (said), or the reader's error that ended the data.
+ */
+static int copy_from(struct restorer *r, struct ub_fs *fs, int fd, const char *rel, const struct ub_inode *in,
+		     uint64_t *offp, struct ub_read_report *rep)
 {
-	struct ub_read_report rep = { .bad_range = note_bad, .bad_arg = r };
-	uint64_t off = 0, start, end;
+	uint64_t off = *offp, start, end;
 	int ret = 0;
 
-	r->nlost = 0;
-	r->lost_nomem = false;
 	while (off < in->size) {
-		ret = ub_file_next_data(r->fs, in->subvol, in->ino, off, &start, &end);
+		ret = ub_file_next_data(fs, in->subvol, in->ino, off, &start, &end);
 		if (ret)
 			break;
 		for (off = start; off < end;) {
 			uint64_t want = end - off < DATA_CHUNK ? end - off : DATA_CHUNK, got = 0;
 
-			ret = ub_file_read(r->fs, in->subvol, in->ino, off, want, r->buf, &got, &rep);
+			ret = ub_file_read(fs, in->subvol, in->ino, off, want, r->buf, &got, rep);
 			if (got && pwrite(fd, r->buf, got, (off_t)off) != (ssize_t)got) {
 				rs_problem(r, rel, "write failed at offset %llu: %s", (unsigned long long)off,
 					   strerror(errno));
-				return -EIO;
+				*offp = off;
+				return -ECANCELED;
 			}
 			r->bytes += got;
 			off += got;
@@ -312,12 +316,63 @@ static int copy_data(struct restorer *r, int fd, const char *rel, const struct u
 			}
 			rs_progress(r, false);
 		}
-		if (ret)
-			break;
-		if (off < end)
+		if (ret || off < end)
 			break;
 	}
-	ub_read_report_flush(r->fs, &rep);
+	ub_read_report_flush(fs, rep);
+	*offp = off;
+	return ret == 1 ? 0 : ret;
+}
+
+/*
+ * The file's extent items cannot be read from `off` on in the root in use:
+ * the rest from an older root where the same inode (same generation, same
+ * size) is whole. Only for a failure to find the data, never for data that
+ * fails its checksum (an older root would give older bytes there).
+ */
+static int data_from_older(struct restorer *r, int fd, const char *rel, const struct ub_inode *in, uint64_t *offp,
+			   int ret, struct ub_read_report *rep)
+{
+	struct ub_fs *fs;
+	uint64_t gen;
+
+	for (int i = 0; !rs_older(r, i, &fs, &gen); i++) {
+		struct ub_inode old;
+		uint64_t o = *offp;
+		size_t nlost = r->nlost;
+		int ret2;
+
+		if (fs == r->fs || ub_inode_read(fs, in->subvol, in->ino, &old) || old.generation != in->generation ||
+		    old.size != in->size)
+			continue;
+		ret2 = copy_from(r, fs, fd, rel, in, &o, rep);
+		if (ret2 == -ECANCELED)
+			return ret2;
+		if (ret2) {
+			r->nlost = nlost; /* what this root could not give is said by the next try or the caller */
+			continue;
+		}
+		rs_problem(r, rel, "the file's extent items cannot be read from offset %llu on (%s): that data is from the older root of generation %llu",
+			   (unsigned long long)*offp, strerror(-ret), (unsigned long long)gen);
+		*offp = o;
+		return 0;
+	}
+	return ret;
+}
+
+static int copy_data(struct restorer *r, int fd, const char *rel, const struct ub_inode *in)
+{
+	struct ub_read_report rep = { .bad_range = note_bad, .bad_arg = r };
+	uint64_t off = 0;
+	int ret;
+
+	r->nlost = 0;
+	r->lost_nomem = false;
+	ret = copy_from(r, r->fs, fd, rel, in, &off, &rep);
+	if (ret && ret != -ECANCELED && ret != -ENOMEM && off < in->size)
+		ret = data_from_older(r, fd, rel, in, &off, ret, &rep);
+	if (ret == -ECANCELED)
+		return -EIO;
 	if (ret == 1)
 		ret = 0;
 	if (ret && off < in->size)
