@@ -47,6 +47,7 @@ void ub_checker_free(struct ub_checker *c)
 	free(c->root_refs);
 	free(c->live_subvols);
 	free(c->fext);
+	free(c->edges);
 	for (size_t i = 0; i < c->ndeferred; i++) {
 		free((char *)c->deferred[i].msg);
 		free((char *)c->deferred[i].path);

@@ -96,6 +96,15 @@ struct ub_checker {
 	 */
 	struct chk_fext *fext;
 	size_t nfext, fext_cap;
+	/*
+	 * Every pointer the walk followed (child, the node holding it, the tree
+	 * walked), and every root item's pointer (parent 0), sorted by child
+	 * after the walk: what a tree block's individual references must name.
+	 */
+	struct chk_edge {
+		uint64_t child, parent, tree;
+	} *edges;
+	size_t nedges, edges_cap;
 	/* ---- paths ---- */
 	struct ub_fs *fs; /* the filesystem being checked: problems about an inode get its path */
 };
@@ -119,6 +128,8 @@ void chk_progress(struct ub_checker *c, const char *phase, uint64_t done, uint64
 /* One item of the extent tree's stream (any type; metadata items are looked at). */
 void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size,
 			  uint32_t nodesize, size_t *cursor);
+/* A keyed TREE_BLOCK_REF or SHARED_BLOCK_REF item of the extent tree's stream. */
+void chk_block_ref_keyed(struct ub_checker *c, const struct ub_key *k);
 /* The stream reached its end: blocks left have no extent item. */
 void chk_extent_refs_end(struct ub_checker *c, size_t *cursor);
 

@@ -453,6 +453,10 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 		block_group(s, k, d, size, BTRFS_EXTENT_TREE_OBJECTID);
 		return 0;
 	}
+	if (k->type == BTRFS_TREE_BLOCK_REF_KEY || k->type == BTRFS_SHARED_BLOCK_REF_KEY) {
+		chk_block_ref_keyed(s->c, k);
+		return 0;
+	}
 	if (k->type != BTRFS_EXTENT_ITEM_KEY && k->type != BTRFS_METADATA_ITEM_KEY)
 		return 0;
 	chk_extent_refs_item(s->c, k, d, size, s->nodesize, &s->blocks_cursor);

@@ -47,20 +47,117 @@ static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 	}
 }
 
+/* The pointers the walk followed to `child` (root items' with parent 0): *n of them from the result. */
+static const struct chk_edge *edges_of(const struct ub_checker *c, uint64_t child, size_t *n)
+{
+	size_t lo = 0, hi = c->nedges, end;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (c->edges[mid].child < child)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (end = lo; end < c->nedges && c->edges[end].child == child; end++)
+		;
+	*n = end - lo;
+	return c->edges + lo;
+}
+
+static const struct chk_block *block_at(const struct ub_checker *c, uint64_t addr)
+{
+	size_t lo = 0, hi = c->blocks.n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (c->blocks.v[mid].addr < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < c->blocks.n && c->blocks.v[lo].addr == addr ? &c->blocks.v[lo] : NULL;
+}
+
 /*
- * The root a tree block item's only reference names: its inline TREE_BLOCK_REF
- * when that is the one reference record, else 0 (shared, keyed or unreadable).
+ * One reference of tree block `bytenr` against the pointers that reach it: a
+ * TREE_BLOCK_REF's root must be the tree of a pointer (the tree walked, or the
+ * owner of the node holding it; a root item's for a root block), a
+ * SHARED_BLOCK_REF's parent must be a node that points at the block.
  */
-static uint64_t only_ref_root(const struct ub_key *k, const uint8_t *d, uint32_t size)
+static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint64_t bytenr, uint8_t type,
+		      uint64_t value)
+{
+	size_t n;
+	const struct chk_edge *e = edges_of(c, bytenr, &n);
+	char name[32];
+
+	for (size_t i = 0; i < n; i++) {
+		const struct chk_block *parent;
+
+		if (type == BTRFS_SHARED_BLOCK_REF_KEY) {
+			/* a root block with full back references (relocation) names itself */
+			if (e[i].parent == value || (!e[i].parent && value == bytenr))
+				return;
+			continue;
+		}
+		if (e[i].tree == value)
+			return;
+		parent = e[i].parent ? block_at(c, e[i].parent) : NULL;
+		if (parent && parent->owner == value)
+			return;
+	}
+	if (type == BTRFS_SHARED_BLOCK_REF_KEY)
+		chk_report(c, p, "the block's SHARED_BLOCK_REF names parent %llu, which does not point at it",
+			   (unsigned long long)value);
+	else
+		chk_report(c, p, "the block's TREE_BLOCK_REF names tree %s, which does not reach it",
+			   ub_tree_name(value, name, sizeof(name)));
+}
+
+/* Whether the individual references of the block at `bytenr` can be judged. */
+static bool refs_judged(const struct ub_checker *c, uint64_t bytenr)
+{
+	const struct chk_block *b = block_at(c, bytenr);
+
+	return b && c->walk_complete && !c->dropped_roots && !is_log_block(c, b);
+}
+
+static void inline_block_refs(struct ub_checker *c, const struct ub_chk_problem *p, const struct ub_key *k,
+			      const uint8_t *d, uint32_t size)
 {
 	uint32_t at = sizeof(struct btrfs_extent_item);
 
+	if (!refs_judged(c, k->objectid))
+		return;
 	if (k->type == BTRFS_EXTENT_ITEM_KEY)
 		at += sizeof(struct btrfs_tree_block_info);
-	if (size != at + sizeof(struct btrfs_extent_inline_ref) ||
-	    UB_GET(btrfs_extent_inline_ref, type, d + at) != BTRFS_TREE_BLOCK_REF_KEY)
-		return 0;
-	return UB_GET(btrfs_extent_inline_ref, offset, d + at);
+	while (at + sizeof(struct btrfs_extent_inline_ref) <= size) {
+		uint8_t type = (uint8_t)UB_GET(btrfs_extent_inline_ref, type, d + at);
+
+		/* the tree checker has rejected other records in a tree block's item */
+		if (type != BTRFS_TREE_BLOCK_REF_KEY && type != BTRFS_SHARED_BLOCK_REF_KEY)
+			return;
+		block_ref(c, p, k->objectid, type, UB_GET(btrfs_extent_inline_ref, offset, d + at));
+		at += sizeof(struct btrfs_extent_inline_ref);
+	}
+}
+
+void chk_block_ref_keyed(struct ub_checker *c, const struct ub_key *k)
+{
+	struct ub_chk_problem p;
+
+	if (!refs_judged(c, k->objectid))
+		return;
+	memset(&p, 0, sizeof(p));
+	p.cls = UB_CHK_EXTENT;
+	p.tree = BTRFS_EXTENT_TREE_OBJECTID;
+	p.has_key = true;
+	p.key = *k;
+	p.logical = k->objectid;
+	block_ref(c, &p, k->objectid, k->type, k->offset);
 }
 
 /*
@@ -145,14 +242,7 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 			   (unsigned long long)refs, b->ptrs);
 	/* ---- individual tree block references ---- */
 	owner_refs(c, &p, b, k, d, size, refs);
-	if (refs == 1 && b->ptrs == 1) {
-		uint64_t root = only_ref_root(k, d, size);
-		char name[32], want[32];
-
-		if (root && root != tree_of(c, b))
-			chk_report(c, &p, "the block's TREE_BLOCK_REF names tree %s, the block is in %s",
-				   ub_tree_name(root, name, sizeof(name)), ub_tree_name(tree_of(c, b), want, sizeof(want)));
-	}
+	inline_block_refs(c, &p, k, d, size);
 }
 
 void chk_extent_refs_end(struct ub_checker *c, size_t *cursor)

@@ -50,6 +50,15 @@ struct root_list {
 	size_t n, cap;
 };
 
+static int edge_cmp(const void *a, const void *b)
+{
+	const struct chk_edge *x = a, *y = b;
+
+	if (x->child != y->child)
+		return x->child < y->child ? -1 : 1;
+	return x->parent < y->parent ? -1 : x->parent > y->parent;
+}
+
 static int fext_cmp(const void *a, const void *b)
 {
 	return chk_fext_cmp(a, b);
@@ -136,6 +145,20 @@ static void report_bad_copy(void *arg, int mirror, const char *where, const char
 	chk_report(b->w->c, &p, "%s is bad: %s; another copy is good", where, why);
 }
 
+/* A pointer followed (parent 0: a root item's), for the blocks' individual references. */
+static int add_edge(struct walk *w, uint64_t child, uint64_t parent)
+{
+	struct ub_checker *c = w->c;
+
+	/* the log trees' blocks have no references */
+	if (w->tree == BTRFS_TREE_LOG_OBJECTID)
+		return 0;
+	if (chk_reserve(&c->edges, &c->edges_cap, c->nedges, sizeof(*c->edges), 1024))
+		return -ENOMEM;
+	c->edges[c->nedges++] = (struct chk_edge){ child, parent, w->tree };
+	return 0;
+}
+
 static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, const struct ub_key *key)
 {
 	struct ub_chk_problem p;
@@ -213,6 +236,10 @@ static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, c
 			ub_eb_item_key(eb, (int)i + 1, &next);
 			ce.end_key = &next;
 		}
+		if (add_edge(w, child, bytenr)) {
+			ub_eb_put(w->tc, eb);
+			return -ENOMEM;
+		}
 		if (gen > ub_eb_generation(eb)) {
 			where_block(&p, w, bytenr, &k);
 			chk_report(w->c, &p, "slot %u points at %llu with generation %llu, newer than the node's %llu", i,
@@ -237,6 +264,8 @@ static int walk_tree(struct walk *w, const struct ub_root *r, const struct ub_ke
 	w->tag_tree[w->ntags++] = w->tree;
 	w->tag = w->ntags;
 	w->c->sum.trees++;
+	if (add_edge(w, r->bytenr, 0))
+		return -ENOMEM;
 	return visit(w, r->bytenr, &exp, key);
 }
 
@@ -403,5 +432,7 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 	chk_block_map_sort(&c->blocks);
 	if (c->nfext)
 		qsort(c->fext, c->nfext, sizeof(*c->fext), fext_cmp);
+	if (c->nedges)
+		qsort(c->edges, c->nedges, sizeof(*c->edges), edge_cmp);
 	return ret < 0 ? ret : 0;
 }

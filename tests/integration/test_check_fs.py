@@ -349,3 +349,48 @@ def test_root_item_generation_future(ubtrfs_bin, received):
         patch(im, b, s, C.ROOT_ITEM_GENERATION, "<Q", im.super("generation") + 50)
     recs = inject(received, edit)
     assert has(recs, "root", where["key"], None, ("root item generation",)), recs
+
+
+@pytest.fixture
+def shared_blocks(tmp_path):
+    """A kernel-made image whose subvolume (a level-2 tree: long names, 4 KiB nodes) was
+    snapshotted and then changed, so that nodes the two share were copied with full back
+    references: their children's extent items hold SHARED_BLOCK_REFs."""
+    img = tmp_path / "shared.img"
+    with open(img, "wb") as f:
+        f.truncate(300 * T.MiB)
+    T.run(["mkfs.btrfs", "-q", "-f", "-n", "4096", str(img)])
+    with T.mounted([str(img)], tmp_path / "mnt", readonly=False) as m:
+        m = str(m)
+        T.run(["btrfs", "subvolume", "create", m + "/v"])
+        for i in range(3000):
+            with open(m + "/v/%s%05d" % ("n" * 180, i), "w") as f:
+                f.write("file %d" % i)
+        T.run(["sync"])
+        T.run(["btrfs", "subvolume", "snapshot", m + "/v", m + "/snap"])
+        T.run(["sync"])
+        for i in range(0, 3000, 97):
+            with open(m + "/v/%s%05d" % ("n" * 180, i), "a") as f:
+                f.write("changed")
+        T.run(["sync"])
+    return img
+
+
+def test_shared_block_refs(ubtrfs_bin, shared_blocks):
+    cp = check("--json", shared_blocks)
+    recs, _ = problems(cp)
+    assert cp.returncode == 0 and not recs, recs
+    where = {}
+    shared_block_ref = 182
+
+    def edit(im):
+        root = im.tree_root(C.EXTENT_TREE)[0]
+        # a skinny METADATA_ITEM (24-byte extent item) whose one inline reference is a SHARED_BLOCK_REF
+        b, s = next((b, s) for b, s in im.walk(root) if b.item_key(s).type == C.METADATA_ITEM
+                    and len(b.item_data(s)) == 24 + 9 and b.get_item(s, 24, "<B") == shared_block_ref)
+        where["key"] = tuple(b.item_key(s))
+        where["parent"] = b.get_item(s, 25, "<Q")
+        # another node of the filesystem: the root of the FS tree
+        patch(im, b, s, 25, "<Q", im.tree_root(C.FS_TREE)[0])
+    recs = inject(shared_blocks, edit)
+    assert has(recs, "extent", where["key"], None, ("SHARED_BLOCK_REF names parent", "does not point at it")), recs
