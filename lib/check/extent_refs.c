@@ -47,6 +47,17 @@ static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 	}
 }
 
+/* A problem at an item of the extent tree. */
+static void where_item(struct ub_chk_problem *p, const struct ub_key *k)
+{
+	memset(p, 0, sizeof(*p));
+	p->cls = UB_CHK_EXTENT;
+	p->tree = BTRFS_EXTENT_TREE_OBJECTID;
+	p->has_key = true;
+	p->key = *k;
+	p->logical = k->objectid;
+}
+
 /* The pointers the walk followed to `child` (root items' with parent 0): *n of them from the result. */
 static const struct chk_edge *edges_of(const struct ub_checker *c, uint64_t child, size_t *n)
 {
@@ -151,12 +162,7 @@ void chk_block_ref_keyed(struct ub_checker *c, const struct ub_key *k)
 
 	if (!refs_judged(c, k->objectid))
 		return;
-	memset(&p, 0, sizeof(p));
-	p.cls = UB_CHK_EXTENT;
-	p.tree = BTRFS_EXTENT_TREE_OBJECTID;
-	p.has_key = true;
-	p.key = *k;
-	p.logical = k->objectid;
+	where_item(&p, k);
 	block_ref(c, &p, k->objectid, k->type, k->offset);
 }
 
@@ -213,12 +219,7 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 		tree_block = UB_GET(btrfs_extent_item, flags, d) & BTRFS_EXTENT_FLAG_TREE_BLOCK;
 	if (!tree_block)
 		return;
-	memset(&p, 0, sizeof(p));
-	p.cls = UB_CHK_EXTENT;
-	p.tree = BTRFS_EXTENT_TREE_OBJECTID;
-	p.has_key = true;
-	p.key = *k;
-	p.logical = k->objectid;
+	where_item(&p, k);
 	if (k->type == BTRFS_EXTENT_ITEM_KEY && k->offset != nodesize)
 		chk_report(c, &p, "tree block extent item of %llu bytes, the node size is %u",
 			   (unsigned long long)k->offset, nodesize);

@@ -306,20 +306,6 @@ int fsw_check_name(const char *name, size_t len)
 	return 0;
 }
 
-static uint8_t ftype(uint32_t mode)
-{
-	switch (mode & S_IFMT) {
-	case S_IFREG: return BTRFS_FT_REG_FILE;
-	case S_IFDIR: return BTRFS_FT_DIR;
-	case S_IFCHR: return BTRFS_FT_CHRDEV;
-	case S_IFBLK: return BTRFS_FT_BLKDEV;
-	case S_IFIFO: return BTRFS_FT_FIFO;
-	case S_IFSOCK: return BTRFS_FT_SOCK;
-	case S_IFLNK: return BTRFS_FT_SYMLINK;
-	}
-	return BTRFS_FT_UNKNOWN;
-}
-
 /*
  * Inode numbers as the kernel hands them out during one mount: the highest
  * objectid of the tree + 1 when the tree is first used, then one up each
@@ -577,7 +563,7 @@ static int add_name(struct fsw *w, uint64_t dir, const char *name, size_t len, u
 	if (!ret)
 		ret = add_ref(w, ino, dir, name, len, index);
 	if (!ret)
-		ret = fsw_add_entry(w, dir, name, len, &loc, ftype(mode), index);
+		ret = fsw_add_entry(w, dir, name, len, &loc, ub_mode_ftype(mode), index);
 	return ret;
 }
 

@@ -241,17 +241,23 @@ def _data_chunk(devs):
     raise AssertionError("no data chunk")
 
 
+def _parity_copy(factory, tmp_path, name):
+    """Private copies of a kernel-made RAID5/6 image's devices, the first checksummed sector
+    and the first data chunk (logical, stripe_len, stripes)."""
+    devs = []
+    for i, src in enumerate(factory.image(name).devices):
+        devs.append(tmp_path / ("%s.%d.img" % (name, i)))
+        T.copy_sparse(src, devs[-1])
+    out = T.ubtrfs("dump-tree", "-t", "csum", *[str(d) for d in devs]).stdout.decode()
+    sector = int(re.search(r"key \(EXTENT_CSUM EXTENT_CSUM (\d+)\)", out).group(1))
+    return devs, sector, _data_chunk(devs)
+
+
 def test_check_data_csum_bad_parity(ubtrfs_bin, factory, tmp_path):
     """A byte of P flipped on RAID5: the copy rebuilt from P of the data sector beside it is bad,
     and the full stripe's P does not match its data (no referee: btrfs check does not read parity,
     the test's record of where P lies, from the chunk item, is the oracle)."""
-    devs = []
-    for i, src in enumerate(factory.image("kernel-raid5").devices):
-        devs.append(tmp_path / ("r5.%d.img" % i))
-        T.copy_sparse(src, devs[-1])
-    out = T.ubtrfs("dump-tree", "-t", "csum", *[str(d) for d in devs]).stdout.decode()
-    sector = int(re.search(r"key \(EXTENT_CSUM EXTENT_CSUM (\d+)\)", out).group(1))
-    logical, stripe_len, stripes = _data_chunk(devs)
+    devs, sector, (logical, stripe_len, stripes) = _parity_copy(factory, tmp_path, "kernel-raid5")
     n = len(stripes)
     off = sector - logical
     row, in_row = divmod(off, stripe_len * (n - 1))
@@ -286,13 +292,7 @@ def test_check_data_csum_bad_parity(ubtrfs_bin, factory, tmp_path):
 def test_check_data_csum_bad_q(ubtrfs_bin, factory, tmp_path):
     """A byte of Q flipped on RAID6: the full stripe's Q is named (no referee: btrfs check does not
     read parity; the test's record of where Q lies, from the chunk item, is the oracle)."""
-    devs = []
-    for i, src in enumerate(factory.image("kernel-raid6").devices):
-        devs.append(tmp_path / ("r6.%d.img" % i))
-        T.copy_sparse(src, devs[-1])
-    out = T.ubtrfs("dump-tree", "-t", "csum", *[str(d) for d in devs]).stdout.decode()
-    sector = int(re.search(r"key \(EXTENT_CSUM EXTENT_CSUM (\d+)\)", out).group(1))
-    logical, stripe_len, stripes = _data_chunk(devs)
+    devs, sector, (logical, stripe_len, stripes) = _parity_copy(factory, tmp_path, "kernel-raid6")
     n = len(stripes)
     row = (sector - logical) // (stripe_len * (n - 2))
     devid, phys = stripes[(n - 1 + row) % n]  # Q: the slot after P, rotating with the row

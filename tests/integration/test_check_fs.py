@@ -16,7 +16,7 @@ import pytest
 
 import craft as C
 import ubtrfs_testlib as T
-from test_check import btrfs_check, check, problems
+from test_check import btrfs_check, check, damaged, problems, unrefereed
 
 DIR_TYPE_OFF = 29  # btrfs_dir_item: location (17), transid (8), data_len (2), name_len (2), type
 INODE_GENERATION, INODE_TRANSID, INODE_FLAGS = 0, 8, 64
@@ -33,15 +33,7 @@ def copy_of(factory, tmp_path, name):
 def inject(img, edit, refereed=True):
     """Apply `edit(im)`; the referee (when it looks there) must call the image broken.
     Returns ubtrfs check's problem records."""
-    with C.Image(img) as im:
-        edit(im)
-    if refereed:
-        ref = btrfs_check(img)
-        assert ref.returncode != 0, "the referee calls the damage clean:\n" + ref.stdout.decode()[-2000:]
-    cp = check("--json", img)
-    recs, _ = problems(cp)
-    assert cp.returncode == 1, T.describe(cp) + cp.stdout.decode()[-3000:]
-    return recs
+    return damaged(img, edit) if refereed else unrefereed(img, edit)
 
 
 def fs_items(im, pred):
@@ -92,28 +84,26 @@ def patch(im, blk, slot, off, fmt, value):
     im.write_block(blk)
 
 
-def test_nlink_wrong(ubtrfs_bin, base):
+def set_nlink(img, nlink):
+    """A regular file of one name gets `nlink`: its inode number and the records."""
     where = {}
 
     def edit(im):
         b, s = regular_file(im, with_extent=False)
         where["ino"] = b.item_key(s).objectid
-        patch(im, b, s, C.INODE_NLINK, "<I", 3)
-    recs = inject(base, edit)
-    ino = where["ino"]
+        patch(im, b, s, C.INODE_NLINK, "<I", nlink)
+    recs = inject(img, edit)
+    return where["ino"], recs
+
+
+def test_nlink_wrong(ubtrfs_bin, base):
+    ino, recs = set_nlink(base, 3)
     assert has(recs, "fs", (ino, C.INODE_ITEM, 0), ino, ("nlink 3", "1 names")), recs
 
 
 def test_unlinked_without_orphan(ubtrfs_bin, base):
     # nlink 0 with its name still there: both the count and the missing orphan item
-    where = {}
-
-    def edit(im):
-        b, s = regular_file(im, with_extent=False)
-        where["ino"] = b.item_key(s).objectid
-        patch(im, b, s, C.INODE_NLINK, "<I", 0)
-    recs = inject(base, edit)
-    ino = where["ino"]
+    ino, recs = set_nlink(base, 0)
     assert has(recs, "fs", (ino, C.INODE_ITEM, 0), ino, ("nlink 0",)), recs
     assert has(recs, "fs", (ino, C.INODE_ITEM, 0), ino, ("orphan",)), recs
 
@@ -317,11 +307,16 @@ def received(tmp_path):
     return img
 
 
-def test_root_items_and_uuid_tree_clean(ubtrfs_bin, received):
-    cp = check("--json", received)
+def assert_clean(img):
+    """ubtrfs check and the referee both call the image clean."""
+    cp = check("--json", img)
     recs, _ = problems(cp)
     assert cp.returncode == 0 and not recs, recs
-    assert btrfs_check(received).returncode == 0
+    assert btrfs_check(img).returncode == 0
+
+
+def test_root_items_and_uuid_tree_clean(ubtrfs_bin, received):
+    assert_clean(received)
 
 
 def test_uuid_tree_entry_dropped(ubtrfs_bin, received):
@@ -377,9 +372,7 @@ def shared_blocks(tmp_path):
 
 
 def test_shared_block_refs(ubtrfs_bin, shared_blocks):
-    cp = check("--json", shared_blocks)
-    recs, _ = problems(cp)
-    assert cp.returncode == 0 and not recs, recs
+    assert_clean(shared_blocks)
     where = {}
     shared_block_ref = 182
 

@@ -297,6 +297,16 @@ def test_restore_against_btrfs_restore(factory, outfs):
     assert not missing, missing[:10]
 
 
+def _destroy_and_restore(img, copies, out):
+    """Overwrite both DUP copies of a tree block, restore (exit 1), and the older root said."""
+    assert len(copies) == 2, copies
+    for phys in copies:
+        T.overwrite(img, phys + 64, os.urandom(512))
+    cp = _restore(img, out, rc=1)
+    assert b"older root of generation" in cp.stderr, T.describe(cp)
+    return cp
+
+
 def test_restore_from_older_root(tmp_path):
     """A leaf of the fs tree lost in both DUP copies: the names, inodes and file extents it held
     come from the older root of the commit before (the leaf changed since, so that root has its
@@ -323,12 +333,8 @@ def test_restore_from_older_root(tmp_path):
     with C.Image(str(img)) as im:
         blk, _ = im.find_item(im.tree_root(C.FS_TREE)[0], lambda k: k.objectid == d_ino and k.type == C.DIR_INDEX)
         copies = im.physical(blk.logical)
-    assert len(copies) == 2, copies
-    for phys in copies:
-        T.overwrite(img, phys + 64, os.urandom(512))
     out = tmp_path / "out"
-    cp = _restore(img, out, rc=1)
-    assert b"older root of generation" in cp.stderr, T.describe(cp)
+    cp = _destroy_and_restore(img, copies, out)
     got = {p: (out / p.lstrip("/")).read_bytes() for p in files if (out / p.lstrip("/")).is_file()}
     assert got == files, (sorted(set(files) - set(got))[:10], T.describe(cp))
     theirs = tmp_path / "theirs"
@@ -415,11 +421,7 @@ def test_restore_file_data_from_older_root(tmp_path):
         blk, _ = im.find_item(root, (ino, C.EXTENT_DATA, victim * 4096))
         assert blk.logical != inode_leaf.logical, "test setup: the extent item shares the inode's leaf"
         copies = im.physical(blk.logical)
-    assert len(copies) == 2, copies
-    for phys in copies:
-        T.overwrite(img, phys + 64, os.urandom(512))
     out = tmp_path / "out"
-    cp = _restore(img, out, rc=1)
+    cp = _destroy_and_restore(img, copies, out)
     assert b"extent items cannot be read from offset" in cp.stderr, T.describe(cp)
-    assert b"older root of generation" in cp.stderr, T.describe(cp)
     assert (out / "big").read_bytes() == data, T.describe(cp)
