@@ -30,6 +30,8 @@ static const char help[] =
 	"      --no-xattrs      leave out extended attributes (and POSIX ACLs)\n"
 	"      --overwrite      replace files that exist in OUTDIR (never a directory);\n"
 	"                       without it they are kept and reported\n"
+	"      --no-scavenge    do not scan the metadata for inodes no name leads to any\n"
+	"                       more (by default they go to OUTDIR/lost+found/SUBVOL/INODE)\n"
 	"      --report FILE    write one JSON line per damaged or lost file to FILE: its\n"
 	"                       path, and for a file whose data could not all be read,\n"
 	"                       the byte ranges lost and why\n"
@@ -402,10 +404,12 @@ int cmd_restore(int argc, char **argv)
 		{ "no-mode", no_argument, NULL, 0x303 }, { "no-times", no_argument, NULL, 0x304 },
 		{ "no-xattrs", no_argument, NULL, 0x305 }, { "overwrite", no_argument, NULL, 0x306 },
 		{ "report", required_argument, NULL, 0x307 },
+		{ "no-scavenge", no_argument, NULL, 0x308 },
 		{ "dry-run", no_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' },
 		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
 	};
-	struct restorer r = { .owner = true, .mode = true, .times = true, .xattrs = true, .rootfd = -1 };
+	struct restorer r = { .owner = true, .mode = true, .times = true, .xattrs = true, .rootfd = -1,
+			      .scavenge = true };
 	struct frame root = { .rel = "", .fd = -1 };
 	const char *path = NULL, *outdir, *report = NULL;
 	int opt, o, ret;
@@ -434,6 +438,7 @@ int cmd_restore(int argc, char **argv)
 		case 0x305: r.xattrs = false; break;
 		case 0x306: r.overwrite = true; break;
 		case 0x307: report = optarg; break;
+		case 0x308: r.scavenge = false; break;
 		case 'n': r.dry_run = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("restore", "invalid option");
@@ -443,6 +448,9 @@ int cmd_restore(int argc, char **argv)
 		return usage_error("restore", "give the devices, then the output folder");
 	if (path && path[0] != '/')
 		return usage_error("restore", "--path must be absolute");
+	/* lost inodes belong to no path: only a whole-filesystem restore looks for them */
+	if (path || r.use_regex)
+		r.scavenge = false;
 	outdir = argv[argc - 1];
 	r.umask = umask(0);
 	umask(r.umask);
@@ -488,6 +496,9 @@ int cmd_restore(int argc, char **argv)
 			r.rc = EXIT_FATAL;
 		} else {
 			walk_dir(&r, &root, subvol, ino);
+			/* what no name reached: only a whole-filesystem restore can tell */
+			if (r.scavenge && !r.use_regex)
+				rs_scavenge(&r, &root);
 		}
 	}
 	rs_progress(&r, true);
@@ -497,6 +508,9 @@ int cmd_restore(int argc, char **argv)
 			(unsigned long long)r.nfiles, (unsigned long long)r.bytes, (unsigned long long)r.nsymlinks,
 			(unsigned long long)r.nhardlinks, (unsigned long long)r.nspecial,
 			(unsigned long long)r.nproblems);
+	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && (r.nscavenged || r.ndeleted))
+		fprintf(stderr, "scavenged: %llu inodes no name leads to, under lost+found; %llu deleted inodes left deleted\n",
+			(unsigned long long)r.nscavenged, (unsigned long long)r.ndeleted);
 	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run)
 		fprintf(stderr, "files: %llu complete, %llu partial, %llu lost; data: %llu bytes recovered, %llu lost\n",
 			(unsigned long long)r.files_complete, (unsigned long long)r.files_partial,
@@ -517,6 +531,7 @@ out:
 	}
 	free(r.lost);
 	rmap_free(&r.links);
+	rmap_free(&r.reached);
 	rmap_free(&r.entered);
 	free(r.buf);
 	free(r.target);

@@ -27,6 +27,7 @@ struct rmap {
 /* 1 added, 0 there already (*path: its value), <0 -ENOMEM. The value is copied. */
 int rmap_add(struct rmap *m, uint64_t subvol, uint64_t ino, const char *path, const char **found);
 void rmap_free(struct rmap *m);
+bool rmap_has(const struct rmap *m, uint64_t subvol, uint64_t ino);
 
 struct restorer {
 	struct ub_fs *fs;
@@ -69,6 +70,10 @@ struct restorer {
 	size_t nlost, lost_cap;
 	bool lost_nomem;
 	bool data_verdict; /* the file's report line is written: its data problems add none */
+	/* ---- scavenging (restore_scavenge.c) ---- */
+	bool scavenge;       /* on unless --no-scavenge, and only for a whole-filesystem restore */
+	struct rmap reached; /* every inode the walk restored (not directories: `entered`) */
+	uint64_t nscavenged, ndeleted;
 };
 
 /* A directory on the walk; made under OUTDIR only when something goes into it (lazily). */
@@ -98,6 +103,11 @@ void rs_progress(struct restorer *r, bool final);
 int rs_dir_make(struct restorer *r, struct frame *f);
 /* Leave a directory: its metadata when restore made it, then its descriptor closed. */
 void rs_dir_done(struct restorer *r, struct frame *f);
+/*
+ * After the walk: inodes that leaves of the metadata block groups hold but no
+ * name reached, restored under OUTDIR/lost+found/<subvolume>/<inode>.
+ */
+void rs_scavenge(struct restorer *r, struct frame *root);
 /* Restore one entry that is not a directory into directory `dir` (made already). */
 void rs_entry(struct restorer *r, struct frame *dir, const char *name, const char *rel, const struct ub_inode *in);
 

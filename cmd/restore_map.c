@@ -65,3 +65,13 @@ void rmap_free(struct rmap *m)
 	free(m->v);
 	memset(m, 0, sizeof(*m));
 }
+
+bool rmap_has(const struct rmap *m, uint64_t subvol, uint64_t ino)
+{
+	if (!m->cap || !ino)
+		return false;
+	for (size_t i = slot_of(subvol, ino, m->cap); m->v[i].ino; i = (i + 1) & (m->cap - 1))
+		if (m->v[i].subvol == subvol && m->v[i].ino == ino)
+			return true;
+	return false;
+}

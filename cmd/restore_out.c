@@ -498,6 +498,11 @@ void rs_entry(struct restorer *r, struct frame *dir, const char *name, const cha
 	}
 	if (rs_dir_make(r, dir))
 		return;
+	if (r->scavenge && rmap_add(&r->reached, in->subvol, in->ino, NULL, NULL) < 0) {
+		rs_problem(r, rel, "out of memory");
+		r->rc = EXIT_FATAL;
+		return;
+	}
 	if (r->dry_run) {
 		printf("/%s%s\n", rel, S_ISLNK(in->mode) ? "@" : "");
 		if (S_ISREG(in->mode))

@@ -425,3 +425,55 @@ def test_restore_file_data_from_older_root(tmp_path):
     cp = _destroy_and_restore(img, copies, out)
     assert b"extent items cannot be read from offset" in cp.stderr, T.describe(cp)
     assert (out / "big").read_bytes() == data, T.describe(cp)
+
+
+def test_restore_scavenges_lost_inodes(tmp_path):
+    """A directory's entries fill several leaves (4 KiB nodes); one of those leaves is destroyed
+    in both DUP copies, and no older root has the files (they were made in the last commit).
+    The files whose names were there are found by the scan of the metadata (their inode items
+    live in other leaves) and restored under lost+found/5/<inode>, byte-exact; --no-scavenge
+    leaves them out. btrfs restore, on the same image, gets none of them."""
+    img = tmp_path / "img"
+    with open(img, "wb") as f:
+        f.truncate(256 * T.MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    content = {}
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        d = os.path.join(mnt, "d")
+        os.mkdir(d)
+        for i in range(300):
+            p = os.path.join(d, "some-long-file-name-%04d" % i)
+            with open(p, "wb") as f:
+                f.write(b"contents of %d\n" % i * 50)
+            content[os.lstat(p).st_ino] = ("some-long-file-name-%04d" % i, b"contents of %d\n" % i * 50)
+        d_ino = os.lstat(d).st_ino
+        T.run(["sync"])
+    with C.Image(str(img)) as im:
+        root = im.tree_root(C.FS_TREE)[0]
+        leaves = {}
+        for b, s in im.walk(root):
+            k = b.item_key(s)
+            if k.objectid == d_ino and k.type == C.DIR_INDEX:
+                leaves.setdefault(b.logical, []).append(b.get_item(s, 0, "<Q"))
+        # a leaf of the directory's index entries that holds no inode item of a file
+        victim, lost = next((lg, inos) for lg, inos in sorted(leaves.items())
+                            if not any(im.find_item(root, (i, C.INODE_ITEM, 0))[0].logical == lg for i in inos))
+        copies = im.physical(victim)
+    assert len(copies) == 2 and len(lost) >= 3, (copies, lost)
+    for phys in copies:
+        T.overwrite(img, phys + 64, os.urandom(512))
+    out = tmp_path / "out"
+    cp = _restore(img, out, rc=1)
+    for ino in lost:
+        name, data = content[ino]
+        got = out / "lost+found" / "5" / str(ino)
+        assert got.read_bytes() == data, (ino, T.describe(cp))
+        assert not (out / "d" / name).exists()
+    assert b"lost+found" in cp.stderr
+    bare = tmp_path / "bare"
+    _restore("--no-scavenge", img, bare, rc=1)
+    assert not (bare / "lost+found").exists()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    T.run(["btrfs", "restore", "-i", str(img), str(theirs)], check=False)
+    assert not any((theirs / "d" / content[ino][0]).exists() for ino in lost)

@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Scavenging: inodes no name leads to any more. After the walk, the metadata
+ * block groups are scanned for leaves of subvolume trees (the live tree's
+ * and older copies alike); every inode item there whose inode the walk did
+ * not restore is looked up: in the live tree first, then in the older roots.
+ * One that is found (a file whose directory was lost, say) is restored under
+ * OUTDIR/lost+found/<subvolume>/<inode>; one that the live tree says does not
+ * exist was deleted and stays so (counted).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "restore.h"
+#include "ubtrfs/rootscan.h"
+#include "ubtrfs/tree.h"
+
+struct cand {
+	uint64_t subvol, ino;
+};
+
+struct scan {
+	struct restorer *r;
+	struct cand *v;
+	size_t n, cap;
+	bool nomem;
+};
+
+static bool subvol_tree(uint64_t id)
+{
+	return id == BTRFS_FS_TREE_OBJECTID || (id >= BTRFS_FIRST_FREE_OBJECTID && id <= BTRFS_LAST_FREE_OBJECTID);
+}
+
+static bool want(void *arg, uint64_t owner, uint64_t generation, int level)
+{
+	(void)arg;
+	(void)generation;
+	return level == 0 && subvol_tree(owner);
+}
+
+static int found(void *arg, const struct ub_eb *eb)
+{
+	struct scan *s = arg;
+	uint32_t n = ub_eb_nritems(eb);
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct ub_key k;
+
+		ub_eb_item_key(eb, (int)i, &k);
+		if (k.type != BTRFS_INODE_ITEM_KEY || k.objectid < BTRFS_FIRST_FREE_OBJECTID ||
+		    k.objectid > BTRFS_LAST_FREE_OBJECTID)
+			continue;
+		/* only subvolumes the walk went into: one left out (--no-snapshots) stays out */
+		if (!rmap_has(&s->r->entered, ub_eb_owner(eb), BTRFS_FIRST_FREE_OBJECTID))
+			continue;
+		if (rmap_has(&s->r->reached, ub_eb_owner(eb), k.objectid) ||
+		    rmap_has(&s->r->entered, ub_eb_owner(eb), k.objectid))
+			continue;
+		if (s->n == s->cap) {
+			size_t cap = s->cap ? s->cap * 2 : 256;
+			struct cand *v = realloc(s->v, cap * sizeof(*v));
+
+			if (!v) {
+				s->nomem = true;
+				return -ENOMEM;
+			}
+			s->v = v;
+			s->cap = cap;
+		}
+		s->v[s->n++] = (struct cand){ ub_eb_owner(eb), k.objectid };
+	}
+	return 0;
+}
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->subvol != y->subvol)
+		return x->subvol < y->subvol ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+/* The inode in the live tree, else in the newest older root that has it: 0 and *fs, or -errno. */
+static int find_inode(struct restorer *r, uint64_t subvol, uint64_t ino, struct ub_inode *in, struct ub_fs **fs,
+		      uint64_t *gen)
+{
+	int ret = ub_inode_read(r->fs, subvol, ino, in);
+
+	*fs = r->fs;
+	*gen = 0;
+	/* not there: deleted (or its subvolume is), not lost */
+	if (ret == 0 || ret == -ENOENT || ret == -ENOMEM)
+		return ret;
+	for (int i = 0; !rs_older(r, i, fs, gen); i++)
+		if (ub_inode_read(*fs, subvol, ino, in) == 0)
+			return 0;
+	return ret;
+}
+
+static void restore_one(struct restorer *r, struct frame *dir, uint64_t subvol, uint64_t ino)
+{
+	char name[24], rel[64];
+	struct ub_inode in;
+	struct ub_fs *fs, *saved = r->fs;
+	uint64_t gen;
+	int ret = find_inode(r, subvol, ino, &in, &fs, &gen);
+
+	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
+	snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
+	if (ret == -ENOENT) {
+		r->ndeleted++;
+		return;
+	}
+	if (ret) {
+		rs_problem(r, rel, "inode %llu of subvolume %llu was found by the scan but cannot be read: %s",
+			   (unsigned long long)ino, (unsigned long long)subvol, strerror(-ret));
+		return;
+	}
+	/* an unlinked inode waits for its orphan cleanup: deleted too */
+	if (!in.nlink) {
+		r->ndeleted++;
+		return;
+	}
+	r->nscavenged++;
+	rs_problem(r, rel, "no name leads to inode %llu of subvolume %llu any more%s: restored here",
+		   (unsigned long long)ino, (unsigned long long)subvol, gen ? " (as the older root has it)" : "");
+	r->fs = fs;
+	if (S_ISDIR(in.mode)) {
+		struct frame f = { dir, name, rel, -1, false, false, true, in };
+
+		/* its entries are restored where the scan finds their inodes: the directory stays empty */
+		rs_dir_make(r, &f);
+		rs_dir_done(r, &f);
+	} else {
+		rs_entry(r, dir, name, rel, &in);
+	}
+	r->fs = saved;
+}
+
+void rs_scavenge(struct restorer *r, struct frame *root)
+{
+	struct scan s = { .r = r };
+	struct ub_meta_scan_ops ops = { .want = want, .found = found, .arg = &s };
+	struct frame lf = { root, "lost+found", "lost+found", -1, false, false, false };
+	int ret = ub_scan_metadata(r->fs, &ops);
+
+	if (ret && !s.nomem)
+		fprintf(stderr, "ubtrfs: warning: the scan of the metadata for lost inodes stopped: %s\n",
+			strerror(-ret));
+	if (s.n)
+		qsort(s.v, s.n, sizeof(*s.v), cand_cmp);
+	for (size_t i = 0; i < s.n;) {
+		uint64_t subvol = s.v[i].subvol;
+		char sname[24], srel[40];
+		struct frame sf = { &lf, sname, srel, -1, false, false, false };
+
+		snprintf(sname, sizeof(sname), "%llu", (unsigned long long)subvol);
+		snprintf(srel, sizeof(srel), "lost+found/%llu", (unsigned long long)subvol);
+		for (; i < s.n && s.v[i].subvol == subvol; i++) {
+			if (i && !cand_cmp(&s.v[i], &s.v[i - 1]))
+				continue;
+			restore_one(r, &sf, subvol, s.v[i].ino);
+		}
+		rs_dir_done(r, &sf);
+	}
+	rs_dir_done(r, &lf);
+	free(s.v);
+}
