@@ -235,7 +235,9 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 		       (unsigned long long)s->subvols, (unsigned long long)s->inodes, (unsigned long long)s->names,
 		       (unsigned long long)s->file_extents);
 		/* ---- RAID5/6 parity ---- */
-		printf(",\"parity_stripes\":%llu}}\n", (unsigned long long)s->parity_stripes);
+		printf(",\"parity_stripes\":%llu", (unsigned long long)s->parity_stripes);
+		/* ---- quotas ---- */
+		printf(",\"qgroups\":%llu}}\n", (unsigned long long)s->qgroups);
 		return;
 	}
 	printf("checked: %llu superblock copies, %llu trees, %llu tree blocks (%llu bytes of metadata, %llu shared "
@@ -255,6 +257,8 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 	if (s->parity_stripes)
 		printf("parity: %llu RAID5/6 full stripes compared with their data\n",
 		       (unsigned long long)s->parity_stripes);
+	if (s->qgroups)
+		printf("quotas: %llu qgroups' counts compared\n", (unsigned long long)s->qgroups);
 	printf("problems: %llu", (unsigned long long)total);
 	for (int i = 0; i < UB_CHK_NCLASSES; i++)
 		printf("%s%s %llu", i ? ", " : " (", ub_chk_class_name((enum ub_chk_class)i),

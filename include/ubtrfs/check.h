@@ -27,11 +27,12 @@ enum ub_chk_class {
 	UB_CHK_ROOT,      /* root items and root references */
 	UB_CHK_CSUM,      /* the checksum tree: its items' layout */
 	UB_CHK_FS,        /* file trees: inodes, names, directory entries, file extents */
+	UB_CHK_QGROUP,    /* the quota tree's counts against what the subvolumes reach */
 	UB_CHK_OTHER,     /* a library error no check asked for (logged while opening, ...) */
 	UB_CHK_NCLASSES
 };
 
-/* "super", "tree", "chunk", "extent", "free-space", "root", "csum", "fs", "other". */
+/* "super", "tree", "chunk", "extent", "free-space", "root", "csum", "fs", "qgroup", "other". */
 const char *ub_chk_class_name(enum ub_chk_class c);
 
 /* One problem. Fields not known are 0 (has_key false, path NULL). Valid during the callback only. */
@@ -80,6 +81,8 @@ struct ub_chk_summary {
 	uint64_t inodes, names, file_extents;
 	/* ---- RAID5/6 parity (--check-data-csum) ---- */
 	uint64_t parity_stripes; /* full stripes whose P (and Q) were compared with their data */
+	/* ---- quotas ---- */
+	uint64_t qgroups;       /* qgroups whose counts were compared */
 };
 
 struct ub_checker;

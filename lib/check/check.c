@@ -2,13 +2,14 @@
 /* The checker object: options, the sink, the log bridge, the order of the passes. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check/check_priv.h"
 
-static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "free-space", "root", "csum", "fs", "other" };
+static const char *const class_names[UB_CHK_NCLASSES] = { "super", "tree", "chunk", "extent", "free-space", "root", "csum", "fs", "qgroup", "other" };
 
 /* What a thread's pass keeps of the errors the library logs while it reads (see chk_capture). */
 static __thread struct {
@@ -48,6 +49,7 @@ void ub_checker_free(struct ub_checker *c)
 	free(c->live_subvols);
 	free(c->fext);
 	free(c->edges);
+	chk_qgroup_free(c);
 	for (size_t i = 0; i < c->ndeferred; i++) {
 		free((char *)c->deferred[i].msg);
 		free((char *)c->deferred[i].path);
@@ -66,7 +68,10 @@ int chk_reserve(void *arrayp, size_t *cap, size_t n, size_t elem, size_t first)
 		return 0;
 	/* through memcpy: `arrayp` is the address of a pointer to any element type */
 	memcpy(&v, arrayp, sizeof(v));
-	ncap = *cap ? *cap * 2 : first;
+	/* doubling until `n` fits, for callers that reserve several at once */
+	for (ncap = *cap ? *cap * 2 : first; ncap <= n; ncap *= 2)
+		if (ncap > SIZE_MAX / 4 / elem)
+			return -ENOMEM;
 	nv = realloc(v, ncap * elem);
 	if (!nv)
 		return -ENOMEM;
@@ -247,7 +252,11 @@ int ub_checker_run(struct ub_checker *c, struct ub_fs *fs)
 	threaded = !pthread_create(&tid, NULL, second_passes, &second);
 	ret = chk_trees(c, fs);
 	if (!ret)
+		ret = chk_qgroup_begin(c, fs);
+	if (!ret)
 		ret = chk_chunks(c, fs);
+	if (!ret)
+		chk_qgroup_end(c);
 	if (threaded) {
 		pthread_join(tid, NULL);
 		flush_deferred(c);

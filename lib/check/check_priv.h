@@ -105,6 +105,8 @@ struct ub_checker {
 		uint64_t child, parent, tree;
 	} *edges;
 	size_t nedges, edges_cap;
+	/* ---- quota counts (qgroup.c), NULL when not verified ---- */
+	struct chk_qgroups *qg;
 	/* ---- paths ---- */
 	struct ub_fs *fs; /* the filesystem being checked: problems about an inode get its path */
 };
@@ -133,6 +135,11 @@ void chk_block_ref_keyed(struct ub_checker *c, const struct ub_key *k);
 /* The stream reached its end: blocks left have no extent item. */
 void chk_extent_refs_end(struct ub_checker *c, size_t *cursor);
 
+/* The pointers the walk followed to `child` (root items' with parent 0): *n of them from the result. */
+const struct chk_edge *chk_edges_of(const struct ub_checker *c, uint64_t child, size_t *n);
+/* The block the walk reached at `addr` (after the tree pass), or NULL. */
+const struct chk_block *chk_block_at(const struct ub_checker *c, uint64_t addr);
+
 /* Order of file extent records: address, then root, inode, offset, leaf. */
 int chk_fext_cmp(const struct chk_fext *a, const struct chk_fext *b);
 
@@ -142,6 +149,17 @@ int chk_root_refs_add(struct ub_checker *c, const struct ub_key *k, const uint8_
 void chk_root_refs_check(struct ub_checker *c);
 
 int chk_trees(struct ub_checker *c, struct ub_fs *fs);
+/*
+ * qgroup.c: chk_qgroup_begin after the tree pass reads the quota tree and
+ * decides whether its counts can be verified; the extent tree's stream hands
+ * each data extent to chk_qgroup_data and says when it saw them all
+ * (chk_qgroup_data_done); chk_qgroup_end compares the counts.
+ */
+int chk_qgroup_begin(struct ub_checker *c, struct ub_fs *fs);
+void chk_qgroup_data(struct ub_checker *c, uint64_t bytenr, uint64_t len, const struct chk_fext *f, size_t n);
+void chk_qgroup_data_done(struct ub_checker *c);
+void chk_qgroup_end(struct ub_checker *c);
+void chk_qgroup_free(struct ub_checker *c);
 int chk_chunks(struct ub_checker *c, struct ub_fs *fs);
 /* File trees: inodes, names and directory entries, file extents (fs_tree.c). */
 int chk_fs_trees(struct ub_checker *c, struct ub_fs *fs);

@@ -606,6 +606,7 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 		if (ret == 0) {
 			chk_extent_refs_end(c, &s.blocks_cursor);
 			chk_data_refs_end(&s);
+			chk_qgroup_data_done(c);
 		}
 		if (!(UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE))
 			s.bg_incomplete = s.extents_incomplete;

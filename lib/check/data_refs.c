@@ -210,6 +210,7 @@ void chk_data_refs_item(struct cstate *s, const struct ub_key *k, const uint8_t 
 		while (s->fext_cursor < s->c->nfext && s->c->fext[s->fext_cursor].bytenr == k->objectid)
 			s->fext_cursor++;
 		s->fext_n = s->fext_cursor - s->fext_first;
+		chk_qgroup_data(s->c, k->objectid, k->offset, s->c->fext + s->fext_first, s->fext_n);
 		s->dref_open = true;
 		s->dref_unknown = false;
 		s->drefs_nomem = false;

@@ -58,8 +58,7 @@ static void where_item(struct ub_chk_problem *p, const struct ub_key *k)
 	p->logical = k->objectid;
 }
 
-/* The pointers the walk followed to `child` (root items' with parent 0): *n of them from the result. */
-static const struct chk_edge *edges_of(const struct ub_checker *c, uint64_t child, size_t *n)
+const struct chk_edge *chk_edges_of(const struct ub_checker *c, uint64_t child, size_t *n)
 {
 	size_t lo = 0, hi = c->nedges, end;
 
@@ -77,7 +76,7 @@ static const struct chk_edge *edges_of(const struct ub_checker *c, uint64_t chil
 	return c->edges + lo;
 }
 
-static const struct chk_block *block_at(const struct ub_checker *c, uint64_t addr)
+const struct chk_block *chk_block_at(const struct ub_checker *c, uint64_t addr)
 {
 	size_t lo = 0, hi = c->blocks.n;
 
@@ -102,7 +101,7 @@ static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint
 		      uint64_t value)
 {
 	size_t n;
-	const struct chk_edge *e = edges_of(c, bytenr, &n);
+	const struct chk_edge *e = chk_edges_of(c, bytenr, &n);
 	char name[32];
 
 	for (size_t i = 0; i < n; i++) {
@@ -116,7 +115,7 @@ static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint
 		}
 		if (e[i].tree == value)
 			return;
-		parent = e[i].parent ? block_at(c, e[i].parent) : NULL;
+		parent = e[i].parent ? chk_block_at(c, e[i].parent) : NULL;
 		if (parent && parent->owner == value)
 			return;
 	}
@@ -131,7 +130,7 @@ static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint
 /* Whether the individual references of the block at `bytenr` can be judged. */
 static bool refs_judged(const struct ub_checker *c, uint64_t bytenr)
 {
-	const struct chk_block *b = block_at(c, bytenr);
+	const struct chk_block *b = chk_block_at(c, bytenr);
 
 	return b && c->walk_complete && !c->dropped_roots && !is_log_block(c, b);
 }

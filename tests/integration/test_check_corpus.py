@@ -27,7 +27,7 @@ pytestmark = pytest.mark.xdist_group("check-corpus")
 TIMEOUT = 30
 SANITIZER_MARKERS = CORPUS.SANITIZER_MARKERS
 
-# broken by btrfs check's verdict and found by the classes checked now (super, tree, chunk, extent, free-space)
+# broken by btrfs check's verdict and found by the classes checked now
 FOUND = {
     "fuzz/bad-superblock-1",
     "fuzz/bad-superblock-2",
@@ -89,6 +89,7 @@ FOUND = {
     "fsck/026-bad-dir-item-name",
     "fsck/027-bad-extent-inline-ref-type",
     "fsck/028-unaligned-super-dev-sizes",
+    "fsck/032-corrupted-qgroup",
     "fsck/035-inline-bad-ram-bytes",
     "fsck/036-bad-dev-extents",
     "fsck/039-bad-inode-mode--bad_free_space_cache_imode",
@@ -126,6 +127,7 @@ SMOKE = {
     "fsck/058-bad-free-space-tree-entry--corrupt-free-space-tree", "fsck/068-orphan-dev-extent",
     "fsck/020-extent-ref-cases--shared_block_ref_only", "fsck/020-extent-ref-cases--tree_reloc_for_fs_tree",
     "fsck/042-half-dropped-inode", "fsck/066-missing-root-orphan-item",
+    "fsck/032-corrupted-qgroup", "fsck/023-qgroup-stack-overflow", "fsck/022-qgroup-rescan-halfway",
 }
 
 
