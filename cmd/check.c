@@ -237,7 +237,8 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 		/* ---- RAID5/6 parity ---- */
 		printf(",\"parity_stripes\":%llu", (unsigned long long)s->parity_stripes);
 		/* ---- quotas ---- */
-		printf(",\"qgroups\":%llu}}\n", (unsigned long long)s->qgroups);
+		printf(",\"qgroups\":%llu,\"space_caches\":%llu}}\n", (unsigned long long)s->qgroups,
+		       (unsigned long long)s->space_caches);
 		return;
 	}
 	printf("checked: %llu superblock copies, %llu trees, %llu tree blocks (%llu bytes of metadata, %llu shared "
@@ -257,6 +258,9 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 	if (s->parity_stripes)
 		printf("parity: %llu RAID5/6 full stripes compared with their data\n",
 		       (unsigned long long)s->parity_stripes);
+	if (s->space_caches)
+		printf("free space: %llu v1 space caches compared with the extents\n",
+		       (unsigned long long)s->space_caches);
 	if (s->qgroups)
 		printf("quotas: %llu qgroups' counts compared\n", (unsigned long long)s->qgroups);
 	printf("problems: %llu", (unsigned long long)total);

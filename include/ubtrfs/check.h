@@ -71,6 +71,7 @@ struct ub_chk_summary {
 	uint64_t meta_bytes;    /* their bytes */
 	uint64_t shared_blocks; /* reached again from another subvolume tree (checked once) */
 	uint64_t chunks, block_groups, dev_extents;
+	uint64_t space_caches;  /* v1 space caches the kernel would load, compared with the extents */
 	uint64_t extents;       /* extent items counted into block groups */
 	uint64_t data_bytes;    /* bytes of data extents counted */
 	/* ---- checksum tree ---- */

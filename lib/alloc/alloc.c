@@ -147,74 +147,12 @@ fail:
 	return ret;
 }
 
-static int data_stripes(const struct ub_chunk *c)
-{
-	const struct ub_profile *p = c->profile ? c->profile : ub_profile_of(c->type);
-	uint64_t prof = c->type & BTRFS_BLOCK_GROUP_PROFILE_MASK;
-	if (prof & BTRFS_BLOCK_GROUP_RAID0)
-		return c->num_stripes;
-	if (prof & BTRFS_BLOCK_GROUP_RAID10)
-		return c->sub_stripes ? c->num_stripes / c->sub_stripes : 0;
-	if (prof & BTRFS_BLOCK_GROUP_RAID56_MASK)
-		return c->num_stripes - (p ? p->nparity : ((prof & BTRFS_BLOCK_GROUP_RAID6) ? 2 : 1));
-	return 1;
-}
-
 uint64_t ub_alloc_chunk_full_stripe(const struct ub_chunk *c)
 {
 	if (!(c->type & BTRFS_BLOCK_GROUP_RAID56_MASK))
 		return 0;
-	int ds = data_stripes(c);
+	int ds = ub_chunk_data_stripes(c);
 	return ds > 0 ? (uint64_t)ds * c->stripe_len : 0;
-}
-
-int ub_alloc_super_stripes(const struct ub_chunk *c, struct ub_range *out, int max, int *n)
-{
-	int k = 0;
-	int ds = data_stripes(c);
-	if (ds <= 0 || c->stripe_len == 0)
-		return -EINVAL;
-	/*
-	 * The first MiB of every device is never given to chunks by today's
-	 * tools; a group starting below 1 MiB of logical space is one of the
-	 * old layouts that mapped it 1:1, so keep its boot/superblock area out.
-	 */
-	if (c->logical < FIRST_MB) {
-		if (k == max)
-			return -ENOSPC;
-		uint64_t e = c->logical + c->length < FIRST_MB ? c->logical + c->length : FIRST_MB;
-		out[k++] = (struct ub_range){ c->logical, e - c->logical };
-	}
-	uint64_t stripe_size = c->length / (uint64_t)ds; /* per device */
-	for (int m = 0; m < UB_SUPER_MIRROR_MAX; m++) {
-		uint64_t off = ub_super_offset(m);
-		for (int j = 0; j < c->num_stripes; j++) {
-			uint64_t phys = c->stripes[j].physical;
-			if (off < phys || off - phys >= stripe_size)
-				continue;
-			uint64_t nr = (off - phys) / c->stripe_len, len = c->stripe_len;
-			uint64_t prof = c->type & BTRFS_BLOCK_GROUP_PROFILE_MASK;
-			if (prof & BTRFS_BLOCK_GROUP_RAID0) {
-				nr = nr * c->num_stripes + (uint64_t)j;
-			} else if (prof & BTRFS_BLOCK_GROUP_RAID10) {
-				nr = nr * (uint64_t)ds + (uint64_t)(j / c->sub_stripes);
-			} else if (prof & BTRFS_BLOCK_GROUP_RAID56_MASK) {
-				/* the whole full stripe: its parity covers the mirror too */
-				nr = nr * (uint64_t)ds;
-				len = (uint64_t)ds * c->stripe_len;
-			}
-			uint64_t lg = c->logical + nr * c->stripe_len;
-			if (lg >= c->logical + c->length)
-				continue;
-			if (lg + len > c->logical + c->length)
-				len = c->logical + c->length - lg;
-			if (k == max)
-				return -ENOSPC;
-			out[k++] = (struct ub_range){ lg, len };
-		}
-	}
-	*n = k;
-	return 0;
 }
 
 int ub_alloc_insert_chunk_bg(struct ub_alloc *a, const struct ub_chunk *c, uint64_t flags, struct ub_bg **out)
@@ -222,10 +160,14 @@ int ub_alloc_insert_chunk_bg(struct ub_alloc *a, const struct ub_chunk *c, uint6
 	/* the first-MiB range plus one stripe per device per mirror, at most */
 	int max = 1 + UB_SUPER_MIRROR_MAX * (c->num_stripes ? c->num_stripes : 1), nsup = 0;
 	struct ub_range *sup = calloc((size_t)max, sizeof(*sup));
-	int ret;
-	if (!sup)
-		return -ENOMEM;
-	ret = ub_alloc_super_stripes(c, sup, max, &nsup);
+	uint64_t *start = calloc((size_t)max, sizeof(*start)), *len = calloc((size_t)max, sizeof(*len));
+	int ret = -ENOMEM;
+	if (sup && start && len)
+		ret = ub_chunk_super_ranges(c, start, len, max, &nsup);
+	for (int i = 0; !ret && i < nsup; i++)
+		sup[i] = (struct ub_range){ start[i], len[i] };
+	free(start);
+	free(len);
 	if (!ret)
 		ret = ub_alloc_insert_bg(a, flags, c->logical, c->length, ub_alloc_chunk_full_stripe(c), sup, nsup, out);
 	free(sup);

@@ -54,8 +54,6 @@ int ub_alloc_insert_bg(struct ub_alloc *a, uint64_t flags, uint64_t start, uint6
 		       const struct ub_range *super, int nsuper, struct ub_bg **out);
 /* The same for a chunk of the volume: its superblock stripes and full stripe size from the chunk. */
 int ub_alloc_insert_chunk_bg(struct ub_alloc *a, const struct ub_chunk *c, uint64_t flags, struct ub_bg **out);
-/* Superblock mirror stripes of a chunk mapped to logical (the kernel's exclude_super_stripes). */
-int ub_alloc_super_stripes(const struct ub_chunk *c, struct ub_range *out, int max, int *n);
 /* Logical bytes per full stripe for a RAID5/6 chunk, 0 otherwise. */
 uint64_t ub_alloc_chunk_full_stripe(const struct ub_chunk *c);
 struct ub_bg *ub_alloc_find_bg(const struct ub_alloc *a, uint64_t logical);

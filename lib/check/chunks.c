@@ -461,6 +461,7 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 		return 0;
 	chk_extent_refs_item(s->c, k, d, size, s->nodesize, &s->blocks_cursor);
 	len = k->type == BTRFS_METADATA_ITEM_KEY ? s->nodesize : k->offset;
+	chk_space_cache_extent(s, k->objectid, len);
 	s->c->sum.extents++;
 	chk_where(&p, BTRFS_EXTENT_TREE_OBJECTID, k, k->objectid);
 	if (s->prev_ext_end > k->objectid)
@@ -569,6 +570,7 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	struct cstate s = { .c = c, .fs = fs };
 	const uint8_t *sb = ub_volume_super(ub_fs_volume(fs));
 	struct ub_key from = { 0, 0, 0 };
+	bool v1 = false;
 	int ret = ub_volume_get_info(ub_fs_volume(fs), &vi);
 
 	if (ret)
@@ -599,6 +601,16 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 		ret = chk_scan_tree(&s, BTRFS_BLOCK_GROUP_TREE_OBJECTID, &from, bg_item);
 		s.bg_incomplete = ret == 1;
 	}
+	/*
+	 * The v1 space cache, when the superblock says it is current and no free
+	 * space tree replaces it (the kernel then ignores it).
+	 */
+	if (ret >= 0 && !(UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE) &&
+	    UB_GET(ub_disk_super, cache_generation, sb) == UB_GET(ub_disk_super, generation, sb) && s.newest_root) {
+		chk_progress(c, "space cache", 0, 0);
+		v1 = true;
+		ret = chk_space_cache_load(&s);
+	}
 	if (ret >= 0) {
 		chk_progress(c, "extents", 0, 0);
 		ret = chk_scan_tree(&s, BTRFS_EXTENT_TREE_OBJECTID, &from, extent_item);
@@ -613,6 +625,8 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	}
 	if (ret >= 0)
 		check_totals(&s);
+	if (ret >= 0 && v1 && !s.extents_incomplete && !s.bg_incomplete)
+		chk_space_cache_check(&s);
 	/* the free space tree, when the filesystem keeps one and says it is valid */
 	if (ret >= 0 && !s.extents_incomplete && !s.bg_incomplete && !s.chunks_incomplete &&
 	    (UB_GET(ub_disk_super, compat_ro_flags, sb) & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE) &&
@@ -649,5 +663,6 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	free(s.ch);
 	free(s.dev);
 	free(s.drefs);
+	free(s.v1);
 	return ret < 0 ? ret : 0;
 }

@@ -21,6 +21,15 @@ struct cinfo {
 	bool bg, free_info;
 	struct cstripe *st;
 	uint64_t *full_used; /* RAID5/6 with --check-data-csum: a bit per full stripe an extent touches */
+	/* ---- its v1 space cache, when the kernel would load it ---- */
+	bool v1_loaded;
+	struct ub_key v1_key;     /* the FREE_SPACE header */
+	uint64_t v1_free;         /* bytes it calls free */
+	uint64_t v1_used_free, v1_extent; /* the first address it calls free that an extent holds, that extent */
+};
+
+struct chk_v1_range {
+	uint64_t start, len;
 };
 
 struct dinfo {
@@ -72,6 +81,9 @@ struct cstate {
 	unsigned csum_type;
 	uint8_t *data_buf; /* one read's worth */
 	uint64_t data_done;
+	/* ---- the v1 space cache: every loaded cache's free ranges, sorted ---- */
+	struct chk_v1_range *v1;
+	size_t nv1, v1_cap, v1_cursor;
 	/* ---- passes that stream trees ---- */
 	enum ub_chk_class scan_cls; /* the class of a tree that cannot be read (0: chunk) */
 };
@@ -90,6 +102,15 @@ long chk_find_chunk(const struct cstate *s, uint64_t logical);
 /* free_space.c: one item of the free space tree's stream; then the verdicts per block group. */
 int chk_free_space_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size);
 void chk_free_space_check(struct cstate *s);
+
+/*
+ * space_cache.c: chk_space_cache_load (before the extent tree's stream: every
+ * block group's v1 cache the kernel would load), chk_space_cache_extent for
+ * each extent of the stream, chk_space_cache_check after it.
+ */
+int chk_space_cache_load(struct cstate *s);
+void chk_space_cache_extent(struct cstate *s, uint64_t start, uint64_t len);
+void chk_space_cache_check(struct cstate *s);
 
 /*
  * csum_tree.c: chk_csum_begin (before the stream: `with_extents`, compare

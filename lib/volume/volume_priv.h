@@ -92,6 +92,14 @@ struct ub_volume {
 };
 
 const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical);
+/* Stripes of chunk `c` that carry data (a RAID5/6 row's data strips, RAID10's pairs, ...). */
+int ub_chunk_data_stripes(const struct ub_chunk *c);
+/*
+ * The logical ranges of chunk `c` that hold superblock mirrors (the kernel's
+ * exclude_super_stripes): [start[i], +len[i]) for i < *n, at most `max`
+ * (1 + UB_SUPER_MIRROR_MAX per stripe is always enough). 0, -EINVAL, -ENOSPC.
+ */
+int ub_chunk_super_ranges(const struct ub_chunk *c, uint64_t *start, uint64_t *len, int max, int *n);
 /*
  * RAID5/6: read every strip of full stripe `full` of chunk `c` as stored and
  * compare P (and Q) with what the data strips give. 0 consistent; 1 a strip
