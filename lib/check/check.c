@@ -50,6 +50,8 @@ void ub_checker_free(struct ub_checker *c)
 	free(c->fext);
 	free(c->edges);
 	chk_qgroup_free(c);
+	free(c->links);
+	free(c->whole_trees);
 	for (size_t i = 0; i < c->ndeferred; i++) {
 		free((char *)c->deferred[i].msg);
 		free((char *)c->deferred[i].path);
@@ -263,6 +265,8 @@ int ub_checker_run(struct ub_checker *c, struct ub_fs *fs)
 	} else {
 		second_passes(&second);
 	}
+	if (!ret && !second.ret)
+		chk_subvol_links_check(c);
 	return ret ? ret : second.ret;
 }
 

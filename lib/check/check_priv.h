@@ -105,6 +105,20 @@ struct ub_checker {
 		uint64_t child, parent, tree;
 	} *edges;
 	size_t nedges, edges_cap;
+	/*
+	 * ---- subvolume links ---- directory entries that name a subvolume, and
+	 * the subvolume trees the file tree pass read whole (the second thread
+	 * fills both; chk_subvol_links_check reads them after it has finished)
+	 */
+	struct chk_subvol_link {
+		uint64_t tree, dir, child, index; /* index: DIR_INDEX's key offset, 0 for a DIR_ITEM */
+		bool is_index;
+		uint16_t name_len;
+		char name[UB_NAME_LEN];
+	} *links;
+	size_t nlinks, links_cap;
+	uint64_t *whole_trees;
+	size_t nwhole, whole_cap;
 	/* ---- quota counts (qgroup.c), NULL when not verified ---- */
 	struct chk_qgroups *qg;
 	/* ---- paths ---- */
@@ -147,6 +161,8 @@ int chk_fext_cmp(const struct chk_fext *a, const struct chk_fext *b);
 int chk_root_refs_add(struct ub_checker *c, const struct ub_key *k, const uint8_t *d, uint32_t size);
 /* Every ROOT_REF against its ROOT_BACKREF, every live subvolume linked. */
 void chk_root_refs_check(struct ub_checker *c);
+/* Every ROOT_REF against the directory entries that make its link (after both passes). */
+void chk_subvol_links_check(struct ub_checker *c);
 
 int chk_trees(struct ub_checker *c, struct ub_fs *fs);
 /*

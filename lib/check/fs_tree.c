@@ -217,7 +217,21 @@ static void dir_item(struct fstate *f, const struct ub_key *k, const uint8_t *d,
 		f->cur.dir_entries++;
 		f->cur.dir_bytes += len;
 		ub_key_read(&loc, UB_PTR(btrfs_dir_item, location, e));
-		/* a subvolume's entry: the root tree's ROOT_REF is its other half (the root pass) */
+		/* a subvolume's entry: the root tree's ROOT_REF is its other half (chk_subvol_links_check) */
+		if (loc.type == BTRFS_ROOT_ITEM_KEY && len <= UB_NAME_LEN) {
+			struct ub_checker *c = f->s.c;
+			struct chk_subvol_link *l;
+
+			if (chk_reserve(&c->links, &c->links_cap, c->nlinks, sizeof(*c->links), 8)) {
+				f->nomem = true;
+				return;
+			}
+			l = &c->links[c->nlinks++];
+			*l = (struct chk_subvol_link){ .tree = f->tree, .dir = k->objectid, .child = loc.objectid,
+						       .index = n.index, .is_index = n.kind == NAME_INDEX,
+						       .name_len = len };
+			memcpy(l->name, e + hdr, len);
+		}
 		if (loc.type == BTRFS_INODE_ITEM_KEY) {
 			n.child = loc.objectid;
 			n.hash = (uint32_t)ub_name_hash((const char *)e + hdr, len);
@@ -353,6 +367,9 @@ static int check_tree(struct fstate *f, uint64_t tree, uint64_t root_dirid)
 	}
 	chk_names_check(f);
 	chk_orphans_check(f);
+	if (chk_reserve(&f->s.c->whole_trees, &f->s.c->whole_cap, f->s.c->nwhole, sizeof(uint64_t), 16))
+		return -ENOMEM;
+	f->s.c->whole_trees[f->s.c->nwhole++] = tree;
 	return f->nomem ? -ENOMEM : 0;
 }
 

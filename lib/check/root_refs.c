@@ -139,3 +139,51 @@ void chk_root_refs_check(struct ub_checker *c)
 		}
 	}
 }
+
+static bool link_matches(const struct chk_subvol_link *l, const struct chk_root_ref *r, bool is_index)
+{
+	return l->tree == r->from && l->dir == r->dirid && l->child == r->to && l->is_index == is_index &&
+	       (!is_index || l->index == r->sequence) && l->name_len == r->name_len &&
+	       !memcmp(l->name, r->name, r->name_len);
+}
+
+/*
+ * A ROOT_REF is one half of a subvolume's link; the DIR_ITEM and DIR_INDEX
+ * entries in its parent's directory are the other. The reverse is not a
+ * rule: a snapshot keeps the entries of subvolumes below its source without
+ * their ROOT_REFs (the kernel shows them as empty directories).
+ */
+void chk_subvol_links_check(struct ub_checker *c)
+{
+	struct ub_chk_problem p;
+
+	if (!c->walk_complete)
+		return;
+	for (size_t i = 0; i < c->nroot_refs; i++) {
+		const struct chk_root_ref *r = &c->root_refs[i];
+		bool whole = false, item = false, index = false;
+
+		if (r->type != BTRFS_ROOT_REF_KEY)
+			continue;
+		for (size_t j = 0; j < c->nwhole && !whole; j++)
+			whole = c->whole_trees[j] == r->from;
+		/* a parent tree not read whole (or a deleted one, never read) cannot be judged */
+		if (!whole)
+			continue;
+		for (size_t j = 0; j < c->nlinks; j++) {
+			item |= link_matches(&c->links[j], r, false);
+			index |= link_matches(&c->links[j], r, true);
+		}
+		if (item && index)
+			continue;
+		memset(&p, 0, sizeof(p));
+		p.cls = UB_CHK_ROOT;
+		p.tree = BTRFS_ROOT_TREE_OBJECTID;
+		p.has_key = true;
+		p.key = (struct ub_key){ r->from, r->type, r->to };
+		chk_report(c, &p, "ROOT_REF of subvolume %llu: directory %llu of tree %llu has no %s%s%s entry for it "
+			   "(index %llu, with the ROOT_REF's name)", (unsigned long long)r->to,
+			   (unsigned long long)r->dirid, (unsigned long long)r->from, item ? "" : "DIR_ITEM",
+			   item || index ? "" : " and no ", index ? "" : "DIR_INDEX", (unsigned long long)r->sequence);
+	}
+}

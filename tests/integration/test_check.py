@@ -296,6 +296,28 @@ def test_root_backref_missing(ubtrfs_bin, factory, tmp_path):
                for r in recs), recs
 
 
+def test_subvol_dir_index_missing(ubtrfs_bin, factory, tmp_path):
+    """The top tree's DIR_INDEX naming a subvolume removed: its ROOT_REF has half a link."""
+    img = tmp_path / "subvol.img"
+    T.copy_sparse(factory.image("kernel-subvol-zstd").devices[0], img)
+    where = {}
+
+    def edit(im):
+        # the entry's location key: objectid, then type ROOT_ITEM
+        blk = slot = None
+        for b, s in im.walk(im.tree_root(C.FS_TREE)[0]):
+            if b.item_key(s).type == C.DIR_INDEX and b.get_item(s, 8, "<B") == C.ROOT_ITEM:
+                blk, slot = b, s
+                break
+        assert blk, "no subvolume entry in the top tree"
+        where["child"] = blk.get_item(slot, 0, "<Q")
+        blk.delete_item(slot)
+        im.write_block(blk)
+    recs = damaged(img, edit)
+    assert any(r["class"] == "root" and r["key"] == [C.FS_TREE, C.ROOT_REF, where["child"]] and
+               "DIR_INDEX" in r["message"] for r in recs), recs
+
+
 def test_super_copy_damaged(ubtrfs_bin, base):
     # btrfs check reads only the copy in use: the test's own record is the oracle here
     T.overwrite(base, C.SUPER_OFFSETS[1] + 0x1000 - 16, b"\xff" * 8)
