@@ -32,6 +32,9 @@ static const char help[] =
 	"                       without it they are kept and reported\n"
 	"      --no-scavenge    do not scan the metadata for inodes no name leads to any\n"
 	"                       more (by default they go to OUTDIR/lost+found/SUBVOL/INODE)\n"
+	"      --deleted        undelete: files the scan finds that were deleted, as the\n"
+	"                       newest older root still on disk has them, go to\n"
+	"                       OUTDIR/deleted/SUBVOL/INODE\n"
 	"      --report FILE    write one JSON line per damaged or lost file to FILE: its\n"
 	"                       path, and for a file whose data could not all be read,\n"
 	"                       the byte ranges lost and why\n"
@@ -405,6 +408,7 @@ int cmd_restore(int argc, char **argv)
 		{ "no-xattrs", no_argument, NULL, 0x305 }, { "overwrite", no_argument, NULL, 0x306 },
 		{ "report", required_argument, NULL, 0x307 },
 		{ "no-scavenge", no_argument, NULL, 0x308 },
+		{ "deleted", no_argument, NULL, 0x309 },
 		{ "dry-run", no_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' },
 		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
 	};
@@ -439,6 +443,7 @@ int cmd_restore(int argc, char **argv)
 		case 0x306: r.overwrite = true; break;
 		case 0x307: report = optarg; break;
 		case 0x308: r.scavenge = false; break;
+		case 0x309: r.deleted = true; break;
 		case 'n': r.dry_run = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("restore", "invalid option");
@@ -451,6 +456,8 @@ int cmd_restore(int argc, char **argv)
 	/* lost inodes belong to no path: only a whole-filesystem restore looks for them */
 	if (path || r.use_regex)
 		r.scavenge = false;
+	if (r.deleted && !r.scavenge)
+		return usage_error("restore", "--deleted needs the scan: not with --no-scavenge, --path or --path-regex");
 	outdir = argv[argc - 1];
 	r.umask = umask(0);
 	umask(r.umask);
@@ -509,8 +516,12 @@ int cmd_restore(int argc, char **argv)
 			(unsigned long long)r.nhardlinks, (unsigned long long)r.nspecial,
 			(unsigned long long)r.nproblems);
 	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && (r.nscavenged || r.ndeleted))
-		fprintf(stderr, "scavenged: %llu inodes no name leads to, under lost+found; %llu deleted inodes left deleted\n",
-			(unsigned long long)r.nscavenged, (unsigned long long)r.ndeleted);
+		fprintf(stderr, "scavenged: %llu inodes no name leads to, under lost+found; %llu deleted inodes %s\n",
+			(unsigned long long)r.nscavenged, (unsigned long long)r.ndeleted,
+			r.deleted ? "found" : "left deleted");
+	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && r.deleted)
+		fprintf(stderr, "undeleted: %llu files as an older root has them, under deleted\n",
+			(unsigned long long)r.nundeleted);
 	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run)
 		fprintf(stderr, "files: %llu complete, %llu partial, %llu lost; data: %llu bytes recovered, %llu lost\n",
 			(unsigned long long)r.files_complete, (unsigned long long)r.files_partial,

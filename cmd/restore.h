@@ -72,8 +72,9 @@ struct restorer {
 	bool data_verdict; /* the file's report line is written: its data problems add none */
 	/* ---- scavenging (restore_scavenge.c) ---- */
 	bool scavenge;       /* on unless --no-scavenge, and only for a whole-filesystem restore */
+	bool deleted;        /* --deleted: deleted inodes an older root still has, under OUTDIR/deleted */
 	struct rmap reached; /* every inode the walk restored (not directories: `entered`) */
-	uint64_t nscavenged, ndeleted;
+	uint64_t nscavenged, ndeleted, nundeleted;
 };
 
 /* A directory on the walk; made under OUTDIR only when something goes into it (lazily). */

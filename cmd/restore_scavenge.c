@@ -6,7 +6,10 @@
  * not restore is looked up: in the live tree first, then in the older roots.
  * One that is found (a file whose directory was lost, say) is restored under
  * OUTDIR/lost+found/<subvolume>/<inode>; one that the live tree says does not
- * exist was deleted and stays so (counted).
+ * exist was deleted and stays so (counted), unless --deleted asks for it:
+ * then the newest older root that still has it linked gives it, under
+ * OUTDIR/deleted/<subvolume>/<inode>, with its data as that root has it
+ * (verified against that root's checksums: space reused since shows as lost).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -100,7 +103,36 @@ static int find_inode(struct restorer *r, uint64_t subvol, uint64_t ino, struct 
 	return ret;
 }
 
-static void restore_one(struct restorer *r, struct frame *dir, uint64_t subvol, uint64_t ino)
+/* A deleted inode, from the newest older root where it still has a name (directories have nothing to give). */
+static void undelete(struct restorer *r, struct frame *dir, uint64_t subvol, uint64_t ino)
+{
+	char name[24], rel[64], was[512];
+	struct ub_fs *fs, *saved = r->fs;
+	struct ub_inode in;
+	uint64_t gen;
+
+	for (int i = 0; !rs_older(r, i, &fs, &gen); i++) {
+		if (ub_inode_read(fs, subvol, ino, &in) || !in.nlink)
+			continue;
+		if (S_ISDIR(in.mode))
+			return;
+		snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
+		snprintf(rel, sizeof(rel), "deleted/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
+		if (ub_inode_path(fs, subvol, ino, was, sizeof(was)))
+			snprintf(was, sizeof(was), "?");
+		if (r->oa.verbosity >= UB_LOG_WARN)
+			fprintf(stderr, "ubtrfs: %s: deleted inode %llu of subvolume %llu, restored as generation %llu has it "
+				"(it was %s)\n", rel, (unsigned long long)ino, (unsigned long long)subvol,
+				(unsigned long long)gen, was);
+		r->nundeleted++;
+		r->fs = fs;
+		rs_entry(r, dir, name, rel, &in);
+		r->fs = saved;
+		return;
+	}
+}
+
+static void restore_one(struct restorer *r, struct frame *dir, struct frame *deleted, uint64_t subvol, uint64_t ino)
 {
 	char name[24], rel[64];
 	struct ub_inode in;
@@ -110,18 +142,16 @@ static void restore_one(struct restorer *r, struct frame *dir, uint64_t subvol, 
 
 	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
 	snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
-	if (ret == -ENOENT) {
+	if (ret == -ENOENT || (!ret && !in.nlink)) {
+		/* not there, or unlinked and waiting for its orphan cleanup: deleted */
 		r->ndeleted++;
+		if (r->deleted)
+			undelete(r, deleted, subvol, ino);
 		return;
 	}
 	if (ret) {
 		rs_problem(r, rel, "inode %llu of subvolume %llu was found by the scan but cannot be read: %s",
 			   (unsigned long long)ino, (unsigned long long)subvol, strerror(-ret));
-		return;
-	}
-	/* an unlinked inode waits for its orphan cleanup: deleted too */
-	if (!in.nlink) {
-		r->ndeleted++;
 		return;
 	}
 	r->nscavenged++;
@@ -145,6 +175,7 @@ void rs_scavenge(struct restorer *r, struct frame *root)
 	struct scan s = { .r = r };
 	struct ub_meta_scan_ops ops = { .want = want, .found = found, .arg = &s };
 	struct frame lf = { root, "lost+found", "lost+found", -1, false, false, false };
+	struct frame df = { root, "deleted", "deleted", -1, false, false, false };
 	int ret = ub_scan_metadata(r->fs, &ops);
 
 	if (ret && !s.nomem)
@@ -154,18 +185,22 @@ void rs_scavenge(struct restorer *r, struct frame *root)
 		qsort(s.v, s.n, sizeof(*s.v), cand_cmp);
 	for (size_t i = 0; i < s.n;) {
 		uint64_t subvol = s.v[i].subvol;
-		char sname[24], srel[40];
+		char sname[24], srel[40], drel[40];
 		struct frame sf = { &lf, sname, srel, -1, false, false, false };
+		struct frame dsf = { &df, sname, drel, -1, false, false, false };
 
 		snprintf(sname, sizeof(sname), "%llu", (unsigned long long)subvol);
 		snprintf(srel, sizeof(srel), "lost+found/%llu", (unsigned long long)subvol);
+		snprintf(drel, sizeof(drel), "deleted/%llu", (unsigned long long)subvol);
 		for (; i < s.n && s.v[i].subvol == subvol; i++) {
 			if (i && !cand_cmp(&s.v[i], &s.v[i - 1]))
 				continue;
-			restore_one(r, &sf, subvol, s.v[i].ino);
+			restore_one(r, &sf, &dsf, subvol, s.v[i].ino);
 		}
 		rs_dir_done(r, &sf);
+		rs_dir_done(r, &dsf);
 	}
 	rs_dir_done(r, &lf);
+	rs_dir_done(r, &df);
 	free(s.v);
 }
