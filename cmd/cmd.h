@@ -21,6 +21,7 @@ struct open_args {
 	uint64_t generation; /* --generation N: 0 is the superblock's root */
 	bool backup;          /* --backup: the current root unreadable, try the backup roots */
 	uint64_t root_bytenr; /* --root BYTENR: the root tree at that address, 0 if not given */
+	bool rescue_chunks;   /* a chunk tree that cannot be read is rebuilt from a scan (restore) */
 };
 
 #define OPEN_ARGS_LONGOPTS                                          \

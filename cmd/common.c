@@ -213,7 +213,7 @@ struct ub_fs_opts open_args_fs_opts(const struct open_args *oa)
 {
 	return (struct ub_fs_opts){ .writable = false, .super_mirror = oa->super_mirror, .no_log = oa->no_log,
 				    .root_generation = oa->generation, .backup = oa->backup,
-				    .root_bytenr = oa->root_bytenr };
+				    .root_bytenr = oa->root_bytenr, .rescue_chunks = oa->rescue_chunks };
 }
 
 int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out)

@@ -419,6 +419,8 @@ int cmd_restore(int argc, char **argv)
 	int opt, o, ret;
 
 	open_args_init(&r.oa);
+	/* restore gets what it can: a chunk tree that cannot be read is rebuilt from older copies of its leaves */
+	r.oa.rescue_chunks = true;
 	while ((opt = getopt_long(argc, argv, "nhvq", longopts, NULL)) != -1) {
 		if ((o = open_args_parse(&r.oa, opt, optarg)) != 0) {
 			if (o < 0)

@@ -25,6 +25,12 @@ struct ub_fs_opts {
 	bool backup;              /* the current root unreadable: try the backup roots, newest first */
 	uint64_t root_bytenr;     /* 0, or the root tree at this logical address (its generation from its header) */
 	/*
+	 * Read-only: when the chunk tree cannot be read whole, rebuild the chunk
+	 * map from the chunk tree leaves a scan of the system block groups finds
+	 * (the newest copy of each chunk item), with a warning, instead of failing.
+	 */
+	bool rescue_chunks;
+	/*
 	 * ---- memory budget ---- the peak memory the open filesystem aims at, in
 	 * bytes; 0: 256 MiB. Three quarters go to the tree block cache, the rest
 	 * is left for the caller's tables and buffers.

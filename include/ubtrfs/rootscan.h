@@ -57,6 +57,7 @@ struct ub_meta_scan_ops {
 	int (*found)(void *arg, const struct ub_eb *eb);
 	ub_scan_progress_fn progress;
 	void *arg;
+	bool system; /* scan the system block groups (the chunk tree's) instead */
 };
 int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops);
 

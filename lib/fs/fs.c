@@ -520,6 +520,11 @@ int ub_fs_load_trees(struct ub_fs *fs)
 		goto fail;
 	warn_features(fs);
 	ret = load_chunk_tree(fs);
+	if (ret && ret != -ENOMEM && fs->opts.rescue_chunks && !fs->opts.writable) {
+		ub_warn(&fs->log, "the chunk tree cannot be read whole (%s): looking for older copies of its leaves",
+			strerror(-ret));
+		ret = ub_fs_rescue_chunks(fs);
+	}
 	if (ret && fs->opts.backup) {
 		snprintf(problem, sizeof(problem), "chunk tree: %s", strerror(-ret));
 		ret = fall_back(fs, problem);

@@ -35,4 +35,12 @@ struct ub_fs {
 	struct ub_dc_pool *dc_pool; /* lib/fs/decomp_pool.h: started by the first compressed read, NULL before */
 };
 
+/*
+ * chunk_rescue.c: the chunk and device items of every chunk tree leaf a scan
+ * of the system block groups finds, newest copy of each, added where the
+ * volume has no chunk yet. 0 when it added chunks, -ENOENT when it found
+ * nothing to add, <0 on errors.
+ */
+int ub_fs_rescue_chunks(struct ub_fs *fs);
+
 #endif

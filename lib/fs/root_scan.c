@@ -144,7 +144,7 @@ int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops)
 {
 	struct ub_volume *vol = fs->vol;
 	uint32_t ns = vol->nodesize;
-	uint64_t total = 0, done = 0;
+	uint64_t total = 0, done = 0, type = ops->system ? BTRFS_BLOCK_GROUP_SYSTEM : BTRFS_BLOCK_GROUP_METADATA;
 	uint8_t *buf;
 	int ret = 0;
 
@@ -154,12 +154,12 @@ int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops)
 	if (!buf)
 		return -ENOMEM;
 	for (int c = 0; c < vol->nchunks; c++)
-		if (vol->chunks[c]->type & BTRFS_BLOCK_GROUP_METADATA)
+		if (vol->chunks[c]->type & type)
 			total += vol->chunks[c]->length;
 	for (int c = 0; c < vol->nchunks && !ret; c++) {
 		const struct ub_chunk *ch = vol->chunks[c];
 
-		if (!(ch->type & BTRFS_BLOCK_GROUP_METADATA))
+		if (!(ch->type & type))
 			continue;
 		for (uint64_t off = 0; off < ch->length && !ret; off += SCAN_STEP) {
 			uint64_t len = ch->length - off < SCAN_STEP ? ch->length - off : SCAN_STEP;
