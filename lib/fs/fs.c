@@ -521,9 +521,14 @@ int ub_fs_load_trees(struct ub_fs *fs)
 	warn_features(fs);
 	ret = load_chunk_tree(fs);
 	if (ret && ret != -ENOMEM && fs->opts.rescue_chunks && !fs->opts.writable) {
+		int why = ret;
+
 		ub_warn(&fs->log, "the chunk tree cannot be read whole (%s): looking for older copies of its leaves",
 			strerror(-ret));
 		ret = ub_fs_rescue_chunks(fs);
+		/* nothing found: the chunk tree's own failure is the one to report */
+		if (ret == -ENOENT)
+			ret = why;
 	}
 	if (ret && fs->opts.backup) {
 		snprintf(problem, sizeof(problem), "chunk tree: %s", strerror(-ret));

@@ -118,6 +118,26 @@ static bool looks_like_tree_block(const struct ub_volume *vol, const uint8_t *h,
 
 #define SCAN_STEP (1U << 20)
 
+/*
+ * Whether some copy of chunk `ch` lies on a present device whole: a chunk
+ * item can claim any length (a crafted one, terabytes), and a scan of what no
+ * device holds would read nothing for hours.
+ */
+static bool chunk_on_disk(const struct ub_chunk *ch)
+{
+	int ds = ub_chunk_data_stripes(ch);
+	uint64_t per_dev = ds > 0 ? ch->length / (uint64_t)ds : ch->length;
+
+	for (int j = 0; j < ch->num_stripes; j++) {
+		const struct ub_vdev *v = ch->stripes[j].dev;
+
+		if (v && v->dev && ch->stripes[j].physical <= ub_dev_size(v->dev) &&
+		    per_dev <= ub_dev_size(v->dev) - ch->stripes[j].physical)
+			return true;
+	}
+	return false;
+}
+
 /* One block the header check let through: verified on any copy, then handed to ops->found. */
 static int scan_one(struct ub_fs *fs, const struct ub_meta_scan_ops *ops, const uint8_t *h, uint64_t logical)
 {
@@ -154,12 +174,12 @@ int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops)
 	if (!buf)
 		return -ENOMEM;
 	for (int c = 0; c < vol->nchunks; c++)
-		if (vol->chunks[c]->type & type)
+		if ((vol->chunks[c]->type & type) && chunk_on_disk(vol->chunks[c]))
 			total += vol->chunks[c]->length;
 	for (int c = 0; c < vol->nchunks && !ret; c++) {
 		const struct ub_chunk *ch = vol->chunks[c];
 
-		if (!(ch->type & type))
+		if (!(ch->type & type) || !chunk_on_disk(ch))
 			continue;
 		for (uint64_t off = 0; off < ch->length && !ret; off += SCAN_STEP) {
 			uint64_t len = ch->length - off < SCAN_STEP ? ch->length - off : SCAN_STEP;
