@@ -170,5 +170,7 @@ int ub_tree_walk(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_b
  */
 #define UB_TREE_READAHEAD_LEAVES 32
 void ub_tree_readahead(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n);
+/* The same for every mirrored copy (DUP, RAID1*, RAID10), for a reader that verifies each: a checker. */
+void ub_tree_readahead_copies(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n);
 
 #endif

@@ -231,6 +231,9 @@ static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, c
 			.end_key = exp->end_key, .parent = bytenr, .slot = (int)i,
 		};
 
+		/* the disk fetches the next children (every copy, each is verified) while these are checked */
+		if (!(i % UB_TREE_READAHEAD_LEAVES))
+			ub_tree_readahead_copies(w->tc, eb, (int)i, UB_TREE_READAHEAD_LEAVES);
 		ub_eb_item_key(eb, (int)i, &k);
 		if (i + 1 < n) {
 			ub_eb_item_key(eb, (int)i + 1, &next);

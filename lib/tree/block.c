@@ -606,7 +606,8 @@ static bool is_cached(struct ub_tree_ctx *tc, uint64_t bytenr)
 	return found;
 }
 
-void ub_tree_readahead(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n)
+/* Advice for copy `mirror` of the children [slot, slot + n) of `parent`, merged into runs per device. */
+static void readahead_copy(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n, int mirror)
 {
 	struct ub_volume *vol = tc->vol;
 	struct ub_dev *run_dev = NULL;
@@ -615,11 +616,15 @@ void ub_tree_readahead(struct ub_tree_ctx *tc, const struct ub_eb *parent, int s
 
 	for (int i = slot; i >= 0 && (uint32_t)i < nr && i < slot + n; i++) {
 		uint64_t bytenr = ub_eb_node_blockptr(parent, i), devid, phys;
+		const struct ub_chunk *c;
 		const char *path;
 		struct ub_dev *dev;
 
 		/* a hostile pointer is the read's to report; advice for it is just skipped */
-		if (is_cached(tc, bytenr) || ub_volume_map(vol, bytenr, 1, &devid, &phys, &path))
+		if (mirror == 1 ? is_cached(tc, bytenr) : !(c = ub_volume_find_chunk(vol, bytenr)) ||
+								 (c->type & BTRFS_BLOCK_GROUP_RAID56_MASK))
+			continue;
+		if (ub_volume_map(vol, bytenr, mirror, &devid, &phys, &path))
 			continue;
 		dev = dev_of(vol, devid);
 		if (!dev)
@@ -636,6 +641,18 @@ void ub_tree_readahead(struct ub_tree_ctx *tc, const struct ub_eb *parent, int s
 	}
 	if (run_dev)
 		ub_dev_willneed(run_dev, run_start, run_len);
+}
+
+void ub_tree_readahead(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n)
+{
+	readahead_copy(tc, parent, slot, n, 1);
+}
+
+void ub_tree_readahead_copies(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n)
+{
+	/* mirrored copies only: a RAID5/6 block's other "copies" are rebuilt, not read */
+	for (int m = 1; m <= 4; m++)
+		readahead_copy(tc, parent, slot, n, m);
 }
 
 int ub_block_set_add(struct ub_block_set *s, uint64_t bytenr, uint64_t tag, uint64_t *first_tag)
