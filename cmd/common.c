@@ -11,14 +11,8 @@
 
 void open_args_init(struct open_args *oa)
 {
-	oa->verbosity = UB_LOG_WARN;
-	oa->super_mirror = -1;
-	oa->no_log = false;
-	oa->errors = 0;
-	oa->generation = 0;
-	oa->no_scan = false;
-	oa->backup = false;
-	oa->root_bytenr = 0;
+	/* every field not named here starts as zero / false */
+	*oa = (struct open_args){ .verbosity = UB_LOG_WARN, .super_mirror = -1 };
 }
 
 int final_rc(const struct open_args *oa, int rc)

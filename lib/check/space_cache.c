@@ -250,7 +250,8 @@ int chk_space_cache_load(struct cstate *s)
 
 	if (ret < 0)
 		return ret;
-	qsort(s->v1, s->nv1, sizeof(*s->v1), by_start);
+	if (s->nv1)
+		qsort(s->v1, s->nv1, sizeof(*s->v1), by_start);
 	/* overlapping entries would count free space twice */
 	for (size_t i = 1; i < s->nv1; i++) {
 		const struct chk_v1_range *a = &s->v1[i - 1], *b = &s->v1[i];

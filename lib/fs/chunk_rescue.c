@@ -104,7 +104,8 @@ int ub_fs_rescue_chunks(struct ub_fs *fs)
 
 	if (ret)
 		goto out;
-	qsort(r.v, r.n, sizeof(*r.v), by_key_newest);
+	if (r.n)
+		qsort(r.v, r.n, sizeof(*r.v), by_key_newest);
 	for (size_t i = 0; i < r.n; i++) {
 		const struct rescued *e = &r.v[i];
 
