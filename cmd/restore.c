@@ -413,7 +413,7 @@ int cmd_restore(int argc, char **argv)
 		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
 	};
 	struct restorer r = { .owner = true, .mode = true, .times = true, .xattrs = true, .rootfd = -1,
-			      .scavenge = true };
+			      .scavenge = true, .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct frame root = { .rel = "", .fd = -1 };
 	const char *path = NULL, *outdir, *report = NULL;
 	int opt, o, ret;
@@ -464,9 +464,8 @@ int cmd_restore(int argc, char **argv)
 	r.umask = umask(0);
 	umask(r.umask);
 	r.tty = isatty(STDERR_FILENO) && r.oa.verbosity >= UB_LOG_WARN;
-	r.buf = malloc(4U << 20);
 	r.target = malloc(65536);
-	if (!r.buf || !r.target) {
+	if (!r.target) {
 		fprintf(stderr, "ubtrfs: error: out of memory\n");
 		r.rc = EXIT_FATAL;
 		goto out;
@@ -484,6 +483,11 @@ int cmd_restore(int argc, char **argv)
 	r.devs = argv + optind;
 	r.ndevs = argc - optind - 1;
 	if (open_fs(&r.oa, r.devs, r.ndevs, &r.fs)) {
+		r.rc = EXIT_FATAL;
+		goto out;
+	}
+	if (!r.dry_run && rs_copy_start(&r)) {
+		fprintf(stderr, "ubtrfs: error: out of memory\n");
 		r.rc = EXIT_FATAL;
 		goto out;
 	}
@@ -510,6 +514,7 @@ int cmd_restore(int argc, char **argv)
 				rs_scavenge(&r, &root);
 		}
 	}
+	rs_copy_finish(&r);
 	rs_progress(&r, true);
 	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run)
 		fprintf(stderr, "restored %llu directories, %llu files (%llu bytes), %llu symlinks, %llu hard links, "
@@ -530,6 +535,9 @@ int cmd_restore(int argc, char **argv)
 			(unsigned long long)r.files_lost, (unsigned long long)(r.bytes - r.bytes_zeroed),
 			(unsigned long long)r.bytes_lost);
 out:
+	rs_copy_finish(&r);
+	if (r.nproblems && r.rc == EXIT_OK)
+		r.rc = EXIT_PROBLEMS;
 	if (fflush(stdout) && r.rc == EXIT_OK)
 		r.rc = EXIT_FATAL;
 	rs_older_close(&r);
@@ -542,11 +550,10 @@ out:
 		fprintf(stderr, "ubtrfs: error: --report %s: %s\n", report, strerror(errno));
 		r.rc = EXIT_FATAL;
 	}
-	free(r.lost);
 	rmap_free(&r.links);
 	rmap_free(&r.reached);
 	rmap_free(&r.entered);
-	free(r.buf);
 	free(r.target);
+	pthread_mutex_destroy(&r.lock);
 	return final_rc(&r.oa, r.rc);
 }

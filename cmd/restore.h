@@ -8,6 +8,7 @@
 #ifndef UBTRFS_CMD_RESTORE_H
 #define UBTRFS_CMD_RESTORE_H
 
+#include <pthread.h>
 #include <regex.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,8 +39,7 @@ struct restorer {
 	regex_t regex;
 	int rootfd;       /* OUTDIR */
 	mode_t umask;     /* for --no-mode */
-	int rc;
-	uint8_t *buf;     /* file data */
+	int rc;           /* EXIT_FATAL as it happens; problems make it EXIT_PROBLEMS at the end */
 	char *target;     /* symlink targets */
 	struct rmap links;   /* inodes with several names: the path restored first */
 	struct rmap entered; /* directories entered, against loops */
@@ -63,13 +63,15 @@ struct restorer {
 	FILE *report;      /* --report: one JSON line per damaged or lost file */
 	uint64_t files_complete, files_partial, files_lost, bytes_lost;
 	uint64_t bytes_zeroed; /* of `bytes`: written as zeros where the data could not be read */
-	struct rs_lost {
-		uint64_t off, len;
-		char why[128];
-	} *lost;           /* the ranges of the file being copied that could not be read */
-	size_t nlost, lost_cap;
-	bool lost_nomem;
-	bool data_verdict; /* the file's report line is written: its data problems add none */
+	/* ---- file data, copied beside the walk (restore_copy.c) ---- */
+	struct rs_pool *pool;
+	/*
+	 * Taken by every thread for what they share: stderr and the report, the
+	 * counts the data copies add to (bytes, files_*, bytes_lost, bytes_zeroed,
+	 * nproblems), and opening the older roots. The walk's own counts (ndirs,
+	 * nfiles, ...) are the walking thread's alone.
+	 */
+	pthread_mutex_t lock;
 	/* ---- scavenging (restore_scavenge.c) ---- */
 	bool scavenge;       /* on unless --no-scavenge, and only for a whole-filesystem restore */
 	bool deleted;        /* --deleted: deleted inodes an older root still has, under OUTDIR/deleted */
@@ -96,9 +98,39 @@ struct frame {
 int rs_older(struct restorer *r, int i, struct ub_fs **fs, uint64_t *generation);
 void rs_older_close(struct restorer *r);
 
-/* Report a problem with a path under OUTDIR ("" is OUTDIR): one line on stderr, exit code 1. */
+/* Report a problem with a path under OUTDIR ("" is OUTDIR): one line on stderr and in the report, exit code 1. */
 void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The same for a file's data: the report has its line already (rs_verdict). */
+void rs_data_problem(struct restorer *r, const char *rel, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The progress line on a terminal: from the walking thread only. */
 void rs_progress(struct restorer *r, bool final);
+
+/* A range of a file that could not be read. */
+struct rs_lost {
+	uint64_t off, len;
+	char why[128];
+};
+struct rs_lostv {
+	struct rs_lost *v;
+	size_t n, cap;
+	bool nomem; /* some could not be kept */
+};
+/* A file copied (its lost ranges sorted): counted complete, partial or lost; the latter two get a report line. */
+void rs_verdict(struct restorer *r, const char *rel, const struct ub_inode *in, const struct rs_lostv *lost);
+/* Owner, xattrs (from `fs`), mode and times of what `fd` opens (an O_PATH descriptor: via_proc). */
+void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, const char *rel,
+		 const struct ub_inode *in);
+
+/*
+ * File data (restore_copy.c). rs_copy_start starts the copying threads (none
+ * on one CPU: the walk copies itself then); rs_copy_file hands over a file just
+ * made (`fd` becomes the copier's: it sets the metadata and closes it), the
+ * data read from the root the walk uses now (r->fs); rs_copy_finish waits for
+ * every file and stops the threads.
+ */
+int rs_copy_start(struct restorer *r);
+void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_inode *in);
+void rs_copy_finish(struct restorer *r);
 
 /* Make (or open) the directory of frame f and its parents: 0, or <0 (reported, f->failed set). */
 int rs_dir_make(struct restorer *r, struct frame *f);

@@ -53,9 +53,15 @@ static void open_all(struct restorer *r)
 
 int rs_older(struct restorer *r, int i, struct ub_fs **fs, uint64_t *generation)
 {
+	int n;
+
+	/* the walk and the copiers may both need them first: opened once, then only read */
+	pthread_mutex_lock(&r->lock);
 	if (!r->older_tried)
 		open_all(r);
-	if (i < 0 || i >= r->nolder)
+	n = r->nolder;
+	pthread_mutex_unlock(&r->lock);
+	if (i < 0 || i >= n)
 		return -ENOENT;
 	*fs = r->older[i].fs;
 	*generation = r->older[i].generation;

@@ -20,8 +20,6 @@
 #include "json.h"
 #include "restore.h"
 
-#define DATA_CHUNK (4U << 20)
-
 /* The start of a report line: {"path": "/REL" */
 static void report_path(struct restorer *r, const char *rel)
 {
@@ -38,85 +36,74 @@ static void report_path(struct restorer *r, const char *rel)
 	}
 }
 
-void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...)
+static void vproblem(struct restorer *r, const char *rel, bool report, const char *fmt, va_list ap)
 {
 	char msg[1024];
-	va_list ap;
 
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
+	pthread_mutex_lock(&r->lock);
 	if (r->tty)
 		fputs("\r\033[K", stderr);
 	fprintf(stderr, "ubtrfs: error: /%s: %s\n", rel, msg);
-	/* a file's unreadable data is its verdict's line (file_verdict), not one more */
-	if (r->report && !r->data_verdict) {
+	if (r->report && report) {
 		report_path(r, rel);
 		fputs(", \"status\": \"problem\", \"why\": ", r->report);
 		json_str(r->report, msg, strlen(msg));
 		fputs("}\n", r->report);
 	}
 	r->nproblems++;
-	if (r->rc == EXIT_OK)
-		r->rc = EXIT_PROBLEMS;
+	pthread_mutex_unlock(&r->lock);
 }
 
-/* A range the reader could not give (ub_read_report's callback): kept, adjacent ones of one cause merged. */
-static void note_bad(void *arg, uint64_t off, uint64_t len, const char *why)
+void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...)
 {
-	struct restorer *r = arg;
-	struct rs_lost *l = r->nlost ? &r->lost[r->nlost - 1] : NULL;
+	va_list ap;
 
-	if (l && l->off + l->len == off && !strncmp(l->why, why, sizeof(l->why) - 1)) {
-		l->len += len;
-		return;
-	}
-	if (r->nlost == r->lost_cap) {
-		size_t cap = r->lost_cap ? r->lost_cap * 2 : 16;
-		struct rs_lost *v = realloc(r->lost, cap * sizeof(*v));
-
-		if (!v) {
-			r->lost_nomem = true;
-			return;
-		}
-		r->lost = v;
-		r->lost_cap = cap;
-	}
-	l = &r->lost[r->nlost++];
-	l->off = off;
-	l->len = len;
-	snprintf(l->why, sizeof(l->why), "%s", why);
+	va_start(ap, fmt);
+	vproblem(r, rel, true, fmt, ap);
+	va_end(ap);
 }
 
-/* A file copied: complete, partial or lost, counted; the latter two get a report line with their ranges. */
-static void file_verdict(struct restorer *r, const char *rel, const struct ub_inode *in)
+void rs_data_problem(struct restorer *r, const char *rel, const char *fmt, ...)
 {
-	uint64_t lost = 0;
+	va_list ap;
 
-	for (size_t i = 0; i < r->nlost; i++)
-		lost += r->lost[i].len;
-	r->bytes_lost += lost;
-	if (!r->nlost) {
+	va_start(ap, fmt);
+	vproblem(r, rel, false, fmt, ap);
+	va_end(ap);
+}
+
+void rs_verdict(struct restorer *r, const char *rel, const struct ub_inode *in, const struct rs_lostv *lost)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < lost->n; i++)
+		bytes += lost->v[i].len;
+	pthread_mutex_lock(&r->lock);
+	r->bytes_lost += bytes;
+	if (!lost->n) {
 		r->files_complete++;
-		return;
+		goto out;
 	}
-	if (lost >= in->size)
+	if (bytes >= in->size)
 		r->files_lost++;
 	else
 		r->files_partial++;
 	if (!r->report)
-		return;
+		goto out;
 	report_path(r, rel);
 	fprintf(r->report, ", \"subvol\": %llu, \"inode\": %llu, \"size\": %llu, \"status\": \"%s\", \"lost_bytes\": %llu, \"lost\": [",
 		(unsigned long long)in->subvol, (unsigned long long)in->ino, (unsigned long long)in->size,
-		lost >= in->size ? "lost" : "partial", (unsigned long long)lost);
-	for (size_t i = 0; i < r->nlost; i++) {
+		bytes >= in->size ? "lost" : "partial", (unsigned long long)bytes);
+	for (size_t i = 0; i < lost->n; i++) {
 		fprintf(r->report, "%s{\"offset\": %llu, \"length\": %llu, \"why\": ", i ? ", " : "",
-			(unsigned long long)r->lost[i].off, (unsigned long long)r->lost[i].len);
-		json_str(r->report, r->lost[i].why, strlen(r->lost[i].why));
+			(unsigned long long)lost->v[i].off, (unsigned long long)lost->v[i].len);
+		json_str(r->report, lost->v[i].why, strlen(lost->v[i].why));
 		fputc('}', r->report);
 	}
-	fprintf(r->report, "]%s}\n", r->lost_nomem ? ", \"ranges_incomplete\": true" : "");
+	fprintf(r->report, "]%s}\n", lost->nomem ? ", \"ranges_incomplete\": true" : "");
+out:
+	pthread_mutex_unlock(&r->lock);
 }
 
 void rs_progress(struct restorer *r, bool final)
@@ -130,9 +117,11 @@ void rs_progress(struct restorer *r, bool final)
 			      250000000L)
 		return;
 	r->last_progress = now;
+	pthread_mutex_lock(&r->lock);
 	fprintf(stderr, "\r\033[Krestore: %llu files, %llu directories, %.1f MiB%s",
 		(unsigned long long)(r->nfiles + r->nsymlinks + r->nspecial + r->nhardlinks), (unsigned long long)r->ndirs,
 		r->bytes / 1048576.0, final ? "\n" : "");
+	pthread_mutex_unlock(&r->lock);
 }
 
 /* ---- metadata ---- */
@@ -178,7 +167,7 @@ static int set_xattr(void *arg, const struct ub_xattr *xa)
  * owner clears set-id bits and capabilities, so those come after it, and the
  * times last, after everything that changes ctime or mtime.
  */
-static void set_meta(struct restorer *r, int fd, bool via_proc, const char *rel, const struct ub_inode *in)
+void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, const char *rel, const struct ub_inode *in)
 {
 	char proc[64];
 	bool symlink = S_ISLNK(in->mode);
@@ -189,7 +178,7 @@ static void set_meta(struct restorer *r, int fd, bool via_proc, const char *rel,
 		rs_problem(r, rel, "owner %u:%u not restored: %s", in->uid, in->gid, strerror(errno));
 	if (r->xattrs) {
 		struct xattr_ctx x = { r, rel, fd, via_proc, 0 };
-		int ret = ub_xattr_iterate(r->fs, in->subvol, in->ino, set_xattr, &x);
+		int ret = ub_xattr_iterate(fs, in->subvol, in->ino, set_xattr, &x);
 
 		if (ret)
 			rs_problem(r, rel, "extended attributes cannot be read: %s", strerror(-ret));
@@ -256,7 +245,7 @@ void rs_dir_done(struct restorer *r, struct frame *f)
 		return;
 	if (!r->dry_run) {
 		if ((f->made || r->overwrite) && f->have_inode)
-			set_meta(r, f->fd, false, f->rel, &f->in);
+			rs_set_meta(r, r->fs, f->fd, false, f->rel, &f->in);
 		close(f->fd);
 	}
 	f->fd = -1;
@@ -279,125 +268,6 @@ static int make_room(struct restorer *r, int dfd, const char *name, const char *
 	return 0;
 }
 
-/* Write the file's data; holes stay holes. 0, or <0 when the file is not whole (reported). */
-/*
- * Copy the data of `in` from `fs`, from *offp on (left where it stopped).
- * Unreadable data is zeros, counted in `rep`; 0 at the end, -ECANCELED when
- * writing OUTDIR failed (said), or the reader's error that ended the data.
- */
-static int copy_from(struct restorer *r, struct ub_fs *fs, int fd, const char *rel, const struct ub_inode *in,
-		     uint64_t *offp, struct ub_read_report *rep)
-{
-	uint64_t off = *offp, start, end;
-	int ret = 0;
-
-	while (off < in->size) {
-		ret = ub_file_next_data(fs, in->subvol, in->ino, off, &start, &end);
-		if (ret)
-			break;
-		for (off = start; off < end;) {
-			uint64_t want = end - off < DATA_CHUNK ? end - off : DATA_CHUNK, got = 0;
-
-			ret = ub_file_read(fs, in->subvol, in->ino, off, want, r->buf, &got, rep);
-			if (got && pwrite(fd, r->buf, got, (off_t)off) != (ssize_t)got) {
-				rs_problem(r, rel, "write failed at offset %llu: %s", (unsigned long long)off,
-					   strerror(errno));
-				*offp = off;
-				return -ECANCELED;
-			}
-			r->bytes += got;
-			off += got;
-			if (ret == -EIO) {
-				ret = 0; /* zeros where no copy was good: reported by the reader, counted below */
-			} else if (ret) {
-				break;
-			} else if (!got) {
-				break;
-			}
-			rs_progress(r, false);
-		}
-		if (ret || off < end)
-			break;
-	}
-	ub_read_report_flush(fs, rep);
-	*offp = off;
-	return ret == 1 ? 0 : ret;
-}
-
-/*
- * The file's extent items cannot be read from `off` on in the root in use:
- * the rest from an older root where the same inode (same generation, same
- * size) is whole. Only for a failure to find the data, never for data that
- * fails its checksum (an older root would give older bytes there).
- */
-static int data_from_older(struct restorer *r, int fd, const char *rel, const struct ub_inode *in, uint64_t *offp,
-			   int ret, struct ub_read_report *rep)
-{
-	struct ub_fs *fs;
-	uint64_t gen;
-
-	for (int i = 0; !rs_older(r, i, &fs, &gen); i++) {
-		struct ub_inode old;
-		uint64_t o = *offp;
-		size_t nlost = r->nlost;
-		int ret2;
-
-		if (fs == r->fs || ub_inode_read(fs, in->subvol, in->ino, &old) || old.generation != in->generation ||
-		    old.size != in->size)
-			continue;
-		ret2 = copy_from(r, fs, fd, rel, in, &o, rep);
-		if (ret2 == -ECANCELED)
-			return ret2;
-		if (ret2) {
-			r->nlost = nlost; /* what this root could not give is said by the next try or the caller */
-			continue;
-		}
-		rs_problem(r, rel, "the file's extent items cannot be read from offset %llu on (%s): that data is from the older root of generation %llu",
-			   (unsigned long long)*offp, strerror(-ret), (unsigned long long)gen);
-		*offp = o;
-		return 0;
-	}
-	return ret;
-}
-
-static int copy_data(struct restorer *r, int fd, const char *rel, const struct ub_inode *in)
-{
-	struct ub_read_report rep = { .bad_range = note_bad, .bad_arg = r };
-	uint64_t off = 0;
-	int ret;
-
-	r->nlost = 0;
-	r->lost_nomem = false;
-	ret = copy_from(r, r->fs, fd, rel, in, &off, &rep);
-	if (ret && ret != -ECANCELED && ret != -ENOMEM && off < in->size)
-		ret = data_from_older(r, fd, rel, in, &off, ret, &rep);
-	if (ret == -ECANCELED)
-		return -EIO;
-	if (ret == 1)
-		ret = 0;
-	if (ret && off < in->size)
-		note_bad(r, off, in->size - off, ret == -EUCLEAN ? "a corrupt file extent item ends the file's data" : strerror(-ret));
-	file_verdict(r, rel, in);
-	r->bytes_zeroed += rep.bad_bytes;
-	r->data_verdict = true;
-	if (ret == -EUCLEAN) {
-		rs_problem(r, rel, "a corrupt file extent at offset %llu ends the file's data there",
-			   (unsigned long long)off);
-	} else if (ret) {
-		rs_problem(r, rel, "reading failed at offset %llu: %s", (unsigned long long)off, strerror(-ret));
-	} else if (rep.bad_bytes) {
-		rs_problem(r, rel, "%llu bytes could not be read (first at offset %llu); written as zeros",
-			   (unsigned long long)rep.bad_bytes, (unsigned long long)rep.first_bad_offset);
-		ret = -EIO;
-	}
-	r->data_verdict = false;
-	if (ftruncate(fd, (off_t)in->size)) {
-		rs_problem(r, rel, "cannot set the size: %s", strerror(errno));
-		ret = -EIO;
-	}
-	return ret;
-}
-
 static void make_file(struct restorer *r, int dfd, const char *name, const char *rel, const struct ub_inode *in)
 {
 	int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -410,10 +280,7 @@ static void make_file(struct restorer *r, int dfd, const char *name, const char 
 		return;
 	}
 	r->nfiles++;
-	copy_data(r, fd, rel, in);
-	set_meta(r, fd, false, rel, in);
-	if (close(fd))
-		rs_problem(r, rel, "close failed: %s", strerror(errno));
+	rs_copy_file(r, fd, rel, in);
 }
 
 /* A symlink or special file: made by name, its metadata set through an O_PATH descriptor. */
@@ -453,7 +320,7 @@ static void make_node(struct restorer *r, int dfd, const char *name, const char 
 		rs_problem(r, rel, "cannot open what was made: %s", strerror(errno));
 		return;
 	}
-	set_meta(r, fd, true, rel, in);
+	rs_set_meta(r, r->fs, fd, true, rel, in);
 	close(fd);
 }
 

@@ -57,13 +57,12 @@ static int named_root(struct ub_tree_ctx *tc, const struct ub_root *rt, uint64_t
 
 int ub_root_tree_probe(struct ub_tree_ctx *tc, const struct ub_root *root_tree, struct ub_root_probe *out)
 {
-	bool quiet = tc->quiet;
 	int first = 0;
 
 	memset(out, 0, sizeof(*out));
 	out->tree = *root_tree;
 	/* a probe expects failures: the caller reports them, once, in its own words */
-	tc->quiet = true;
+	ub_tree_quiet(true);
 	out->tree_err = read_root_block(tc, root_tree);
 	first = out->tree_err;
 	for (int i = 0; i < UB_PROBE_NTREES; i++) {
@@ -77,7 +76,7 @@ int ub_root_tree_probe(struct ub_tree_ctx *tc, const struct ub_root *root_tree, 
 		if (!first)
 			first = ret;
 	}
-	tc->quiet = quiet;
+	ub_tree_quiet(false);
 	return first;
 }
 
@@ -143,16 +142,15 @@ static int scan_one(struct ub_fs *fs, const struct ub_meta_scan_ops *ops, const 
 {
 	struct ub_expect exp = { .owner = HD(owner, h), .level = HD(level, h), .generation = HD(generation, h),
 				 .exact_owner = true };
-	bool quiet = fs->tc.quiet;
 	struct ub_eb *eb;
 	int ret;
 
 	if (ops->want && !ops->want(ops->arg, exp.owner, exp.generation, exp.level))
 		return 0;
 	/* checksum, header and tree-checker rules; a block that fails is no candidate, and no error either */
-	fs->tc.quiet = true;
+	ub_tree_quiet(true);
 	ret = ub_tree_read_block(&fs->tc, logical, &exp, &eb);
-	fs->tc.quiet = quiet;
+	ub_tree_quiet(false);
 	if (ret)
 		return 0;
 	ret = ops->found(ops->arg, eb);

@@ -319,12 +319,24 @@ static bool bad_matches(const struct ub_bad_block *b, uint64_t bytenr, const str
 	       b->has_end == !!exp->end_key && (!exp->end_key || !ub_key_cmp(&b->end, exp->end_key));
 }
 
+static __thread int quiet_depth;
+
+void ub_tree_quiet(bool on)
+{
+	quiet_depth += on ? 1 : -1;
+}
+
+bool ub_tree_is_quiet(void)
+{
+	return quiet_depth > 0;
+}
+
 static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err)
 {
 	struct ub_bad_block *b;
 
 	/* a quiet probe said nothing, so the next caller must still hear about it */
-	if (tc->quiet)
+	if (ub_tree_is_quiet())
 		return;
 	b = &tc->cache->bad[tc->cache->bad_next++ % 64];
 	memset(b, 0, sizeof(*b));
@@ -380,7 +392,7 @@ static int find_cached(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 			/* a block of the running transaction is not on disk yet: nothing else to try */
 			if (eb->dirty) {
 				describe_ref(exp, ref, sizeof(ref));
-				if (!tc->quiet)
+				if (!ub_tree_is_quiet())
 					ub_err(&tc->log, "tree block at logical %llu (%s, changed in this transaction): "
 					       "the pointer is wrong: %s", (unsigned long long)bytenr, ref, why);
 				return -EUCLEAN;
@@ -512,7 +524,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	pthread_mutex_unlock(&tc->cache->lock);
 	describe_ref(exp, ref, sizeof(ref));
 	if (bytenr % vol->sectorsize) {
-		if (!tc->quiet)
+		if (!ub_tree_is_quiet())
 			ub_err(&tc->log, "tree block at logical %llu (%s): not aligned to sectorsize",
 			       (unsigned long long)bytenr, ref);
 		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
@@ -521,7 +533,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	copies = ub_volume_num_copies(vol, bytenr);
 	if (copies == 0) {
 		/* a pointer into no chunk is corruption, not a missing item */
-		if (!tc->quiet)
+		if (!ub_tree_is_quiet())
 			ub_err(&tc->log, "tree block at logical %llu (%s): address is not in any chunk",
 			       (unsigned long long)bytenr, ref);
 		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
@@ -541,7 +553,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		/* a copy on a missing device is an I/O failure to the caller, as any unreadable copy */
 		ret = r == -ENXIO ? -EIO : r;
 		if (r == 0) {
-			if (bad_mirror && !tc->quiet)
+			if (bad_mirror && !ub_tree_is_quiet())
 				ub_info(&tc->log, "tree block at logical %llu: read good copy %d", (unsigned long long)bytenr, m);
 			break;
 		}
@@ -550,7 +562,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		 * healthy copy that does not fit the pointer is no news about the
 		 * copy: the pointer is said to be wrong once, below.
 		 */
-		if (!tc->quiet && r != -ENXIO && !pointer_wrong) {
+		if (!ub_tree_is_quiet() && r != -ENXIO && !pointer_wrong) {
 			ub_volume_describe_copy(tc->vol, bytenr, m, where, sizeof(where));
 			ub_warn(&tc->log, "tree block at logical %llu (%s): %s: %s", (unsigned long long)bytenr, ref,
 				where, why);
@@ -558,7 +570,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		bad_mirror = m;
 	}
 	if (ret) {
-		if (!tc->quiet)
+		if (!ub_tree_is_quiet())
 		{
 			if (intrinsic_only)
 				ub_err(&tc->log, "tree block at logical %llu (%s): no good copy among %d: %s",

@@ -168,7 +168,7 @@ static int step(struct ub_path *p, int dir)
 	ub_path_key(p, &now);
 	if (dir * ub_key_cmp(&now, &prev) <= 0) {
 		char t[64], a[80], b[80];
-		if (!p->tc->quiet) {
+		if (!ub_tree_is_quiet()) {
 			key_str(&now, a, sizeof(a));
 			key_str(&prev, b, sizeof(b));
 			ub_err(&p->tc->log, "tree %s: leaf at logical %llu (level 0): key %s comes %s key %s: "
@@ -303,7 +303,7 @@ static int walk_block(struct walk *w, uint64_t bytenr, const struct ub_expect *e
 	ret = ub_block_set_add(w->seen, bytenr, w->tag, &first_tag);
 	if (ret == 1) {
 		char t[64], a[64], b[64];
-		if (!w->tc->quiet) {
+		if (!ub_tree_is_quiet()) {
 			if (exp->parent)
 				snprintf(t, sizeof(t), "slot %d of node %llu", exp->slot, (unsigned long long)exp->parent);
 			else

@@ -45,11 +45,19 @@ struct ub_eb {
 	uint64_t born; /* the writer's count of new blocks when this one was made (0: read from a device) */
 };
 
+/*
+ * A caller probing for blocks that may well be bad (root candidates, a scan
+ * of the metadata) silences the messages of failed block reads on its own
+ * thread between ub_tree_quiet(true) and ub_tree_quiet(false), which nest:
+ * readers on other threads of the same trees still hear of theirs.
+ */
+void ub_tree_quiet(bool on);
+bool ub_tree_is_quiet(void);
+
 struct ub_tree_ctx {
 	struct ub_volume *vol;
 	struct ub_log log;
 	struct ub_block_cache *cache; /* the blocks and what guards them: lib/tree/cache.h */
-	bool quiet; /* no messages for blocks that fail (callers probing) */
 	/* write side: how many blocks the running transaction changed (the list is the cache's) */
 	size_t ndirty;
 	/*

@@ -382,6 +382,49 @@ def test_restore_report_damaged_data(tmp_path):
     assert "checksum" in rec["lost"][0]["why"], rec
 
 
+def test_restore_large_file_damaged_in_places(tmp_path):
+    """A file large enough to be copied by several threads at once (81 MiB), with sectors
+    overwritten on its only copy in several places (4096-byte runs and 8 KiB ones that may
+    cross where the copiers' ranges meet): every other byte comes out as written, the
+    damaged sectors as zeros, and --report lists exactly the damaged runs (the test's own
+    record of where it wrote is the oracle), each merged whole however the copy was cut."""
+    img = tmp_path / "img"
+    with open(img, "wb") as f:
+        f.truncate(512 * T.MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    size = 81 * T.MiB
+    data = bytearray(os.urandom(size))
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        with open(os.path.join(mnt, "big"), "wb") as f:
+            f.write(data)
+        ino = os.lstat(os.path.join(mnt, "big")).st_ino
+        T.run(["sync"])
+    dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", str(img)]).stdout.decode()
+    extents = T.file_extents(dump, ino)
+    assert all(e[5] == 0 for e in extents), "test setup: compressed data"
+    # (offset, length): sector runs at places no two copiers' cut can all avoid
+    runs = [(3 * 4096, 4096)] + [(m * T.MiB - 4096, 8192) for m in (16, 27, 32, 40, 54, 64)] + [(size - 4096, 4096)]
+    for off, length in runs:
+        for sec in range(off, off + length, 4096):
+            (foff, disk, _, eoff, num, _), = [e for e in extents if e[0] <= sec < e[0] + e[4]]
+            (_, phys), = T.map_logical(img, disk + eoff + sec - foff, 4096)
+            T.overwrite(img, phys, b"\xee" * 4096)
+        data[off:off + length] = bytes(length)
+    out, report = tmp_path / "out", tmp_path / "report.jsonl"
+    cp = _restore("--report", report, img, out, rc=1)
+    assert b"1 partial, 0 lost" in cp.stderr, T.describe(cp)
+    assert (out / "big").read_bytes() == bytes(data)
+    import json
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert len(lines) == 1, lines
+    rec = lines[0]
+    assert rec["path"] == "/big" and rec["status"] == "partial" and rec["inode"] == ino, rec
+    assert [(x["offset"], x["length"]) for x in rec["lost"]] == runs, rec
+    assert rec["lost_bytes"] == sum(n for _, n in runs), rec
+    want = "%d bytes could not be read (first at offset %d)" % (sum(n for _, n in runs), runs[0][0])
+    assert want.encode() in cp.stderr, T.describe(cp)
+
+
 def test_restore_file_data_from_older_root(tmp_path):
     """A file of many extents, whose extent items fill several leaves; one block rewritten
     with the same bytes after a commit (so the leaf holding its extent item is copied, and the
