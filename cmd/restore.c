@@ -9,6 +9,8 @@
 #include "dirlist.h"
 #include "restore.h"
 
+#define RESTORE_CACHE (8ULL << 20)
+
 static const char help[] =
 	"usage: ubtrfs restore [OPTIONS] DEV... OUTDIR\n\n"
 	"Copy the files of a btrfs filesystem into the folder OUTDIR without mounting it:\n"
@@ -482,9 +484,16 @@ int cmd_restore(int argc, char **argv)
 	root.fd = r.rootfd;
 	r.devs = argv + optind;
 	r.ndevs = argc - optind - 1;
-	if (open_fs(&r.oa, r.devs, r.ndevs, &r.fs)) {
-		r.rc = EXIT_FATAL;
-		goto out;
+	{
+		struct ub_fs_opts opts = open_args_fs_opts(&r.oa);
+		struct ub_log log = { .verbosity = r.oa.verbosity, .errors = &r.oa.errors };
+
+		/* the walk reads each leaf about once, in key order: a small cache keeps it fast */
+		opts.cache_bytes = RESTORE_CACHE;
+		if (open_fs_with(&r.oa, r.devs, r.ndevs, &opts, &log, &r.fs)) {
+			r.rc = EXIT_FATAL;
+			goto out;
+		}
 	}
 	if (!r.dry_run && rs_copy_start(&r)) {
 		fprintf(stderr, "ubtrfs: error: out of memory\n");

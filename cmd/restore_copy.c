@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include "restore.h"
 
-#define DATA_CHUNK (2U << 20)    /* one read and one write; a buffer of this size per copier */
+#define DATA_CHUNK (1U << 20)    /* one read and one write; a buffer of this size per copier */
 #define RANGE_BYTES (32ULL << 20) /* a file of more than two of these is copied in ranges */
 #define RANGES_MAX 16            /* whatever size an inode claims (a corrupt one: 2^60) */
 #define QUEUE_MAX 64             /* each queued file holds a descriptor open */
