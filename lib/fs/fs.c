@@ -526,6 +526,8 @@ int ub_fs_load_trees(struct ub_fs *fs)
 		ub_warn(&fs->log, "the chunk tree cannot be read whole (%s): looking for older copies of its leaves",
 			strerror(-ret));
 		ret = ub_fs_rescue_chunks(fs);
+		if (ret == -ENOENT)
+			ret = ub_fs_rebuild_chunks(fs);
 		/* nothing found: the chunk tree's own failure is the one to report */
 		if (ret == -ENOENT)
 			ret = why;

@@ -42,5 +42,7 @@ struct ub_fs {
  * nothing to add, <0 on errors.
  */
 int ub_fs_rescue_chunks(struct ub_fs *fs);
+/* No chunk tree leaf at all: chunks from block group items and device extents a raw device scan finds (chunk_rebuild.c). */
+int ub_fs_rebuild_chunks(struct ub_fs *fs);
 
 #endif

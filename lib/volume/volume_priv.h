@@ -137,6 +137,18 @@ bool ub_profile_stripes_valid(uint64_t type, unsigned num, unsigned sub);
  * Validates the item (stripe count, sizes, profile). Duplicates are ignored.
  */
 int ub_volume_add_chunk(struct ub_volume *vol, uint64_t logical, const uint8_t *item, uint32_t size);
+/*
+ * Every tree block of this filesystem on every present device, read raw (no
+ * chunk map): want (optional) sees the header first, found gets each block
+ * whose checksum matches (nodesize bytes, with the device and physical offset
+ * it lies at). A non-zero return of found ends the scan with it.
+ */
+struct ub_raw_scan_ops {
+	bool (*want)(void *arg, const uint8_t *header);
+	int (*found)(void *arg, uint64_t devid, uint64_t physical, const uint8_t *block);
+	void *arg;
+};
+int ub_volume_scan_raw(struct ub_volume *vol, const struct ub_raw_scan_ops *ops);
 /* Record a device item from the chunk tree (so missing devices are known). */
 int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t size);
 
