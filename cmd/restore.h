@@ -131,6 +131,8 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
 int rs_copy_start(struct restorer *r);
 void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_inode *in);
 void rs_copy_finish(struct restorer *r);
+/* Wait until every file handed over is copied (the copiers then leave the fs alone until the next). */
+void rs_copy_drain(struct restorer *r);
 
 /* Make (or open) the directory of frame f and its parents: 0, or <0 (reported, f->failed set). */
 int rs_dir_make(struct restorer *r, struct frame *f);

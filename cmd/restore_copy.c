@@ -413,15 +413,26 @@ void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_i
 	}
 }
 
+void rs_copy_drain(struct restorer *r)
+{
+	struct rs_pool *p = r->pool;
+
+	if (!p || !p->nth)
+		return;
+	pthread_mutex_lock(&r->lock);
+	while (p->n || p->busy)
+		wait_room(r);
+	pthread_mutex_unlock(&r->lock);
+}
+
 void rs_copy_finish(struct restorer *r)
 {
 	struct rs_pool *p = r->pool;
 
 	if (!p)
 		return;
+	rs_copy_drain(r);
 	pthread_mutex_lock(&r->lock);
-	while (p->n || p->busy)
-		wait_room(r);
 	p->stop = true;
 	pthread_cond_broadcast(&p->more);
 	pthread_mutex_unlock(&r->lock);

@@ -29,6 +29,9 @@ struct scan {
 	struct cand *v;
 	size_t n, cap;
 	bool nomem;
+	/* inodes the scan found that no readable tree gives: their items from the leaves, then */
+	struct cand *lost;
+	size_t nlost, lost_cap;
 };
 
 static bool subvol_tree(uint64_t id)
@@ -132,15 +135,57 @@ static void undelete(struct restorer *r, struct frame *dir, uint64_t subvol, uin
 	}
 }
 
-static void restore_one(struct restorer *r, struct frame *dir, struct frame *deleted, uint64_t subvol, uint64_t ino)
+/* An inode restored under lost+found: from `fs` (an older root: gen, the leaves a scan found: loose). */
+static void restore_lost(struct restorer *r, struct frame *dir, const struct ub_inode *in, struct ub_fs *fs,
+			 uint64_t gen, bool loose)
 {
 	char name[24], rel[64];
+	struct ub_fs *saved = r->fs;
+
+	snprintf(name, sizeof(name), "%llu", (unsigned long long)in->ino);
+	snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)in->subvol, (unsigned long long)in->ino);
+	r->nscavenged++;
+	rs_problem(r, rel, "no name leads to inode %llu of subvolume %llu any more%s: restored here",
+		   (unsigned long long)in->ino, (unsigned long long)in->subvol,
+		   loose ? " and no tree has it (its items are from leaves the scan found)"
+			 : gen ? " (as the older root has it)" : "");
+	r->fs = fs;
+	if (S_ISDIR(in->mode)) {
+		struct frame f = { dir, name, rel, -1, false, false, true, *in };
+
+		/* its entries are restored where the scan finds their inodes: the directory stays empty */
+		rs_dir_make(r, &f);
+		rs_dir_done(r, &f);
+	} else {
+		rs_entry(r, dir, name, rel, in);
+	}
+	r->fs = saved;
+}
+
+static int add_lost(struct scan *s, uint64_t subvol, uint64_t ino)
+{
+	if (s->nlost == s->lost_cap) {
+		size_t cap = s->lost_cap ? s->lost_cap * 2 : 16;
+		struct cand *v = realloc(s->lost, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		s->lost = v;
+		s->lost_cap = cap;
+	}
+	s->lost[s->nlost++] = (struct cand){ subvol, ino };
+	return 0;
+}
+
+static void restore_one(struct restorer *r, struct scan *sc, struct frame *dir, struct frame *deleted, uint64_t subvol,
+			uint64_t ino)
+{
+	char rel[64];
 	struct ub_inode in;
-	struct ub_fs *fs, *saved = r->fs;
+	struct ub_fs *fs;
 	uint64_t gen;
 	int ret = find_inode(r, subvol, ino, &in, &fs, &gen);
 
-	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
 	snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
 	if (ret == -ENOENT || (!ret && !in.nlink)) {
 		/* not there, or unlinked and waiting for its orphan cleanup: deleted */
@@ -149,25 +194,84 @@ static void restore_one(struct restorer *r, struct frame *dir, struct frame *del
 			undelete(r, deleted, subvol, ino);
 		return;
 	}
+	if (ret && ret != -ENOMEM && !add_lost(sc, subvol, ino))
+		return; /* from the leaves, after the walk of the others (restore_loose) */
 	if (ret) {
 		rs_problem(r, rel, "inode %llu of subvolume %llu was found by the scan but cannot be read: %s",
 			   (unsigned long long)ino, (unsigned long long)subvol, strerror(-ret));
 		return;
 	}
-	r->nscavenged++;
-	rs_problem(r, rel, "no name leads to inode %llu of subvolume %llu any more%s: restored here",
-		   (unsigned long long)ino, (unsigned long long)subvol, gen ? " (as the older root has it)" : "");
-	r->fs = fs;
-	if (S_ISDIR(in.mode)) {
-		struct frame f = { dir, name, rel, -1, false, false, true, in };
+	restore_lost(r, dir, &in, fs, gen, false);
+}
 
-		/* its entries are restored where the scan finds their inodes: the directory stays empty */
-		rs_dir_make(r, &f);
-		rs_dir_done(r, &f);
-	} else {
-		rs_entry(r, dir, name, rel, &in);
+/* ---- the last resort: inodes no tree gives, from the leaves themselves ---- */
+
+static int cand_find(const struct cand *v, size_t n, uint64_t subvol, uint64_t ino)
+{
+	struct cand key = { subvol, ino };
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (cand_cmp(&v[mid], &key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	r->fs = saved;
+	return lo < n && !cand_cmp(&v[lo], &key);
+}
+
+static int found_loose(void *arg, const struct ub_eb *eb)
+{
+	struct scan *s = arg;
+	uint32_t n = ub_eb_nritems(eb);
+	uint64_t owner = ub_eb_owner(eb);
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct ub_key k;
+		int ret;
+
+		ub_eb_item_key(eb, (int)i, &k);
+		if (!cand_find(s->lost, s->nlost, owner, k.objectid))
+			continue;
+		ret = ub_fs_loose_add(s->r->fs, owner, eb, (int)i);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
+{
+	struct ub_meta_scan_ops ops = { .want = want, .found = found_loose, .arg = s };
+	int ret;
+
+	qsort(s->lost, s->nlost, sizeof(*s->lost), cand_cmp);
+	/* the copiers read this fs: they must be idle while its loose inodes are added */
+	rs_copy_drain(r);
+	ret = ub_scan_metadata(r->fs, &ops);
+	if (!ret)
+		ret = ub_fs_loose_publish(r->fs);
+	for (size_t i = 0; i < s->nlost; i++) {
+		uint64_t subvol = s->lost[i].subvol, ino = s->lost[i].ino;
+		char sname[24], srel[40], rel[64];
+		struct frame sf = { lf, sname, srel, -1, false, false, false };
+		struct ub_inode in;
+		int ret2 = ret ? ret : ub_inode_read(r->fs, subvol, ino, &in);
+
+		snprintf(sname, sizeof(sname), "%llu", (unsigned long long)subvol);
+		snprintf(srel, sizeof(srel), "lost+found/%llu", (unsigned long long)subvol);
+		snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
+		if (ret2)
+			rs_problem(r, rel, "inode %llu of subvolume %llu was found by the scan but cannot be read, from a tree or from the leaves found: %s",
+				   (unsigned long long)ino, (unsigned long long)subvol, strerror(-ret2));
+		else if (!in.nlink)
+			r->ndeleted++;
+		else
+			restore_lost(r, &sf, &in, r->fs, 0, true);
+		rs_dir_done(r, &sf);
+	}
 }
 
 void rs_scavenge(struct restorer *r, struct frame *root)
@@ -195,12 +299,15 @@ void rs_scavenge(struct restorer *r, struct frame *root)
 		for (; i < s.n && s.v[i].subvol == subvol; i++) {
 			if (i && !cand_cmp(&s.v[i], &s.v[i - 1]))
 				continue;
-			restore_one(r, &sf, &dsf, subvol, s.v[i].ino);
+			restore_one(r, &s, &sf, &dsf, subvol, s.v[i].ino);
 		}
 		rs_dir_done(r, &sf);
 		rs_dir_done(r, &dsf);
 	}
+	if (s.nlost)
+		restore_loose(r, &s, &lf);
 	rs_dir_done(r, &lf);
 	rs_dir_done(r, &df);
 	free(s.v);
+	free(s.lost);
 }

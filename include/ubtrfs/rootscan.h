@@ -62,6 +62,16 @@ struct ub_meta_scan_ops {
 int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops);
 
 /*
+ * Loose inodes, the last resort for inodes no readable tree gives: add the
+ * items of such an inode from every leaf a scan found (item `slot` of `leaf`,
+ * a leaf of subvolume `subvol`), then publish once; from then on the inode is
+ * read from the newest copy of each of its keys, its data still verified
+ * against the checksum tree. Only while no other thread reads this fs.
+ */
+int ub_fs_loose_add(struct ub_fs *fs, uint64_t subvol, const struct ub_eb *leaf, int slot);
+int ub_fs_loose_publish(struct ub_fs *fs);
+
+/*
  * Every root tree candidate of an open filesystem: the superblock's root,
  * its backup roots, and (when `scan`) every block of the metadata block
  * groups that verifies as a ROOT_TREE block (owner, checksum, fsid,

@@ -626,6 +626,8 @@ void ub_fs_fini(struct ub_fs *fs)
 	fs->dc_pool = NULL;
 	ub_replay_free(fs->replay);
 	fs->replay = NULL;
+	ub_loose_free(fs->loose);
+	fs->loose = NULL;
 	ub_tree_ctx_destroy(&fs->tc);
 	memset(&fs->tc, 0, sizeof(fs->tc));
 	ub_volume_close(fs->vol);

@@ -31,6 +31,7 @@ struct ub_fs {
 	struct ub_eroot *extent_tree, *dev_tree, *csum_tree, *uuid_tree, *fst_tree, *bgt_tree, *quota_tree, *rst_tree;
 	uint64_t incompat, compat_ro;
 	struct ub_replay *replay; /* the fsync log applied in memory, or NULL */
+	struct ub_loose *loose;   /* inodes from leaves no tree reaches (loose.c), or NULL */
 	/* ---- decompression workers ---- */
 	struct ub_dc_pool *dc_pool; /* lib/fs/decomp_pool.h: started by the first compressed read, NULL before */
 };
@@ -44,5 +45,6 @@ struct ub_fs {
 int ub_fs_rescue_chunks(struct ub_fs *fs);
 /* No chunk tree leaf at all: chunks from block group items and device extents a raw device scan finds (chunk_rebuild.c). */
 int ub_fs_rebuild_chunks(struct ub_fs *fs);
+void ub_loose_free(struct ub_loose *l);
 
 #endif

@@ -11,6 +11,8 @@ static int open_common(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct u
 	cur->ino = ino;
 	ub_path_init(&cur->path);
 	cur->set = disk_only ? NULL : ub_replay_lookup(fs, subvol, ino);
+	if (!cur->set && !disk_only)
+		cur->set = ub_loose_lookup(fs, subvol, ino);
 	if (cur->set)
 		return 0;
 	return ub_fs_tree_root(fs, subvol, &cur->root);

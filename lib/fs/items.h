@@ -71,5 +71,7 @@ void ub_replay_csums(const struct ub_fs *fs, uint64_t logical, uint64_t nsec, ui
 
 /* The replay's sets for this fs (log_replay.c); NULL when the inode was not touched by the log. */
 const struct ub_itemset *ub_replay_lookup(const struct ub_fs *fs, uint64_t subvol, uint64_t ino);
+/* The published loose set of an inode (loose.c), or NULL. */
+const struct ub_itemset *ub_loose_lookup(const struct ub_fs *fs, uint64_t subvol, uint64_t ino);
 
 #endif

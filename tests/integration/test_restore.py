@@ -657,3 +657,54 @@ def test_restore_rebuilds_chunks_from_device_extents(tmp_path, profile):
     theirs.mkdir()
     T.run(["btrfs", "restore"] + [str(i) for i in images[:1]] + [str(theirs)], check=False)
     assert not any(p.is_file() for p in theirs.rglob("*"))
+
+
+def test_restore_files_from_loose_leaves(tmp_path):
+    """Every interior node of the fs tree zeroed, in every copy and in every older root
+    (each block of the metadata chunks owned by the fs tree with a level above 0): no tree,
+    live or older, leads to a single file, and `btrfs restore` gets none. The leaves are
+    intact, so the scan finds every inode's items there: each file comes back under
+    lost+found/5/<inode number>, byte-exact (the files the test wrote are the oracle),
+    owner and mode included."""
+    img = tmp_path / "img"
+    with open(img, "wb") as f:
+        f.truncate(512 * T.MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    rng = __import__("random").Random(13)
+    content = {}
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        for i in range(80):
+            p = os.path.join(mnt, "f%02d" % i)
+            data = rng.randbytes(rng.choice((0, 500, 3000, 9000, 300000)))
+            with open(p, "wb") as f:
+                f.write(data)
+            os.chmod(p, 0o600 + i % 64)
+            os.chown(p, 1000 + i, 2000 + i)
+            content[os.lstat(p).st_ino] = (data, 0o600 + i % 64, 1000 + i, 2000 + i)
+    zeroed = 0
+    with C.Image(str(img)) as im:
+        nodesize = im.nodesize
+        for ch in [c for c in im.chunks if c.type & C.BLOCK_GROUP_METADATA]:
+            for logical in range(ch.logical, ch.logical + ch.length, nodesize):
+                try:
+                    blk = im.read_block(logical)
+                except ValueError:
+                    continue
+                if blk.owner() == C.FS_TREE and blk.level() > 0:
+                    for phys in im.physical(logical):
+                        T.overwrite(img, phys, bytes(nodesize))
+                    zeroed += 1
+    assert zeroed >= 1, "test setup: the fs tree has no interior node"
+    assert T.ubtrfs("ls", img).returncode != 0
+    out = tmp_path / "out"
+    cp = _restore(img, out, rc=1)
+    assert b"its items are from leaves the scan found" in cp.stderr, T.describe(cp)
+    for ino, (data, mode, uid, gid) in content.items():
+        p = out / "lost+found" / "5" / str(ino)
+        assert p.read_bytes() == data, (ino, T.describe(cp))
+        st = os.lstat(p)
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (mode, uid, gid), ino
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    T.run(["btrfs", "restore", str(img), str(theirs)], check=False)
+    assert sum(1 for p in theirs.rglob("*") if p.is_file()) < len(content)
