@@ -63,6 +63,23 @@ struct copier {
 	int i;
 };
 
+/* A new slot at the end of lv, or NULL (counted: the report says its ranges are incomplete). */
+static struct rs_lost *lost_slot(struct rs_lostv *lv)
+{
+	if (lv->n == lv->cap) {
+		size_t cap = lv->cap ? lv->cap * 2 : 16;
+		struct rs_lost *v = realloc(lv->v, cap * sizeof(*v));
+
+		if (!v) {
+			lv->nomem = true;
+			return NULL;
+		}
+		lv->v = v;
+		lv->cap = cap;
+	}
+	return &lv->v[lv->n++];
+}
+
 /* ub_read_report's callback: a range the reader could not give, adjacent ones of one cause merged. */
 static void note_bad(void *arg, uint64_t off, uint64_t len, const char *why)
 {
@@ -73,18 +90,9 @@ static void note_bad(void *arg, uint64_t off, uint64_t len, const char *why)
 		l->len += len;
 		return;
 	}
-	if (lv->n == lv->cap) {
-		size_t cap = lv->cap ? lv->cap * 2 : 16;
-		struct rs_lost *v = realloc(lv->v, cap * sizeof(*v));
-
-		if (!v) {
-			lv->nomem = true;
-			return;
-		}
-		lv->v = v;
-		lv->cap = cap;
-	}
-	l = &lv->v[lv->n++];
+	l = lost_slot(lv);
+	if (!l)
+		return;
 	l->off = off;
 	l->len = len;
 	snprintf(l->why, sizeof(l->why), "%s", why);
@@ -251,20 +259,11 @@ static void copy_range(struct restorer *r, const struct rs_job *j, uint8_t *buf)
 
 	pthread_mutex_lock(&r->lock);
 	for (size_t i = 0; i < lost.n; i++) {
-		struct rs_lostv *lv = &f->lost;
+		struct rs_lost *l = lost_slot(&f->lost);
 
-		if (lv->n == lv->cap) {
-			size_t cap = lv->cap ? lv->cap * 2 : 16;
-			struct rs_lost *v = realloc(lv->v, cap * sizeof(*v));
-
-			if (!v) {
-				lv->nomem = true;
-				break;
-			}
-			lv->v = v;
-			lv->cap = cap;
-		}
-		lv->v[lv->n++] = lost.v[i];
+		if (!l)
+			break;
+		*l = lost.v[i];
 	}
 	f->lost.nomem |= lost.nomem;
 	if (rep.bad_bytes && (!f->bad_bytes || rep.first_bad_offset < f->first_bad))
