@@ -127,7 +127,7 @@ static bool may_enter(struct restorer *r, const char *rel, const struct ub_diren
 	if (ret < 0 && ret != -ENOENT)
 		rs_problem(r, rel, "the back reference of directory %llu cannot be read: %s",
 			   (unsigned long long)de->ino, strerror(-ret));
-	ret = rmap_add(&r->entered, de->subvol, de->ino, NULL, NULL);
+	ret = rmap_add(&r->entered, de->subvol, de->ino, rel, NULL);
 	if (ret == 0)
 		rs_problem(r, rel, "directory %llu of subvolume %llu was restored under another name already: not "
 			   "entered again", (unsigned long long)de->ino, (unsigned long long)de->subvol);
@@ -512,7 +512,7 @@ int cmd_restore(int argc, char **argv)
 
 		ret = ub_path_lookup(r.fs, "/", &subvol, &ino);
 		if (!ret)
-			ret = rmap_add(&r.entered, subvol, ino, NULL, NULL) < 0 ? -ENOMEM : 0;
+			ret = rmap_add(&r.entered, subvol, ino, "", NULL) < 0 ? -ENOMEM : 0;
 		if (ret) {
 			fprintf(stderr, "ubtrfs: error: the top-level directory: %s\n", strerror(-ret));
 			r.rc = EXIT_FATAL;
@@ -531,10 +531,11 @@ int cmd_restore(int argc, char **argv)
 			(unsigned long long)r.nfiles, (unsigned long long)r.bytes, (unsigned long long)r.nsymlinks,
 			(unsigned long long)r.nhardlinks, (unsigned long long)r.nspecial,
 			(unsigned long long)r.nproblems);
-	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && (r.nscavenged || r.ndeleted))
-		fprintf(stderr, "scavenged: %llu inodes no name leads to, under lost+found; %llu deleted inodes %s\n",
+	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && (r.nscavenged || r.ndeleted || r.nplaced))
+		fprintf(stderr, "scavenged: %llu inodes no name leads to, under lost+found; %llu deleted inodes %s; "
+			"%llu inodes no tree has, at their names from the scanned leaves\n",
 			(unsigned long long)r.nscavenged, (unsigned long long)r.ndeleted,
-			r.deleted ? "found" : "left deleted");
+			r.deleted ? "found" : "left deleted", (unsigned long long)r.nplaced);
 	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && r.deleted)
 		fprintf(stderr, "undeleted: %llu files as an older root has them, under deleted\n",
 			(unsigned long long)r.nundeleted);

@@ -29,6 +29,8 @@ struct rmap {
 int rmap_add(struct rmap *m, uint64_t subvol, uint64_t ino, const char *path, const char **found);
 void rmap_free(struct rmap *m);
 bool rmap_has(const struct rmap *m, uint64_t subvol, uint64_t ino);
+/* The path kept for (subvol, ino), NULL when none (or not there). */
+const char *rmap_get(const struct rmap *m, uint64_t subvol, uint64_t ino);
 
 struct restorer {
 	struct ub_fs *fs;
@@ -42,7 +44,7 @@ struct restorer {
 	int rc;           /* EXIT_FATAL as it happens; problems make it EXIT_PROBLEMS at the end */
 	char *target;     /* symlink targets */
 	struct rmap links;   /* inodes with several names: the path restored first */
-	struct rmap entered; /* directories entered, against loops */
+	struct rmap entered; /* directories entered (against loops), each with its path under OUTDIR */
 	int depth;
 	/* counts for the summary */
 	uint64_t ndirs, nfiles, nsymlinks, nhardlinks, nspecial, bytes, nproblems, nexisting;
@@ -77,6 +79,7 @@ struct restorer {
 	bool deleted;        /* --deleted: deleted inodes an older root still has, under OUTDIR/deleted */
 	struct rmap reached; /* every inode the walk restored (not directories: `entered`) */
 	uint64_t nscavenged, ndeleted, nundeleted;
+	uint64_t nplaced;    /* inodes no tree has, put back at their names from the scanned leaves */
 };
 
 /* A directory on the walk; made under OUTDIR only when something goes into it (lazily). */

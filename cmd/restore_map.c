@@ -75,3 +75,13 @@ bool rmap_has(const struct rmap *m, uint64_t subvol, uint64_t ino)
 			return true;
 	return false;
 }
+
+const char *rmap_get(const struct rmap *m, uint64_t subvol, uint64_t ino)
+{
+	if (!m->cap || !ino)
+		return NULL;
+	for (size_t i = slot_of(subvol, ino, m->cap); m->v[i].ino; i = (i + 1) & (m->cap - 1))
+		if (m->v[i].subvol == subvol && m->v[i].ino == ino)
+			return m->v[i].path;
+	return NULL;
+}

@@ -12,6 +12,7 @@
  * (verified against that root's checksums: space reused since shows as lost).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,17 +243,162 @@ static int found_loose(void *arg, const struct ub_eb *eb)
 	return 0;
 }
 
+/*
+ * The frames of directory `path` under OUTDIR (root: OUTDIR's), each component
+ * opened with O_NOFOLLOW as the walk opens them: the last one, or NULL.
+ * *all gets the array to release with close_chain.
+ */
+static struct frame *open_chain(struct restorer *r, struct frame *root, const char *path, struct frame **all,
+				char **copy, int *n)
+{
+	struct frame *v;
+	char *p, *save = NULL;
+	int k = 0, max = 1;
+
+	*all = NULL;
+	*n = 0;
+	for (const char *c = path; *c; c++)
+		max += *c == '/';
+	*copy = strdup(path);
+	v = calloc((size_t)max, sizeof(*v));
+	if (!*copy || !v) {
+		free(v);
+		return NULL;
+	}
+	for (p = strtok_r(*copy, "/", &save); p; p = strtok_r(NULL, "/", &save)) {
+		struct frame *parent = k ? &v[k - 1] : root;
+		char *rel = malloc(strlen(path) + 1);
+
+		if (!rel)
+			break;
+		memcpy(rel, path, (size_t)(p - *copy) + strlen(p));
+		rel[(size_t)(p - *copy) + strlen(p)] = 0;
+		v[k] = (struct frame){ parent, p, rel, -1, false, false, false };
+		k++;
+	}
+	*all = v;
+	*n = k;
+	if (rs_dir_make(r, k ? &v[k - 1] : root))
+		return NULL;
+	return k ? &v[k - 1] : root;
+}
+
+static void close_chain(struct restorer *r, struct frame *v, char *copy, int n)
+{
+	for (int k = n - 1; k >= 0; k--) {
+		rs_dir_done(r, &v[k]);
+		free(v[k].rel);
+	}
+	free(v);
+	free(copy);
+}
+
+/*
+ * A loose inode at its own name, in directory `ppath` (a directory the walk
+ * entered, or a loose one placed already): 0 placed (*made: the path of a
+ * directory made), else not (it goes to lost+found).
+ */
+static int place_at(struct restorer *r, struct frame *root, const char *ppath, const char *name,
+		    const struct ub_inode *in, char **made)
+{
+	struct frame *all, *dir;
+	struct stat st;
+	char *copy, *rel = malloc(strlen(ppath) + strlen(name) + 2);
+	int n, ret = -EEXIST;
+
+	*made = NULL;
+	if (!rel || r->dry_run) {
+		free(rel);
+		return -EOPNOTSUPP; /* a dry run lists it under lost+found */
+	}
+	sprintf(rel, "%s%s%s", ppath, *ppath ? "/" : "", name);
+	dir = open_chain(r, root, ppath, &all, &copy, &n);
+	/* a name taken already (by what the walk restored) is left alone */
+	if (dir && fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) && errno == ENOENT) {
+		r->nplaced++;
+		rs_problem(r, rel, "inode %llu of subvolume %llu: no tree has it; restored at its name from the items of leaves the scan found",
+			   (unsigned long long)in->ino, (unsigned long long)in->subvol);
+		if (S_ISDIR(in->mode)) {
+			struct frame f = { dir, name, rel, -1, false, false, false };
+
+			if (!rs_dir_make(r, &f))
+				*made = rel;
+			rs_dir_done(r, &f);
+		} else {
+			rs_entry(r, dir, name, rel, in);
+		}
+		ret = 0;
+	}
+	close_chain(r, all, copy, n);
+	if (!*made)
+		free(rel);
+	return ret;
+}
+
+/* Directories placed from loose inodes get their metadata last, after everything went into them. */
+static void finish_placed(struct restorer *r, struct frame *root, const struct rmap *placed)
+{
+	for (size_t i = 0; i < placed->cap; i++) {
+		const struct rmap_slot *sl = &placed->v[i];
+		struct frame *all, *dir;
+		char *copy;
+		int n;
+
+		if (!sl->ino || !sl->path)
+			continue;
+		dir = open_chain(r, root, sl->path, &all, &copy, &n);
+		if (dir && dir != root && !ub_inode_read(r->fs, sl->subvol, sl->ino, &dir->in)) {
+			dir->have_inode = true;
+			dir->made = true;
+		}
+		close_chain(r, all, copy, n);
+	}
+}
+
 static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 {
 	struct ub_meta_scan_ops ops = { .want = want, .found = found_loose, .arg = s };
+	struct rmap placed = { 0 };
+	uint8_t *done = calloc(s->nlost ? s->nlost : 1, 1);
+	bool progress = true;
 	int ret;
 
 	qsort(s->lost, s->nlost, sizeof(*s->lost), cand_cmp);
 	/* the copiers read this fs: they must be idle while its loose inodes are added */
 	rs_copy_drain(r);
-	ret = ub_scan_metadata(r->fs, &ops);
+	ret = done ? ub_scan_metadata(r->fs, &ops) : -ENOMEM;
 	if (!ret)
 		ret = ub_fs_loose_publish(r->fs);
+	/* at their names where their directory is known, parents before children (a loose directory placed makes its own known) */
+	for (int pass = 0; !ret && progress && pass < 64; pass++) {
+		progress = false;
+		for (size_t i = 0; i < s->nlost; i++) {
+			uint64_t subvol = s->lost[i].subvol, ino = s->lost[i].ino, dir;
+			char name[UB_NAME_LEN + 1], *made;
+			const char *ppath;
+			struct ub_inode in;
+			size_t len;
+
+			if (done[i] || ub_inode_read(r->fs, subvol, ino, &in) || !in.nlink ||
+			    ub_inode_first_name(r->fs, subvol, ino, &dir, name, &len) || !ub_name_valid(name, len))
+				continue;
+			name[len] = 0;
+			ppath = rmap_get(&r->entered, subvol, dir);
+			if (!ppath)
+				ppath = rmap_get(&placed, subvol, dir);
+			if (!ppath)
+				continue; /* its directory may be placed in this pass */
+			if (place_at(r, lf->parent, ppath, name, &in, &made)) {
+				done[i] = 2; /* to lost+found */
+				continue;
+			}
+			done[i] = 1;
+			progress = true;
+			if (made && rmap_add(&placed, subvol, ino, made, NULL) < 0)
+				r->rc = EXIT_FATAL;
+			free(made);
+		}
+	}
 	for (size_t i = 0; i < s->nlost; i++) {
 		uint64_t subvol = s->lost[i].subvol, ino = s->lost[i].ino;
 		char sname[24], srel[40], rel[64];
@@ -260,6 +406,8 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 		struct ub_inode in;
 		int ret2 = ret ? ret : ub_inode_read(r->fs, subvol, ino, &in);
 
+		if (done && done[i] == 1)
+			continue;
 		snprintf(sname, sizeof(sname), "%llu", (unsigned long long)subvol);
 		snprintf(srel, sizeof(srel), "lost+found/%llu", (unsigned long long)subvol);
 		snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
@@ -272,6 +420,9 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 			restore_lost(r, &sf, &in, r->fs, 0, true);
 		rs_dir_done(r, &sf);
 	}
+	finish_placed(r, lf->parent, &placed);
+	rmap_free(&placed);
+	free(done);
 }
 
 void rs_scavenge(struct restorer *r, struct frame *root)

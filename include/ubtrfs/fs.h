@@ -154,6 +154,13 @@ int ub_path_lookup_inode(struct ub_fs *fs, const char *path, struct ub_inode *ou
  * loop or deeper than 256), -ENAMETOOLONG, -EUCLEAN, or a read error.
  */
 int ub_inode_path(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz);
+/*
+ * The first name of inode `ino` as reads see it (a replayed fsync log and
+ * loose inodes included): the directory it is in and the name's bytes, copied
+ * into name[UB_NAME_LEN] (not NUL-terminated), *len of them. -ENOENT with no
+ * name, -EUCLEAN for an empty or overlong one, or a read error.
+ */
+int ub_inode_first_name(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *dir, char *name, size_t *len);
 
 /* What a data read could not deliver (the caller got zeros there). */
 struct ub_read_report {

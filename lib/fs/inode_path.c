@@ -17,13 +17,14 @@
 #define MAX_DEPTH 256
 
 /* The first name of `ino`: its directory and the name's bytes (copied into name[UB_NAME_LEN]). */
-static int first_name(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *dir, char *name, size_t *len)
+static int first_name(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *dir, char *name, size_t *len,
+		      bool disk_only)
 {
 	struct ub_icur cur;
 	struct ub_key k;
 	const uint8_t *d;
 	uint32_t size, hdr;
-	int ret = ub_icur_open_disk(fs, subvol, ino, &cur);
+	int ret = disk_only ? ub_icur_open_disk(fs, subvol, ino, &cur) : ub_icur_open(fs, subvol, ino, &cur);
 
 	if (ret)
 		return ret;
@@ -68,7 +69,7 @@ int ub_inode_path(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, si
 	for (int depth = 0; ino != BTRFS_FIRST_FREE_OBJECTID; depth++) {
 		if (depth >= MAX_DEPTH)
 			return -ELOOP;
-		ret = first_name(fs, subvol, ino, &dir, name, &len);
+		ret = first_name(fs, subvol, ino, &dir, name, &len, true);
 		if (ret)
 			return ret;
 		if (dir == ino)
@@ -84,4 +85,9 @@ int ub_inode_path(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, si
 		buf[--at] = '/';
 	memmove(buf, buf + at, bufsz - at);
 	return 0;
+}
+
+int ub_inode_first_name(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *dir, char *name, size_t *len)
+{
+	return first_name(fs, subvol, ino, dir, name, len, false);
 }

@@ -663,9 +663,9 @@ def test_restore_files_from_loose_leaves(tmp_path):
     """Every interior node of the fs tree zeroed, in every copy and in every older root
     (each block of the metadata chunks owned by the fs tree with a level above 0): no tree,
     live or older, leads to a single file, and `btrfs restore` gets none. The leaves are
-    intact, so the scan finds every inode's items there: each file comes back under
-    lost+found/5/<inode number>, byte-exact (the files the test wrote are the oracle),
-    owner and mode included."""
+    intact, so the scan finds every inode's items there, names included: each file comes
+    back at its own path (in a directory that is itself only in the leaves, too),
+    byte-exact (the files the test wrote are the oracle), owner and mode included."""
     img = tmp_path / "img"
     with open(img, "wb") as f:
         f.truncate(512 * T.MiB)
@@ -673,14 +673,16 @@ def test_restore_files_from_loose_leaves(tmp_path):
     rng = __import__("random").Random(13)
     content = {}
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        os.mkdir(os.path.join(mnt, "sub"))
+        os.chmod(os.path.join(mnt, "sub"), 0o750)
         for i in range(80):
-            p = os.path.join(mnt, "f%02d" % i)
+            p = os.path.join(mnt, ("sub/f%02d" if i % 3 == 0 else "f%02d") % i)
             data = rng.randbytes(rng.choice((0, 500, 3000, 9000, 300000)))
             with open(p, "wb") as f:
                 f.write(data)
             os.chmod(p, 0o600 + i % 64)
             os.chown(p, 1000 + i, 2000 + i)
-            content[os.lstat(p).st_ino] = (data, 0o600 + i % 64, 1000 + i, 2000 + i)
+            content[os.path.relpath(p, mnt)] = (data, 0o600 + i % 64, 1000 + i, 2000 + i)
     zeroed = 0
     with C.Image(str(img)) as im:
         nodesize = im.nodesize
@@ -698,12 +700,14 @@ def test_restore_files_from_loose_leaves(tmp_path):
     assert T.ubtrfs("ls", img).returncode != 0
     out = tmp_path / "out"
     cp = _restore(img, out, rc=1)
-    assert b"its items are from leaves the scan found" in cp.stderr, T.describe(cp)
-    for ino, (data, mode, uid, gid) in content.items():
-        p = out / "lost+found" / "5" / str(ino)
-        assert p.read_bytes() == data, (ino, T.describe(cp))
+    assert b"restored at its name from the items of leaves the scan found" in cp.stderr, T.describe(cp)
+    for rel, (data, mode, uid, gid) in content.items():
+        p = out / rel
+        assert p.read_bytes() == data, (rel, T.describe(cp))
         st = os.lstat(p)
-        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (mode, uid, gid), ino
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (mode, uid, gid), rel
+    assert stat.S_IMODE(os.lstat(out / "sub").st_mode) == 0o750
+    assert not (out / "lost+found").exists() or not any((out / "lost+found").rglob("*")), T.describe(cp)
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     T.run(["btrfs", "restore", str(img), str(theirs)], check=False)
