@@ -490,6 +490,10 @@ int cmd_restore(int argc, char **argv)
 
 		/* the walk reads each leaf about once, in key order: a small cache keeps it fast */
 		opts.cache_bytes = RESTORE_CACHE;
+		if (r.tty) {
+			opts.rescue_progress = rs_progress_chunks;
+			opts.rescue_arg = &r;
+		}
 		if (open_fs_with(&r.oa, r.devs, r.ndevs, &opts, &log, &r.fs)) {
 			r.rc = EXIT_FATAL;
 			goto out;

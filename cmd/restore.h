@@ -107,6 +107,9 @@ void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...) __att
 void rs_data_problem(struct restorer *r, const char *rel, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The progress line on a terminal: from the walking thread only. */
 void rs_progress(struct restorer *r, bool final);
+/* The same during the raw device scan of a chunk rebuild and the metadata scans (arg: the restorer). */
+void rs_progress_chunks(void *arg, uint64_t done, uint64_t total);
+void rs_progress_scan(void *arg, uint64_t done, uint64_t total);
 
 /* A range of a file that could not be read. */
 struct rs_lost {

@@ -124,6 +124,35 @@ void rs_progress(struct restorer *r, bool final)
 	pthread_mutex_unlock(&r->lock);
 }
 
+static void scan_progress(struct restorer *r, const char *what, uint64_t done, uint64_t total)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (done < total && (now.tv_sec - r->last_progress.tv_sec) * 1000000000L +
+				    (now.tv_nsec - r->last_progress.tv_nsec) < 250000000L)
+		return;
+	r->last_progress = now;
+	pthread_mutex_lock(&r->lock);
+	/* the end of a scan clears the line, for whatever is said next */
+	if (done >= total)
+		fputs("\r\033[K", stderr);
+	else
+		fprintf(stderr, "\r\033[Krestore: %s: %.1f of %.1f GiB", what, done / 1073741824.0,
+			total / 1073741824.0);
+	pthread_mutex_unlock(&r->lock);
+}
+
+void rs_progress_chunks(void *arg, uint64_t done, uint64_t total)
+{
+	scan_progress(arg, "reading the devices for the chunks", done, total);
+}
+
+void rs_progress_scan(void *arg, uint64_t done, uint64_t total)
+{
+	scan_progress(arg, "scanning the metadata", done, total);
+}
+
 /* ---- metadata ---- */
 
 struct xattr_ctx {

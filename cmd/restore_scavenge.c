@@ -81,6 +81,14 @@ static int found(void *arg, const struct ub_eb *eb)
 	return 0;
 }
 
+/* ub_scan_metadata's progress: its arg is the scan's */
+static void scan_progress(void *arg, uint64_t done, uint64_t total)
+{
+	struct scan *s = arg;
+
+	rs_progress_scan(s->r, done, total);
+}
+
 static int cand_cmp(const void *a, const void *b)
 {
 	const struct cand *x = a, *y = b;
@@ -357,7 +365,8 @@ static void finish_placed(struct restorer *r, struct frame *root, const struct r
 
 static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 {
-	struct ub_meta_scan_ops ops = { .want = want, .found = found_loose, .arg = s };
+	struct ub_meta_scan_ops ops = { .want = want, .found = found_loose, .arg = s,
+					.progress = r->tty ? scan_progress : NULL };
 	struct rmap placed = { 0 };
 	uint8_t *done = calloc(s->nlost ? s->nlost : 1, 1);
 	bool progress = true;
@@ -428,7 +437,8 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 void rs_scavenge(struct restorer *r, struct frame *root)
 {
 	struct scan s = { .r = r };
-	struct ub_meta_scan_ops ops = { .want = want, .found = found, .arg = &s };
+	struct ub_meta_scan_ops ops = { .want = want, .found = found, .arg = &s,
+					.progress = r->tty ? scan_progress : NULL };
 	struct frame lf = { root, "lost+found", "lost+found", -1, false, false, false };
 	struct frame df = { root, "deleted", "deleted", -1, false, false, false };
 	int ret = ub_scan_metadata(r->fs, &ops);

@@ -27,9 +27,14 @@ struct ub_fs_opts {
 	/*
 	 * Read-only: when the chunk tree cannot be read whole, rebuild the chunk
 	 * map from the chunk tree leaves a scan of the system block groups finds
-	 * (the newest copy of each chunk item), with a warning, instead of failing.
+	 * (the newest copy of each chunk item), with a warning, instead of failing;
+	 * when none survives, from a raw scan of every device (chunk_rebuild.c),
+	 * which hears of its progress through rescue_progress (optional: bytes of
+	 * the devices read so far, of their total).
 	 */
 	bool rescue_chunks;
+	void (*rescue_progress)(void *arg, uint64_t done, uint64_t total);
+	void *rescue_arg;
 	/*
 	 * ---- memory budget ---- the peak memory the open filesystem aims at, in
 	 * bytes; 0: 256 MiB. Three quarters go to the tree block cache, the rest

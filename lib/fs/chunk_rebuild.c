@@ -188,7 +188,8 @@ int ub_fs_rebuild_chunks(struct ub_fs *fs)
 {
 	struct ub_volume *vol = fs->vol;
 	struct rebuild rb = { .fs = fs, .newest = UB_GET(ub_disk_super, generation, vol->super) };
-	struct ub_raw_scan_ops ops = { .want = want_leaf, .found = found_leaf, .arg = &rb };
+	struct ub_raw_scan_ops ops = { .want = want_leaf, .found = found_leaf, .arg = &rb,
+				       .progress = fs->opts.rescue_progress, .progress_arg = fs->opts.rescue_arg };
 	int added = 0, skipped = 0, ret;
 
 	rb.cctx = (struct ub_check_ctx){ .nodesize = vol->nodesize, .sectorsize = vol->sectorsize,

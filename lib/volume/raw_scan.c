@@ -15,7 +15,8 @@
 #define WINDOW (8U << 20)
 #define FIRST_CHUNK_BYTE (1ULL << 20) /* the first MiB of a device holds no chunk */
 
-static int scan_dev(struct ub_volume *vol, const struct ub_vdev *vd, const struct ub_raw_scan_ops *ops, uint8_t *buf)
+static int scan_dev(struct ub_volume *vol, const struct ub_vdev *vd, const struct ub_raw_scan_ops *ops, uint8_t *buf,
+		    uint64_t *done, uint64_t total)
 {
 	uint64_t size = ub_dev_size(vd->dev);
 	uint32_t ns = vol->nodesize;
@@ -24,6 +25,9 @@ static int scan_dev(struct ub_volume *vol, const struct ub_vdev *vd, const struc
 		size_t len = size - pos < WINDOW + ns ? (size_t)(size - pos) : WINDOW + ns;
 		int ret = ub_dev_read(vd->dev, buf, len, pos);
 
+		*done += len < WINDOW ? len : WINDOW;
+		if (ops->progress)
+			ops->progress(ops->progress_arg, *done, total);
 		if (ret) {
 			ub_warn(&vol->log, "raw scan: devid %llu: read of %zu bytes at physical %llu failed: %s; skipped",
 				(unsigned long long)vd->devid, len, (unsigned long long)pos, strerror(-ret));
@@ -52,13 +56,19 @@ static int scan_dev(struct ub_volume *vol, const struct ub_vdev *vd, const struc
 int ub_volume_scan_raw(struct ub_volume *vol, const struct ub_raw_scan_ops *ops)
 {
 	uint8_t *buf = malloc(WINDOW + vol->nodesize);
+	uint64_t done = 0, total = 0;
 	int ret = 0;
 
 	if (!buf)
 		return -ENOMEM;
+	for (int i = 0; i < vol->nvdevs; i++)
+		if (vol->vdevs[i].dev)
+			total += ub_dev_size(vol->vdevs[i].dev);
 	for (int i = 0; i < vol->nvdevs && !ret; i++)
 		if (vol->vdevs[i].dev)
-			ret = scan_dev(vol, &vol->vdevs[i], ops, buf);
+			ret = scan_dev(vol, &vol->vdevs[i], ops, buf, &done, total);
+	if (ops->progress)
+		ops->progress(ops->progress_arg, total, total);
 	free(buf);
 	return ret;
 }

@@ -147,6 +147,9 @@ struct ub_raw_scan_ops {
 	bool (*want)(void *arg, const uint8_t *header);
 	int (*found)(void *arg, uint64_t devid, uint64_t physical, const uint8_t *block);
 	void *arg;
+	/* optional: bytes read so far of the present devices' total, after each window */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
 };
 int ub_volume_scan_raw(struct ub_volume *vol, const struct ub_raw_scan_ops *ops);
 /* Record a device item from the chunk tree (so missing devices are known). */
