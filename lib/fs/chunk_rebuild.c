@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fs_priv.h"
+#include "alloc/chunk_alloc.h"
 #include "tree/tree_check.h"
 
 #define HD(f, h) UB_GET(ub_disk_header, f, h)
@@ -126,14 +127,6 @@ static int dx_cmp(const void *a, const void *b)
 	return x->generation > y->generation ? -1 : x->generation < y->generation;
 }
 
-static const struct ub_vdev *vdev_of(const struct ub_volume *vol, uint64_t devid)
-{
-	for (int i = 0; i < vol->nvdevs; i++)
-		if (vol->vdevs[i].devid == devid)
-			return &vol->vdevs[i];
-	return NULL;
-}
-
 /* How many stripes a mirrored profile has (0: striped, not rebuilt). */
 static int mirror_stripes(uint64_t flags)
 {
@@ -152,6 +145,8 @@ static int add_chunk(struct rebuild *rb, const struct found_bg *g, const struct 
 {
 	struct ub_volume *vol = rb->fs->vol;
 	uint8_t item[sizeof(struct btrfs_chunk) + 3 * sizeof(struct btrfs_stripe)];
+	uint8_t uuids[4 * UB_UUID_SIZE];
+	struct ub_chunk_plan plan = { 0 };
 	int want = mirror_stripes(g->flags);
 
 	if (!want)
@@ -160,28 +155,21 @@ static int add_chunk(struct rebuild *rb, const struct found_bg *g, const struct 
 		return -ENOENT;
 	if (want == 2 && !!(g->flags & BTRFS_BLOCK_GROUP_DUP) != (dx[0].devid == dx[1].devid))
 		return -EUCLEAN;
-	memset(item, 0, sizeof(item));
-	UB_SET(btrfs_chunk, length, item, g->length);
-	UB_SET(btrfs_chunk, owner, item, BTRFS_EXTENT_TREE_OBJECTID);
-	UB_SET(btrfs_chunk, stripe_len, item, UB_STRIPE_LEN);
-	UB_SET(btrfs_chunk, type, item, g->flags);
-	UB_SET(btrfs_chunk, io_align, item, UB_STRIPE_LEN);
-	UB_SET(btrfs_chunk, io_width, item, UB_STRIPE_LEN);
-	UB_SET(btrfs_chunk, sector_size, item, vol->sectorsize);
-	UB_SET(btrfs_chunk, num_stripes, item, (uint64_t)n);
-	UB_SET(btrfs_chunk, sub_stripes, item, 1);
+	plan.type = g->flags;
+	plan.length = g->length;
+	plan.stripe_size = g->length;
+	plan.num_stripes = n;
 	for (int i = 0; i < n; i++) {
-		uint8_t *s = item + offsetof(struct btrfs_chunk, stripe) + (size_t)i * sizeof(struct btrfs_stripe);
-		const struct ub_vdev *vd = vdev_of(vol, dx[i].devid);
+		const struct ub_vdev *vd = ub_volume_vdev(vol, dx[i].devid);
 
 		if (!vd || dx[i].length != g->length)
 			return -EUCLEAN;
-		UB_SET(btrfs_stripe, devid, s, dx[i].devid);
-		UB_SET(btrfs_stripe, offset, s, dx[i].physical);
-		memcpy(s + offsetof(struct btrfs_stripe, dev_uuid), vd->uuid, UB_UUID_SIZE);
+		plan.stripes[i].devid = dx[i].devid;
+		plan.stripes[i].physical = dx[i].physical;
+		memcpy(uuids + (size_t)i * UB_UUID_SIZE, vd->uuid, UB_UUID_SIZE);
 	}
-	return ub_volume_add_chunk(vol, g->logical, item,
-				   (uint32_t)(sizeof(struct btrfs_chunk) + (size_t)(n - 1) * sizeof(struct btrfs_stripe)));
+	ub_chunk_encode(&plan, vol->sectorsize, uuids, item);
+	return ub_volume_add_chunk(vol, g->logical, item, ub_chunk_item_size(n));
 }
 
 int ub_fs_rebuild_chunks(struct ub_fs *fs)

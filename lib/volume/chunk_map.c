@@ -9,7 +9,7 @@
 #define CHUNK_HDR ((uint32_t)offsetof(struct btrfs_chunk, stripe))
 #define STRIPE_SZ ((uint32_t)sizeof(struct btrfs_stripe))
 
-static struct ub_vdev *find_vdev(struct ub_volume *vol, uint64_t devid)
+struct ub_vdev *ub_volume_vdev(const struct ub_volume *vol, uint64_t devid)
 {
 	for (int i = 0; i < vol->nvdevs; i++)
 		if (vol->vdevs[i].devid == devid)
@@ -21,7 +21,7 @@ static struct ub_vdev *find_vdev(struct ub_volume *vol, uint64_t devid)
 void ub_chunk_bind(struct ub_volume *vol, struct ub_chunk *c)
 {
 	for (int i = 0; i < c->num_stripes; i++) {
-		struct ub_vdev *v = find_vdev(vol, c->stripes[i].devid);
+		struct ub_vdev *v = ub_volume_vdev(vol, c->stripes[i].devid);
 		c->stripes[i].dev = (v && !v->missing) ? v : NULL;
 	}
 }

@@ -92,6 +92,8 @@ struct ub_volume {
 };
 
 const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_t logical);
+/* The assembled device with this devid (missing ones included), or NULL. */
+struct ub_vdev *ub_volume_vdev(const struct ub_volume *vol, uint64_t devid);
 /* Stripes of chunk `c` that carry data (a RAID5/6 row's data strips, RAID10's pairs, ...). */
 int ub_chunk_data_stripes(const struct ub_chunk *c);
 /*

@@ -99,6 +99,13 @@ def _dumps(images):
     return fs, M.parse_chunks(chunk)
 
 
+def _both(tmp_path, images, content):
+    """btrfs restore's best run and ubtrfs restore on the same devices: (theirs, ours, cp, out, report lines)."""
+    theirs = _btrfs_restore_best(tmp_path, images, content)
+    cp, out, lines = _ubtrfs_restore(tmp_path, images)
+    return theirs, _got(out, content), cp, out, lines
+
+
 def _data_location(dumps, ino, file_offset):
     """(logical, chunk) of byte `file_offset` of inode `ino` of the fs tree."""
     fs, chunks = dumps
@@ -113,9 +120,7 @@ def test_restore_zeroed_primary_superblock(tmp_path):
     """The primary superblock zeroed: ubtrfs reads a mirror copy, unaided; every file exact."""
     images, content, _ = _make(tmp_path, 1, "single", "dup")
     T.overwrite(images[0], 64 * 1024, bytes(4096))
-    theirs = _btrfs_restore_best(tmp_path, images, content)
-    cp, out, _ = _ubtrfs_restore(tmp_path, images)
-    ours = _got(out, content)
+    theirs, ours, cp, _, _ = _both(tmp_path, images, content)
     assert ours == set(content), (sorted(set(content) - ours)[:5], T.describe(cp))
     assert theirs <= ours
 
@@ -128,9 +133,7 @@ def test_restore_raid1_bad_data_copy(tmp_path):
     logical, chunk = _data_location(_dumps(images), inos[victim], 8192)
     devid, phys = chunk.copies(logical)[0]
     T.overwrite(images[devid - 1], phys, b"\x5a" * 4096)
-    theirs = _btrfs_restore_best(tmp_path, images, content)
-    cp, out, lines = _ubtrfs_restore(tmp_path, images)
-    ours = _got(out, content)
+    theirs, ours, cp, _, lines = _both(tmp_path, images, content)
     assert ours == set(content), (sorted(set(content) - ours)[:5], T.describe(cp))
     assert theirs <= ours
     assert not [x for x in lines if x.get("status") in ("partial", "lost")], lines
@@ -141,9 +144,7 @@ def test_restore_raid5_device_missing(tmp_path):
     every file exact."""
     images, content, _ = _make(tmp_path, 3, "raid5", "raid1")
     present = images[:2]
-    theirs = _btrfs_restore_best(tmp_path, present, content)
-    cp, out, _ = _ubtrfs_restore(tmp_path, present)
-    ours = _got(out, content)
+    theirs, ours, cp, _, _ = _both(tmp_path, present, content)
     assert ours == set(content), (sorted(set(content) - ours)[:5], T.describe(cp))
     assert theirs <= ours
 
@@ -163,9 +164,7 @@ def test_restore_raid6_two_missing_and_a_bad_sector(tmp_path):
     devid, phys = chunk.copies(logical)[0]
     assert devid not in gone
     T.overwrite(images[devid - 1], phys, b"\xa5" * 4096)
-    theirs = _btrfs_restore_best(tmp_path, present, content)
-    cp, out, lines = _ubtrfs_restore(tmp_path, present)
-    ours = _got(out, content)
+    theirs, ours, cp, out, lines = _both(tmp_path, present, content)
     assert ours == set(content) - {victim}, (sorted(set(content) - ours)[:5], T.describe(cp))
     assert theirs - {victim} <= ours
     got = (out / victim).read_bytes()
