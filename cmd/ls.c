@@ -15,12 +15,20 @@ static const char help[] =
 	"      --path P       the directory (or file) to list, default /\n"
 	"  -l                 long format: mode, links, owner, group, size, mtime, name\n"
 	"  -R, --recursive    list every directory below, crossing into subvolumes and snapshots\n"
+	"                     (names only read no file's inode, as find on the kernel; -l and --json do)\n"
 	"      --json         one JSON object per entry (path, name, subvol, ino, type, mode, size,\n"
 	"                     nlink, uid, gid, rdev_major, rdev_minor, atime, mtime, ctime, target, xattrs);\n"
 	"                     strings that are not UTF-8 also come as bytes in hex: path_hex, name_hex...\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
 	"\nExit codes: 0 listed, 1 some entries could not be read or are corrupt, 2 usage or fatal error.\n";
+
+/*
+ * A listing passes each leaf once, and the upper levels it comes back through
+ * stay cached before any leaf: a small budget serves it as well as a large one,
+ * and memory a process first touches costs a page fault per page.
+ */
+#define LS_CACHE (8ULL << 20)
 
 enum fmt { FMT_NAMES, FMT_LONG, FMT_JSON };
 
@@ -254,6 +262,12 @@ static bool real_dir_name(struct lister *l, const char *child, const struct entr
 	return true;
 }
 
+/* A type that names neither a directory nor nothing: the entry alone says what a names-only listing needs. */
+static bool names_only_type(uint8_t type)
+{
+	return type >= BTRFS_FT_REG_FILE && type <= BTRFS_FT_SYMLINK && type != BTRFS_FT_DIR;
+}
+
 static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64_t ino)
 {
 	struct entries es = { 0 };
@@ -301,6 +315,16 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 		}
 		snprintf(child, plen + e->de.name_len + 2, "%s%s%s", path,
 			 (plen && path[plen - 1] == '/') ? "" : "/", e->name);
+		/*
+		 * A names-only listing takes a non-directory's type from its entry, as
+		 * readdir does for find and ls on the kernel: it never reads that inode.
+		 * Directories are read, to enter them and to check their one real name.
+		 */
+		if (l->fmt == FMT_NAMES && names_only_type(e->de.type)) {
+			printf("%s\n", l->recursive ? child : e->name);
+			free(child);
+			continue;
+		}
 		ret = ub_dirent_inode(l->fs, &e->de, &in);
 		if (ret) {
 			fprintf(stderr, "ubtrfs: error: %s: cannot read inode %llu of subvol %llu: %s\n", child,
@@ -348,8 +372,13 @@ int cmd_ls(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return usage_error("ls", "no device given");
-	if (open_fs(&oa, argv + optind, argc - optind, &l.fs))
-		return EXIT_FATAL;
+	{
+		struct ub_fs_opts opts = open_args_fs_opts(&oa);
+		struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = oa.verbosity, .errors = &oa.errors };
+		opts.cache_bytes = LS_CACHE;
+		if (open_fs_with(&oa, argv + optind, argc - optind, &opts, &log, &l.fs))
+			return EXIT_FATAL;
+	}
 	l.stack = malloc(sizeof(*l.stack) * 4097);
 	if (!l.stack) {
 		fprintf(stderr, "ubtrfs: error: out of memory\n");

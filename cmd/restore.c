@@ -468,6 +468,8 @@ int cmd_restore(int argc, char **argv)
 	outdir = argv[argc - 1];
 	r.umask = umask(0);
 	umask(r.umask);
+	r.euid = geteuid();
+	r.egid = getegid();
 	r.tty = isatty(STDERR_FILENO) && r.oa.verbosity >= UB_LOG_WARN;
 	r.target = malloc(65536);
 	if (!r.target) {
@@ -485,6 +487,7 @@ int cmd_restore(int argc, char **argv)
 		goto out;
 	}
 	root.fd = r.rootfd;
+	root.plain = rs_plain_dir(&r, root.fd);
 	r.devs = argv + optind;
 	r.ndevs = argc - optind - 1;
 	{

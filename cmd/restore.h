@@ -41,6 +41,8 @@ struct restorer {
 	regex_t regex;
 	int rootfd;       /* OUTDIR */
 	mode_t umask;     /* for --no-mode */
+	uid_t euid;       /* who owns what restore makes */
+	gid_t egid;
 	int rc;           /* EXIT_FATAL as it happens; problems make it EXIT_PROBLEMS at the end */
 	char *target;     /* symlink targets */
 	struct rmap links;   /* inodes with several names: the path restored first */
@@ -92,6 +94,7 @@ struct frame {
 	bool failed;      /* it could not be made: nothing goes below it */
 	bool have_inode;
 	struct ub_inode in;
+	bool plain;       /* new files in it get restore's group and the umask's mode (no default ACL); set when made */
 };
 
 /*
@@ -123,9 +126,14 @@ struct rs_lostv {
 };
 /* A file copied (its lost ranges sorted): counted complete, partial or lost; the latter two get a report line. */
 void rs_verdict(struct restorer *r, const char *rel, const struct ub_inode *in, const struct rs_lostv *lost);
-/* Owner, xattrs (from `fs`), mode and times of what `fd` opens (an O_PATH descriptor: via_proc). */
+/* Do files made in directory `fd` get restore's group and the umask's mode? (struct frame's `plain`) */
+bool rs_plain_dir(const struct restorer *r, int fd);
+/* What making a file already got right, so rs_set_meta leaves it (a system call per file saved). */
+#define RS_HAVE_OWNER 1u
+#define RS_HAVE_MODE 2u
+/* Owner, xattrs (from `fs`), mode and times of what `fd` opens (an O_PATH descriptor: via_proc), less `have`. */
 void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, const char *rel,
-		 const struct ub_inode *in);
+		 const struct ub_inode *in, unsigned have);
 
 /*
  * File data (restore_copy.c). rs_copy_start starts the copying threads (none
@@ -135,7 +143,7 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
  * every file and stops the threads.
  */
 int rs_copy_start(struct restorer *r);
-void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_inode *in);
+void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_inode *in, unsigned have);
 void rs_copy_finish(struct restorer *r);
 /* Wait until every file handed over is copied (the copiers then leave the fs alone until the next). */
 void rs_copy_drain(struct restorer *r);

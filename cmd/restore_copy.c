@@ -24,6 +24,11 @@
 #define RANGES_MAX 16            /* whatever size an inode claims (a corrupt one: 2^60) */
 #define QUEUE_MAX 64             /* each queued file holds a descriptor open */
 #define COPIERS_MAX 4
+/*
+ * Idle copiers are woken once this many small files wait, not for each: a
+ * wake-up per file of a few hundred bytes costs more than copying it.
+ */
+#define WAKE_BATCH 8
 
 struct rs_file {
 	struct ub_fs *fs; /* the root the walk read the inode from */
@@ -38,6 +43,7 @@ struct rs_file {
 	int err;              /* the error that ended a range's data first in the file, at err_off */
 	uint64_t err_off;
 	bool write_failed;    /* said already; no verdict */
+	unsigned have;        /* RS_HAVE_*: what making it set already */
 };
 
 struct rs_job {
@@ -233,7 +239,7 @@ static void file_done(struct restorer *r, struct rs_file *f)
 		if (f->written_end < in->size && ftruncate(f->fd, (off_t)in->size))
 			rs_data_problem(r, f->rel, "cannot set the size: %s", strerror(errno));
 	}
-	rs_set_meta(r, f->fs, f->fd, false, f->rel, in);
+	rs_set_meta(r, f->fs, f->fd, false, f->rel, in, f->have);
 	if (close(f->fd))
 		rs_problem(r, f->rel, "close failed: %s", strerror(errno));
 	free(f->lost.v);
@@ -370,7 +376,7 @@ int rs_copy_start(struct restorer *r)
 	return 0;
 }
 
-void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_inode *in)
+void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_inode *in, unsigned have)
 {
 	struct rs_pool *p = r->pool;
 	struct rs_file *f = calloc(1, sizeof(*f));
@@ -386,6 +392,7 @@ void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_i
 	f->fs = r->fs;
 	f->fd = fd;
 	f->in = *in;
+	f->have = have;
 	if (p->nth > 1 && in->size > 2 * RANGE_BYTES) {
 		nranges = (in->size + RANGE_BYTES - 1) / RANGE_BYTES;
 		if (nranges > RANGES_MAX)
@@ -407,7 +414,8 @@ void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_i
 			wait_room(r);
 		p->q[(p->head + p->n) % QUEUE_MAX] = j;
 		p->n++;
-		pthread_cond_signal(&p->more);
+		if (p->n >= WAKE_BATCH || j.end - j.start >= DATA_CHUNK)
+			pthread_cond_signal(&p->more);
 		pthread_mutex_unlock(&r->lock);
 	}
 }
@@ -419,6 +427,8 @@ void rs_copy_drain(struct restorer *r)
 	if (!p || !p->nth)
 		return;
 	pthread_mutex_lock(&r->lock);
+	/* the last few small files may not have woken anyone yet */
+	pthread_cond_broadcast(&p->more);
 	while (p->n || p->busy)
 		wait_room(r);
 	pthread_mutex_unlock(&r->lock);

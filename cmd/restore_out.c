@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include "json.h"
 #include "restore.h"
@@ -196,13 +197,14 @@ static int set_xattr(void *arg, const struct ub_xattr *xa)
  * owner clears set-id bits and capabilities, so those come after it, and the
  * times last, after everything that changes ctime or mtime.
  */
-void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, const char *rel, const struct ub_inode *in)
+void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, const char *rel, const struct ub_inode *in,
+		 unsigned have)
 {
 	char proc[64];
 	bool symlink = S_ISLNK(in->mode);
 
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
-	if (r->owner && (via_proc ? fchownat(fd, "", in->uid, in->gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
+	if (r->owner && !(have & RS_HAVE_OWNER) && (via_proc ? fchownat(fd, "", in->uid, in->gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
 				  : fchown(fd, in->uid, in->gid)))
 		rs_problem(r, rel, "owner %u:%u not restored: %s", in->uid, in->gid, strerror(errno));
 	if (r->xattrs) {
@@ -212,7 +214,7 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
 		if (ret)
 			rs_problem(r, rel, "extended attributes cannot be read: %s", strerror(-ret));
 	}
-	if (!symlink) {
+	if (!symlink && !(have & RS_HAVE_MODE)) {
 		mode_t m = r->mode ? (in->mode & 07777) : ((S_ISDIR(in->mode) ? 0777 : 0666) & ~r->umask);
 		int ret = via_proc ? chmod(proc, m) : fchmod(fd, m);
 
@@ -228,6 +230,20 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
 }
 
 /* ---- directories ---- */
+
+/*
+ * Do files made in `fd` get restore's own group and exactly the mode asked
+ * for less the umask? Not under a default ACL, nor where the directory's group
+ * is another (a set-group-ID directory, or a filesystem mounted grpid).
+ */
+bool rs_plain_dir(const struct restorer *r, int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) || st.st_gid != r->egid)
+		return false;
+	return fgetxattr(fd, "system.posix_acl_default", NULL, 0) < 0 && (errno == ENODATA || errno == ENOTSUP);
+}
 
 int rs_dir_make(struct restorer *r, struct frame *f)
 {
@@ -265,6 +281,7 @@ int rs_dir_make(struct restorer *r, struct frame *f)
 		f->failed = true;
 		return -EIO;
 	}
+	f->plain = rs_plain_dir(r, f->fd);
 	return 0;
 }
 
@@ -274,7 +291,7 @@ void rs_dir_done(struct restorer *r, struct frame *f)
 		return;
 	if (!r->dry_run) {
 		if ((f->made || r->overwrite) && f->have_inode)
-			rs_set_meta(r, r->fs, f->fd, false, f->rel, &f->in);
+			rs_set_meta(r, r->fs, f->fd, false, f->rel, &f->in, 0);
 		close(f->fd);
 	}
 	f->fd = -1;
@@ -297,19 +314,34 @@ static int make_room(struct restorer *r, int dfd, const char *name, const char *
 	return 0;
 }
 
-static void make_file(struct restorer *r, int dfd, const char *name, const char *rel, const struct ub_inode *in)
+/*
+ * A new file is made with its permission bits (the descriptor writes it
+ * whatever they say), so that most files need no chmod; set-id bits come after
+ * the owner, which clears them. In a plain directory it belongs to restore's
+ * user and group, so a file that had them needs no chown either.
+ */
+static void make_file(struct restorer *r, const struct frame *dir, const char *name, const char *rel,
+		      const struct ub_inode *in)
 {
-	int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	mode_t make = r->mode ? (in->mode & 0777) : 0666;
+	mode_t want = r->mode ? (in->mode & 07777) : (0666 & ~r->umask);
+	unsigned have = 0;
+	int dfd = dir->fd, fd;
 
+	if (dir->plain && (make & ~r->umask) == want)
+		have |= RS_HAVE_MODE;
+	if (dir->plain && in->uid == r->euid && in->gid == r->egid)
+		have |= RS_HAVE_OWNER;
+	fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, make);
 	if (fd < 0 && errno == EEXIST && make_room(r, dfd, name, rel) == 0)
-		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, make);
 	if (fd < 0) {
 		if (errno != EEXIST)
 			rs_problem(r, rel, "cannot make the file: %s", strerror(errno));
 		return;
 	}
 	r->nfiles++;
-	rs_copy_file(r, fd, rel, in);
+	rs_copy_file(r, fd, rel, in, have);
 }
 
 /* A symlink or special file: made by name, its metadata set through an O_PATH descriptor. */
@@ -349,7 +381,7 @@ static void make_node(struct restorer *r, int dfd, const char *name, const char 
 		rs_problem(r, rel, "cannot open what was made: %s", strerror(errno));
 		return;
 	}
-	rs_set_meta(r, r->fs, fd, true, rel, in);
+	rs_set_meta(r, r->fs, fd, true, rel, in, 0);
 	close(fd);
 }
 
@@ -416,7 +448,7 @@ void rs_entry(struct restorer *r, struct frame *dir, const char *name, const cha
 			return;
 	}
 	if (S_ISREG(in->mode))
-		make_file(r, dir->fd, name, rel, in);
+		make_file(r, dir, name, rel, in);
 	else
 		make_node(r, dir->fd, name, rel, in);
 	rs_progress(r, false);

@@ -30,7 +30,8 @@ int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->hash_size = 4096;
+	c->hash_bits = 12;
+	c->hash_size = 1u << c->hash_bits;
 	c->hash = calloc(c->hash_size, sizeof(*c->hash));
 	c->cache_limit = UB_TREE_CACHE_DEFAULT;
 	/* held for a few table operations only: spinning a little beats sleeping in the kernel */
@@ -73,25 +74,68 @@ static void lru_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
 	eb->lru_prev = eb->lru_next = NULL;
 }
 
+/*
+ * The chain of `bytenr`. Block addresses are multiples of the node size, so
+ * they are mixed rather than taken modulo: every bucket gets its share.
+ */
+static size_t addr_hash(uint64_t bytenr, unsigned bits)
+{
+	return (size_t)(((bytenr >> 12) * 0x9e3779b97f4a7c15ULL) >> (64 - bits));
+}
+
+static struct ub_eb **bucket(const struct ub_block_cache *c, uint64_t bytenr)
+{
+	return &c->hash[addr_hash(bytenr, c->hash_bits)];
+}
+
+/* Twice the buckets once there are more blocks than buckets, so chains stay short; a failed allocation keeps the old table. */
+static void hash_grow(struct ub_block_cache *c)
+{
+	unsigned bits = c->hash_bits + 1;
+	struct ub_eb **h;
+
+	if (c->nhashed <= c->hash_size || bits > 30)
+		return;
+	h = calloc((size_t)1 << bits, sizeof(*h));
+	if (!h)
+		return;
+	for (unsigned i = 0; i < c->hash_size; i++) {
+		while (c->hash[i]) {
+			struct ub_eb *eb = c->hash[i], **pp = &h[addr_hash(eb->start, bits)];
+			c->hash[i] = eb->hnext;
+			eb->hnext = *pp;
+			*pp = eb;
+		}
+	}
+	free(c->hash);
+	c->hash = h;
+	c->hash_bits = bits;
+	c->hash_size = 1u << bits;
+}
+
 static void hash_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
-	struct ub_eb **pp = &tc->cache->hash[(eb->start / 4096) % tc->cache->hash_size];
+	struct ub_eb **pp = bucket(tc->cache, eb->start);
 
 	while (*pp && *pp != eb)
 		pp = &(*pp)->hnext;
-	if (*pp)
+	if (*pp) {
 		*pp = eb->hnext;
+		tc->cache->nhashed--;
+	}
 	eb->hnext = NULL;
 	eb->hashed = false;
 }
 
 static void hash_link(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
-	struct ub_eb **pp = &tc->cache->hash[(eb->start / 4096) % tc->cache->hash_size];
+	struct ub_eb **pp = bucket(tc->cache, eb->start);
 
 	eb->hnext = *pp;
 	*pp = eb;
 	eb->hashed = true;
+	tc->cache->nhashed++;
+	hash_grow(tc->cache);
 }
 
 static void eb_free(struct ub_tree_ctx *tc, struct ub_eb *eb)
@@ -384,7 +428,7 @@ static int find_cached(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	struct ub_eb *eb;
 	char why[320] = "", ref[160];
 
-	for (eb = tc->cache->hash[(bytenr / 4096) % tc->cache->hash_size]; eb; eb = eb->hnext) {
+	for (eb = *bucket(tc->cache, bytenr); eb; eb = eb->hnext) {
 		if (eb->start != bytenr)
 			continue;
 		/* the cached copy was good for some pointer; it still has to fit this one */
@@ -469,7 +513,7 @@ int ub_tree_check_copies(struct ub_tree_ctx *tc, uint64_t bytenr, const struct u
 /* Publish a verified copy; a copy another thread published meanwhile wins and `eb` goes. Caller holds cache_lock. */
 static struct ub_eb *publish(struct ub_tree_ctx *tc, struct ub_eb *eb, const struct ub_expect *exp)
 {
-	struct ub_eb **pp = &tc->cache->hash[(eb->start / 4096) % tc->cache->hash_size];
+	struct ub_eb **pp = bucket(tc->cache, eb->start);
 	struct ub_eb *old, *other = NULL;
 
 	if (find_cached(tc, eb->start, exp, &other) == 0) {
@@ -606,16 +650,24 @@ static struct ub_dev *dev_of(const struct ub_volume *vol, uint64_t devid)
 	return NULL;
 }
 
-static bool is_cached(struct ub_tree_ctx *tc, uint64_t bytenr)
+/* Which of the children [slot, slot + n) of `parent` are cached already: bit i for slot + i (n <= 64). */
+static uint64_t cached_children(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n)
 {
-	struct ub_eb *eb;
-	bool found = false;
+	uint32_t nr = ub_eb_nritems(parent);
+	uint64_t mask = 0;
 
 	pthread_mutex_lock(&tc->cache->lock);
-	for (eb = tc->cache->hash[(bytenr / 4096) % tc->cache->hash_size]; eb && !found; eb = eb->hnext)
-		found = eb->start == bytenr;
+	for (int i = 0; i < n && i < 64 && (uint32_t)(slot + i) < nr; i++) {
+		uint64_t bytenr = ub_eb_node_blockptr(parent, slot + i);
+
+		for (struct ub_eb *eb = *bucket(tc->cache, bytenr); eb; eb = eb->hnext)
+			if (eb->start == bytenr) {
+				mask |= 1ULL << i;
+				break;
+			}
+	}
 	pthread_mutex_unlock(&tc->cache->lock);
-	return found;
+	return mask;
 }
 
 /* Advice for copy `mirror` of the children [slot, slot + n) of `parent`, merged into runs per device. */
@@ -623,18 +675,22 @@ static void readahead_copy(struct ub_tree_ctx *tc, const struct ub_eb *parent, i
 {
 	struct ub_volume *vol = tc->vol;
 	struct ub_dev *run_dev = NULL;
-	uint64_t run_start = 0, run_len = 0;
+	uint64_t run_start = 0, run_len = 0, cached = 0;
 	uint32_t nr = ub_eb_nritems(parent);
 
-	for (int i = slot; i >= 0 && (uint32_t)i < nr && i < slot + n; i++) {
+	if (slot < 0)
+		return;
+	if (mirror == 1)
+		cached = cached_children(tc, parent, slot, n);
+	for (int i = slot; (uint32_t)i < nr && i < slot + n; i++) {
 		uint64_t bytenr = ub_eb_node_blockptr(parent, i), devid, phys;
 		const struct ub_chunk *c;
 		const char *path;
 		struct ub_dev *dev;
 
 		/* a hostile pointer is the read's to report; advice for it is just skipped */
-		if (mirror == 1 ? is_cached(tc, bytenr) : !(c = ub_volume_find_chunk(vol, bytenr)) ||
-								 (c->type & BTRFS_BLOCK_GROUP_RAID56_MASK))
+		if (mirror == 1 ? (i - slot < 64 && (cached >> (i - slot) & 1)) :
+				 !(c = ub_volume_find_chunk(vol, bytenr)) || (c->type & BTRFS_BLOCK_GROUP_RAID56_MASK))
 			continue;
 		if (ub_volume_map(vol, bytenr, mirror, &devid, &phys, &path))
 			continue;
@@ -655,8 +711,26 @@ static void readahead_copy(struct ub_tree_ctx *tc, const struct ub_eb *parent, i
 		ub_dev_willneed(run_dev, run_start, run_len);
 }
 
+/*
+ * The window this thread asked for last. Lookups of neighbouring keys step
+ * over the same leaf boundary again and again; one piece of advice is enough.
+ */
+static __thread struct {
+	const struct ub_tree_ctx *tc;
+	uint64_t parent, gen;
+	int slot;
+} last_ra;
+
 void ub_tree_readahead(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n)
 {
+	uint64_t gen = ub_eb_generation(parent);
+
+	if (last_ra.tc == tc && last_ra.parent == parent->start && last_ra.gen == gen && last_ra.slot == slot)
+		return;
+	last_ra.tc = tc;
+	last_ra.parent = parent->start;
+	last_ra.gen = gen;
+	last_ra.slot = slot;
 	readahead_copy(tc, parent, slot, n, 1);
 }
 
@@ -685,7 +759,7 @@ int ub_block_set_add(struct ub_block_set *s, uint64_t bytenr, uint64_t tag, uint
 		for (size_t j = 0; j < s->cap; j++) {
 			if (!s->addr[j])
 				continue;
-			for (i = (s->addr[j] / 4096) & (ncap - 1); na[i]; i = (i + 1) & (ncap - 1))
+			for (i = addr_hash(s->addr[j], (unsigned)__builtin_ctzll(ncap)); na[i]; i = (i + 1) & (ncap - 1))
 				;
 			na[i] = s->addr[j];
 			nt[i] = s->tag[j];
@@ -696,7 +770,7 @@ int ub_block_set_add(struct ub_block_set *s, uint64_t bytenr, uint64_t tag, uint
 		s->tag = nt;
 		s->cap = ncap;
 	}
-	for (i = (bytenr / 4096) & (s->cap - 1); s->addr[i]; i = (i + 1) & (s->cap - 1)) {
+	for (i = addr_hash(bytenr, (unsigned)__builtin_ctzll(s->cap)); s->addr[i]; i = (i + 1) & (s->cap - 1)) {
 		if (s->addr[i] == bytenr) {
 			if (first_tag)
 				*first_tag = s->tag[i];
@@ -786,7 +860,7 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 		return -ENOMEM;
 	}
 	pthread_mutex_lock(&tc->cache->lock);
-	for (old = tc->cache->hash[(bytenr / 4096) % tc->cache->hash_size]; old; old = old->hnext) {
+	for (old = *bucket(tc->cache, bytenr); old; old = old->hnext) {
 		if (old->start != bytenr)
 			continue;
 		if (old->dirty) {
@@ -800,7 +874,7 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 		}
 	}
 	/* a stale copy of what was there before (freed in an earlier transaction) goes */
-	for (old = tc->cache->hash[(bytenr / 4096) % tc->cache->hash_size]; old;) {
+	for (old = *bucket(tc->cache, bytenr); old;) {
 		struct ub_eb *next = old->hnext;
 		if (old->start == bytenr) {
 			hash_unlink(tc, old);

@@ -25,7 +25,8 @@ struct ub_bad_block {
 struct ub_block_cache {
 	pthread_mutex_t lock;
 	struct ub_eb **hash;
-	unsigned hash_size;
+	unsigned hash_size, hash_bits; /* hash_size == 1 << hash_bits */
+	size_t nhashed;                /* blocks in the table */
 	struct ub_eb *lru_head, *lru_tail; /* unreferenced blocks, most recent first */
 	uint64_t cached_bytes, cache_limit;
 	uint64_t hits, misses; /* lookups served from the table / that read the device */

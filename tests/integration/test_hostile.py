@@ -35,6 +35,8 @@ and must:
     (the case's `must_fail` list, chosen per class: e.g. for a root that points
     at the wrong tree every command that reads that tree); a command that does
     not read the damaged structure (dump-super for a bad fs tree leaf) may exit 0;
+    a names-only ls -R reads no file's inode, so it may exit 0 on such a list
+    only when it prints exactly the undamaged image's names;
   * on a must-fail command, say "error:" and name the problem: the logical
     address of the bad block, the tree, the inode or the value (the case's
     `needles`, any one is enough);
@@ -170,8 +172,17 @@ class Base:
             self.dup = len(im.physical(im.super("root"))) > 1
             self.has_log = bool(im.super("log_root"))
             self.paths = fs_paths(im, 5)
+        self._ls_names = None
         self.cats = [p for p in ("/small.txt", "/big.bin", "/text.txt", "/links/b",
                                  "/names/name_me", "/sv/in_sv", "/logged.txt") if p in self.paths]
+
+
+    def ls_names(self, ubtrfs_bin):
+        """`ls -R` of the undamaged image (test_bases_are_clean holds it to exit 0)."""
+        if self._ls_names is None:
+            cp = T.run([ubtrfs_bin, "ls", "-R", self.image])
+            self._ls_names = cp.stdout
+        return self._ls_names
 
 
 _BUILDERS = {
@@ -450,7 +461,14 @@ def run_case(base, case, image, ubtrfs_bin):
         if key in ("ls", "lsj"):
             check_names_in_ls(res, key, problems)
         if case.must_fail_key(key, base):
-            if res.rc == 0:
+            if key == "ls" and res.rc == 0:
+                # names only: the files' inodes are not read (as readdir does for find on
+                # the kernel); damage below no name may pass unseen, but then every name
+                # must be the undamaged image's
+                if res.out != base.ls_names(ubtrfs_bin):
+                    problems.append("%s: exit 0 on damage it must read (%s), and the names differ from "
+                                    "the undamaged image's: %s" % (where, case.what, res.brief()))
+            elif res.rc == 0:
                 problems.append("%s: exit 0 on damage it must read (%s): %s" % (
                     where, case.what, res.brief()))
             elif case.needles and not any(T.mentions_number(res.text(), n) if isinstance(n, int)
