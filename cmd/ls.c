@@ -167,7 +167,7 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 		else if (is_link)
 			printf(", \"target\": null");
 		printf(", \"xattrs\": {");
-		ret = ub_xattr_iterate(l->fs, in->subvol, in->ino, xattr_json, &xo);
+		ret = in->no_xattrs ? 0 : ub_xattr_iterate(l->fs, in->subvol, in->ino, xattr_json, &xo);
 		printf("}");
 		if (ret >= 0 && xo.skipped) {
 			xo = (struct xattr_out){ false, true, 0 };

@@ -310,7 +310,9 @@ static void *copier_main(void *arg)
 		p->head = (p->head + 1) % QUEUE_MAX;
 		p->n--;
 		p->busy++;
-		pthread_cond_broadcast(&p->room);
+		/* a walk waiting for room is let go once half the queue is free, to fill it in one go */
+		if (p->n == QUEUE_MAX / 2)
+			pthread_cond_broadcast(&p->room);
 		pthread_mutex_unlock(&r->lock);
 		copy_range(r, &j, buf);
 		pthread_mutex_lock(&r->lock);

@@ -207,7 +207,7 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
 	if (r->owner && !(have & RS_HAVE_OWNER) && (via_proc ? fchownat(fd, "", in->uid, in->gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
 				  : fchown(fd, in->uid, in->gid)))
 		rs_problem(r, rel, "owner %u:%u not restored: %s", in->uid, in->gid, strerror(errno));
-	if (r->xattrs) {
+	if (r->xattrs && !in->no_xattrs) {
 		struct xattr_ctx x = { r, rel, fd, via_proc, 0 };
 		int ret = ub_xattr_iterate(fs, in->subvol, in->ino, set_xattr, &x);
 

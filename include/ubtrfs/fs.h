@@ -79,6 +79,12 @@ struct ub_inode {
 	uint64_t generation, transid, size, nbytes, nlink, rdev, flags;
 	uint32_t uid, gid, mode;
 	struct ub_timespec atime, ctime, mtime, otime;
+	/*
+	 * Known to have no extended attributes: ub_inode_read saw the items after
+	 * the inode's back references and no XATTR_ITEM among them. False: some,
+	 * or not known (ub_xattr_iterate tells).
+	 */
+	bool no_xattrs;
 };
 
 int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_inode *out);

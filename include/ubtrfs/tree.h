@@ -75,6 +75,8 @@ const char *ub_tree_name(uint64_t id, char *buf, size_t len);
 int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp,
 		       struct ub_eb **out);
 void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb);
+/* ub_eb_put of each non-NULL block of `ebs` under one taking of the cache's lock. */
+void ub_eb_put_many(struct ub_tree_ctx *tc, struct ub_eb *const *ebs, int n);
 
 /*
  * Every copy of the block at `bytenr` read from the device (not the cache) and

@@ -116,6 +116,35 @@ int ub_placeholder_inode(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, st
 	return 0;
 }
 
+/*
+ * With `cur` on the inode item: do the next few items show that there is no
+ * XATTR_ITEM? Extended attributes sort right after the back references, so a
+ * copier need not search for them in most files. Only a hint: a block that
+ * cannot be read here stays quiet and unknown, for the reader who needs it.
+ */
+static bool no_xattrs_after(struct ub_icur *cur)
+{
+	struct ub_key key;
+	bool none = false;
+
+	ub_tree_quiet(true);
+	for (int i = 0; i < 8; i++) {
+		int ret = ub_icur_next(cur);
+
+		if (ret) {
+			none = ret == 1;
+			break;
+		}
+		ub_icur_key(cur, &key);
+		if (key.type >= BTRFS_XATTR_ITEM_KEY) {
+			none = key.type > BTRFS_XATTR_ITEM_KEY;
+			break;
+		}
+	}
+	ub_tree_quiet(false);
+	return none;
+}
+
 int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_inode *out)
 {
 	struct ub_icur cur;
@@ -164,6 +193,8 @@ int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_ino
 		ub_err(&fs->log, "subvol %llu ino %llu: invalid inode size %llu", (unsigned long long)subvol,
 		       (unsigned long long)ino, (unsigned long long)out->size);
 		ret = -EUCLEAN;
+	} else {
+		out->no_xattrs = no_xattrs_after(&cur);
 	}
 out:
 	ub_icur_close(&cur);

@@ -196,6 +196,21 @@ static void put_locked(struct ub_tree_ctx *tc, struct ub_eb *eb)
 	evict(tc);
 }
 
+void ub_eb_put_many(struct ub_tree_ctx *tc, struct ub_eb *const *ebs, int n)
+{
+	int i = 0;
+
+	while (i < n && !ebs[i])
+		i++;
+	if (i == n)
+		return;
+	pthread_mutex_lock(&tc->cache->lock);
+	for (; i < n; i++)
+		if (ebs[i])
+			put_locked(tc, ebs[i]);
+	pthread_mutex_unlock(&tc->cache->lock);
+}
+
 void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
 	if (!eb)

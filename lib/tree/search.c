@@ -17,9 +17,9 @@ void ub_path_init(struct ub_path *p)
 
 void ub_path_release(struct ub_path *p)
 {
+	/* a whole path goes back at once: one taking of the cache's lock, not one per level */
+	ub_eb_put_many(p->tc, p->nodes, UB_MAX_LEVEL);
 	for (int i = 0; i < UB_MAX_LEVEL; i++) {
-		if (p->nodes[i])
-			ub_eb_put(p->tc, p->nodes[i]);
 		p->nodes[i] = NULL;
 		p->slots[i] = 0;
 	}
