@@ -165,5 +165,6 @@ endif
 # ---- end of the ThreadSanitizer block ----
 
 # ---- NBD devices: libnbd for lib/dev/nbd.c ----
-LIBS += -lnbd
+# loaded with dlopen by lib/dev/nbd_lib.c (only the header is needed to build)
+LIBS += -ldl
 # ---- end of the NBD block ----

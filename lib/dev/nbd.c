@@ -8,13 +8,14 @@
  * timed out, later requests fail at once instead of waiting again.
  */
 #include <errno.h>
-#include <libnbd.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "dev_priv.h"
+#include "nbd_lib.h"
 
 #define NBD_CHUNK (1U << 20) /* bytes per request of a large read or write */
 #define NBD_MAX_INFLIGHT 16
@@ -92,7 +93,7 @@ static int64_t now_ms(void)
 /* libnbd's errno for the last failure on this thread, never 0. */
 static int nbd_err(void)
 {
-	int e = nbd_get_errno();
+	int e = ub_nbd.get_errno();
 
 	return e ? -e : -EIO;
 }
@@ -112,7 +113,7 @@ static int wait_all(struct nbd_dev *n, int64_t *cookies, int nc, int64_t deadlin
 		for (int i = 0; i < nc; i++) {
 			if (cookies[i] < 0)
 				continue;
-			r = nbd_aio_command_completed(n->h, (uint64_t)cookies[i]);
+			r = ub_nbd.aio_command_completed(n->h, (uint64_t)cookies[i]);
 			if (r == 0)
 				continue;
 			if (r < 0 && !ret)
@@ -122,12 +123,12 @@ static int wait_all(struct nbd_dev *n, int64_t *cookies, int nc, int64_t deadlin
 		}
 		if (!left)
 			break;
-		if (wait <= 0 || nbd_aio_is_dead(n->h) || nbd_aio_is_closed(n->h)) {
+		if (wait <= 0 || ub_nbd.aio_is_dead(n->h) || ub_nbd.aio_is_closed(n->h)) {
 			n->failed = true;
 			n->failed_at = now_ms();
 			return wait <= 0 ? -ETIMEDOUT : -EIO;
 		}
-		r = nbd_poll(n->h, (int)(wait > 1000 ? 1000 : wait));
+		r = ub_nbd.poll(n->h, (int)(wait > 1000 ? 1000 : wait));
 		if (r < 0) {
 			n->failed = true;
 			n->failed_at = now_ms();
@@ -206,18 +207,18 @@ static void maybe_reconnect(struct nbd_dev *n)
 	if (!n->failed || now_ms() - n->failed_at < NBD_RETRY_MS)
 		return;
 	n->failed_at = now_ms();
-	h = nbd_create();
+	h = ub_nbd.create();
 	if (!h)
 		return;
-	nbd_set_uri_allow_local_file(h, true);
-	if (connect_uri(h, n->uri) || nbd_get_size(h) != n->size) {
-		nbd_close(h);
+	ub_nbd.set_uri_allow_local_file(h, true);
+	if (connect_uri(h, n->uri) || ub_nbd.get_size(h) != n->size) {
+		ub_nbd.close(h);
 		return;
 	}
 	/* what the old connection had on its way is gone with it */
 	for (int i = 0; i < NBD_RA_SLOTS; i++)
 		ahead_reset(&n->ahead[i]);
-	nbd_close(n->h);
+	ub_nbd.close(n->h);
 	n->h = h;
 	n->failed = false;
 }
@@ -238,12 +239,12 @@ static int transfer_once(struct nbd_dev *n, void *buf, size_t len, uint64_t off,
 			size_t piece = len - done < chunk ? len - done : (size_t)chunk;
 			uint8_t *p = (uint8_t *)buf + done;
 
-			cookies[nc] = write ? nbd_aio_pwrite(n->h, p, piece, off + done, NBD_NULL_COMPLETION,
+			cookies[nc] = write ? ub_nbd.aio_pwrite(n->h, p, piece, off + done, NBD_NULL_COMPLETION,
 							     fua ? LIBNBD_CMD_FLAG_FUA : 0)
-					    : nbd_aio_pread(n->h, p, piece, off + done, NBD_NULL_COMPLETION, 0);
+					    : ub_nbd.aio_pread(n->h, p, piece, off + done, NBD_NULL_COMPLETION, 0);
 			if (cookies[nc] < 0) {
 				ret = nbd_err();
-				if (nbd_aio_is_dead(n->h) == 1 || nbd_aio_is_closed(n->h) == 1) {
+				if (ub_nbd.aio_is_dead(n->h) == 1 || ub_nbd.aio_is_closed(n->h) == 1) {
 					n->failed = true;
 					n->failed_at = now_ms();
 				}
@@ -317,11 +318,11 @@ static int nd_flush(struct ub_dev *dev)
 	pthread_mutex_lock(&n->lock);
 	if (n->failed) {
 		ret = -EIO;
-	} else if (nbd_can_flush(n->h) != 1) {
+	} else if (ub_nbd.can_flush(n->h) != 1) {
 		/* a server that cannot flush writes through: nothing to wait for */
 		ret = 0;
 	} else {
-		cookie = nbd_aio_flush(n->h, NBD_NULL_COMPLETION, 0);
+		cookie = ub_nbd.aio_flush(n->h, NBD_NULL_COMPLETION, 0);
 		ret = cookie < 0 ? nbd_err() : wait_all(n, &cookie, 1, now_ms() + io_timeout_ms);
 	}
 	pthread_mutex_unlock(&n->lock);
@@ -370,7 +371,7 @@ static void nd_willneed(struct ub_dev *dev, uint64_t off, uint64_t len)
 	for (uint64_t done = 0; done < len && a->nc < NBD_RA_REQS; a->nc++) {
 		uint64_t piece = len - done < chunk ? len - done : chunk;
 
-		a->cookies[a->nc] = nbd_aio_pread(n->h, a->buf + done, piece, off + done, NBD_NULL_COMPLETION, 0);
+		a->cookies[a->nc] = ub_nbd.aio_pread(n->h, a->buf + done, piece, off + done, NBD_NULL_COMPLETION, 0);
 		if (a->cookies[a->nc] < 0)
 			break;
 		done += piece;
@@ -393,9 +394,9 @@ static void nd_release(struct ub_dev *dev)
 			ahead_drop(n, &n->ahead[i]);
 		free(n->ahead[i].buf);
 	}
-	if (!n->failed && nbd_aio_is_ready(n->h))
-		nbd_shutdown(n->h, 0);
-	nbd_close(n->h);
+	if (!n->failed && ub_nbd.aio_is_ready(n->h))
+		ub_nbd.shutdown(n->h, 0);
+	ub_nbd.close(n->h);
 	pthread_mutex_destroy(&n->lock);
 	free(n->uri);
 	free(n);
@@ -415,46 +416,53 @@ static int connect_uri(struct nbd_handle *h, const char *uri)
 {
 	int64_t deadline = now_ms() + io_timeout_ms;
 
-	if (nbd_aio_connect_uri(h, uri) < 0)
+	if (ub_nbd.aio_connect_uri(h, uri) < 0)
 		return nbd_err();
-	while (nbd_aio_is_connecting(h) == 1) {
+	while (ub_nbd.aio_is_connecting(h) == 1) {
 		int64_t wait = deadline - now_ms();
 
 		if (wait <= 0)
 			return -ETIMEDOUT;
-		if (nbd_poll(h, (int)(wait > 1000 ? 1000 : wait)) < 0)
+		if (ub_nbd.poll(h, (int)(wait > 1000 ? 1000 : wait)) < 0)
 			return nbd_err();
 	}
-	return nbd_aio_is_ready(h) == 1 ? 0 : nbd_err();
+	return ub_nbd.aio_is_ready(h) == 1 ? 0 : nbd_err();
 }
 
 int ub_dev_open_nbd(const char *uri, bool writable, struct ub_dev **out)
 {
 	struct nbd_dev *n;
 	int64_t size, max;
+	const char *why = NULL;
 	int ret;
 
+	if (ub_nbd_lib_load(&why)) {
+		/* the device layer has no log of its own; this is the only way the user learns why */
+		fprintf(stderr, "ubtrfs: error: %s: NBD devices need libnbd (libnbd.so.0), which cannot be loaded: %s\n",
+			uri, why ? why : "unknown reason");
+		return -ENOSYS;
+	}
 	n = calloc(1, sizeof(*n));
 	if (!n)
 		return -ENOMEM;
-	n->h = nbd_create();
+	n->h = ub_nbd.create();
 	if (!n->h) {
 		free(n);
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&n->lock, NULL);
 	/* the URI is the user's own: ?tls-psk-file= may name the key file on this machine */
-	nbd_set_uri_allow_local_file(n->h, true);
+	ub_nbd.set_uri_allow_local_file(n->h, true);
 	ret = connect_uri(n->h, uri);
 	if (!ret) {
-		size = nbd_get_size(n->h);
+		size = ub_nbd.get_size(n->h);
 		if (size < 0)
 			ret = nbd_err();
-		else if (writable && nbd_is_read_only(n->h) == 1)
+		else if (writable && ub_nbd.is_read_only(n->h) == 1)
 			ret = -EROFS;
 	}
 	if (ret) {
-		nbd_close(n->h);
+		ub_nbd.close(n->h);
 		pthread_mutex_destroy(&n->lock);
 		free(n);
 		return ret;
@@ -462,12 +470,12 @@ int ub_dev_open_nbd(const char *uri, bool writable, struct ub_dev **out)
 	n->size = size;
 	n->uri = strdup(uri);
 	if (!n->uri) {
-		nbd_close(n->h);
+		ub_nbd.close(n->h);
 		pthread_mutex_destroy(&n->lock);
 		free(n);
 		return -ENOMEM;
 	}
-	max = nbd_get_block_size(n->h, LIBNBD_SIZE_MAXIMUM);
+	max = ub_nbd.get_block_size(n->h, LIBNBD_SIZE_MAXIMUM);
 	n->max_request = max > 0 ? (uint64_t)max : 32U << 20;
 	return ub_dev_create(uri, &nbd_ops, n, (uint64_t)size, writable, out);
 }
