@@ -363,11 +363,37 @@ static void finish_placed(struct restorer *r, struct frame *root, const struct r
 	}
 }
 
+/*
+ * A directory the walk restored whose mtime a placed inode changed: its times
+ * again, from its inode (left as they are if it cannot be read now).
+ */
+static void retime_entered(struct restorer *r, struct frame *root, const struct rmap *touched)
+{
+	for (size_t i = 0; r->times && i < touched->cap; i++) {
+		const struct rmap_slot *sl = &touched->v[i];
+		struct frame *all, *dir;
+		struct ub_inode in;
+		char *copy;
+		int n;
+
+		if (!sl->ino || !sl->path || ub_inode_read(r->fs, sl->subvol, sl->ino, &in))
+			continue;
+		dir = open_chain(r, root, sl->path, &all, &copy, &n);
+		if (dir && dir != root) {
+			struct timespec ts[2] = { { in.atime.sec, in.atime.nsec }, { in.mtime.sec, in.mtime.nsec } };
+
+			if (utimensat(dir->fd, "", ts, AT_EMPTY_PATH))
+				rs_problem(r, sl->path, "times not restored: %s", strerror(errno));
+		}
+		close_chain(r, all, copy, n);
+	}
+}
+
 static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 {
 	struct ub_meta_scan_ops ops = { .want = want, .found = found_loose, .arg = s,
 					.progress = r->tty ? scan_progress : NULL };
-	struct rmap placed = { 0 };
+	struct rmap placed = { 0 }, touched = { 0 };
 	uint8_t *done = calloc(s->nlost ? s->nlost : 1, 1);
 	bool progress = true;
 	int ret;
@@ -386,6 +412,7 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 			char name[UB_NAME_LEN + 1], *made;
 			const char *ppath;
 			struct ub_inode in;
+			bool walked;
 			size_t len;
 
 			if (done[i] || ub_inode_read(r->fs, subvol, ino, &in) || !in.nlink ||
@@ -393,6 +420,7 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 				continue;
 			name[len] = 0;
 			ppath = rmap_get(&r->entered, subvol, dir);
+			walked = ppath != NULL;
 			if (!ppath)
 				ppath = rmap_get(&placed, subvol, dir);
 			if (!ppath)
@@ -403,6 +431,8 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 			}
 			done[i] = 1;
 			progress = true;
+			if (walked && rmap_add(&touched, subvol, dir, ppath, NULL) < 0)
+				r->rc = EXIT_FATAL;
 			if (made && rmap_add(&placed, subvol, ino, made, NULL) < 0)
 				r->rc = EXIT_FATAL;
 			free(made);
@@ -430,7 +460,9 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 		rs_dir_done(r, &sf);
 	}
 	finish_placed(r, lf->parent, &placed);
+	retime_entered(r, lf->parent, &touched);
 	rmap_free(&placed);
+	rmap_free(&touched);
 	free(done);
 }
 
