@@ -53,6 +53,15 @@ def _restore(*args, rc=0):
     return cp
 
 
+def _mkfs_4k(tmp_path, mib):
+    """tmp_path/img: a fresh single-device filesystem of `mib` MiB with 4 KiB nodes (more leaves)."""
+    img = tmp_path / "img"
+    with open(img, "wb") as f:
+        f.truncate(mib * T.MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    return img
+
+
 def _without_btrfs_props(xattrs):
     # btrfs.* (the compression property) has no namespace on other filesystems
     return {k: v for k, v in xattrs.items() if not k.startswith("btrfs.")}
@@ -312,10 +321,7 @@ def test_restore_from_older_root(tmp_path):
     """A leaf of the fs tree lost in both DUP copies: the names, inodes and file extents it held
     come from the older root of the commit before (the leaf changed since, so that root has its
     own copy); restore says so and exits 1. btrfs restore, on the same image, gets less."""
-    img = tmp_path / "img"
-    with open(img, "wb") as f:
-        f.truncate(256 * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    img = _mkfs_4k(tmp_path, 256)
     files = {}
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
         d = os.path.join(mnt, "d")
@@ -432,10 +438,7 @@ def test_restore_file_data_from_older_root(tmp_path):
     older root keeps its own copy); that new leaf destroyed in both DUP copies. The inode item
     is intact: the data from that leaf on comes from the older root, byte-exact, and restore
     says so (exit 1)."""
-    img = tmp_path / "img"
-    with open(img, "wb") as f:
-        f.truncate(256 * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    img = _mkfs_4k(tmp_path, 256)
     blocks = 400
     data = b"".join((b"%04d" % i) * 1024 for i in range(blocks))
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
@@ -477,10 +480,7 @@ def test_restore_scavenges_lost_inodes(tmp_path):
     The files whose names were there are found by the scan of the metadata (their inode items
     live in other leaves) and restored under lost+found/5/<inode>, byte-exact; --no-scavenge
     leaves them out. btrfs restore, on the same image, gets none of them."""
-    img = tmp_path / "img"
-    with open(img, "wb") as f:
-        f.truncate(256 * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    img = _mkfs_4k(tmp_path, 256)
     content = {}
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
         d = os.path.join(mnt, "d")
@@ -666,10 +666,7 @@ def test_restore_files_from_loose_leaves(tmp_path):
     intact, so the scan finds every inode's items there, names included: each file comes
     back at its own path (in a directory that is itself only in the leaves, too),
     byte-exact (the files the test wrote are the oracle), owner and mode included."""
-    img = tmp_path / "img"
-    with open(img, "wb") as f:
-        f.truncate(512 * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    img = _mkfs_4k(tmp_path, 512)
     rng = __import__("random").Random(13)
     content = {}
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
@@ -721,10 +718,7 @@ def test_restore_loose_files_keep_their_directory_times(tmp_path):
     name in /d, byte-exact. /d's times are then still its own (the kernel's stat before the
     damage is the oracle), not the time the scan's files were made in it."""
     import test_tree_integrity as TI
-    img = tmp_path / "img"
-    with open(img, "wb") as f:
-        f.truncate(256 * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    img = _mkfs_4k(tmp_path, 256)
     rng = __import__("random").Random(17)
     content = {}
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
