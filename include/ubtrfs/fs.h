@@ -81,8 +81,8 @@ struct ub_inode {
 	struct ub_timespec atime, ctime, mtime, otime;
 	/*
 	 * Known to have no extended attributes: ub_inode_read saw the items after
-	 * the inode's back references and no XATTR_ITEM among them. False: some,
-	 * or not known (ub_xattr_iterate tells).
+	 * the inode's back references, in the leaf it read anyway, and no
+	 * XATTR_ITEM among them. False: some, or not known (ub_xattr_iterate tells).
 	 */
 	bool no_xattrs;
 };

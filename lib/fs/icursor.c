@@ -122,6 +122,16 @@ int ub_icur_next(struct ub_icur *cur)
 	return check_tree_pos(cur);
 }
 
+int ub_icur_next_here(struct ub_icur *cur)
+{
+	if (!cur->valid || cur->set)
+		return ub_icur_next(cur);
+	if (!cur->path.nodes[0] || (uint32_t)(cur->path.slots[0] + 1) >= ub_eb_nritems(cur->path.nodes[0]))
+		return 2;
+	cur->path.slots[0]++;
+	return check_tree_pos(cur);
+}
+
 void ub_icur_key(const struct ub_icur *cur, struct ub_key *key)
 {
 	if (cur->set)

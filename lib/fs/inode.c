@@ -117,32 +117,25 @@ int ub_placeholder_inode(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, st
 }
 
 /*
- * With `cur` on the inode item: do the next few items show that there is no
- * XATTR_ITEM? Extended attributes sort right after the back references, so a
- * copier need not search for them in most files. Only a hint: a block that
- * cannot be read here stays quiet and unknown, for the reader who needs it.
+ * With `cur` on the inode item: do the next items, in the same leaf, show that
+ * there is no XATTR_ITEM? Extended attributes sort right after the back
+ * references, so a reader need not search for them in most files. No block is
+ * read for it: past the leaf's end the answer is "not known".
  */
 static bool no_xattrs_after(struct ub_icur *cur)
 {
 	struct ub_key key;
-	bool none = false;
 
-	ub_tree_quiet(true);
 	for (int i = 0; i < 8; i++) {
-		int ret = ub_icur_next(cur);
+		int ret = ub_icur_next_here(cur);
 
-		if (ret) {
-			none = ret == 1;
-			break;
-		}
+		if (ret)
+			return ret == 1;
 		ub_icur_key(cur, &key);
-		if (key.type >= BTRFS_XATTR_ITEM_KEY) {
-			none = key.type > BTRFS_XATTR_ITEM_KEY;
-			break;
-		}
+		if (key.type >= BTRFS_XATTR_ITEM_KEY)
+			return key.type > BTRFS_XATTR_ITEM_KEY;
 	}
-	ub_tree_quiet(false);
-	return none;
+	return false;
 }
 
 int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_inode *out)

@@ -50,6 +50,8 @@ int ub_icur_seek_le(struct ub_icur *cur, uint8_t type, uint64_t offset);
 int ub_icur_seek_extent(struct ub_icur *cur, uint64_t off);
 /* Next item of this inode: 0 positioned, 1 no more, <0 error. */
 int ub_icur_next(struct ub_icur *cur);
+/* ub_icur_next without reading a block: 2 (cursor left as it was) when the next item is in another leaf. */
+int ub_icur_next_here(struct ub_icur *cur);
 void ub_icur_key(const struct ub_icur *cur, struct ub_key *key);
 const uint8_t *ub_icur_data(const struct ub_icur *cur, uint32_t *size);
 
