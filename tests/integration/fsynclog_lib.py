@@ -84,6 +84,19 @@ def single_data_physical(image, logical):
     raise AssertionError("no chunk holds logical %d" % logical)
 
 
+def super_generations(image):
+    """The generation of every superblock copy in the image (a copy taken while the kernel
+    commits can hold an old primary and a newer mirror)."""
+    gens = []
+    with open(image, "rb") as f:
+        for off in (64 << 10, 64 << 20, 256 << 30):
+            f.seek(off)
+            sb = f.read(80)
+            if len(sb) == 80 and sb[64:72] == b"_BHRfS_M":
+                gens.append(int.from_bytes(sb[72:80], "little"))
+    return gens
+
+
 def dump_super(image):
     cp = T.run(["btrfs", "inspect-internal", "dump-super", str(image)])
     return T.parse_dump_super(cp.stdout.decode("utf-8", "replace"))

@@ -610,6 +610,9 @@ BUILD_ATTEMPTS = 4
 def _unmet(b):
     if b.crash.log_root == 0:
         return "the kernel committed instead of logging"
+    gens = L.super_generations(b.crash.image)
+    if len(set(gens)) > 1:
+        return "the copy caught a commit half way (superblock copies of generations %s)" % gens
     why = b.sc.require(b.crash) if b.sc.require else None
     if why is None and b.replayed.entries == b.committed.entries and b.replayed.hashes == b.committed.hashes:
         why = "the log changes nothing the kernel can see"
