@@ -134,6 +134,8 @@ bool rs_plain_dir(const struct restorer *r, int fd);
 /* Owner, xattrs (from `fs`), mode and times of what `fd` opens (an O_PATH descriptor: via_proc), less `have`. */
 void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, const char *rel,
 		 const struct ub_inode *in, unsigned have);
+/* Access and modification times of what `fd` opens, from `in`; a failure is a problem on `rel`. */
+void rs_set_times(struct restorer *r, int fd, const char *rel, const struct ub_inode *in);
 
 /*
  * File data (restore_copy.c). rs_copy_start starts the copying threads (none

@@ -221,12 +221,16 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
 		if (ret)
 			rs_problem(r, rel, "mode %o not restored: %s", m, strerror(errno));
 	}
-	if (r->times) {
-		struct timespec ts[2] = { { in->atime.sec, in->atime.nsec }, { in->mtime.sec, in->mtime.nsec } };
+	if (r->times)
+		rs_set_times(r, fd, rel, in);
+}
 
-		if (utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-			rs_problem(r, rel, "times not restored: %s", strerror(errno));
-	}
+void rs_set_times(struct restorer *r, int fd, const char *rel, const struct ub_inode *in)
+{
+	struct timespec ts[2] = { { in->atime.sec, in->atime.nsec }, { in->mtime.sec, in->mtime.nsec } };
+
+	if (utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		rs_problem(r, rel, "times not restored: %s", strerror(errno));
 }
 
 /* ---- directories ---- */

@@ -379,12 +379,8 @@ static void retime_entered(struct restorer *r, struct frame *root, const struct 
 		if (!sl->ino || !sl->path || ub_inode_read(r->fs, sl->subvol, sl->ino, &in))
 			continue;
 		dir = open_chain(r, root, sl->path, &all, &copy, &n);
-		if (dir && dir != root) {
-			struct timespec ts[2] = { { in.atime.sec, in.atime.nsec }, { in.mtime.sec, in.mtime.nsec } };
-
-			if (utimensat(dir->fd, "", ts, AT_EMPTY_PATH))
-				rs_problem(r, sl->path, "times not restored: %s", strerror(errno));
-		}
+		if (dir && dir != root)
+			rs_set_times(r, dir->fd, sl->path, &in);
 		close_chain(r, all, copy, n);
 	}
 }

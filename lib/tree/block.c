@@ -31,8 +31,7 @@ int ub_tree_ctx_init(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct
 	if (!c)
 		return -ENOMEM;
 	c->hash_bits = 12;
-	c->hash_size = 1u << c->hash_bits;
-	c->hash = calloc(c->hash_size, sizeof(*c->hash));
+	c->hash = calloc(hash_buckets(c), sizeof(*c->hash));
 	c->cache_limit = UB_TREE_CACHE_DEFAULT;
 	/* held for a few table operations only: spinning a little beats sleeping in the kernel */
 	pthread_mutexattr_init(&attr);
@@ -94,12 +93,12 @@ static void hash_grow(struct ub_block_cache *c)
 	unsigned bits = c->hash_bits + 1;
 	struct ub_eb **h;
 
-	if (c->nhashed <= c->hash_size || bits > 30)
+	if (c->nhashed <= hash_buckets(c) || bits > 30)
 		return;
 	h = calloc((size_t)1 << bits, sizeof(*h));
 	if (!h)
 		return;
-	for (unsigned i = 0; i < c->hash_size; i++) {
+	for (size_t i = 0; i < hash_buckets(c); i++) {
 		while (c->hash[i]) {
 			struct ub_eb *eb = c->hash[i], **pp = &h[addr_hash(eb->start, bits)];
 			c->hash[i] = eb->hnext;
@@ -110,7 +109,6 @@ static void hash_grow(struct ub_block_cache *c)
 	free(c->hash);
 	c->hash = h;
 	c->hash_bits = bits;
-	c->hash_size = 1u << bits;
 }
 
 static void hash_unlink(struct ub_tree_ctx *tc, struct ub_eb *eb)
@@ -149,7 +147,7 @@ void ub_tree_ctx_destroy(struct ub_tree_ctx *tc)
 {
 	if (!tc->cache)
 		return;
-	for (unsigned i = 0; i < tc->cache->hash_size; i++) {
+	for (size_t i = 0; i < hash_buckets(tc->cache); i++) {
 		struct ub_eb *eb = tc->cache->hash[i];
 		while (eb) {
 			struct ub_eb *next = eb->hnext;

@@ -25,7 +25,7 @@ struct ub_bad_block {
 struct ub_block_cache {
 	pthread_mutex_t lock;
 	struct ub_eb **hash;
-	unsigned hash_size, hash_bits; /* hash_size == 1 << hash_bits */
+	unsigned hash_bits;            /* the table has 1 << hash_bits buckets */
 	size_t nhashed;                /* blocks in the table */
 	struct ub_eb *lru_head, *lru_tail; /* unreferenced blocks, most recent first */
 	uint64_t cached_bytes, cache_limit;
@@ -47,5 +47,10 @@ struct ub_block_cache {
 	 */
 	struct ub_eb *node_head, *node_tail;
 };
+
+static inline size_t hash_buckets(const struct ub_block_cache *c)
+{
+	return (size_t)1 << c->hash_bits;
+}
 
 #endif

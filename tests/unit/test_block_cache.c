@@ -117,7 +117,7 @@ static unsigned copies_of(struct ub_tree_ctx *tc, uint64_t bytenr)
 {
 	unsigned n = 0;
 
-	for (unsigned i = 0; i < tc->cache->hash_size; i++)
+	for (size_t i = 0; i < hash_buckets(tc->cache); i++)
 		for (struct ub_eb *eb = tc->cache->hash[i]; eb; eb = eb->hnext)
 			n += eb->start == bytenr;
 	return n;
