@@ -7,14 +7,18 @@
  * leaves a raw scan of every device finds, newest copy of each first. The
  * stripes of a mirrored profile (single, DUP, RAID1, RAID1C3/4) may come in
  * any order; a striped one (RAID0/10/5/6) needs the order, which only the
- * chunk item held, so those chunks stay unmapped. Read-only opens that ask
- * for it (restore) only.
+ * chunk item held: the same scan gathers where each tree block lies and
+ * checksums of data sectors, and chunk_order.c works the order out from
+ * them, or leaves the chunk unmapped. Read-only opens that ask for it
+ * (restore) only.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "fs_priv.h"
 #include "alloc/chunk_alloc.h"
+#include "chunk_order.h"
 #include "tree/tree_check.h"
 
 #define HD(f, h) UB_GET(ub_disk_header, f, h)
@@ -36,16 +40,46 @@ struct rebuild {
 	struct found_dx *dx;
 	size_t ndx, dx_cap;
 	size_t leaves;
+	struct ub_clues clues; /* for the stripe order of striped chunks */
 };
 
+/* Every block: where each lies is a clue to the stripe order; the items of a few leaves are read too. */
 static bool want_leaf(void *arg, const uint8_t *h)
 {
 	struct rebuild *rb = arg;
+
+	return HD(generation, h) <= rb->newest;
+}
+
+static bool items_wanted(const uint8_t *h)
+{
 	uint64_t owner = HD(owner, h);
 
-	return HD(level, h) == 0 && HD(generation, h) <= rb->newest &&
+	return HD(level, h) == 0 &&
 	       (owner == BTRFS_DEV_TREE_OBJECTID || owner == BTRFS_EXTENT_TREE_OBJECTID ||
-		owner == BTRFS_BLOCK_GROUP_TREE_OBJECTID);
+		owner == BTRFS_BLOCK_GROUP_TREE_OBJECTID || owner == BTRFS_CSUM_TREE_OBJECTID);
+}
+
+/* Checksums of data sectors, one per 64 KiB stripe unit the item reaches: enough to tell stripes apart. */
+static int csum_clues(struct rebuild *rb, const struct ub_key *k, const uint8_t *d, uint32_t size, uint64_t gen)
+{
+	const struct ub_volume *vol = rb->fs->vol;
+	uint32_t cs = vol->csum_size, ss = vol->sectorsize;
+
+	for (uint32_t i = 0; cs && i < size / cs; i++) {
+		struct ub_clue cl = { .logical = k->offset + (uint64_t)i * ss, .generation = gen, .data = true };
+		int ret;
+
+		if (cl.logical < k->offset)
+			break; /* wrapped: no such sector */
+		if (i && cl.logical % UB_STRIPE_LEN)
+			continue;
+		memcpy(cl.csum, d + (size_t)i * cs, cs);
+		ret = ub_clues_add(&rb->clues, &cl);
+		if (ret)
+			return ret;
+	}
+	return 0;
 }
 
 static void *grow(void *v, size_t *cap, size_t n, size_t elem)
@@ -69,8 +103,11 @@ static int found_leaf(void *arg, uint64_t devid, uint64_t physical, const uint8_
 	uint64_t gen = HD(generation, h);
 	char why[160];
 
-	(void)devid;
-	(void)physical;
+	struct ub_clue where = { .logical = HD(bytenr, h), .generation = gen, .devid = devid, .physical = physical };
+	int ret = ub_clues_add(&rb->clues, &where);
+
+	if (ret || !items_wanted(h))
+		return ret;
 	rb->cctx.owner = HD(owner, h);
 	/* item bounds and sizes as any read checks them: only then are the items walked */
 	if (ub_tree_check_block(h, &rb->cctx, why, sizeof(why)))
@@ -82,7 +119,11 @@ static int found_leaf(void *arg, uint64_t devid, uint64_t physical, const uint8_
 		struct ub_key k;
 
 		ub_key_read(&k, it);
-		if (k.type == BTRFS_BLOCK_GROUP_ITEM_KEY) {
+		if (k.type == BTRFS_EXTENT_CSUM_KEY && k.objectid == BTRFS_EXTENT_CSUM_OBJECTID) {
+			ret = csum_clues(rb, &k, d, (uint32_t)UB_GET(ub_disk_item, size, it), gen);
+			if (ret)
+				return ret;
+		} else if (k.type == BTRFS_BLOCK_GROUP_ITEM_KEY) {
 			struct found_bg *v = grow(rb->bg, &rb->bg_cap, rb->nbg, sizeof(*v));
 
 			if (!v)
@@ -140,36 +181,54 @@ static int mirror_stripes(uint64_t flags)
 	}
 }
 
-/* One chunk item from block group `g` and its device extents dx[0..n). 0, or why not. */
-static int add_chunk(struct rebuild *rb, const struct found_bg *g, const struct found_dx *dx, int n)
+/* One chunk item from block group `g` and its device extents dx[0..n). 0, or -errno and why not. */
+static int add_chunk(struct rebuild *rb, const struct found_bg *g, const struct found_dx *dx, int n, char *why,
+		     size_t whylen)
 {
 	struct ub_volume *vol = rb->fs->vol;
-	uint8_t item[sizeof(struct btrfs_chunk) + 3 * sizeof(struct btrfs_stripe)];
-	uint8_t uuids[4 * UB_UUID_SIZE];
+	uint8_t item[sizeof(struct btrfs_chunk) + (UB_MAX_STRIPES - 1) * sizeof(struct btrfs_stripe)];
+	uint8_t uuids[UB_MAX_STRIPES * UB_UUID_SIZE];
+	struct ub_stripe_place st[UB_MAX_STRIPES];
 	struct ub_chunk_plan plan = { 0 };
-	int want = mirror_stripes(g->flags);
+	int want = mirror_stripes(g->flags), ret;
 
-	if (!want)
-		return -EOPNOTSUPP;
-	if (n != want)
+	for (int i = 0; i < n; i++)
+		st[i] = (struct ub_stripe_place){ dx[i].devid, dx[i].physical, dx[i].length };
+	if (!want) {
+		/* striped: the order, from where the chunk's tree blocks and data sectors are found */
+		ret = ub_chunk_order(vol, &rb->clues, g->logical, g->length, g->flags, st, n, why, whylen);
+		if (ret)
+			return ret;
+		plan.sub_stripes = (g->flags & BTRFS_BLOCK_GROUP_RAID10) ? 2 : 1;
+	} else if (n != want) {
+		snprintf(why, whylen, "%d of its %d device extents are found", n, want);
 		return -ENOENT;
-	if (want == 2 && !!(g->flags & BTRFS_BLOCK_GROUP_DUP) != (dx[0].devid == dx[1].devid))
+	} else if (want == 2 && !!(g->flags & BTRFS_BLOCK_GROUP_DUP) != (dx[0].devid == dx[1].devid)) {
+		snprintf(why, whylen, "its device extents %s one device", dx[0].devid == dx[1].devid ? "share" : "are not on");
 		return -EUCLEAN;
+	}
 	plan.type = g->flags;
 	plan.length = g->length;
-	plan.stripe_size = g->length;
+	plan.stripe_size = st[0].length;
 	plan.num_stripes = n;
 	for (int i = 0; i < n; i++) {
-		const struct ub_vdev *vd = ub_volume_vdev(vol, dx[i].devid);
+		const struct ub_vdev *vd = ub_volume_vdev(vol, st[i].devid);
 
-		if (!vd || dx[i].length != g->length)
+		if (!vd || (want && st[i].length != g->length)) {
+			snprintf(why, whylen, "the device extent on devid %llu at physical %llu does not match it%s",
+				 (unsigned long long)st[i].devid, (unsigned long long)st[i].physical,
+				 vd ? "" : " (no such device)");
 			return -EUCLEAN;
-		plan.stripes[i].devid = dx[i].devid;
-		plan.stripes[i].physical = dx[i].physical;
+		}
+		plan.stripes[i].devid = st[i].devid;
+		plan.stripes[i].physical = st[i].physical;
 		memcpy(uuids + (size_t)i * UB_UUID_SIZE, vd->uuid, UB_UUID_SIZE);
 	}
 	ub_chunk_encode(&plan, vol->sectorsize, uuids, item);
-	return ub_volume_add_chunk(vol, g->logical, item, ub_chunk_item_size(n));
+	ret = ub_volume_add_chunk(vol, g->logical, item, ub_chunk_item_size(n));
+	if (ret)
+		snprintf(why, whylen, "%s", strerror(-ret));
+	return ret;
 }
 
 int ub_fs_rebuild_chunks(struct ub_fs *fs)
@@ -194,8 +253,9 @@ int ub_fs_rebuild_chunks(struct ub_fs *fs)
 		qsort(rb.dx, rb.ndx, sizeof(*rb.dx), dx_cmp);
 	for (size_t i = 0, j = 0; i < rb.nbg; i++) {
 		const struct found_bg *g = &rb.bg[i];
-		struct found_dx mine[4];
-		int n = 0, why;
+		struct found_dx mine[UB_MAX_STRIPES];
+		char why[256] = "";
+		int n = 0, err;
 
 		if (i && rb.bg[i - 1].logical == g->logical)
 			continue; /* an older copy */
@@ -207,25 +267,27 @@ int ub_fs_rebuild_chunks(struct ub_fs *fs)
 		for (size_t k = j; k < rb.ndx && rb.dx[k].chunk_offset == g->logical; k++) {
 			if (k > j && rb.dx[k - 1].devid == rb.dx[k].devid && rb.dx[k - 1].physical == rb.dx[k].physical)
 				continue;
-			if (n == 4) {
-				n = 5;
+			if (n == UB_MAX_STRIPES) {
+				n++;
 				break;
 			}
 			mine[n++] = rb.dx[k];
 		}
-		why = n > 4 ? -EUCLEAN : add_chunk(&rb, g, mine, n);
-		if (why == -ENOMEM) {
-			ret = why;
+		if (n > UB_MAX_STRIPES) {
+			err = -EUCLEAN;
+			snprintf(why, sizeof(why), "more device extents than a chunk has stripes name it");
+		} else {
+			err = add_chunk(&rb, g, mine, n, why, sizeof(why));
+		}
+		if (err == -ENOMEM) {
+			ret = err;
 			goto out;
 		}
-		if (why) {
+		if (err) {
 			skipped++;
 			ub_warn(&fs->log, "chunk rebuild: block group at logical %llu (%llu bytes, flags 0x%llx, generation %llu): not mapped: %s",
 				(unsigned long long)g->logical, (unsigned long long)g->length,
-				(unsigned long long)g->flags, (unsigned long long)g->generation,
-				why == -EOPNOTSUPP ? "a striped profile's stripe order is only in its chunk item" :
-				why == -ENOENT ? "its device extents are not all found" :
-				why == -EUCLEAN ? "its device extents do not match it" : strerror(-why));
+				(unsigned long long)g->flags, (unsigned long long)g->generation, why);
 		} else {
 			added++;
 		}
@@ -237,5 +299,6 @@ int ub_fs_rebuild_chunks(struct ub_fs *fs)
 out:
 	free(rb.bg);
 	free(rb.dx);
+	ub_clues_free(&rb.clues);
 	return ret;
 }

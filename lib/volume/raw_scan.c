@@ -10,7 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "volume_priv.h"
+#include "volume_internal.h"
 
 #define WINDOW (8U << 20)
 #define FIRST_CHUNK_BYTE (1ULL << 20) /* the first MiB of a device holds no chunk */
@@ -71,4 +71,13 @@ int ub_volume_scan_raw(struct ub_volume *vol, const struct ub_raw_scan_ops *ops)
 		ops->progress(ops->progress_arg, total, total);
 	free(buf);
 	return ret;
+}
+
+int ub_volume_read_raw(struct ub_volume *vol, uint64_t devid, void *buf, size_t len, uint64_t physical)
+{
+	struct ub_vdev *vd = ub_volume_vdev(vol, devid);
+
+	if (!vd || !vd->dev)
+		return -ENXIO;
+	return ub_vdev_read(vd, buf, len, physical);
 }

@@ -154,6 +154,8 @@ struct ub_raw_scan_ops {
 	void *progress_arg;
 };
 int ub_volume_scan_raw(struct ub_volume *vol, const struct ub_raw_scan_ops *ops);
+/* `len` bytes at `physical` on device `devid`, no chunk map involved (-ENXIO: no such device here). */
+int ub_volume_read_raw(struct ub_volume *vol, uint64_t devid, void *buf, size_t len, uint64_t physical);
 /* Record a device item from the chunk tree (so missing devices are known). */
 int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t size);
 

@@ -607,30 +607,47 @@ def test_restore_rebuilds_the_chunk_tree(tmp_path):
 
 def _system_chunk_stripes(images):
     """[(image, physical, length)] of every stripe of every SYSTEM chunk, from btrfs-progs'
-    dump of the chunk tree (devids in the order the images were made)."""
-    dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", str(images[0])]).stdout.decode()
+    dump of the superblock's system chunk array (devids in the order the images were
+    made); length is what the chunk takes on each device."""
+    dump = T.run(["btrfs", "inspect-internal", "dump-super", "-f", str(images[0])]).stdout.decode()
     out = []
-    for m in re.finditer(r"CHUNK_ITEM \d+\).*\n\s+length (\d+) owner \d+ stripe_len \d+ type SYSTEM[^\n]*\n"
-                         r"(?:.*\n){2}((?:\s+stripe \d+ devid \d+ offset \d+\n\s+dev_uuid \S+\n)+)", dump):
-        for s in re.finditer(r"stripe \d+ devid (\d+) offset (\d+)", m.group(2)):
-            out.append((images[int(s.group(1)) - 1], int(s.group(2)), int(m.group(1))))
+    for m in re.finditer(r"CHUNK_ITEM \d+\).*\n\s+length (\d+) owner \d+ stripe_len \d+ type SYSTEM\|?(\S*)\n"
+                         r".*\n\s+num_stripes (\d+) sub_stripes \d+\n((?:\s+stripe \d+ devid \d+ offset \d+\n\s+dev_uuid \S+\n)+)", dump):
+        length, profile, n = int(m.group(1)), m.group(2), int(m.group(3))
+        data = {"RAID0": n, "RAID10": n // 2, "RAID5": n - 1, "RAID6": n - 2}.get(profile, 1)
+        for st in re.finditer(r"stripe \d+ devid (\d+) offset (\d+)", m.group(4)):
+            out.append((images[int(st.group(1)) - 1], int(st.group(2)), length // data))
     return out
 
 
-@pytest.mark.parametrize("profile", ["dup", "raid1"])
+# profile: (devices, mkfs.btrfs profile options); the system chunk takes the metadata's profile
+_REBUILD_PROFILES = {
+    "dup": (1, []),
+    "raid1": (2, ["-m", "raid1", "-d", "raid1"]),
+    "raid0": (3, ["-m", "raid0", "-d", "raid0"]),
+    "raid10": (4, ["-m", "raid10", "-d", "raid10"]),
+    "raid5": (3, ["-m", "raid5", "-d", "raid5"]),
+    "raid6": (4, ["-m", "raid6", "-d", "raid6"]),
+}
+
+
+@pytest.mark.parametrize("profile", sorted(_REBUILD_PROFILES))
 def test_restore_rebuilds_chunks_from_device_extents(tmp_path, profile):
     """Every copy of every block of the system chunk zeroed, old copies of the chunk tree's
     leaves included: no chunk item is left anywhere, and btrfs restore cannot open the
     filesystem. ubtrfs restore scans the devices for leaves of the device tree and of the
     extent tree, rebuilds each chunk from its block group item and its device extents, and
-    gets every file back byte-exact (the files the test wrote are the oracle), single-device
-    DUP and two-device RAID1 alike."""
-    ndev = 1 if profile == "dup" else 2
+    gets every file back byte-exact (the files the test wrote are the oracle). For the
+    striped profiles (RAID0, RAID10, RAID5, RAID6: metadata, system and data alike) the order
+    of a chunk's stripes is only in its chunk item, and restore works it out from where the
+    chunk's tree blocks lie and from the data checksums, so a wrong order would show as
+    wrong bytes or unreadable trees."""
+    ndev, opts = _REBUILD_PROFILES[profile]
     images = [tmp_path / ("img%d" % i) for i in range(ndev)]
     for img in images:
         with open(img, "wb") as f:
             f.truncate(512 * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q"] + (["-m", "raid1", "-d", "raid1"] if ndev == 2 else []) + [str(i) for i in images])
+    T.run(["mkfs.btrfs", "-f", "-q"] + opts + [str(i) for i in images])
     rng = __import__("random").Random(11)
     content = {}
     try:
@@ -644,7 +661,7 @@ def test_restore_rebuilds_chunks_from_device_extents(tmp_path, profile):
     finally:
         if ndev > 1:
             T.run(["btrfs", "device", "scan", "--forget"], check=False)
-    assert len(stripes) == 2, "test setup: the system chunk's stripes: %r" % stripes
+    assert len(stripes) == max(ndev, 2), "test setup: the system chunk's stripes: %r" % stripes
     for img, phys, length in stripes:
         T.overwrite(img, phys, bytes(length))
     assert T.ubtrfs("ls", *images).returncode == 2

@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Which device extent is which stripe of a RAID0, RAID10, RAID5 or RAID6
+ * chunk whose chunk item is lost. The profile says where any logical address
+ * of the chunk lies: stripe s, so many bytes into the stripe. So a tree block
+ * of the chunk found at that offset into a device extent puts that extent at
+ * stripe s, and a data sector whose checksum (from a leaf of the checksum
+ * tree) matches what that offset of an extent holds does the same. Each
+ * extent takes the stripe most of its clues name; an extent no clue reaches
+ * takes the one stripe left, or, for RAID10, a place in the one mirror pair
+ * left (the two copies are alike). Anything else is not guessed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "chunk_order.h"
+#include "fs_priv.h"
+
+#define CLUES_MAX (1u << 18)
+#define DATA_CLUES_TRIED 512 /* data clues read per chunk, at most: each costs a sector per extent */
+
+static uint64_t unit_hash(uint64_t logical)
+{
+	uint64_t u = logical / UB_STRIPE_LEN;
+
+	u ^= u >> 33;
+	u *= 0xff51afd7ed558ccdULL;
+	u ^= u >> 33;
+	return u;
+}
+
+static bool kept(unsigned thin, uint64_t logical)
+{
+	return !(unit_hash(logical) & ((1ULL << thin) - 1));
+}
+
+int ub_clues_add(struct ub_clues *c, const struct ub_clue *clue)
+{
+	if (!kept(c->thin, clue->logical))
+		return 0;
+	if (c->n == CLUES_MAX) {
+		size_t w = 0;
+
+		c->thin++;
+		for (size_t i = 0; i < c->n; i++)
+			if (kept(c->thin, c->v[i].logical))
+				c->v[w++] = c->v[i];
+		c->n = w;
+		if (!kept(c->thin, clue->logical))
+			return 0;
+	}
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 1024;
+		struct ub_clue *v = realloc(c->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		c->v = v;
+		c->cap = cap;
+	}
+	c->v[c->n++] = *clue;
+	c->sorted = false;
+	return 0;
+}
+
+void ub_clues_free(struct ub_clues *c)
+{
+	free(c->v);
+	memset(c, 0, sizeof(*c));
+}
+
+/* By address, the newest first: the first of each address is the one to believe. */
+static int clue_cmp(const void *a, const void *b)
+{
+	const struct ub_clue *x = a, *y = b;
+
+	if (x->logical != y->logical)
+		return x->logical < y->logical ? -1 : 1;
+	return x->generation > y->generation ? -1 : x->generation < y->generation;
+}
+
+struct layout {
+	uint64_t profile;
+	int n, nparity, slots, per_slot; /* RAID10: n/2 mirror pairs of 2; else n stripes of 1 */
+	uint64_t stripe_size;
+};
+
+/* The slot (stripe, or RAID10 pair) and offset into a device extent of byte `off` of the chunk. */
+static void place_of(const struct layout *l, uint64_t off, int *slot, uint64_t *dev_off)
+{
+	uint64_t unit = off / UB_STRIPE_LEN, row;
+
+	if (l->nparity) {
+		uint64_t nd = (uint64_t)(l->n - l->nparity);
+
+		row = unit / nd;
+		*slot = (int)((unit % nd + row) % (uint64_t)l->n);
+	} else {
+		row = unit / (uint64_t)l->slots;
+		*slot = (int)(unit % (uint64_t)l->slots);
+	}
+	*dev_off = row * UB_STRIPE_LEN + off % UB_STRIPE_LEN;
+}
+
+static int layout_of(uint64_t flags, uint64_t length, int n, struct layout *l)
+{
+	int data;
+
+	memset(l, 0, sizeof(*l));
+	l->profile = flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+	l->n = n;
+	l->per_slot = 1;
+	l->slots = n;
+	switch (l->profile) {
+	case BTRFS_BLOCK_GROUP_RAID0: data = n; break;
+	case BTRFS_BLOCK_GROUP_RAID10:
+		if (n < 2 || n % 2)
+			return -EUCLEAN;
+		l->per_slot = 2;
+		l->slots = data = n / 2;
+		break;
+	case BTRFS_BLOCK_GROUP_RAID5: l->nparity = 1; data = n - 1; break;
+	case BTRFS_BLOCK_GROUP_RAID6: l->nparity = 2; data = n - 2; break;
+	default: return -EOPNOTSUPP;
+	}
+	if (data < 1 || length % (uint64_t)data)
+		return -EUCLEAN;
+	l->stripe_size = length / (uint64_t)data;
+	return 0;
+}
+
+/* First clue at or after `logical` (the clues sorted). */
+static size_t first_clue(const struct ub_clues *c, uint64_t logical)
+{
+	size_t lo = 0, hi = c->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (c->v[mid].logical < logical)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Votes from the clues in [logical, logical + length): votes[k * slots + s]. */
+static int gather(struct ub_volume *vol, struct ub_clues *c, uint64_t logical, uint64_t length, const struct layout *l,
+		  const struct ub_stripe_place *st, unsigned *votes)
+{
+	const uint32_t ss = vol->sectorsize;
+	uint8_t *sector = malloc(ss), sum[UB_CSUM_SIZE_MAX];
+	int tried = 0;
+
+	if (!sector)
+		return -ENOMEM;
+	for (size_t i = first_clue(c, logical); i < c->n && c->v[i].logical - logical < length; i++) {
+		const struct ub_clue *cl = &c->v[i];
+		uint64_t dev_off;
+		int slot;
+
+		/* an older checksum of the same sector (data written there before); a tree block's copies all count */
+		if (cl->data && i && c->v[i - 1].data && c->v[i - 1].logical == cl->logical)
+			continue;
+		place_of(l, cl->logical - logical, &slot, &dev_off);
+		if (dev_off >= l->stripe_size)
+			continue;
+		for (int k = 0; k < l->n; k++) {
+			if (!cl->data) {
+				votes[k * l->slots + slot] += cl->devid == st[k].devid && cl->physical == st[k].physical + dev_off;
+				continue;
+			}
+			if (cl->logical % ss || ub_volume_read_raw(vol, st[k].devid, sector, ss, st[k].physical + dev_off) ||
+			    ub_csum(vol->csum_type, sector, ss, sum) < 0)
+				continue;
+			votes[k * l->slots + slot] += !memcmp(sum, cl->csum, vol->csum_size);
+		}
+		if (cl->data && ++tried == DATA_CLUES_TRIED)
+			break;
+	}
+	free(sector);
+	return 0;
+}
+
+int ub_chunk_order(struct ub_volume *vol, struct ub_clues *c, uint64_t logical, uint64_t length, uint64_t flags,
+		   struct ub_stripe_place *st, int n, char *why, size_t whylen)
+{
+	struct ub_stripe_place *out = NULL;
+	unsigned *votes = NULL;
+	int *slot_of = NULL, *used = NULL, unknown = 0, ret;
+	struct layout l;
+
+	ret = layout_of(flags, length, n, &l);
+	if (ret) {
+		snprintf(why, whylen, "%d device extents cannot make a chunk of this profile and length", n);
+		return ret;
+	}
+	for (int k = 0; k < n; k++)
+		if (st[k].length != l.stripe_size) {
+			snprintf(why, whylen, "the device extent on devid %llu at physical %llu is %llu bytes, its stripes %llu",
+				 (unsigned long long)st[k].devid, (unsigned long long)st[k].physical,
+				 (unsigned long long)st[k].length, (unsigned long long)l.stripe_size);
+			return -EUCLEAN;
+		}
+	if (!c->sorted && c->n) {
+		qsort(c->v, c->n, sizeof(*c->v), clue_cmp);
+		c->sorted = true;
+	}
+	votes = calloc((size_t)n * (size_t)l.slots, sizeof(*votes));
+	slot_of = calloc((size_t)n, sizeof(*slot_of));
+	used = calloc((size_t)l.slots, sizeof(*used));
+	out = calloc((size_t)n, sizeof(*out));
+	if (!votes || !slot_of || !used || !out || gather(vol, c, logical, length, &l, st, votes)) {
+		ret = -ENOMEM;
+		goto done;
+	}
+	for (int k = 0; k < n; k++) {
+		int best = -1;
+		unsigned top = 0;
+		bool tie = false;
+
+		for (int s = 0; s < l.slots; s++) {
+			unsigned v = votes[k * l.slots + s];
+
+			if (v > top) {
+				top = v;
+				best = s;
+				tie = false;
+			} else if (v && v == top) {
+				tie = true;
+			}
+		}
+		slot_of[k] = tie ? -1 : best;
+		if (slot_of[k] < 0) {
+			unknown++;
+			continue;
+		}
+		if (++used[slot_of[k]] > l.per_slot) {
+			snprintf(why, whylen, "the tree blocks and checksums found put two device extents at stripe %d",
+				 slot_of[k] * l.per_slot);
+			ret = -EUCLEAN;
+			goto done;
+		}
+	}
+	/* the extents no clue reached: only where one place is left for them */
+	if (unknown) {
+		int open = -1, nopen = 0;
+
+		for (int s = 0; s < l.slots; s++)
+			if (used[s] < l.per_slot) {
+				open = s;
+				nopen++;
+			}
+		if (nopen != 1) {
+			int k = 0;
+
+			while (slot_of[k] >= 0)
+				k++;
+			snprintf(why, whylen, "no tree block or data checksum found settles which stripe the device extent "
+				 "on devid %llu at physical %llu is", (unsigned long long)st[k].devid,
+				 (unsigned long long)st[k].physical);
+			ret = -ENODATA;
+			goto done;
+		}
+		for (int k = 0; k < n; k++)
+			if (slot_of[k] < 0) {
+				slot_of[k] = open;
+				used[open]++;
+			}
+	}
+	memset(used, 0, (size_t)l.slots * sizeof(*used));
+	for (int k = 0; k < n; k++)
+		out[slot_of[k] * l.per_slot + used[slot_of[k]]++] = st[k];
+	memcpy(st, out, (size_t)n * sizeof(*st));
+	ret = 0;
+done:
+	free(votes);
+	free(slot_of);
+	free(used);
+	free(out);
+	return ret;
+}
