@@ -38,8 +38,9 @@ static const char help[] =
 	"                       those no tree has at all are read from the leaves found\n"
 	"                       and go back at their names when their folder is known)\n"
 	"      --deleted        undelete: files the scan finds that were deleted, as the\n"
-	"                       newest older root still on disk has them, go to\n"
-	"                       OUTDIR/deleted/SUBVOL/INODE\n"
+	"                       newest older root still on disk has them (else as the\n"
+	"                       old leaves do, their data checked against checksums\n"
+	"                       from old leaves), go to OUTDIR/deleted/SUBVOL/INODE\n"
 	"      --report FILE    write one JSON line per damaged or lost file to FILE: its\n"
 	"                       path, and for a file whose data could not all be read,\n"
 	"                       the byte ranges lost and why\n"
@@ -547,8 +548,9 @@ int cmd_restore(int argc, char **argv)
 			(unsigned long long)r.nscavenged, (unsigned long long)r.ndeleted,
 			r.deleted ? "found" : "left deleted", (unsigned long long)r.nplaced);
 	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && r.deleted)
-		fprintf(stderr, "undeleted: %llu files as an older root has them, under deleted\n",
-			(unsigned long long)r.nundeleted);
+		fprintf(stderr, "undeleted: %llu files under deleted (%llu as an older root has them, %llu from the "
+			"items of leaves the scan found)\n", (unsigned long long)(r.nundeleted + r.nundeleted_loose),
+			(unsigned long long)r.nundeleted, (unsigned long long)r.nundeleted_loose);
 	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run)
 		fprintf(stderr, "files: %llu complete, %llu partial, %llu lost; data: %llu bytes recovered, %llu lost\n",
 			(unsigned long long)r.files_complete, (unsigned long long)r.files_partial,

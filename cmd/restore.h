@@ -80,7 +80,7 @@ struct restorer {
 	bool scavenge;       /* on unless --no-scavenge, and only for a whole-filesystem restore */
 	bool deleted;        /* --deleted: deleted inodes an older root still has, under OUTDIR/deleted */
 	struct rmap reached; /* every inode the walk restored (not directories: `entered`) */
-	uint64_t nscavenged, ndeleted, nundeleted;
+	uint64_t nscavenged, ndeleted, nundeleted, nundeleted_loose;
 	uint64_t nplaced;    /* inodes no tree has, put back at their names from the scanned leaves */
 };
 

@@ -33,6 +33,10 @@ struct scan {
 	/* inodes the scan found that no readable tree gives: their items from the leaves, then */
 	struct cand *lost;
 	size_t nlost, lost_cap;
+	/* deleted inodes no older root has (--deleted): from the leaves too; gone_bad: their data cannot be checked */
+	struct cand *gone;
+	size_t ngone, gone_cap;
+	uint8_t *gone_bad;
 };
 
 static bool subvol_tree(uint64_t id)
@@ -115,8 +119,12 @@ static int find_inode(struct restorer *r, uint64_t subvol, uint64_t ino, struct 
 	return ret;
 }
 
-/* A deleted inode, from the newest older root where it still has a name (directories have nothing to give). */
-static void undelete(struct restorer *r, struct frame *dir, uint64_t subvol, uint64_t ino)
+/*
+ * A deleted inode, from the newest older root where it still has a name:
+ * false when none has it (the leaves may still: restore_loose). Directories
+ * have nothing to give.
+ */
+static bool undelete(struct restorer *r, struct frame *dir, uint64_t subvol, uint64_t ino)
 {
 	char name[24], rel[64], was[512];
 	struct ub_fs *fs, *saved = r->fs;
@@ -127,7 +135,7 @@ static void undelete(struct restorer *r, struct frame *dir, uint64_t subvol, uin
 		if (ub_inode_read(fs, subvol, ino, &in) || !in.nlink)
 			continue;
 		if (S_ISDIR(in.mode))
-			return;
+			return true;
 		snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
 		snprintf(rel, sizeof(rel), "deleted/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
 		if (ub_inode_path(fs, subvol, ino, was, sizeof(was)))
@@ -140,8 +148,9 @@ static void undelete(struct restorer *r, struct frame *dir, uint64_t subvol, uin
 		r->fs = fs;
 		rs_entry(r, dir, name, rel, &in);
 		r->fs = saved;
-		return;
+		return true;
 	}
+	return false;
 }
 
 /* An inode restored under lost+found: from `fs` (an older root: gen, the leaves a scan found: loose). */
@@ -171,18 +180,18 @@ static void restore_lost(struct restorer *r, struct frame *dir, const struct ub_
 	r->fs = saved;
 }
 
-static int add_lost(struct scan *s, uint64_t subvol, uint64_t ino)
+static int add_cand(struct cand **v, size_t *n, size_t *cap, uint64_t subvol, uint64_t ino)
 {
-	if (s->nlost == s->lost_cap) {
-		size_t cap = s->lost_cap ? s->lost_cap * 2 : 16;
-		struct cand *v = realloc(s->lost, cap * sizeof(*v));
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 16;
+		struct cand *nv = realloc(*v, c * sizeof(*nv));
 
-		if (!v)
+		if (!nv)
 			return -ENOMEM;
-		s->lost = v;
-		s->lost_cap = cap;
+		*v = nv;
+		*cap = c;
 	}
-	s->lost[s->nlost++] = (struct cand){ subvol, ino };
+	(*v)[(*n)++] = (struct cand){ subvol, ino };
 	return 0;
 }
 
@@ -199,11 +208,11 @@ static void restore_one(struct restorer *r, struct scan *sc, struct frame *dir, 
 	if (ret == -ENOENT || (!ret && !in.nlink)) {
 		/* not there, or unlinked and waiting for its orphan cleanup: deleted */
 		r->ndeleted++;
-		if (r->deleted)
-			undelete(r, deleted, subvol, ino);
+		if (r->deleted && !undelete(r, deleted, subvol, ino) && ret == -ENOENT)
+			add_cand(&sc->gone, &sc->ngone, &sc->gone_cap, subvol, ino);
 		return;
 	}
-	if (ret && ret != -ENOMEM && !add_lost(sc, subvol, ino))
+	if (ret && ret != -ENOMEM && !add_cand(&sc->lost, &sc->nlost, &sc->lost_cap, subvol, ino))
 		return; /* from the leaves, after the walk of the others (restore_loose) */
 	if (ret) {
 		rs_problem(r, rel, "inode %llu of subvolume %llu was found by the scan but cannot be read: %s",
@@ -215,7 +224,8 @@ static void restore_one(struct restorer *r, struct scan *sc, struct frame *dir, 
 
 /* ---- the last resort: inodes no tree gives, from the leaves themselves ---- */
 
-static int cand_find(const struct cand *v, size_t n, uint64_t subvol, uint64_t ino)
+/* The index of (subvol, ino) in the sorted v[0..n), or -1. */
+static long cand_index(const struct cand *v, size_t n, uint64_t subvol, uint64_t ino)
 {
 	struct cand key = { subvol, ino };
 	size_t lo = 0, hi = n;
@@ -228,7 +238,32 @@ static int cand_find(const struct cand *v, size_t n, uint64_t subvol, uint64_t i
 		else
 			hi = mid;
 	}
-	return lo < n && !cand_cmp(&v[lo], &key);
+	return lo < n && !cand_cmp(&v[lo], &key) ? (long)lo : -1;
+}
+
+/*
+ * A file extent of deleted inode gone[g]: its checksums were deleted with it,
+ * so they are looked for in old checksum-tree leaves, between the extent's
+ * generation and this leaf's (the file held it then).
+ */
+static int gone_extent(struct scan *s, long g, const struct ub_eb *eb, int slot)
+{
+	uint32_t size;
+	const uint8_t *d = ub_eb_item_data(eb, slot, &size);
+	uint64_t gen = ub_eb_generation(eb), egen;
+	int ret;
+
+	if (size < sizeof(struct btrfs_file_extent_item) ||
+	    UB_GET(btrfs_file_extent_item, type, d) != BTRFS_FILE_EXTENT_REG || !UB_GET(btrfs_file_extent_item, disk_bytenr, d))
+		return 0; /* inline (in the leaf, checked with it), preallocated or a hole: nothing on disk to check */
+	egen = UB_GET(btrfs_file_extent_item, generation, d);
+	ret = ub_fs_loose_csum_range(s->r->fs, UB_GET(btrfs_file_extent_item, disk_bytenr, d),
+				     UB_GET(btrfs_file_extent_item, disk_num_bytes, d), egen < gen ? egen : gen, gen);
+	if (ret == -ENOMEM)
+		return ret;
+	if (ret)
+		s->gone_bad[g] = 1;
+	return 0;
 }
 
 static int found_loose(void *arg, const struct ub_eb *eb)
@@ -239,16 +274,83 @@ static int found_loose(void *arg, const struct ub_eb *eb)
 
 	for (uint32_t i = 0; i < n; i++) {
 		struct ub_key k;
+		long g = -1;
 		int ret;
 
 		ub_eb_item_key(eb, (int)i, &k);
-		if (!cand_find(s->lost, s->nlost, owner, k.objectid))
+		if (cand_index(s->lost, s->nlost, owner, k.objectid) < 0 &&
+		    (g = cand_index(s->gone, s->ngone, owner, k.objectid)) < 0)
 			continue;
 		ret = ub_fs_loose_add(s->r->fs, owner, eb, (int)i);
+		if (!ret && g >= 0 && k.type == BTRFS_EXTENT_DATA_KEY)
+			ret = gone_extent(s, g, eb, (int)i);
 		if (ret)
 			return ret;
 	}
 	return 0;
+}
+
+static bool want_csums(void *arg, uint64_t owner, uint64_t generation, int level)
+{
+	(void)arg;
+	(void)generation;
+	return level == 0 && owner == BTRFS_CSUM_TREE_OBJECTID;
+}
+
+static int found_csums(void *arg, const struct ub_eb *eb)
+{
+	struct scan *s = arg;
+
+	return ub_fs_loose_csum_leaf(s->r->fs, eb);
+}
+
+/* Where a deleted inode was: its own name is only in the leaves, its directory's path in the trees ("?" if not). */
+static void gone_path(struct restorer *r, uint64_t subvol, uint64_t ino, char *was, size_t size)
+{
+	char name[UB_NAME_LEN + 1];
+	uint64_t dir;
+	size_t len, at;
+
+	if (ub_inode_first_name(r->fs, subvol, ino, &dir, name, &len) || size < len + 2 ||
+	    ub_inode_path(r->fs, subvol, dir, was, size - len - 1)) {
+		snprintf(was, size, "?");
+		return;
+	}
+	at = strlen(was);
+	if (at && was[at - 1] != '/')
+		was[at++] = '/';
+	memcpy(was + at, name, len);
+	was[at + len] = 0;
+}
+
+/* A deleted inode no older root has, from the items of the leaves the scan found (once published). */
+static void restore_gone(struct restorer *r, struct scan *s, struct frame *df, size_t g)
+{
+	uint64_t subvol = s->gone[g].subvol, ino = s->gone[g].ino;
+	char sname[24], srel[40], name[24], rel[64], was[512];
+	struct frame dsf = { df, sname, srel, -1, false, false, false };
+	struct ub_inode in;
+
+	if (ub_inode_read(r->fs, subvol, ino, &in) || !in.nlink || S_ISDIR(in.mode))
+		return; /* deleted it stays (counted) */
+	snprintf(sname, sizeof(sname), "%llu", (unsigned long long)subvol);
+	snprintf(srel, sizeof(srel), "deleted/%llu", (unsigned long long)subvol);
+	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
+	snprintf(rel, sizeof(rel), "deleted/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
+	if (s->gone_bad[g]) {
+		rs_problem(r, rel, "deleted inode %llu of subvolume %llu: its data is more than the checksums found for "
+			   "it can be kept for: not undeleted", (unsigned long long)ino, (unsigned long long)subvol);
+		return;
+	}
+	gone_path(r, subvol, ino, was, sizeof(was));
+	if (r->oa.verbosity >= UB_LOG_WARN)
+		fprintf(stderr, "ubtrfs: %s: deleted inode %llu of subvolume %llu, restored from the items of leaves the "
+			"scan found (it was %s); its data is checked against checksums from old leaves of the checksum "
+			"tree, and a sector none was found for is reported lost\n", rel, (unsigned long long)ino,
+			(unsigned long long)subvol, was);
+	r->nundeleted_loose++;
+	rs_entry(r, &dsf, name, rel, &in);
+	rs_dir_done(r, &dsf);
 }
 
 /*
@@ -385,53 +487,102 @@ static void retime_entered(struct restorer *r, struct frame *root, const struct 
 	}
 }
 
-static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
+/* One loose inode's names, tried where their directories are known (ub_inode_names' callback). */
+struct place_ctx {
+	struct restorer *r;
+	struct frame *root;
+	struct rmap *placed, *touched;
+	uint64_t subvol, ino;
+	uint64_t *tried; /* the names (by their order, the first 64) tried already */
+	int nth;
+	bool placed_one;
+	struct ub_inode in;
+};
+
+static int place_name(void *arg, uint64_t dir, const char *bytes, size_t len)
 {
+	struct place_ctx *pc = arg;
+	uint64_t bit = pc->nth < 64 ? 1ULL << pc->nth : 0;
+	char name[UB_NAME_LEN + 1], *made;
+	const char *ppath;
+	bool walked;
+
+	pc->nth++;
+	if (!bit || (*pc->tried & bit))
+		return 0;
+	if (!ub_name_valid(bytes, len)) {
+		*pc->tried |= bit;
+		return 0;
+	}
+	memcpy(name, bytes, len);
+	name[len] = 0;
+	ppath = rmap_get(&pc->r->entered, pc->subvol, dir);
+	walked = ppath != NULL;
+	if (!ppath)
+		ppath = rmap_get(pc->placed, pc->subvol, dir);
+	if (!ppath)
+		return 0; /* its directory may be placed in a later pass */
+	*pc->tried |= bit;
+	if (place_at(pc->r, pc->root, ppath, name, &pc->in, &made))
+		return 0; /* the name is taken */
+	pc->placed_one = true;
+	if (walked && rmap_add(pc->touched, pc->subvol, dir, ppath, NULL) < 0)
+		pc->r->rc = EXIT_FATAL;
+	if (made && rmap_add(pc->placed, pc->subvol, pc->ino, made, NULL) < 0)
+		pc->r->rc = EXIT_FATAL;
+	free(made);
+	/* a directory has one name: a second would be a second directory */
+	if (S_ISDIR(pc->in.mode)) {
+		*pc->tried = ~0ULL;
+		return 1;
+	}
+	return 0;
+}
+
+static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf, struct frame *df)
+{
+	struct ub_meta_scan_ops cops = { .want = want_csums, .found = found_csums, .arg = s,
+					 .progress = r->tty ? scan_progress : NULL };
 	struct ub_meta_scan_ops ops = { .want = want, .found = found_loose, .arg = s,
 					.progress = r->tty ? scan_progress : NULL };
 	struct rmap placed = { 0 }, touched = { 0 };
 	uint8_t *done = calloc(s->nlost ? s->nlost : 1, 1);
+	uint64_t *tried = calloc(s->nlost ? s->nlost : 1, sizeof(*tried));
 	bool progress = true;
 	int ret;
 
-	qsort(s->lost, s->nlost, sizeof(*s->lost), cand_cmp);
-	/* the copiers read this fs: they must be idle while its loose inodes are added */
+	if (s->nlost)
+		qsort(s->lost, s->nlost, sizeof(*s->lost), cand_cmp);
+	if (s->ngone)
+		qsort(s->gone, s->ngone, sizeof(*s->gone), cand_cmp);
+	s->gone_bad = calloc(s->ngone ? s->ngone : 1, 1);
+	/* the copiers read this fs: they must be idle while its loose inodes (and checksums) are added */
 	rs_copy_drain(r);
-	ret = done ? ub_scan_metadata(r->fs, &ops) : -ENOMEM;
+	ret = done && tried && s->gone_bad ? ub_scan_metadata(r->fs, &ops) : -ENOMEM;
 	if (!ret)
 		ret = ub_fs_loose_publish(r->fs);
-	/* at their names where their directory is known, parents before children (a loose directory placed makes its own known) */
+	/* a failed checksum scan leaves sectors without one: those read as lost, never as good */
+	if (!ret && s->ngone && ub_scan_metadata(r->fs, &cops))
+		fprintf(stderr, "ubtrfs: warning: the scan for the checksums of deleted files stopped: their data may "
+			"show as lost\n");
+	/*
+	 * At their names where their directory is known, parents before children
+	 * (a loose directory placed makes its own known): each name once, the
+	 * second and later names of a file as hard links to the first.
+	 */
 	for (int pass = 0; !ret && progress && pass < 64; pass++) {
 		progress = false;
 		for (size_t i = 0; i < s->nlost; i++) {
-			uint64_t subvol = s->lost[i].subvol, ino = s->lost[i].ino, dir;
-			char name[UB_NAME_LEN + 1], *made;
-			const char *ppath;
-			struct ub_inode in;
-			bool walked;
-			size_t len;
+			struct place_ctx pc = { r, lf->parent, &placed, &touched, s->lost[i].subvol, s->lost[i].ino,
+						&tried[i], 0, false };
 
-			if (done[i] || ub_inode_read(r->fs, subvol, ino, &in) || !in.nlink ||
-			    ub_inode_first_name(r->fs, subvol, ino, &dir, name, &len) || !ub_name_valid(name, len))
+			if (ub_inode_read(r->fs, pc.subvol, pc.ino, &pc.in) || !pc.in.nlink)
 				continue;
-			name[len] = 0;
-			ppath = rmap_get(&r->entered, subvol, dir);
-			walked = ppath != NULL;
-			if (!ppath)
-				ppath = rmap_get(&placed, subvol, dir);
-			if (!ppath)
-				continue; /* its directory may be placed in this pass */
-			if (place_at(r, lf->parent, ppath, name, &in, &made)) {
-				done[i] = 2; /* to lost+found */
-				continue;
+			ub_inode_names(r->fs, pc.subvol, pc.ino, place_name, &pc);
+			if (pc.placed_one) {
+				done[i] = 1;
+				progress = true;
 			}
-			done[i] = 1;
-			progress = true;
-			if (walked && rmap_add(&touched, subvol, dir, ppath, NULL) < 0)
-				r->rc = EXIT_FATAL;
-			if (made && rmap_add(&placed, subvol, ino, made, NULL) < 0)
-				r->rc = EXIT_FATAL;
-			free(made);
 		}
 	}
 	for (size_t i = 0; i < s->nlost; i++) {
@@ -455,11 +606,14 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf)
 			restore_lost(r, &sf, &in, r->fs, 0, true);
 		rs_dir_done(r, &sf);
 	}
+	for (size_t g = 0; !ret && g < s->ngone; g++)
+		restore_gone(r, s, df, g);
 	finish_placed(r, lf->parent, &placed);
 	retime_entered(r, lf->parent, &touched);
 	rmap_free(&placed);
 	rmap_free(&touched);
 	free(done);
+	free(tried);
 }
 
 void rs_scavenge(struct restorer *r, struct frame *root)
@@ -493,10 +647,12 @@ void rs_scavenge(struct restorer *r, struct frame *root)
 		rs_dir_done(r, &sf);
 		rs_dir_done(r, &dsf);
 	}
-	if (s.nlost)
-		restore_loose(r, &s, &lf);
+	if (s.nlost || s.ngone)
+		restore_loose(r, &s, &lf, &df);
 	rs_dir_done(r, &lf);
 	rs_dir_done(r, &df);
 	free(s.v);
 	free(s.lost);
+	free(s.gone);
+	free(s.gone_bad);
 }

@@ -172,6 +172,14 @@ int ub_inode_path(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, si
  * name, -EUCLEAN for an empty or overlong one, or a read error.
  */
 int ub_inode_first_name(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *dir, char *name, size_t *len);
+/*
+ * Every name of inode `ino` as reads see it (INODE_REF items, then
+ * INODE_EXTREF): fn(arg, dir, name, len) for each (name not NUL-terminated,
+ * 1..UB_NAME_LEN bytes), until fn returns non-zero, which is returned; 0 at
+ * the end, or a read error.
+ */
+typedef int (*ub_name_fn)(void *arg, uint64_t dir, const char *name, size_t len);
+int ub_inode_names(struct ub_fs *fs, uint64_t subvol, uint64_t ino, ub_name_fn fn, void *arg);
 
 /* What a data read could not deliver (the caller got zeros there). */
 struct ub_read_report {

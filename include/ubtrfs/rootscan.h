@@ -72,6 +72,17 @@ int ub_fs_loose_add(struct ub_fs *fs, uint64_t subvol, const struct ub_eb *leaf,
 int ub_fs_loose_publish(struct ub_fs *fs);
 
 /*
+ * Undelete's checksums: register each extent of a deleted file (disk range,
+ * and the generations between which the file held it), then feed every leaf
+ * a scan finds (only checksum-tree leaves are used): reads of those ranges
+ * are then checked against the newest checksum inside each window, and a
+ * sector none was found for reads as bad. -E2BIG past the bound (16 GiB of
+ * sectors over every range). Only while no other thread reads this fs.
+ */
+int ub_fs_loose_csum_range(struct ub_fs *fs, uint64_t logical, uint64_t len, uint64_t min_gen, uint64_t max_gen);
+int ub_fs_loose_csum_leaf(struct ub_fs *fs, const struct ub_eb *leaf);
+
+/*
  * Every root tree candidate of an open filesystem: the superblock's root,
  * its backup roots, and (when `scan`) every block of the metadata block
  * groups that verifies as a ROOT_TREE block (owner, checksum, fsid,

@@ -124,7 +124,7 @@ static int layout_of(uint64_t flags, uint64_t length, int n, struct layout *l)
 	case BTRFS_BLOCK_GROUP_RAID6: l->nparity = 2; data = n - 2; break;
 	default: return -EOPNOTSUPP;
 	}
-	if (data < 1 || length % (uint64_t)data)
+	if (data < 1 || !length || length % (uint64_t)data)
 		return -EUCLEAN;
 	l->stripe_size = length / (uint64_t)data;
 	return 0;
@@ -147,41 +147,164 @@ static size_t first_clue(const struct ub_clues *c, uint64_t logical)
 }
 
 /* Votes from the clues in [logical, logical + length): votes[k * slots + s]. */
+/*
+ * Votes from the clues in [logical, logical + length): votes[k * slots + s].
+ * A clue that more extents bear out than a slot holds says nothing: in RAID5/6
+ * a row whose other data strips are zero has P (and, for the first strip, Q)
+ * equal to the one that is not, so its tree blocks and sectors are found
+ * there too.
+ */
 static int gather(struct ub_volume *vol, struct ub_clues *c, uint64_t logical, uint64_t length, const struct layout *l,
 		  const struct ub_stripe_place *st, unsigned *votes)
 {
 	const uint32_t ss = vol->sectorsize;
-	uint8_t *sector = malloc(ss), sum[UB_CSUM_SIZE_MAX];
+	uint8_t *sector = malloc(ss), *hit = calloc((size_t)l->n, 1), sum[UB_CSUM_SIZE_MAX];
 	int tried = 0;
 
-	if (!sector)
+	if (!sector || !hit) {
+		free(sector);
+		free(hit);
 		return -ENOMEM;
-	for (size_t i = first_clue(c, logical); i < c->n && c->v[i].logical - logical < length; i++) {
+	}
+	for (size_t i = first_clue(c, logical), next; i < c->n && c->v[i].logical - logical < length; i = next) {
 		const struct ub_clue *cl = &c->v[i];
 		uint64_t dev_off;
-		int slot;
+		int slot, nhit = 0;
 
-		/* an older checksum of the same sector (data written there before); a tree block's copies all count */
-		if (cl->data && i && c->v[i - 1].data && c->v[i - 1].logical == cl->logical)
-			continue;
+		/* a tree block's clues are all of the places it was found; of a sector's, the newest checksum */
+		for (next = i + 1; next < c->n && c->v[next].logical == cl->logical && c->v[next].data == cl->data; next++)
+			;
 		place_of(l, cl->logical - logical, &slot, &dev_off);
-		if (dev_off >= l->stripe_size)
+		if (dev_off >= l->stripe_size || (cl->data && cl->logical % ss))
 			continue;
+		memset(hit, 0, (size_t)l->n);
 		for (int k = 0; k < l->n; k++) {
 			if (!cl->data) {
-				votes[k * l->slots + slot] += cl->devid == st[k].devid && cl->physical == st[k].physical + dev_off;
-				continue;
+				for (size_t j = i; j < next && !hit[k]; j++)
+					hit[k] = c->v[j].devid == st[k].devid && c->v[j].physical == st[k].physical + dev_off;
+			} else if (!ub_volume_read_raw(vol, st[k].devid, sector, ss, st[k].physical + dev_off) &&
+				   ub_csum(vol->csum_type, sector, ss, sum) >= 0) {
+				hit[k] = !memcmp(sum, cl->csum, vol->csum_size);
 			}
-			if (cl->logical % ss || ub_volume_read_raw(vol, st[k].devid, sector, ss, st[k].physical + dev_off) ||
-			    ub_csum(vol->csum_type, sector, ss, sum) < 0)
-				continue;
-			votes[k * l->slots + slot] += !memcmp(sum, cl->csum, vol->csum_size);
+			nhit += hit[k];
 		}
+		for (int k = 0; nhit <= l->per_slot && k < l->n; k++)
+			votes[k * l->slots + slot] += hit[k];
 		if (cl->data && ++tried == DATA_CLUES_TRIED)
 			break;
 	}
 	free(sector);
+	free(hit);
 	return 0;
+}
+
+/*
+ * RAID5/6 whose clues left several extents unplaced (the chunk's data fills
+ * only its first rows, say, so P and Q were never where a clue could be):
+ * P is the XOR of its row's data strips, so of the ways to put the unplaced
+ * extents on the open stripes, the one whose P strips match the most rows
+ * (rows of data that is not all zero; at most PARITY_ROWS) is the order, if
+ * one does so strictly more than every other. slot_of[] (-1: unplaced)
+ * gets it: 0; -ENODATA when parity does not settle it either.
+ */
+#define PARITY_ROWS 64
+#define PARITY_UNKNOWN_MAX 3 /* ways to try: at most 3! */
+
+/* Does the row's P strip match the XOR of its data strips? 1 yes, 0 not known (unreadable or all zero), -1 no. */
+static int row_parity(struct ub_volume *vol, const struct layout *l, const struct ub_stripe_place *at, uint64_t row,
+		      uint64_t *buf, uint64_t *acc)
+{
+	const size_t words = UB_STRIPE_LEN / sizeof(uint64_t);
+	int nd = l->n - l->nparity, p = (int)(((uint64_t)nd + row) % (uint64_t)l->n);
+	uint64_t any = 0;
+
+	memset(acc, 0, UB_STRIPE_LEN);
+	for (int d = 0; d < nd; d++) {
+		const struct ub_stripe_place *sp = &at[(uint64_t)(d + row) % (uint64_t)l->n];
+
+		if (ub_volume_read_raw(vol, sp->devid, buf, UB_STRIPE_LEN, sp->physical + row * UB_STRIPE_LEN))
+			return 0;
+		for (size_t i = 0; i < words; i++)
+			acc[i] ^= buf[i];
+	}
+	for (size_t i = 0; i < words; i++)
+		any |= acc[i];
+	if (!any || ub_volume_read_raw(vol, at[p].devid, buf, UB_STRIPE_LEN, at[p].physical + row * UB_STRIPE_LEN))
+		return 0;
+	return memcmp(acc, buf, UB_STRIPE_LEN) ? -1 : 1;
+}
+
+/* The next arrangement of v[0..n) in lexicographic order; false after the last. */
+static bool next_perm(int *v, int n)
+{
+	int i = n - 2, j = n - 1, t;
+
+	while (i >= 0 && v[i] >= v[i + 1])
+		i--;
+	if (i < 0)
+		return false;
+	while (v[j] <= v[i])
+		j--;
+	t = v[i], v[i] = v[j], v[j] = t;
+	for (int a = i + 1, b = n - 1; a < b; a++, b--)
+		t = v[a], v[a] = v[b], v[b] = t;
+	return true;
+}
+
+static int settle_by_parity(struct ub_volume *vol, const struct layout *l, const struct ub_stripe_place *st,
+			    int *slot_of)
+{
+	uint64_t rows = l->stripe_size / UB_STRIPE_LEN, *buf = malloc(UB_STRIPE_LEN), *acc = malloc(UB_STRIPE_LEN);
+	struct ub_stripe_place *at = calloc((size_t)l->n, sizeof(*at));
+	int unk[PARITY_UNKNOWN_MAX], open[PARITY_UNKNOWN_MAX], perm[PARITY_UNKNOWN_MAX], best[PARITY_UNKNOWN_MAX];
+	int nu = 0, no = 0, top = 0, ret = -ENODATA;
+	bool tie = false;
+
+	if (!buf || !acc || !at) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (int k = 0; k < l->n; k++) {
+		if (slot_of[k] < 0) {
+			if (nu == PARITY_UNKNOWN_MAX)
+				goto out;
+			unk[nu++] = k;
+		} else {
+			at[slot_of[k]] = st[k]; /* taken: a length is never 0 (layout_of) */
+		}
+	}
+	for (int s = 0; s < l->n && no < PARITY_UNKNOWN_MAX; s++)
+		if (!at[s].length)
+			open[no++] = s;
+	if (no != nu)
+		goto out;
+	for (int i = 0; i < nu; i++)
+		perm[i] = i;
+	do {
+		int score = 0;
+
+		for (int i = 0; i < nu; i++)
+			at[open[perm[i]]] = st[unk[i]];
+		for (uint64_t row = 0; row < rows && row < PARITY_ROWS; row++)
+			score += row_parity(vol, l, at, row, buf, acc) == 1;
+		if (score > top) {
+			top = score;
+			tie = false;
+			memcpy(best, perm, sizeof(best));
+		} else if (score && score == top) {
+			tie = true;
+		}
+	} while (next_perm(perm, nu));
+	if (top && !tie) {
+		for (int i = 0; i < nu; i++)
+			slot_of[unk[i]] = open[best[i]];
+		ret = 0;
+	}
+out:
+	free(buf);
+	free(acc);
+	free(at);
+	return ret;
 }
 
 int ub_chunk_order(struct ub_volume *vol, struct ub_clues *c, uint64_t logical, uint64_t length, uint64_t flags,
@@ -253,6 +376,13 @@ int ub_chunk_order(struct ub_volume *vol, struct ub_clues *c, uint64_t logical, 
 				open = s;
 				nopen++;
 			}
+		if (nopen != 1 && l.nparity && unknown <= PARITY_UNKNOWN_MAX) {
+			ret = settle_by_parity(vol, &l, st, slot_of);
+			if (ret == -ENOMEM)
+				goto done;
+			if (ret == 0)
+				goto order;
+		}
 		if (nopen != 1) {
 			int k = 0;
 
@@ -270,6 +400,7 @@ int ub_chunk_order(struct ub_volume *vol, struct ub_clues *c, uint64_t logical, 
 				used[open]++;
 			}
 	}
+order:
 	memset(used, 0, (size_t)l.slots * sizeof(*used));
 	for (int k = 0; k < n; k++)
 		out[slot_of[k] * l.per_slot + used[slot_of[k]]++] = st[k];

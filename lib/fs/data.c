@@ -20,6 +20,7 @@ static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8
 	memset(have, 0, nsec);
 	if (ub_fs_committed(fs, fs->csum_tree, &csum)) {
 		ub_replay_csums(fs, logical, nsec, csums, have);
+		ub_loose_csums(fs, logical, nsec, csums, have);
 		return 0;
 	}
 	ub_path_init(&p);
@@ -64,6 +65,7 @@ static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8
 	ub_path_release(&p);
 	/* checksums of data written since the last commit live in the fsync log */
 	ub_replay_csums(fs, logical, nsec, csums, have);
+	ub_loose_csums(fs, logical, nsec, csums, have);
 	return ret < 0 ? ret : 0;
 }
 
@@ -76,6 +78,10 @@ static uint64_t verify_run(struct ub_fs *fs, uint64_t i, uint64_t j, const uint8
 
 	for (uint64_t k = i; k < j; k++) {
 		uint8_t c[UB_CSUM_SIZE_MAX];
+		if (have[k] == UB_CSUM_UNKNOWN) {
+			mism++; /* no checksum where one is needed: not good */
+			continue;
+		}
 		if (have[k]) {
 			ub_csum(fs->vol->csum_type, tmp + k * ss, ss, c);
 			if (memcmp(c, csums + k * cs, cs)) {

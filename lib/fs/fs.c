@@ -628,6 +628,8 @@ void ub_fs_fini(struct ub_fs *fs)
 	fs->replay = NULL;
 	ub_loose_free(fs->loose);
 	fs->loose = NULL;
+	ub_loose_csums_free(fs->loose_csums);
+	fs->loose_csums = NULL;
 	ub_tree_ctx_destroy(&fs->tc);
 	memset(&fs->tc, 0, sizeof(fs->tc));
 	ub_volume_close(fs->vol);

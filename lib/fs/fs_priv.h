@@ -13,6 +13,7 @@
 struct ub_roots;
 struct ub_eroot;
 struct ub_dc_pool;
+struct ub_loose_csums;
 
 /*
  * Trees are root objects (lib/tree/roots.h) in one table by objectid, shared
@@ -32,6 +33,7 @@ struct ub_fs {
 	uint64_t incompat, compat_ro;
 	struct ub_replay *replay; /* the fsync log applied in memory, or NULL */
 	struct ub_loose *loose;   /* inodes from leaves no tree reaches (loose.c), or NULL */
+	struct ub_loose_csums *loose_csums; /* checksums of deleted extents, from old leaves (loose_csum.c), or NULL */
 	/* ---- decompression workers ---- */
 	struct ub_dc_pool *dc_pool; /* lib/fs/decomp_pool.h: started by the first compressed read, NULL before */
 };
@@ -46,5 +48,6 @@ int ub_fs_rescue_chunks(struct ub_fs *fs);
 /* No chunk tree leaf at all: chunks from block group items and device extents a raw device scan finds (chunk_rebuild.c). */
 int ub_fs_rebuild_chunks(struct ub_fs *fs);
 void ub_loose_free(struct ub_loose *l);
+void ub_loose_csums_free(struct ub_loose_csums *l);
 
 #endif

@@ -381,36 +381,34 @@ out:
 	return ret > 0 ? -ENOENT : ret;
 }
 
+struct ref_match {
+	struct ub_fs *fs;
+	uint64_t subvol;
+	const struct ub_key *key;
+	const struct ub_dirent *de;
+};
+
+static int ref_matches(void *arg, uint64_t parent, uint64_t index, const char *name, uint32_t nlen)
+{
+	const struct ref_match *m = arg;
+	const char *problem = ub_name_problem(name, nlen);
+
+	/* the root directory's own ref is ".." by design */
+	if (problem && !(m->key->objectid == BTRFS_FIRST_FREE_OBJECTID && parent == m->key->objectid))
+		report_bad_name(m->fs, m->subvol, m->key, name, nlen, problem);
+	else if (!problem && parent == m->de->dir_ino && nlen == m->de->name_len &&
+		 memcmp(name, m->de->name, nlen) == 0 && (!m->de->index || index == m->de->index))
+		return 1;
+	return 0;
+}
+
 /* Does one INODE_REF / INODE_EXTREF item of a directory hold (parent, name[, index])? */
 static bool ref_item_matches(struct ub_fs *fs, uint64_t subvol, const struct ub_key *key, const uint8_t *d,
 			     uint32_t size, const struct ub_dirent *de)
 {
-	const bool ext = key->type == BTRFS_INODE_EXTREF_KEY;
-	const uint32_t hdr = ext ? (uint32_t)offsetof(struct btrfs_inode_extref, name)
-				 : (uint32_t)sizeof(struct btrfs_inode_ref);
-	uint32_t pos = 0;
+	struct ref_match m = { fs, subvol, key, de };
 
-	while (size - pos >= hdr) {
-		const uint8_t *r = d + pos;
-		uint64_t parent = ext ? UB_GET(btrfs_inode_extref, parent_objectid, r) : key->offset;
-		uint64_t index = ext ? UB_GET(btrfs_inode_extref, index, r) : UB_GET(btrfs_inode_ref, index, r);
-		uint32_t nlen = ext ? (uint32_t)UB_GET(btrfs_inode_extref, name_len, r)
-				    : (uint32_t)UB_GET(btrfs_inode_ref, name_len, r);
-		const char *name = (const char *)r + hdr;
-		const char *problem;
-
-		if (nlen > size - pos - hdr)
-			break;
-		problem = ub_name_problem(name, nlen);
-		/* the root directory's own ref is ".." by design */
-		if (problem && !(key->objectid == BTRFS_FIRST_FREE_OBJECTID && parent == key->objectid))
-			report_bad_name(fs, subvol, key, name, nlen, problem);
-		else if (!problem && parent == de->dir_ino && nlen == de->name_len &&
-			 memcmp(name, de->name, nlen) == 0 && (!de->index || index == de->index))
-			return true;
-		pos += hdr + nlen;
-	}
-	return false;
+	return ub_ref_item_each(key, d, size, ref_matches, &m) == 1;
 }
 
 int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de)

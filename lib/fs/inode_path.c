@@ -91,3 +91,72 @@ int ub_inode_first_name(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_
 {
 	return first_name(fs, subvol, ino, dir, name, len, false);
 }
+
+int ub_ref_item_each(const struct ub_key *key, const uint8_t *d, uint32_t size, ub_ref_fn fn, void *arg)
+{
+	const bool ext = key->type == BTRFS_INODE_EXTREF_KEY;
+	const uint32_t hdr = ext ? (uint32_t)offsetof(struct btrfs_inode_extref, name)
+				 : (uint32_t)sizeof(struct btrfs_inode_ref);
+	uint32_t pos = 0;
+
+	while (size - pos >= hdr) {
+		const uint8_t *r = d + pos;
+		uint64_t parent = ext ? UB_GET(btrfs_inode_extref, parent_objectid, r) : key->offset;
+		uint64_t index = ext ? UB_GET(btrfs_inode_extref, index, r) : UB_GET(btrfs_inode_ref, index, r);
+		uint32_t nlen = ext ? (uint32_t)UB_GET(btrfs_inode_extref, name_len, r)
+				    : (uint32_t)UB_GET(btrfs_inode_ref, name_len, r);
+		int ret;
+
+		if (nlen > size - pos - hdr)
+			break;
+		ret = fn(arg, parent, index, (const char *)r + hdr, nlen);
+		if (ret)
+			return ret;
+		pos += hdr + nlen;
+	}
+	return 0;
+}
+
+struct names_ctx {
+	ub_name_fn fn;
+	void *arg;
+};
+
+static int one_name(void *arg, uint64_t parent, uint64_t index, const char *name, uint32_t len)
+{
+	struct names_ctx *c = arg;
+
+	(void)index;
+	if (!len || len > UB_NAME_LEN)
+		return 0; /* not a name: the others may still be */
+	return c->fn(c->arg, parent, name, len);
+}
+
+int ub_inode_names(struct ub_fs *fs, uint64_t subvol, uint64_t ino, ub_name_fn fn, void *arg)
+{
+	struct names_ctx c = { fn, arg };
+	struct ub_icur cur;
+	struct ub_key k;
+	int stop = 0, ret = ub_icur_open(fs, subvol, ino, &cur);
+
+	if (ret)
+		return ret;
+	ret = ub_icur_seek(&cur, BTRFS_INODE_REF_KEY, 0);
+	while (ret == 0) {
+		const uint8_t *d;
+		uint32_t size;
+
+		ub_icur_key(&cur, &k);
+		if (k.type != BTRFS_INODE_REF_KEY && k.type != BTRFS_INODE_EXTREF_KEY)
+			break;
+		d = ub_icur_data(&cur, &size);
+		stop = ub_ref_item_each(&k, d, size, one_name, &c);
+		if (stop)
+			break;
+		ret = ub_icur_next(&cur);
+	}
+	ub_icur_close(&cur);
+	if (stop)
+		return stop;
+	return ret < 0 ? ret : 0;
+}

@@ -70,10 +70,26 @@ int ub_replay_log(struct ub_fs *fs);
 void ub_replay_free(struct ub_replay *rp);
 /* Overlay the log's data checksums on csums/have for sectors [logical, +nsec). */
 void ub_replay_csums(const struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8_t *csums, uint8_t *have);
+/*
+ * Checksums of deleted extents restore registered (loose_csum.c), for the
+ * sectors the trees gave none: have[i] 1 with one, UB_CSUM_UNKNOWN for a
+ * sector of such an extent that has none (it must not pass as verified).
+ */
+#define UB_CSUM_UNKNOWN 2
+void ub_loose_csums(const struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8_t *csums, uint8_t *have);
 
 /* The replay's sets for this fs (log_replay.c); NULL when the inode was not touched by the log. */
 const struct ub_itemset *ub_replay_lookup(const struct ub_fs *fs, uint64_t subvol, uint64_t ino);
 /* The published loose set of an inode (loose.c), or NULL. */
 const struct ub_itemset *ub_loose_lookup(const struct ub_fs *fs, uint64_t subvol, uint64_t ino);
+
+/*
+ * The names packed in one INODE_REF or INODE_EXTREF item (key: its key):
+ * fn(arg, parent, index, name, len) for each whole one, until fn returns
+ * non-zero, which is returned (0 at the item's end; a name running past the
+ * item ends it).
+ */
+typedef int (*ub_ref_fn)(void *arg, uint64_t parent, uint64_t index, const char *name, uint32_t len);
+int ub_ref_item_each(const struct ub_key *key, const uint8_t *d, uint32_t size, ub_ref_fn fn, void *arg);
 
 #endif

@@ -16,6 +16,7 @@ existing files kept (exit 1) or replaced with --overwrite, and `btrfs restore` o
 same image restores no file that ubtrfs does not.
 """
 
+import json
 import os
 import re
 import stat
@@ -567,6 +568,72 @@ def test_restore_deleted(tmp_path):
     _restore("--deleted", "--no-scavenge", img, tmp_path / "no", rc=2)
 
 
+def test_restore_deleted_from_loose_leaves(tmp_path):
+    """Undelete when no root is left that has the files: they are deleted, then twelve more
+    commits go by, so that the backup roots and the newest root trees on disk all postdate
+    the deletion. The old leaves that held their items are still on disk, and so are old
+    leaves of the checksum tree with their data's checksums: `--deleted` restores each from
+    those leaves under deleted/5/<inode>, byte-exact (the test's own record is the oracle),
+    with the path it had. One sector of one deleted file is then overwritten on the disk:
+    the checksum from the old leaf catches it, so that file comes back partial and named in
+    the report (exit 1), never with the wrong bytes."""
+    import test_volume_write as VW
+    img = tmp_path / "img"
+    with open(img, "wb") as f:
+        f.truncate(256 * T.MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    gone, where = {}, {}
+    rng = __import__("random").Random(23)
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        d = os.path.join(mnt, "dir")
+        os.mkdir(d)
+        for i in range(6):
+            p = os.path.join(d, "f%d" % i)
+            data = rng.randbytes((20000, 200000, 70000)[i % 3])
+            with open(p, "wb") as f:
+                f.write(data)
+            if i % 2 == 0:
+                gone[os.lstat(p).st_ino] = ("/dir/f%d" % i, data)
+        T.run(["sync"])
+        for ino, (path, _) in gone.items():
+            where[ino] = VW.fiemap(mnt + path)
+            os.unlink(mnt + path)
+        T.run(["sync"])
+        for i in range(12):
+            with open(os.path.join(mnt, "after%d" % i), "wb") as f:
+                f.write(b"x" * 100)
+            T.run(["sync"])
+    out = tmp_path / "out"
+    cp = _restore("--deleted", img, out)
+    leaves = cp.stderr.count(b"restored from the items of leaves the scan found")
+    if leaves != len(gone):
+        pytest.skip("test setup: %d of %d deleted files were not only in loose leaves (an older root still "
+                    "had them, or their leaves were written over): %s" % (len(gone) - leaves, len(gone), T.describe(cp)))
+    for ino, (path, data) in gone.items():
+        assert (out / "deleted" / "5" / str(ino)).read_bytes() == data, T.describe(cp)
+        assert ("it was %s" % path).encode() in cp.stderr
+    assert b"undeleted: %d files under deleted (0 as an older root has them, %d from the items" % (
+        len(gone), len(gone)) in cp.stderr, T.describe(cp)
+    # one sector of the largest deleted file written over: the old checksum catches it
+    victim = max(gone, key=lambda i: len(gone[i][1]))
+    _, logical, _ = where[victim][0]
+    with C.Image(str(img)) as im:
+        copies = im.physical(logical + 4096)
+    assert len(copies) == 1, copies
+    T.overwrite(img, copies[0], os.urandom(4096))
+    out2 = tmp_path / "out2"
+    report = tmp_path / "report"
+    cp = _restore("--deleted", "--report", str(report), img, out2, rc=1)
+    got = (out2 / "deleted" / "5" / str(victim)).read_bytes()
+    want = gone[victim][1]
+    assert got[:4096] == want[:4096] and got[8192:] == want[8192:] and got[4096:8192] == bytes(4096), T.describe(cp)
+    lines = [json.loads(x) for x in report.read_text().splitlines()]
+    assert any(x["path"] == "/deleted/5/%d" % victim and x["status"] == "partial" for x in lines), lines
+    for ino, (path, data) in gone.items():
+        if ino != victim:
+            assert (out2 / "deleted" / "5" / str(ino)).read_bytes() == data
+
+
 def test_restore_rebuilds_the_chunk_tree(tmp_path):
     """The chunk tree's only leaf is destroyed in both DUP copies: nothing but the system
     chunk is mapped, and `ubtrfs ls` (like `btrfs restore`) cannot open the filesystem.
@@ -628,6 +695,9 @@ _REBUILD_PROFILES = {
     "raid10": (4, ["-m", "raid10", "-d", "raid10"]),
     "raid5": (3, ["-m", "raid5", "-d", "raid5"]),
     "raid6": (4, ["-m", "raid6", "-d", "raid6"]),
+    # six devices: rows of four data strips, so a row the metadata fills only in part has P
+    # and Q equal to its one strip of tree blocks (copies in the wrong places, to be told apart)
+    "raid6x6": (6, ["-m", "raid6", "-d", "raid6"]),
 }
 
 
@@ -669,7 +739,7 @@ def test_restore_rebuilds_chunks_from_device_extents(tmp_path, profile):
     cp = _restore(*images, out, rc=1)
     assert b"chunk rebuild" in cp.stderr, T.describe(cp)
     for rel, data in content.items():
-        assert (out / rel).read_bytes() == data, (rel, T.describe(cp))
+        assert (out / rel).is_file() and (out / rel).read_bytes() == data, (rel, T.describe(cp))
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     T.run(["btrfs", "restore"] + [str(i) for i in images[:1]] + [str(theirs)], check=False)
@@ -682,10 +752,12 @@ def test_restore_files_from_loose_leaves(tmp_path):
     live or older, leads to a single file, and `btrfs restore` gets none. The leaves are
     intact, so the scan finds every inode's items there, names included: each file comes
     back at its own path (in a directory that is itself only in the leaves, too),
-    byte-exact (the files the test wrote are the oracle), owner and mode included."""
+    byte-exact (the files the test wrote are the oracle), owner and mode included, and a
+    file with three names (two in one directory, one in another) at all three, as one
+    file with hard links."""
     img = _mkfs_4k(tmp_path, 512)
     rng = __import__("random").Random(13)
-    content = {}
+    content, links = {}, []
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
         os.mkdir(os.path.join(mnt, "sub"))
         os.chmod(os.path.join(mnt, "sub"), 0o750)
@@ -697,6 +769,14 @@ def test_restore_files_from_loose_leaves(tmp_path):
             os.chmod(p, 0o600 + i % 64)
             os.chown(p, 1000 + i, 2000 + i)
             content[os.path.relpath(p, mnt)] = (data, 0o600 + i % 64, 1000 + i, 2000 + i)
+            if i % 10 == 1:
+                # two more names: one in the same directory (the same INODE_REF item), one in the other
+                here = os.path.dirname(p)
+                other = mnt if here != mnt else os.path.join(mnt, "sub")
+                names = [os.path.join(here, "l%02d" % i), os.path.join(other, "x%02d" % i)]
+                for q in names:
+                    os.link(p, q)
+                links.append([os.path.relpath(q, mnt) for q in [p] + names])
     zeroed = 0
     with C.Image(str(img)) as im:
         nodesize = im.nodesize
@@ -721,6 +801,10 @@ def test_restore_files_from_loose_leaves(tmp_path):
         st = os.lstat(p)
         assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (mode, uid, gid), rel
     assert stat.S_IMODE(os.lstat(out / "sub").st_mode) == 0o750
+    # every name of a hard-linked file, as links to one restored file
+    for names in links:
+        sts = [os.lstat(out / n) for n in names]
+        assert len({st.st_ino for st in sts}) == 1 and sts[0].st_nlink == 3, (names, T.describe(cp))
     assert not (out / "lost+found").exists() or not any((out / "lost+found").rglob("*")), T.describe(cp)
     theirs = tmp_path / "theirs"
     theirs.mkdir()
