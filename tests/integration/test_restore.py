@@ -54,13 +54,18 @@ def _restore(*args, rc=0):
     return cp
 
 
-def _mkfs_4k(tmp_path, mib):
-    """tmp_path/img: a fresh single-device filesystem of `mib` MiB with 4 KiB nodes (more leaves)."""
+def _mkfs(tmp_path, mib, *opts):
+    """tmp_path/img: a fresh single-device filesystem of `mib` MiB (mkfs.btrfs with `opts`)."""
     img = tmp_path / "img"
     with open(img, "wb") as f:
         f.truncate(mib * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", str(img)])
+    T.run(["mkfs.btrfs", "-f", "-q", *opts, str(img)])
     return img
+
+
+def _mkfs_4k(tmp_path, mib):
+    """The same with 4 KiB nodes (more leaves)."""
+    return _mkfs(tmp_path, mib, "-n", "4096")
 
 
 def _without_btrfs_props(xattrs):
@@ -357,10 +362,7 @@ def test_restore_report_damaged_data(tmp_path):
     other byte as the kernel wrote it and zeros there, the summary counts it partial, and
     --report names it with the byte range lost and why (the test's record of where it wrote
     is the oracle; the kernel's read of the same file fails with EIO there too)."""
-    img = tmp_path / "img"
-    with open(img, "wb") as f:
-        f.truncate(256 * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    img = _mkfs(tmp_path, 256)
     data = bytes((i * 7) % 251 for i in range(64 * 1024))
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
         with open(os.path.join(mnt, "victim"), "wb") as f:
@@ -530,10 +532,7 @@ def test_restore_deleted(tmp_path):
     deleted/5/<inode>, byte-exact against what the test wrote, and says the path it had;
     without it they stay deleted and are only counted. The test's own record of the deleted
     files is the oracle: no btrfs tool undeletes."""
-    img = tmp_path / "img"
-    with open(img, "wb") as f:
-        f.truncate(256 * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    img = _mkfs(tmp_path, 256)
     gone, kept = {}, {}
     rng = __import__("random").Random(5)
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
@@ -578,10 +577,7 @@ def test_restore_deleted_from_loose_leaves(tmp_path):
     the checksum from the old leaf catches it, so that file comes back partial and named in
     the report (exit 1), never with the wrong bytes."""
     import test_volume_write as VW
-    img = tmp_path / "img"
-    with open(img, "wb") as f:
-        f.truncate(256 * T.MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    img = _mkfs(tmp_path, 256)
     gone, where = {}, {}
     rng = __import__("random").Random(23)
     with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
