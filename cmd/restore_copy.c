@@ -110,15 +110,15 @@ static void note_bad(void *arg, uint64_t off, uint64_t len, const char *why)
  * counted in `rep`; 0 at `end`, -ECANCELED when writing OUTDIR failed (said),
  * or the reader's error that ended the data.
  */
-static int copy_from(struct restorer *r, struct ub_fs *fs, struct rs_file *f, uint8_t *buf, uint64_t end,
-		     uint64_t *offp, uint64_t *wend, struct ub_read_report *rep)
+/* `in`: the file's inode as `fs` has it, read once for every range (no search for it per call). */
+static int copy_from(struct restorer *r, struct ub_fs *fs, const struct ub_inode *in, struct rs_file *f, uint8_t *buf,
+		     uint64_t end, uint64_t *offp, uint64_t *wend, struct ub_read_report *rep)
 {
-	const struct ub_inode *in = &f->in;
 	uint64_t off = *offp, s, e;
 	int ret = 0;
 
 	while (off < end) {
-		ret = ub_file_next_data(fs, in->subvol, in->ino, off, &s, &e);
+		ret = ub_file_next_data_inode(fs, in, off, &s, &e);
 		if (ret)
 			break;
 		if (s >= end) {
@@ -130,7 +130,7 @@ static int copy_from(struct restorer *r, struct ub_fs *fs, struct rs_file *f, ui
 		for (off = s; off < e;) {
 			uint64_t want = e - off < DATA_CHUNK ? e - off : DATA_CHUNK, got = 0;
 
-			ret = ub_file_read(fs, in->subvol, in->ino, off, want, buf, &got, rep);
+			ret = ub_file_read_inode(fs, in, off, want, buf, &got, rep);
 			if (got && pwrite(f->fd, buf, got, (off_t)off) != (ssize_t)got) {
 				rs_problem(r, f->rel, "write failed at offset %llu: %s", (unsigned long long)off,
 					   strerror(errno));
@@ -180,7 +180,7 @@ static int data_from_older(struct restorer *r, struct rs_file *f, uint8_t *buf, 
 		if (fs == f->fs || ub_inode_read(fs, in->subvol, in->ino, &old) || old.generation != in->generation ||
 		    old.size != in->size)
 			continue;
-		ret2 = copy_from(r, fs, f, buf, end, &o, wend, rep);
+		ret2 = copy_from(r, fs, &old, f, buf, end, &o, wend, rep);
 		if (ret2 == -ECANCELED)
 			return ret2;
 		if (ret2) {
@@ -256,7 +256,7 @@ static void copy_range(struct restorer *r, const struct rs_job *j, uint8_t *buf)
 	bool last;
 	int ret;
 
-	ret = copy_from(r, f->fs, f, buf, j->end, &off, &wend, &rep);
+	ret = copy_from(r, f->fs, &f->in, f, buf, j->end, &off, &wend, &rep);
 	if (ret && ret != -ECANCELED && ret != -ENOMEM && off < j->end)
 		ret = data_from_older(r, f, buf, j->end, &off, &wend, ret, &rep, &lost);
 	if (ret && ret != -ECANCELED && off < j->end)

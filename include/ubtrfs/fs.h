@@ -208,6 +208,9 @@ void ub_read_report_flush(struct ub_fs *fs, struct ub_read_report *rep);
  */
 int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
 		 uint64_t *got, struct ub_read_report *rep);
+/* The same for an inode the caller read from this fs already (ub_inode_read): no second search for it. */
+int ub_file_read_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t len, void *buf,
+		       uint64_t *got, struct ub_read_report *rep);
 /* Symlink target into buf (NUL-terminated, truncated to bufsz-1); *len gets the full length. */
 int ub_readlink(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz, size_t *len);
 
@@ -233,6 +236,9 @@ int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf,
  */
 int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t *start,
 		      uint64_t *end);
+/* The same for an inode the caller read already. */
+int ub_file_next_data_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t *start,
+			    uint64_t *end);
 
 struct ub_subvol_info {
 	uint64_t id, generation, flags;

@@ -551,10 +551,10 @@ static uint64_t extent_end(const struct ub_fs *fs, const struct ub_key *key, con
 	return __builtin_add_overflow(key->offset, n, &end) ? UINT64_MAX : end;
 }
 
-int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
-		 uint64_t *got, struct ub_read_report *rep)
+int ub_file_read_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t len, void *buf,
+		       uint64_t *got, struct ub_read_report *rep)
 {
-	struct ub_inode inode;
+	const uint64_t subvol = inode->subvol, ino = inode->ino;
 	struct ub_icur cur;
 	struct ub_key key;
 	struct file_ctx c;
@@ -563,18 +563,15 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 	int ret;
 
 	*got = 0;
-	ret = ub_inode_read(fs, subvol, ino, &inode);
-	if (ret)
-		return ret;
-	if (off >= inode.size)
+	if (off >= inode->size)
 		return 0;
-	if (len > inode.size - off)
-		len = inode.size - off;
+	if (len > inode->size - off)
+		len = inode->size - off;
 	memset(buf, 0, len);
 	ret = ub_icur_open(fs, subvol, ino, &cur);
 	if (ret)
 		return ret;
-	c = (struct file_ctx){ .fs = fs, .subvol = subvol, .ino = ino, .verify = !(inode.flags & UB_INODE_NODATASUM),
+	c = (struct file_ctx){ .fs = fs, .subvol = subvol, .ino = ino, .verify = !(inode->flags & UB_INODE_NODATASUM),
 			       .buf = buf, .off = off, .end = off + len, .rep = rep, .corrupt_at = UINT64_MAX };
 	ret = ub_icur_seek_extent(&cur, off);
 	while (ret == 0) {
@@ -615,8 +612,8 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 		       "%llu bytes, and this filesystem (no-holes off) keeps an item for every hole: the size "
 		       "is corrupt or items are missing; the file is read up to offset %llu",
 		       (unsigned long long)subvol, (unsigned long long)ino,
-		       (unsigned long long)max_u64(covered, off), (unsigned long long)inode.size,
-		       (unsigned long long)inode.size, (unsigned long long)max_u64(covered, off));
+		       (unsigned long long)max_u64(covered, off), (unsigned long long)inode->size,
+		       (unsigned long long)inode->size, (unsigned long long)max_u64(covered, off));
 		*got = covered > off ? covered - off : 0;
 		return -EUCLEAN;
 	}
@@ -629,4 +626,15 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 		return ret;
 	*got = len;
 	return c.err;
+}
+
+int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
+		 uint64_t *got, struct ub_read_report *rep)
+{
+	struct ub_inode inode;
+	int ret;
+
+	*got = 0;
+	ret = ub_inode_read(fs, subvol, ino, &inode);
+	return ret ? ret : ub_file_read_inode(fs, &inode, off, len, buf, got, rep);
 }

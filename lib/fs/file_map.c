@@ -40,10 +40,10 @@ static int no_item(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t fro
 	return -EUCLEAN;
 }
 
-int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t *start,
-		      uint64_t *end)
+int ub_file_next_data_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t *start,
+			    uint64_t *end)
 {
-	struct ub_inode inode;
+	const uint64_t subvol = inode->subvol, ino = inode->ino;
 	struct ub_icur cur;
 	struct ub_key key;
 	bool found = false;
@@ -51,10 +51,7 @@ int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t 
 	uint64_t covered = UINT64_MAX; /* where the items seen so far end; none seen yet */
 	int ret;
 
-	ret = ub_inode_read(fs, subvol, ino, &inode);
-	if (ret)
-		return ret;
-	if (off >= inode.size)
+	if (off >= inode->size)
 		return 1;
 	ret = ub_icur_open(fs, subvol, ino, &cur);
 	if (ret)
@@ -68,11 +65,11 @@ int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t 
 		int r;
 
 		ub_icur_key(&cur, &key);
-		if (key.type != BTRFS_EXTENT_DATA_KEY || key.offset >= inode.size || (found && key.offset > *end))
+		if (key.type != BTRFS_EXTENT_DATA_KEY || key.offset >= inode->size || (found && key.offset > *end))
 			break;
 		/* without no-holes every hole has its item: a gap is items lost (as ub_file_read says) */
 		if (holes_kept && !found && key.offset > (covered == UINT64_MAX ? off : covered)) {
-			ret = no_item(fs, subvol, ino, covered == UINT64_MAX ? off : covered, key.offset, inode.size);
+			ret = no_item(fs, subvol, ino, covered == UINT64_MAX ? off : covered, key.offset, inode->size);
 			break;
 		}
 		d = ub_icur_data(&cur, &size);
@@ -105,11 +102,20 @@ int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t 
 	ub_icur_close(&cur);
 	if (ret < 0)
 		return ret;
-	if (!found && holes_kept && (covered == UINT64_MAX ? 0 : covered) < inode.size)
-		return no_item(fs, subvol, ino, covered == UINT64_MAX ? off : covered, inode.size, inode.size);
+	if (!found && holes_kept && (covered == UINT64_MAX ? 0 : covered) < inode->size)
+		return no_item(fs, subvol, ino, covered == UINT64_MAX ? off : covered, inode->size, inode->size);
 	if (!found)
 		return 1;
-	if (*end > inode.size)
-		*end = inode.size;
+	if (*end > inode->size)
+		*end = inode->size;
 	return 0;
+}
+
+int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t *start,
+		      uint64_t *end)
+{
+	struct ub_inode inode;
+	int ret = ub_inode_read(fs, subvol, ino, &inode);
+
+	return ret ? ret : ub_file_next_data_inode(fs, &inode, off, start, end);
 }
