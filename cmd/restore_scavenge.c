@@ -119,6 +119,14 @@ static int find_inode(struct restorer *r, uint64_t subvol, uint64_t ino, struct 
 	return ret;
 }
 
+/* A path from the disk for a message: control bytes (a crafted name's terminal escapes) become '?'. */
+static void printable(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 /*
  * A deleted inode, from the newest older root where it still has a name:
  * false when none has it (the leaves may still: restore_loose). Directories
@@ -140,6 +148,7 @@ static bool undelete(struct restorer *r, struct frame *dir, uint64_t subvol, uin
 		snprintf(rel, sizeof(rel), "deleted/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
 		if (ub_inode_path(fs, subvol, ino, was, sizeof(was)))
 			snprintf(was, sizeof(was), "?");
+		printable(was);
 		if (r->oa.verbosity >= UB_LOG_WARN)
 			fprintf(stderr, "ubtrfs: %s: deleted inode %llu of subvolume %llu, restored as generation %llu has it "
 				"(it was %s)\n", rel, (unsigned long long)ino, (unsigned long long)subvol,
@@ -321,6 +330,7 @@ static void gone_path(struct restorer *r, uint64_t subvol, uint64_t ino, char *w
 		was[at++] = '/';
 	memcpy(was + at, name, len);
 	was[at + len] = 0;
+	printable(was);
 }
 
 /* A deleted inode no older root has, from the items of the leaves the scan found (once published). */
@@ -338,8 +348,9 @@ static void restore_gone(struct restorer *r, struct scan *s, struct frame *df, s
 	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
 	snprintf(rel, sizeof(rel), "deleted/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
 	if (s->gone_bad[g]) {
-		rs_problem(r, rel, "deleted inode %llu of subvolume %llu: its data is more than the checksums found for "
-			   "it can be kept for: not undeleted", (unsigned long long)ino, (unsigned long long)subvol);
+		rs_problem(r, rel, "deleted inode %llu of subvolume %llu: not undeleted: the checksums of its data cannot "
+			   "all be looked for (an extent not on sector boundaries, or past the bound of 16 GiB of data)",
+			   (unsigned long long)ino, (unsigned long long)subvol);
 		return;
 	}
 	gone_path(r, subvol, ino, was, sizeof(was));

@@ -93,7 +93,11 @@ static int range_cmp(const void *a, const void *b)
 	return x->logical < y->logical ? -1 : x->logical > y->logical;
 }
 
-/* Index of the first range that may cover `logical` (starts at most `longest` sectors before it). */
+/*
+ * Index of the first range that may cover `logical`: none starting more than
+ * `longest` sectors before it can (the ranges are sorted by their start only;
+ * their ends are in no order).
+ */
 static size_t first_covering(const struct ub_loose_csums *l, uint64_t logical, uint32_t ss)
 {
 	uint64_t from = logical > l->longest * ss ? logical - l->longest * ss : 0;
@@ -102,7 +106,7 @@ static size_t first_covering(const struct ub_loose_csums *l, uint64_t logical, u
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (l->v[mid].logical + l->v[mid].nsec * ss <= from)
+		if (l->v[mid].logical < from)
 			lo = mid + 1;
 		else
 			hi = mid;
