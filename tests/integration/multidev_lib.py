@@ -354,10 +354,14 @@ class MultiFs:
         raise KeyError((path, logical))
 
     def fs_leaf(self):
-        """Logical address of a leaf of the fs tree with many items (multi-leaf trees: a middle one)."""
+        """Logical address of a leaf of the fs tree that a listing must read: one holding an
+        inode item (`ls -R --json` reads every inode; a leaf of nothing but one file's extent
+        items is read by `cat`, not by a listing). Multi-leaf trees: the middle such leaf."""
         leaves = T.leaves_of(self.fs_dump)
         assert leaves, "no fs tree leaves in the dump"
-        return leaves[len(leaves) // 2][0]
+        with_inodes = [lf for lf in leaves if any(" INODE_ITEM " in k for k in lf[2])]
+        assert with_inodes, "test setup: no fs tree leaf holds an inode item"
+        return with_inodes[len(with_inodes) // 2][0]
 
     def block_copies(self, logical):
         """[(devid, physical)] of every copy of the tree block; for RAID5/6 the data stripe."""
