@@ -516,8 +516,10 @@ int cmd_restore(int argc, char **argv)
 
 		r.generation = ub_fs_tree_root(r.fs, BTRFS_ROOT_TREE_OBJECTID, &rt) == 0 ? rt.generation : UINT64_MAX;
 	}
+	r.defer_open = true;
 	if (path) {
 		restore_path(&r, &root, path);
+		r.defer_open = false;
 	} else {
 		uint64_t subvol, ino;
 
@@ -529,6 +531,9 @@ int cmd_restore(int argc, char **argv)
 			r.rc = EXIT_FATAL;
 		} else {
 			walk_dir(&r, &root, subvol, ino);
+			/* every directory the walk made is finished before the scavenging adds to any */
+			r.defer_open = false;
+			rs_copy_drain(&r);
 			/* what no name reached: only a whole-filesystem restore can tell */
 			if (r.scavenge && !r.use_regex)
 				rs_scavenge(&r, &root);

@@ -50,6 +50,12 @@ struct restorer {
 	int depth;
 	/* counts for the summary */
 	uint64_t ndirs, nfiles, nsymlinks, nhardlinks, nspecial, bytes, nproblems, nexisting;
+	/*
+	 * During the main walk, small files are made by the copiers: an open
+	 * that creates a file costs as much as copying a small one, and the walk
+	 * was the busier thread (restore_copy.c, rs_copy_make).
+	 */
+	bool defer_open;
 	/* progress on a terminal */
 	bool tty;
 	struct timespec last_progress;
@@ -73,7 +79,8 @@ struct restorer {
 	 * Taken by every thread for what they share: stderr and the report, the
 	 * counts the data copies add to (bytes, files_*, bytes_lost, bytes_zeroed,
 	 * nproblems), and opening the older roots. The walk's own counts (ndirs,
-	 * nfiles, ...) are the walking thread's alone.
+	 * nsymlinks, ...) are the walking thread's alone; nfiles and nexisting
+	 * are added to atomically (a copier makes most files: defer_open).
 	 */
 	pthread_mutex_t lock;
 	/* ---- scavenging (restore_scavenge.c) ---- */
@@ -95,6 +102,21 @@ struct frame {
 	bool have_inode;
 	struct ub_inode in;
 	bool plain;       /* new files in it get restore's group and the umask's mode (no default ACL); set when made */
+	struct rs_dir *shared; /* set once a copier is to make a file in it (rs_copy_make) */
+};
+
+/*
+ * A directory that copiers make files in after the walk handed them over:
+ * its descriptor stays open, and its metadata unset (making a file changes
+ * its mtime), until the walk has left it and the last of them is made.
+ */
+struct rs_dir {
+	int fd;
+	unsigned refs;  /* under r->lock: the walk's until it leaves, and one per file still to be made */
+	bool set_meta;  /* what the walk found when it left: restore made it and read its inode */
+	struct ub_fs *fs;
+	char *rel;
+	struct ub_inode in;
 };
 
 /*
@@ -146,6 +168,20 @@ void rs_set_times(struct restorer *r, int fd, const char *rel, const struct ub_i
  */
 int rs_copy_start(struct restorer *r);
 void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_inode *in, unsigned have);
+/*
+ * With r->defer_open, hand over a file still to be made: a copier makes it
+ * as NAME (the end of `rel`) in `dir` with mode `make`, then copies it.
+ * false when the caller is to make it (no copiers, a file copied in ranges, or
+ * an inode of several names: its first is made before its links).
+ */
+bool rs_copy_make(struct restorer *r, struct frame *dir, const char *rel, size_t name_off, const struct ub_inode *in,
+		  mode_t make, unsigned have);
+/* The walk left a directory that has r->shared: the metadata is set (and the descriptor closed) by the last user. */
+void rs_dir_leave(struct restorer *r, struct frame *f, bool set_meta);
+/* Its metadata (when asked), then the descriptor closed and d freed. */
+void rs_dir_finish(struct restorer *r, struct rs_dir *d);
+/* A name already in the directory: replaced with --overwrite (a directory never), else reported. 0 to go on. */
+int rs_make_room(struct restorer *r, int dfd, const char *name, const char *rel);
 void rs_copy_finish(struct restorer *r);
 /* Wait until every file handed over is copied (the copiers then leave the fs alone until the next). */
 void rs_copy_drain(struct restorer *r);

@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * restore's file data, copied on other threads while the walk goes on: the
- * walk makes each file and hands it over; a copier reads its data (every
- * sector verified, bad ones retried on every copy, then taken from an older
- * root when the extent items cannot be read), writes it, and sets the file's
- * metadata last. A large file is cut into ranges so that every copier works
- * on it at once. The walk's thread only waits when the queue is full.
+ * walk hands each file over (during the main walk, a small one unmade: the
+ * copier makes it, and its directory waits for that, struct rs_dir); a
+ * copier reads its data (every sector verified, bad ones retried on every
+ * copy, then taken from an older root when the extent items cannot be read),
+ * writes it, and sets the file's metadata last. A large file is cut into
+ * ranges so that every copier works on it at once. The walk's thread only
+ * waits when the queue is full.
  *
  * Ownership: a queued file (struct rs_file) belongs to its ranges; the one
  * that finishes last gives the verdict, sets the metadata, closes and frees.
  * What copiers share is in struct restorer, under its lock.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +35,13 @@
 
 struct rs_file {
 	struct ub_fs *fs; /* the root the walk read the inode from */
-	int fd;
+	int fd;           /* -1 until made, when the copier is to make it (rs_copy_make) */
 	char *rel;
+	/* where a copier makes it: the name is rel + name_off; dir NULL when dirfd outlives the copiers (OUTDIR) */
+	struct rs_dir *dir;
+	int dirfd;
+	size_t name_off;
+	mode_t make;
 	struct ub_inode in;
 	/* under r->lock, added to by each range as it finishes */
 	unsigned pending;     /* ranges not finished */
@@ -247,6 +255,48 @@ static void file_done(struct restorer *r, struct rs_file *f)
 	free(f);
 }
 
+/* Drop a file's hold on its directory; the last one finishes it. */
+static void dir_put(struct restorer *r, struct rs_dir *d)
+{
+	bool last;
+
+	if (!d)
+		return;
+	pthread_mutex_lock(&r->lock);
+	last = --d->refs == 0;
+	pthread_mutex_unlock(&r->lock);
+	if (last)
+		rs_dir_finish(r, d);
+}
+
+/*
+ * Make a file the walk handed over unmade, as the walk would have
+ * (make_file in restore_out.c): false when it could not be (said, f freed).
+ */
+static bool make_now(struct restorer *r, struct rs_file *f)
+{
+	const char *name = f->rel + f->name_off;
+	int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+	int fd = openat(f->dirfd, name, flags, f->make), err = fd < 0 ? errno : 0;
+
+	/* a name taken already is said by rs_make_room, and replaced only with --overwrite */
+	if (err == EEXIST && rs_make_room(r, f->dirfd, name, f->rel) == 0) {
+		fd = openat(f->dirfd, name, flags, f->make);
+		err = fd < 0 ? errno : 0;
+	}
+	dir_put(r, f->dir);
+	if (fd < 0) {
+		if (err != EEXIST)
+			rs_problem(r, f->rel, "cannot make the file: %s", strerror(err));
+		free(f->rel);
+		free(f);
+		return false;
+	}
+	__atomic_add_fetch(&r->nfiles, 1, __ATOMIC_RELAXED);
+	f->fd = fd;
+	return true;
+}
+
 static void copy_range(struct restorer *r, const struct rs_job *j, uint8_t *buf)
 {
 	struct rs_file *f = j->f;
@@ -256,6 +306,8 @@ static void copy_range(struct restorer *r, const struct rs_job *j, uint8_t *buf)
 	bool last;
 	int ret;
 
+	if (f->fd < 0 && !make_now(r, f))
+		return;
 	ret = copy_from(r, f->fs, &f->in, f, buf, j->end, &off, &wend, &rep);
 	if (ret && ret != -ECANCELED && ret != -ENOMEM && off < j->end)
 		ret = data_from_older(r, f, buf, j->end, &off, &wend, ret, &rep, &lost);
@@ -378,34 +430,23 @@ int rs_copy_start(struct restorer *r)
 	return 0;
 }
 
-void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_inode *in, unsigned have)
+/* Queue the copies of f (made, or to be made by the first and only range). */
+static void queue_file(struct restorer *r, struct rs_file *f)
 {
 	struct rs_pool *p = r->pool;
-	struct rs_file *f = calloc(1, sizeof(*f));
-	uint64_t nranges = 1, step = in->size;
+	uint64_t nranges = 1, step = f->in.size;
 
-	if (!f || !(f->rel = strdup(rel))) {
-		free(f);
-		close(fd);
-		rs_problem(r, rel, "out of memory");
-		r->rc = EXIT_FATAL;
-		return;
-	}
-	f->fs = r->fs;
-	f->fd = fd;
-	f->in = *in;
-	f->have = have;
-	if (p->nth > 1 && in->size > 2 * RANGE_BYTES) {
-		nranges = (in->size + RANGE_BYTES - 1) / RANGE_BYTES;
+	if (p->nth > 1 && f->in.size > 2 * RANGE_BYTES) {
+		nranges = (f->in.size + RANGE_BYTES - 1) / RANGE_BYTES;
 		if (nranges > RANGES_MAX)
 			nranges = RANGES_MAX;
 		/* whole MiBs, so that ranges meet at sector and compressed-extent-friendly boundaries */
-		step = ((in->size / nranges + (1U << 20) - 1) >> 20) << 20;
-		nranges = (in->size + step - 1) / step;
+		step = ((f->in.size / nranges + (1U << 20) - 1) >> 20) << 20;
+		nranges = (f->in.size + step - 1) / step;
 	}
 	f->pending = (unsigned)nranges;
 	for (uint64_t i = 0; i < nranges; i++) {
-		struct rs_job j = { f, i * step, i + 1 == nranges ? in->size : (i + 1) * step };
+		struct rs_job j = { f, i * step, i + 1 == nranges ? f->in.size : (i + 1) * step };
 
 		if (!p->nth) {
 			copy_range(r, &j, p->own_buf); /* frees f after the last range */
@@ -420,6 +461,87 @@ void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_i
 			pthread_cond_signal(&p->more);
 		pthread_mutex_unlock(&r->lock);
 	}
+}
+
+static struct rs_file *new_file(struct restorer *r, const char *rel, const struct ub_inode *in, unsigned have)
+{
+	struct rs_file *f = calloc(1, sizeof(*f));
+
+	if (!f || !(f->rel = strdup(rel))) {
+		free(f);
+		return NULL;
+	}
+	f->fs = r->fs;
+	f->fd = -1;
+	f->in = *in;
+	f->have = have;
+	return f;
+}
+
+void rs_copy_file(struct restorer *r, int fd, const char *rel, const struct ub_inode *in, unsigned have)
+{
+	struct rs_file *f = new_file(r, rel, in, have);
+
+	if (!f) {
+		close(fd);
+		rs_problem(r, rel, "out of memory");
+		r->rc = EXIT_FATAL;
+		return;
+	}
+	f->fd = fd;
+	queue_file(r, f);
+}
+
+bool rs_copy_make(struct restorer *r, struct frame *dir, const char *rel, size_t name_off, const struct ub_inode *in,
+		  mode_t make, unsigned have)
+{
+	struct rs_file *f;
+
+	/*
+	 * One range only: a file copied in ranges is made before any of them
+	 * starts. An inode of several names is made at once: its later names
+	 * are links to it.
+	 */
+	if (!r->defer_open || !r->pool->nth || in->size > 2 * RANGE_BYTES || in->nlink > 1)
+		return false;
+	if (dir->parent && !dir->shared) {
+		dir->shared = calloc(1, sizeof(*dir->shared));
+		if (!dir->shared)
+			return false;
+		dir->shared->fd = dir->fd;
+		dir->shared->refs = 1;
+	}
+	f = new_file(r, rel, in, have);
+	if (!f)
+		return false;
+	f->dir = dir->shared;
+	f->dirfd = dir->fd;
+	f->name_off = name_off;
+	f->make = make;
+	if (f->dir) {
+		pthread_mutex_lock(&r->lock);
+		f->dir->refs++;
+		pthread_mutex_unlock(&r->lock);
+	}
+	queue_file(r, f);
+	return true;
+}
+
+void rs_dir_leave(struct restorer *r, struct frame *f, bool set_meta)
+{
+	struct rs_dir *d = f->shared;
+	char *rel = strdup(f->rel);
+	bool last;
+
+	pthread_mutex_lock(&r->lock);
+	d->set_meta = set_meta && rel;
+	d->fs = r->fs;
+	d->rel = rel;
+	d->in = f->in;
+	last = --d->refs == 0;
+	pthread_mutex_unlock(&r->lock);
+	if (last)
+		rs_dir_finish(r, d);
 }
 
 void rs_copy_drain(struct restorer *r)

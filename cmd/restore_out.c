@@ -110,6 +110,7 @@ out:
 void rs_progress(struct restorer *r, bool final)
 {
 	struct timespec now;
+	uint64_t files;
 
 	if (!r->tty)
 		return;
@@ -118,10 +119,10 @@ void rs_progress(struct restorer *r, bool final)
 			      250000000L)
 		return;
 	r->last_progress = now;
+	files = __atomic_load_n(&r->nfiles, __ATOMIC_RELAXED) + r->nsymlinks + r->nspecial + r->nhardlinks;
 	pthread_mutex_lock(&r->lock);
-	fprintf(stderr, "\r\033[Krestore: %llu files, %llu directories, %.1f MiB%s",
-		(unsigned long long)(r->nfiles + r->nsymlinks + r->nspecial + r->nhardlinks), (unsigned long long)r->ndirs,
-		r->bytes / 1048576.0, final ? "\n" : "");
+	fprintf(stderr, "\r\033[Krestore: %llu files, %llu directories, %.1f MiB%s", (unsigned long long)files,
+		(unsigned long long)r->ndirs, r->bytes / 1048576.0, final ? "\n" : "");
 	pthread_mutex_unlock(&r->lock);
 }
 
@@ -294,21 +295,36 @@ void rs_dir_done(struct restorer *r, struct frame *f)
 	if (f->fd < 0 || !f->parent)
 		return;
 	if (!r->dry_run) {
-		if ((f->made || r->overwrite) && f->have_inode)
-			rs_set_meta(r, r->fs, f->fd, false, f->rel, &f->in, 0);
-		close(f->fd);
+		bool meta = (f->made || r->overwrite) && f->have_inode;
+
+		if (f->shared) {
+			rs_dir_leave(r, f, meta);
+		} else {
+			if (meta)
+				rs_set_meta(r, r->fs, f->fd, false, f->rel, &f->in, 0);
+			close(f->fd);
+		}
 	}
 	f->fd = -1;
+	f->shared = NULL;
+}
+
+void rs_dir_finish(struct restorer *r, struct rs_dir *d)
+{
+	if (d->set_meta)
+		rs_set_meta(r, d->fs, d->fd, false, d->rel ? d->rel : "", &d->in, 0);
+	close(d->fd);
+	free(d->rel);
+	free(d);
 }
 
 /* ---- other entries ---- */
 
-/* A name already in the directory: replaced with --overwrite (a directory never), else reported. 0 to go on. */
-static int make_room(struct restorer *r, int dfd, const char *name, const char *rel)
+int rs_make_room(struct restorer *r, int dfd, const char *name, const char *rel)
 {
 	if (!r->overwrite) {
 		rs_problem(r, rel, "exists; not overwritten (--overwrite replaces it)");
-		r->nexisting++;
+		__atomic_add_fetch(&r->nexisting, 1, __ATOMIC_RELAXED);
 		return -EEXIST;
 	}
 	if (unlinkat(dfd, name, 0)) {
@@ -324,7 +340,7 @@ static int make_room(struct restorer *r, int dfd, const char *name, const char *
  * the owner, which clears them. In a plain directory it belongs to restore's
  * user and group, so a file that had them needs no chown either.
  */
-static void make_file(struct restorer *r, const struct frame *dir, const char *name, const char *rel,
+static void make_file(struct restorer *r, struct frame *dir, const char *name, const char *rel,
 		      const struct ub_inode *in)
 {
 	mode_t make = r->mode ? (in->mode & 0777) : 0666;
@@ -336,15 +352,17 @@ static void make_file(struct restorer *r, const struct frame *dir, const char *n
 		have |= RS_HAVE_MODE;
 	if (dir->plain && in->uid == r->euid && in->gid == r->egid)
 		have |= RS_HAVE_OWNER;
+	if (rs_copy_make(r, dir, rel, strlen(rel) - strlen(name), in, make, have))
+		return;
 	fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, make);
-	if (fd < 0 && errno == EEXIST && make_room(r, dfd, name, rel) == 0)
+	if (fd < 0 && errno == EEXIST && rs_make_room(r, dfd, name, rel) == 0)
 		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, make);
 	if (fd < 0) {
 		if (errno != EEXIST)
 			rs_problem(r, rel, "cannot make the file: %s", strerror(errno));
 		return;
 	}
-	r->nfiles++;
+	__atomic_add_fetch(&r->nfiles, 1, __ATOMIC_RELAXED);
 	rs_copy_file(r, fd, rel, in, have);
 }
 
@@ -367,7 +385,7 @@ static void make_node(struct restorer *r, int dfd, const char *name, const char 
 		else
 			ret = mknodat(dfd, name, (in->mode & S_IFMT) | 0600,
 				      makedev((unsigned)(in->rdev >> 20), (unsigned)(in->rdev & 0xfffff)));
-		if (ret == 0 || errno != EEXIST || tries || make_room(r, dfd, name, rel))
+		if (ret == 0 || errno != EEXIST || tries || rs_make_room(r, dfd, name, rel))
 			break;
 	}
 	if (ret) {
@@ -404,7 +422,7 @@ static bool make_link(struct restorer *r, int dfd, const char *name, const char 
 	free(dir);
 	if (pfd >= 0) {
 		ret = linkat(pfd, slash ? slash + 1 : first, dfd, name, 0);
-		if (ret && errno == EEXIST && make_room(r, dfd, name, rel) == 0)
+		if (ret && errno == EEXIST && rs_make_room(r, dfd, name, rel) == 0)
 			ret = linkat(pfd, slash ? slash + 1 : first, dfd, name, 0);
 		close(pfd);
 	}
