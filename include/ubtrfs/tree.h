@@ -141,6 +141,12 @@ int ub_tree_search_le(struct ub_tree_ctx *tc, const struct ub_root *root, const 
 /* Step to the next / previous item: 0 ok, 1 at the end, <0 error. */
 int ub_tree_next(struct ub_path *p);
 int ub_tree_prev(struct ub_path *p);
+/*
+ * The key ub_tree_next would move to, without reading a block: from the leaf,
+ * or from the node that points to the next leaf (a leaf starts with the key
+ * its parent gives it). 0 and *key, 1 at the end of the tree.
+ */
+int ub_tree_next_key(const struct ub_path *p, struct ub_key *key);
 /* The item at the current position. */
 void ub_path_key(const struct ub_path *p, struct ub_key *key);
 const uint8_t *ub_path_data(const struct ub_path *p, uint32_t *size);

@@ -114,6 +114,20 @@ int ub_icur_next(struct ub_icur *cur)
 		cur->valid = cur->idx < cur->set->n;
 		return cur->valid ? 0 : 1;
 	}
+	/*
+	 * The inode's last item ends its leaf: where the next leaf starts (its
+	 * parent says) tells whether it holds more of them, so a damaged
+	 * neighbour leaf that does not is never read, and a healthy one not
+	 * read for nothing.
+	 */
+	if ((uint32_t)(cur->path.slots[0] + 1) >= ub_eb_nritems(cur->path.nodes[0])) {
+		struct ub_key next;
+
+		if (ub_tree_next_key(&cur->path, &next) || next.objectid != cur->ino) {
+			cur->valid = false;
+			return 1;
+		}
+	}
 	ret = ub_tree_next(&cur->path);
 	if (ret) {
 		cur->valid = false;

@@ -226,6 +226,23 @@ int ub_tree_next(struct ub_path *p)
 	return step(p, +1);
 }
 
+int ub_tree_next_key(const struct ub_path *p, struct ub_key *key)
+{
+	if (!p->nodes[0])
+		return 1;
+	if ((uint32_t)(p->slots[0] + 1) < ub_eb_nritems(p->nodes[0])) {
+		ub_eb_item_key(p->nodes[0], p->slots[0] + 1, key);
+		return 0;
+	}
+	for (int level = 1; level < UB_MAX_LEVEL && p->nodes[level]; level++) {
+		if ((uint32_t)(p->slots[level] + 1) < ub_eb_nritems(p->nodes[level])) {
+			ub_eb_item_key(p->nodes[level], p->slots[level] + 1, key);
+			return 0;
+		}
+	}
+	return 1;
+}
+
 int ub_tree_prev(struct ub_path *p)
 {
 	if (!p->nodes[0])
