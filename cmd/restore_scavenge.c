@@ -587,9 +587,12 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf, 
 			struct place_ctx pc = { r, lf->parent, &placed, &touched, s->lost[i].subvol, s->lost[i].ino,
 						&tried[i], 0, false };
 
-			if (ub_inode_read(r->fs, pc.subvol, pc.ino, &pc.in) || !pc.in.nlink)
+			/* every name tried already: nothing a later pass can add */
+			if (tried[i] == ~0ULL || ub_inode_read(r->fs, pc.subvol, pc.ino, &pc.in) || !pc.in.nlink)
 				continue;
 			ub_inode_names(r->fs, pc.subvol, pc.ino, place_name, &pc);
+			if (pc.nth < 64 && tried[i] == (1ULL << pc.nth) - 1)
+				tried[i] = ~0ULL;
 			if (pc.placed_one) {
 				done[i] = 1;
 				progress = true;
