@@ -8,6 +8,8 @@
 #include <unistd.h>
 #include "dirlist.h"
 #include "restore.h"
+#include "ubtrfs/devinfo.h"
+#include "ubtrfs/fsinfo.h"
 
 #define RESTORE_CACHE (8ULL << 20)
 
@@ -164,6 +166,7 @@ static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint6
 
 static void walk_entry(struct restorer *r, struct frame *f, const struct entry *e)
 {
+	uint64_t saved_gen;
 	struct ub_fs *saved;
 	struct ub_inode in;
 	char *rel;
@@ -182,8 +185,11 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 		return;
 	}
 	saved = r->fs;
-	if (e->fs)
+	saved_gen = r->fs_gen;
+	if (e->fs) {
 		r->fs = e->fs;
+		r->fs_gen = e->gen;
+	}
 	ret = ub_dirent_inode(r->fs, &e->de, &in);
 	if (ret) {
 		struct ub_fs *fs;
@@ -196,6 +202,7 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 			if (ub_dirent_inode(fs, &e->de, &in) == 0) {
 				ret = 0;
 				r->fs = fs;
+				r->fs_gen = gen;
 				if (r->oa.verbosity >= UB_LOG_WARN)
 					fprintf(stderr, "ubtrfs: note: /%s: restored as it was in the older root of "
 						"generation %llu\n", rel, (unsigned long long)gen);
@@ -217,6 +224,7 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 		rs_entry(r, f, e->name, rel, &in);
 	}
 	r->fs = saved;
+	r->fs_gen = saved_gen;
 	free(rel);
 }
 
@@ -514,7 +522,11 @@ int cmd_restore(int argc, char **argv)
 	{
 		struct ub_root rt;
 
+		struct ub_volume_info vi;
+
 		r.generation = ub_fs_tree_root(r.fs, BTRFS_ROOT_TREE_OBJECTID, &rt) == 0 ? rt.generation : UINT64_MAX;
+		r.fs_gen = r.generation;
+		r.last_commit = ub_volume_get_info(ub_fs_volume(r.fs), &vi) == 0 ? vi.generation : 0;
 	}
 	r.defer_open = true;
 	if (path) {
@@ -530,7 +542,9 @@ int cmd_restore(int argc, char **argv)
 			fprintf(stderr, "ubtrfs: error: the top-level directory: %s\n", strerror(-ret));
 			r.rc = EXIT_FATAL;
 		} else {
+			r.defer_stale = r.scavenge && !r.use_regex && !r.dry_run;
 			walk_dir(&r, &root, subvol, ino);
+			r.defer_stale = false;
 			/* every directory the walk made is finished before the scavenging adds to any */
 			r.defer_open = false;
 			rs_copy_drain(&r);
@@ -567,6 +581,7 @@ out:
 		r.rc = EXIT_PROBLEMS;
 	if (fflush(stdout) && r.rc == EXIT_OK)
 		r.rc = EXIT_FATAL;
+	rs_stale_free(&r);
 	rs_older_close(&r);
 	ub_fs_close(r.fs);
 	if (r.rootfd >= 0)

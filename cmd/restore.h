@@ -89,6 +89,17 @@ struct restorer {
 	struct rmap reached; /* every inode the walk restored (not directories: `entered`) */
 	uint64_t nscavenged, ndeleted, nundeleted, nundeleted_loose;
 	uint64_t nplaced;    /* inodes no tree has, put back at their names from the scanned leaves */
+	/*
+	 * Files the walk read from a root older than the last commit (the root
+	 * in use, or an older one it fell back to) wait for the scan: intact
+	 * leaves of a later commit may hold a newer version of them (stale.c).
+	 */
+	uint64_t fs_gen;      /* the generation of the root r->fs is: the walk keeps it with r->fs */
+	uint64_t last_commit; /* the superblock's generation */
+	bool defer_stale;     /* during the walk of a whole-filesystem restore that scavenges */
+	struct rs_stale *stale;
+	size_t nstale, stale_cap;
+	uint64_t nfresh;      /* of those, restored newer from the leaves */
 };
 
 /* A directory on the walk; made under OUTDIR only when something goes into it (lazily). */
@@ -195,6 +206,32 @@ void rs_dir_done(struct restorer *r, struct frame *f);
  * name reached, restored under OUTDIR/lost+found/<subvolume>/<inode>.
  */
 void rs_scavenge(struct restorer *r, struct frame *root);
+/*
+ * Files that wait for the scan (restore_stale.c). rs_stale_defer takes a file
+ * the walk read from an older root (false: restore it now); the scan marks
+ * those a later leaf holds (`fresh`); rs_stale_restore
+ * restores each, newer when those leaves give it whole and verified, else as
+ * the walk read it.
+ */
+struct rs_stale {
+	uint64_t subvol, ino, gen; /* gen: of the root it was read from */
+	struct ub_fs *fs;
+	char *rel;
+	struct ub_inode in;
+	bool fresh;     /* a leaf of a later commit (up to the last) holds its inode item */
+	bool bad_csums; /* some of its newer data's checksums could not be looked for */
+};
+bool rs_stale_defer(struct restorer *r, const char *rel, const struct ub_inode *in);
+void rs_stale_sort(struct restorer *r);
+/* The first file (once sorted) of subvolume `subvol` with an inode >= `ino` (r->nstale: none). */
+size_t rs_stale_lower(const struct restorer *r, uint64_t subvol, uint64_t ino);
+void rs_stale_restore(struct restorer *r, struct frame *root);
+void rs_stale_free(struct restorer *r);
+/* The directory at `path` under OUTDIR (made if it is not), with its chain of frames; rs_close_chain leaves them. */
+struct frame *rs_open_chain(struct restorer *r, struct frame *root, const char *path, struct frame **all, char **copy,
+			    int *n);
+void rs_close_chain(struct restorer *r, struct frame *v, char *copy, int n);
+
 /* Restore one entry that is not a directory into directory `dir` (made already). */
 void rs_entry(struct restorer *r, struct frame *dir, const char *name, const char *rel, const struct ub_inode *in);
 

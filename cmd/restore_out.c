@@ -459,6 +459,9 @@ void rs_entry(struct restorer *r, struct frame *dir, const char *name, const cha
 			r->nfiles++;
 		return;
 	}
+	/* read from an older root: it waits for the scan, which may find it newer */
+	if (S_ISREG(in->mode) && in->nlink == 1 && rs_stale_defer(r, rel, in))
+		return;
 	if (in->nlink > 1) {
 		ret = rmap_add(&r->links, in->subvol, in->ino, rel, &first);
 		if (ret < 0) {

@@ -37,6 +37,7 @@ struct scan {
 	struct cand *gone;
 	size_t ngone, gone_cap;
 	uint8_t *gone_bad;
+	size_t nfresh; /* held-back files (r->stale) a later leaf has */
 };
 
 static bool subvol_tree(uint64_t id)
@@ -49,6 +50,19 @@ static bool want(void *arg, uint64_t owner, uint64_t generation, int level)
 	(void)arg;
 	(void)generation;
 	return level == 0 && subvol_tree(owner);
+}
+
+/* An inode item of a file the walk held back (restore_stale.c), in a leaf of a later commit than its root's. */
+static void mark_fresh(struct restorer *r, const struct ub_eb *eb, uint64_t ino)
+{
+	uint64_t owner = ub_eb_owner(eb), gen = ub_eb_generation(eb);
+
+	if (gen > r->last_commit)
+		return; /* a transaction that never committed */
+	for (size_t x = rs_stale_lower(r, owner, ino);
+	     x < r->nstale && r->stale[x].subvol == owner && r->stale[x].ino == ino; x++)
+		if (gen > r->stale[x].gen)
+			r->stale[x].fresh = true;
 }
 
 static int found(void *arg, const struct ub_eb *eb)
@@ -66,6 +80,7 @@ static int found(void *arg, const struct ub_eb *eb)
 		/* only subvolumes the walk went into: one left out (--no-snapshots) stays out */
 		if (!rmap_has(&s->r->entered, ub_eb_owner(eb), BTRFS_FIRST_FREE_OBJECTID))
 			continue;
+		mark_fresh(s->r, eb, k.objectid);
 		if (rmap_has(&s->r->reached, ub_eb_owner(eb), k.objectid) ||
 		    rmap_has(&s->r->entered, ub_eb_owner(eb), k.objectid))
 			continue;
@@ -251,11 +266,12 @@ static long cand_index(const struct cand *v, size_t n, uint64_t subvol, uint64_t
 }
 
 /*
- * A file extent of deleted inode gone[g]: its checksums were deleted with it,
- * so they are looked for in old checksum-tree leaves, between the extent's
- * generation and this leaf's (the file held it then).
+ * A file extent of a deleted inode (or of a held-back file's newer version):
+ * its checksums may be in no tree the fs reads, so they are looked for in old
+ * checksum-tree leaves, between the extent's generation and this leaf's (the
+ * file held it then). *bad when that cannot be done.
  */
-static int gone_extent(struct scan *s, long g, const struct ub_eb *eb, int slot)
+static int leaf_extent(struct scan *s, const struct ub_eb *eb, int slot, bool *bad)
 {
 	uint32_t size;
 	const uint8_t *d = ub_eb_item_data(eb, slot, &size);
@@ -271,8 +287,50 @@ static int gone_extent(struct scan *s, long g, const struct ub_eb *eb, int slot)
 	if (ret == -ENOMEM)
 		return ret;
 	if (ret)
-		s->gone_bad[g] = 1;
+		*bad = true;
 	return 0;
+}
+
+/*
+ * The held-back files with a newer version whose inode numbers this leaf
+ * spans: it held every item of theirs in that span (ub_fs_loose_cover), and
+ * their items here are added. Leaves of no commit are left out.
+ */
+static int fresh_leaf(struct scan *s, const struct ub_eb *eb)
+{
+	struct restorer *r = s->r;
+	uint64_t owner = ub_eb_owner(eb), gen = ub_eb_generation(eb);
+	uint32_t n = ub_eb_nritems(eb), i = 0;
+	struct ub_key first, last;
+	int ret = 0;
+
+	if (!n || gen > r->last_commit)
+		return 0;
+	ub_eb_item_key(eb, 0, &first);
+	ub_eb_item_key(eb, (int)n - 1, &last);
+	for (size_t x = rs_stale_lower(r, owner, first.objectid);
+	     !ret && x < r->nstale && r->stale[x].subvol == owner && r->stale[x].ino <= last.objectid; x++) {
+		struct rs_stale *st = &r->stale[x];
+		struct ub_key lo = { st->ino, 0, 0 }, hi = { st->ino, UINT8_MAX, UINT64_MAX };
+
+		if (!st->fresh || (x && r->stale[x - 1].subvol == owner && r->stale[x - 1].ino == st->ino))
+			continue;
+		ret = ub_fs_loose_cover(r->fs, owner, gen, ub_key_cmp(&first, &lo) > 0 ? &first : &lo,
+					ub_key_cmp(&last, &hi) < 0 ? &last : &hi);
+		for (; !ret && i < n; i++) {
+			struct ub_key k;
+
+			ub_eb_item_key(eb, (int)i, &k);
+			if (k.objectid > st->ino)
+				break;
+			if (k.objectid < st->ino)
+				continue;
+			ret = ub_fs_loose_add(r->fs, owner, eb, (int)i);
+			if (!ret && k.type == BTRFS_EXTENT_DATA_KEY)
+				ret = leaf_extent(s, eb, (int)i, &st->bad_csums);
+		}
+	}
+	return ret == -EINVAL ? 0 : ret;
 }
 
 static int found_loose(void *arg, const struct ub_eb *eb)
@@ -291,12 +349,16 @@ static int found_loose(void *arg, const struct ub_eb *eb)
 		    (g = cand_index(s->gone, s->ngone, owner, k.objectid)) < 0)
 			continue;
 		ret = ub_fs_loose_add(s->r->fs, owner, eb, (int)i);
-		if (!ret && g >= 0 && k.type == BTRFS_EXTENT_DATA_KEY)
-			ret = gone_extent(s, g, eb, (int)i);
+		if (!ret && g >= 0 && k.type == BTRFS_EXTENT_DATA_KEY) {
+			bool bad = false;
+
+			ret = leaf_extent(s, eb, (int)i, &bad);
+			s->gone_bad[g] |= bad;
+		}
 		if (ret)
 			return ret;
 	}
-	return 0;
+	return s->nfresh ? fresh_leaf(s, eb) : 0;
 }
 
 static bool want_csums(void *arg, uint64_t owner, uint64_t generation, int level)
@@ -367,10 +429,10 @@ static void restore_gone(struct restorer *r, struct scan *s, struct frame *df, s
 /*
  * The frames of directory `path` under OUTDIR (root: OUTDIR's), each component
  * opened with O_NOFOLLOW as the walk opens them: the last one, or NULL.
- * *all gets the array to release with close_chain.
+ * *all gets the array to release with rs_close_chain.
  */
-static struct frame *open_chain(struct restorer *r, struct frame *root, const char *path, struct frame **all,
-				char **copy, int *n)
+struct frame *rs_open_chain(struct restorer *r, struct frame *root, const char *path, struct frame **all,
+			    char **copy, int *n)
 {
 	struct frame *v;
 	char *p, *save = NULL;
@@ -404,7 +466,7 @@ static struct frame *open_chain(struct restorer *r, struct frame *root, const ch
 	return k ? &v[k - 1] : root;
 }
 
-static void close_chain(struct restorer *r, struct frame *v, char *copy, int n)
+void rs_close_chain(struct restorer *r, struct frame *v, char *copy, int n)
 {
 	for (int k = n - 1; k >= 0; k--) {
 		rs_dir_done(r, &v[k]);
@@ -433,7 +495,7 @@ static int place_at(struct restorer *r, struct frame *root, const char *ppath, c
 		return -EOPNOTSUPP; /* a dry run lists it under lost+found */
 	}
 	sprintf(rel, "%s%s%s", ppath, *ppath ? "/" : "", name);
-	dir = open_chain(r, root, ppath, &all, &copy, &n);
+	dir = rs_open_chain(r, root, ppath, &all, &copy, &n);
 	/* a name taken already (by what the walk restored) is left alone */
 	if (dir && fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) && errno == ENOENT) {
 		r->nplaced++;
@@ -450,7 +512,7 @@ static int place_at(struct restorer *r, struct frame *root, const char *ppath, c
 		}
 		ret = 0;
 	}
-	close_chain(r, all, copy, n);
+	rs_close_chain(r, all, copy, n);
 	if (!*made)
 		free(rel);
 	return ret;
@@ -467,12 +529,12 @@ static void finish_placed(struct restorer *r, struct frame *root, const struct r
 
 		if (!sl->ino || !sl->path)
 			continue;
-		dir = open_chain(r, root, sl->path, &all, &copy, &n);
+		dir = rs_open_chain(r, root, sl->path, &all, &copy, &n);
 		if (dir && dir != root && !ub_inode_read(r->fs, sl->subvol, sl->ino, &dir->in)) {
 			dir->have_inode = true;
 			dir->made = true;
 		}
-		close_chain(r, all, copy, n);
+		rs_close_chain(r, all, copy, n);
 	}
 }
 
@@ -491,10 +553,10 @@ static void retime_entered(struct restorer *r, struct frame *root, const struct 
 
 		if (!sl->ino || !sl->path || ub_inode_read(r->fs, sl->subvol, sl->ino, &in))
 			continue;
-		dir = open_chain(r, root, sl->path, &all, &copy, &n);
+		dir = rs_open_chain(r, root, sl->path, &all, &copy, &n);
 		if (dir && dir != root)
 			rs_set_times(r, dir->fd, sl->path, &in);
-		close_chain(r, all, copy, n);
+		rs_close_chain(r, all, copy, n);
 	}
 }
 
@@ -573,9 +635,11 @@ static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf, 
 	if (!ret)
 		ret = ub_fs_loose_publish(r->fs);
 	/* a failed checksum scan leaves sectors without one: those read as lost, never as good */
-	if (!ret && s->ngone && ub_scan_metadata(r->fs, &cops))
+	if (!ret && (s->ngone || s->nfresh) && ub_scan_metadata(r->fs, &cops))
 		fprintf(stderr, "ubtrfs: warning: the scan for the checksums of deleted files stopped: their data may "
 			"show as lost\n");
+	/* the files held back, newer where the leaves give them so, before any loose inode takes a name */
+	rs_stale_restore(r, lf->parent);
 	/*
 	 * At their names where their directory is known, parents before children
 	 * (a loose directory placed makes its own known): each name once, the
@@ -637,7 +701,12 @@ void rs_scavenge(struct restorer *r, struct frame *root)
 					.progress = r->tty ? scan_progress : NULL };
 	struct frame lf = { root, "lost+found", "lost+found", -1, false, false, false };
 	struct frame df = { root, "deleted", "deleted", -1, false, false, false };
-	int ret = ub_scan_metadata(r->fs, &ops);
+	int ret;
+
+	rs_stale_sort(r);
+	ret = ub_scan_metadata(r->fs, &ops);
+	for (size_t i = 0; i < r->nstale; i++)
+		s.nfresh += r->stale[i].fresh;
 
 	if (ret && !s.nomem)
 		fprintf(stderr, "ubtrfs: warning: the scan of the metadata for lost inodes stopped: %s\n",
@@ -661,8 +730,10 @@ void rs_scavenge(struct restorer *r, struct frame *root)
 		rs_dir_done(r, &sf);
 		rs_dir_done(r, &dsf);
 	}
-	if (s.nlost || s.ngone)
+	if (s.nlost || s.ngone || s.nfresh)
 		restore_loose(r, &s, &lf, &df);
+	else
+		rs_stale_restore(r, root);
 	rs_dir_done(r, &lf);
 	rs_dir_done(r, &df);
 	free(s.v);

@@ -69,6 +69,15 @@ int ub_scan_metadata(struct ub_fs *fs, const struct ub_meta_scan_ops *ops);
  * against the checksum tree. Only while no other thread reads this fs.
  */
 int ub_fs_loose_add(struct ub_fs *fs, uint64_t subvol, const struct ub_eb *leaf, int slot);
+/*
+ * Optionally, before publishing: a leaf of `generation` spans the keys
+ * [first, last] of one inode (same objectid), so it held every item of that
+ * inode in that span that existed then. A copy of an item that only older
+ * leaves hold in a span a newer leaf covers was deleted since: publishing
+ * drops it, instead of mixing versions of the inode.
+ */
+int ub_fs_loose_cover(struct ub_fs *fs, uint64_t subvol, uint64_t generation, const struct ub_key *first,
+		      const struct ub_key *last);
 int ub_fs_loose_publish(struct ub_fs *fs);
 
 /*

@@ -21,9 +21,17 @@ struct loose_item {
 	uint8_t *data;
 };
 
+/* A leaf that held every item of one inode that existed in [first, last] when it was written. */
+struct loose_cover {
+	uint64_t subvol, ino, generation;
+	struct ub_key first, last;
+};
+
 struct ub_loose {
 	struct loose_item *pending; /* added, not yet published */
 	size_t npending, pending_cap;
+	struct loose_cover *covers; /* sorted by inode at publishing */
+	size_t ncovers, covers_cap;
 	struct ub_itemset **sets;   /* published, by (subvol, ino) */
 	size_t n;
 };
@@ -60,6 +68,61 @@ int ub_fs_loose_add(struct ub_fs *fs, uint64_t subvol, const struct ub_eb *leaf,
 	return 0;
 }
 
+int ub_fs_loose_cover(struct ub_fs *fs, uint64_t subvol, uint64_t generation, const struct ub_key *first,
+		      const struct ub_key *last)
+{
+	struct ub_loose *l = fs->loose;
+
+	if (first->objectid != last->objectid || ub_key_cmp(first, last) > 0)
+		return -EINVAL;
+	if (!l && !(l = fs->loose = calloc(1, sizeof(*l))))
+		return -ENOMEM;
+	if (l->ncovers == l->covers_cap) {
+		size_t cap = l->covers_cap ? l->covers_cap * 2 : 64;
+		struct loose_cover *v = realloc(l->covers, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->covers = v;
+		l->covers_cap = cap;
+	}
+	l->covers[l->ncovers++] = (struct loose_cover){ subvol, first->objectid, generation, *first, *last };
+	return 0;
+}
+
+static int cover_cmp(const void *a, const void *b)
+{
+	const struct loose_cover *x = a, *y = b;
+
+	if (x->subvol != y->subvol)
+		return x->subvol < y->subvol ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+/* Does a leaf newer than the one `it` comes from cover its key without holding it (deleted by then)? */
+static bool covered_by_newer(const struct ub_loose *l, const struct loose_item *it)
+{
+	struct loose_cover key = { .subvol = it->subvol, .ino = it->key.objectid };
+	size_t lo = 0, hi = l->ncovers;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (cover_cmp(&l->covers[mid], &key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < l->ncovers && !cover_cmp(&l->covers[lo], &key); lo++) {
+		const struct loose_cover *c = &l->covers[lo];
+
+		if (c->generation > it->generation && ub_key_cmp(&c->first, &it->key) <= 0 &&
+		    ub_key_cmp(&it->key, &c->last) <= 0)
+			return true;
+	}
+	return false;
+}
+
 /* By inode, then key, the oldest copy first: putting them in order leaves the newest of each key. */
 static int item_cmp(const void *a, const void *b)
 {
@@ -93,9 +156,14 @@ int ub_fs_loose_publish(struct ub_fs *fs)
 	if (l->sets)
 		return -EBUSY; /* published once: readers may hold its sets */
 	qsort(l->pending, l->npending, sizeof(*l->pending), item_cmp);
+	if (l->ncovers > 1)
+		qsort(l->covers, l->ncovers, sizeof(*l->covers), cover_cmp);
 	for (size_t i = 0; i < l->npending && !ret; i++) {
 		const struct loose_item *it = &l->pending[i];
 		struct ub_itemset *s = l->n ? l->sets[l->n - 1] : NULL;
+
+		if (l->ncovers && covered_by_newer(l, it))
+			continue;
 
 		if (!s || s->subvol != it->subvol || s->ino != it->key.objectid) {
 			struct ub_itemset **v = realloc(l->sets, (l->n + 1) * sizeof(*v));
@@ -112,6 +180,9 @@ int ub_fs_loose_publish(struct ub_fs *fs)
 		ret = ub_itemset_put(s, &it->key, it->data, it->size);
 	}
 	free_pending(l);
+	free(l->covers);
+	l->covers = NULL;
+	l->ncovers = l->covers_cap = 0;
 	return ret;
 }
 
@@ -140,6 +211,7 @@ void ub_loose_free(struct ub_loose *l)
 	if (!l)
 		return;
 	free_pending(l);
+	free(l->covers);
 	for (size_t i = 0; i < l->n; i++)
 		ub_itemset_free(l->sets[i]);
 	free(l->sets);

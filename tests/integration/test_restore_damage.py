@@ -259,21 +259,20 @@ def _inodes(img):
 def _check_damage_case(tmp_path, img, content, touched, before=None):
     """The issue's rules: ubtrfs gets every file btrfs restore's best run gets; every file
     the damage did not touch comes out byte-exact; each touched file that does not is named
-    in --report. Not yet met where the current root of the fs tree cannot be reached: a file
-    the last commit changed comes out as the commit before left it (`before`, checked
-    byte-exact), though the leaves of the last commit are intact."""
+    in --report. `before`: files expected as the commit before the last left them (their
+    newer version cannot be verified), byte-exact so."""
     before = before or {}
     theirs, ours, cp, out, lines = _both(tmp_path, [img], content, backups=True)
     assert cp.returncode in (0, 1), T.describe(cp)
-    assert theirs <= ours, (sorted(theirs - ours)[:5], T.describe(cp))
+    assert theirs - set(before) <= ours, (sorted(theirs - ours)[:5], T.describe(cp))
     for rel, data in before.items():
-        assert rel not in ours and (out / rel).read_bytes() == data, (rel, T.describe(cp))
+        assert (out / rel).read_bytes() == data, (rel, T.describe(cp))
     untouched = set(content) - touched - set(before)
     assert untouched <= ours, (sorted(untouched - ours)[:5], T.describe(cp))
     named = {x.get("path") for x in lines}
     unnamed = sorted(r for r in touched - ours if "/" + r not in named)
     assert not unnamed, (unnamed[:5], T.describe(cp))
-    return theirs, ours
+    return theirs, ours, cp
 
 
 def test_restore_several_fs_leaves_zeroed(tmp_path):
@@ -295,33 +294,55 @@ def test_restore_several_fs_leaves_zeroed(tmp_path):
     for lg in victims:
         touched |= {rels[k.objectid] for k in leaves[lg] if rels.get(k.objectid) in content}
         _wipe(img, lg)
-    theirs, ours = _check_damage_case(tmp_path, img, content, touched)
+    theirs, ours, _ = _check_damage_case(tmp_path, img, content, touched)
     print("several fs-tree leaves zeroed: %d files touched; ubtrfs %d, btrfs restore %d of %d"
           % (len(touched), len(ours), len(theirs), len(content)))
 
 
 def test_restore_fs_tree_root_zeroed(tmp_path):
     """The fs tree's root node zeroed in both DUP copies; the older roots are intact. No
-    leaf is damaged: every file must come out byte-exact (not yet: the file the last commit
-    rewrote comes out as it was the commit before, _check_damage_case)."""
+    leaf is damaged: every file comes out byte-exact, the one the last commit rewrote too
+    (the walk reads the older root; the scan finds the leaves of the last commit)."""
     img, content, before = _make_commits(tmp_path)
     with C.Image(str(img)) as im:
         root, level = im.tree_root(C.FS_TREE)
     assert level > 0, "test setup: the fs tree is a single leaf"
     _wipe(img, root)
-    theirs, ours = _check_damage_case(tmp_path, img, content, set(), before)
+    theirs, ours, cp = _check_damage_case(tmp_path, img, content, set())
+    (rel,) = before
+    assert ("/%s: restored as the commit of generation" % rel).encode() in cp.stderr, T.describe(cp)
     print("fs tree root zeroed: ubtrfs %d, btrfs restore %d of %d" % (len(ours), len(theirs), len(content)))
+
+
+def test_restore_fs_tree_root_zeroed_newer_data_bad(tmp_path):
+    """The same, and a sector of the data the last commit wrote to the rewritten file
+    overwritten: that newer version does not verify, so the file comes out as the commit
+    before left it, byte-exact; every other file byte-exact."""
+    img, content, before = _make_commits(tmp_path)
+    (rel,) = before
+    dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", str(img)]).stdout.decode()
+    ino = {v: k for k, v in _inodes(img).items()}[rel]
+    (foff, disk, _, eoff, _, comp), = T.file_extents(dump, ino)
+    assert foff == 0 and comp == 0 and disk, "test setup: not one plain extent"
+    (_, phys), = T.map_logical(img, disk + eoff, 4096)
+    T.overwrite(img, phys, b"\x5a" * 4096)
+    with C.Image(str(img)) as im:
+        root, level = im.tree_root(C.FS_TREE)
+    assert level > 0, "test setup: the fs tree is a single leaf"
+    _wipe(img, root)
+    theirs, ours, _ = _check_damage_case(tmp_path, img, content, set(), before)
+    print("fs tree root zeroed, newer data bad: ubtrfs %d, btrfs restore %d of %d"
+          % (len(ours), len(theirs), len(content)))
 
 
 def test_restore_root_tree_root_garbage(tmp_path):
     """Garbage in the root tree's root block, every copy: the superblock's backup roots and
-    the scan give the trees back. No fs tree block is damaged: every file must come out
-    byte-exact (not yet: the file the last commit rewrote comes out as it was the commit
-    before, _check_damage_case)."""
-    img, content, before = _make_commits(tmp_path)
+    the scan give the trees back. No fs tree block is damaged: every file comes out
+    byte-exact, the one the last commit rewrote too."""
+    img, content, _ = _make_commits(tmp_path)
     with C.Image(str(img)) as im:
         copies = im.physical(im.super("root"))
     for phys in copies:
         T.overwrite(img, phys, random.Random(7).randbytes(4096))
-    theirs, ours = _check_damage_case(tmp_path, img, content, set(), before)
+    theirs, ours, _ = _check_damage_case(tmp_path, img, content, set())
     print("root tree root garbage: ubtrfs %d, btrfs restore %d of %d" % (len(ours), len(theirs), len(content)))
