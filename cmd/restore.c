@@ -542,7 +542,8 @@ int cmd_restore(int argc, char **argv)
 			fprintf(stderr, "ubtrfs: error: the top-level directory: %s\n", strerror(-ret));
 			r.rc = EXIT_FATAL;
 		} else {
-			r.defer_stale = r.scavenge && !r.use_regex && !r.dry_run;
+			/* an older state asked for by name is what the user wants, not the newest the leaves give */
+			r.defer_stale = r.scavenge && !r.use_regex && !r.dry_run && !r.oa.generation && !r.oa.root_bytenr;
 			walk_dir(&r, &root, subvol, ino);
 			r.defer_stale = false;
 			/* every directory the walk made is finished before the scavenging adds to any */

@@ -18,6 +18,7 @@ named in --report, with the bytes lost.
 import json
 import os
 import random
+import re
 
 import pytest
 
@@ -346,3 +347,28 @@ def test_restore_root_tree_root_garbage(tmp_path):
         T.overwrite(img, phys, random.Random(7).randbytes(4096))
     theirs, ours, _ = _check_damage_case(tmp_path, img, content, set())
     print("root tree root garbage: ubtrfs %d, btrfs restore %d of %d" % (len(ours), len(theirs), len(content)))
+
+
+def test_restore_generation_asked_for_stays_older(tmp_path):
+    """--generation names an older state: restore gives it as that root has it (btrfs restore
+    -t with the same root tree is the oracle), and the scan's newer leaves do not replace
+    anything, although nothing is damaged and the last commit rewrote a file."""
+    img, content, before = _make_commits(tmp_path)
+    (rel,) = before
+    out = T.run(["btrfs", "inspect-internal", "dump-super", "-f", str(img)]).stdout.decode()
+    backups = sorted((int(g), int(b)) for b, g in re.findall(r"backup_tree_root:\s+(\d+)\s+gen: (\d+)", out))
+    gen, bytenr = backups[-2]
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    T.run(["btrfs", "restore", "-t", str(bytenr), str(img), str(theirs)], check=False)
+    if (theirs / rel).read_bytes() != before[rel]:
+        pytest.skip("test setup: the commit before the last did not hold the older version of %s" % rel)
+    ours = tmp_path / "ours"
+    cp = T.ubtrfs("restore", "--generation", str(gen), str(img), str(ours))
+    assert cp.returncode == 0, T.describe(cp)
+    progs = {p.relative_to(theirs).as_posix() for p in theirs.rglob("*") if p.is_file()}
+    mine = {p.relative_to(ours).as_posix() for p in ours.rglob("*") if p.is_file()}
+    assert progs == mine, (sorted(progs ^ mine)[:5], T.describe(cp))
+    for p in progs:
+        assert (ours / p).read_bytes() == (theirs / p).read_bytes(), p
+    assert (ours / rel).read_bytes() == before[rel]
