@@ -330,7 +330,7 @@ static int fresh_leaf(struct scan *s, const struct ub_eb *eb)
 				ret = leaf_extent(s, eb, (int)i, &st->bad_csums);
 		}
 	}
-	return ret == -EINVAL ? 0 : ret;
+	return ret;
 }
 
 static int found_loose(void *arg, const struct ub_eb *eb)

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "restore.h"
+#include "ubtrfs/rootscan.h"
 
 #define CHECK_CHUNK (1U << 20)
 
@@ -87,9 +88,14 @@ static bool newer(struct restorer *r, const struct rs_stale *st, struct ub_inode
 	struct ub_inode in;
 	uint64_t off = 0;
 
+	uint64_t bytes;
+
 	if (!st->fresh || st->bad_csums || !buf || ub_inode_read(r->fs, st->subvol, st->ino, &in) ||
 	    !S_ISREG(in.mode) || in.nlink != 1 || in.generation != st->in.generation || in.transid <= st->gen ||
 	    in.transid > r->last_commit)
+		return false;
+	/* extent items missing (a damaged newer leaf) or left over would not add up to its nbytes */
+	if (ub_fs_loose_extent_bytes(r->fs, st->subvol, st->ino, &bytes) || bytes != in.nbytes)
 		return false;
 	while (off < in.size) {
 		uint64_t got = 0;

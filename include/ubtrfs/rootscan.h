@@ -79,6 +79,14 @@ int ub_fs_loose_add(struct ub_fs *fs, uint64_t subvol, const struct ub_eb *leaf,
 int ub_fs_loose_cover(struct ub_fs *fs, uint64_t subvol, uint64_t generation, const struct ub_key *first,
 		      const struct ub_key *last);
 int ub_fs_loose_publish(struct ub_fs *fs);
+/*
+ * Once published: the bytes the file extents of a loose inode account for,
+ * as its inode item's nbytes counts them (inline: their length; a disk
+ * extent: its file range; a hole: none). A count that differs from the inode
+ * item's says the items gathered are not one version of the file.
+ * -ENOENT: no such loose inode.
+ */
+int ub_fs_loose_extent_bytes(const struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *bytes);
 
 /*
  * Undelete's checksums: register each extent of a deleted file (disk range,

@@ -206,6 +206,36 @@ const struct ub_itemset *ub_loose_lookup(const struct ub_fs *fs, uint64_t subvol
 	return lo < l->n && l->sets[lo]->subvol == subvol && l->sets[lo]->ino == ino ? l->sets[lo] : NULL;
 }
 
+int ub_fs_loose_extent_bytes(const struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *bytes)
+{
+	const struct ub_itemset *set = ub_loose_lookup(fs, subvol, ino);
+
+	*bytes = 0;
+	if (!set)
+		return -ENOENT;
+	for (size_t i = 0; i < set->n; i++) {
+		const struct ub_item *it = &set->items[i];
+		const uint8_t *d = it->data;
+		uint64_t n;
+
+		if (it->key.type != BTRFS_EXTENT_DATA_KEY)
+			continue;
+		if (it->size < UB_FILE_EXTENT_INLINE_DATA_START)
+			return -EUCLEAN;
+		if (UB_GET(btrfs_file_extent_item, type, d) == BTRFS_FILE_EXTENT_INLINE) {
+			n = UB_GET(btrfs_file_extent_item, ram_bytes, d);
+		} else {
+			if (it->size < sizeof(struct btrfs_file_extent_item))
+				return -EUCLEAN;
+			/* a hole (no disk extent) takes no bytes */
+			n = UB_GET(btrfs_file_extent_item, disk_bytenr, d) ? UB_GET(btrfs_file_extent_item, num_bytes, d) : 0;
+		}
+		if (__builtin_add_overflow(*bytes, n, bytes))
+			return -EUCLEAN;
+	}
+	return 0;
+}
+
 void ub_loose_free(struct ub_loose *l)
 {
 	if (!l)
