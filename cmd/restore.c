@@ -520,9 +520,8 @@ int cmd_restore(int argc, char **argv)
 		goto out;
 	}
 	{
-		struct ub_root rt;
-
 		struct ub_volume_info vi;
+		struct ub_root rt;
 
 		r.generation = ub_fs_tree_root(r.fs, BTRFS_ROOT_TREE_OBJECTID, &rt) == 0 ? rt.generation : UINT64_MAX;
 		r.fs_gen = r.generation;

@@ -453,6 +453,9 @@ static void queue_file(struct restorer *r, struct rs_file *f)
 			continue;
 		}
 		pthread_mutex_lock(&r->lock);
+		/* a file still to be made holds its directory open: taken under the queue's lock, not a second time */
+		if (!i && f->dir)
+			f->dir->refs++;
 		while (p->n == QUEUE_MAX)
 			wait_room(r);
 		p->q[(p->head + p->n) % QUEUE_MAX] = j;
@@ -518,12 +521,7 @@ bool rs_copy_make(struct restorer *r, struct frame *dir, const char *rel, size_t
 	f->dirfd = dir->fd;
 	f->name_off = name_off;
 	f->make = make;
-	if (f->dir) {
-		pthread_mutex_lock(&r->lock);
-		f->dir->refs++;
-		pthread_mutex_unlock(&r->lock);
-	}
-	queue_file(r, f);
+	queue_file(r, f); /* takes the hold on f->dir */
 	return true;
 }
 

@@ -86,9 +86,7 @@ static bool newer(struct restorer *r, const struct rs_stale *st, struct ub_inode
 {
 	struct ub_read_report rep = { 0 };
 	struct ub_inode in;
-	uint64_t off = 0;
-
-	uint64_t bytes;
+	uint64_t off = 0, bytes;
 
 	if (!st->fresh || st->bad_csums || !buf || ub_inode_read(r->fs, st->subvol, st->ino, &in) ||
 	    !S_ISREG(in.mode) || in.nlink != 1 || in.generation != st->in.generation || in.transid <= st->gen ||
@@ -148,11 +146,12 @@ static void place(struct restorer *r, struct frame *root, const struct rs_stale 
 
 void rs_stale_restore(struct restorer *r, struct frame *root)
 {
-	uint8_t *buf = NULL;
+	bool any = false;
+	uint8_t *buf;
 
 	for (size_t i = 0; i < r->nstale; i++)
-		if (r->stale[i].fresh && !buf)
-			buf = malloc(CHECK_CHUNK);
+		any |= r->stale[i].fresh;
+	buf = any ? malloc(CHECK_CHUNK) : NULL;
 	for (size_t i = 0; i < r->nstale && r->rc != EXIT_FATAL; i++) {
 		const struct rs_stale *st = &r->stale[i];
 		struct ub_inode in;

@@ -164,7 +164,6 @@ int ub_fs_loose_publish(struct ub_fs *fs)
 
 		if (l->ncovers && covered_by_newer(l, it))
 			continue;
-
 		if (!s || s->subvol != it->subvol || s->ino != it->key.objectid) {
 			struct ub_itemset **v = realloc(l->sets, (l->n + 1) * sizeof(*v));
 
