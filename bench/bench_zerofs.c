@@ -6,22 +6,29 @@
  * API, the same options, a multithreaded session). Whatever it cannot do faster
  * is FUSE's own cost on this machine.
  *
- *   bench_zerofs SIZE_BYTES DIRS FILES MOUNTPOINT     (stays in the foreground)
+ * Given a SOURCE file, the big file's bytes are read from it instead (a pread into
+ * a buffer per request, then the reply): a pass-through, what any FUSE filesystem
+ * that must fetch its bytes from a device pays at least, with no checks at all.
+ *
+ *   bench_zerofs SIZE_BYTES DIRS FILES MOUNTPOINT [SOURCE]    (stays in the foreground)
  *
  * Node ids: 1 root, 2 "zero", 3 "tree", 4 + d the directory "tree/dD",
  * 4 + DIRS + d * FILES + f the file "tree/dD/fF".
  */
 #define FUSE_USE_VERSION 35
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 static uint64_t zero_size, ndirs, nfiles;
 static const char zeros[1 << 20];
+static int source_fd = -1; /* the pass-through's file, -1 for zeros */
 
 #define ROOT_ID 1
 #define ZERO_ID 2
@@ -177,6 +184,17 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		size = 0;
 	else if (size > end - (uint64_t)off)
 		size = end - (uint64_t)off;
+	if (source_fd >= 0) {
+		char *buf = malloc(size ? size : 1);
+		ssize_t n = buf ? pread(source_fd, buf, size, off) : -1;
+
+		if (n < 0)
+			fuse_reply_err(req, buf ? errno : ENOMEM);
+		else
+			fuse_reply_buf(req, buf, (size_t)n);
+		free(buf);
+		return;
+	}
 	if (size > sizeof(zeros))
 		size = sizeof(zeros);
 	fuse_reply_buf(req, zeros, size);
@@ -206,9 +224,16 @@ int main(int argc, char **argv)
 	struct fuse_session *se;
 	int ret = 1;
 
-	if (argc != 5) {
-		fprintf(stderr, "usage: bench_zerofs SIZE_BYTES DIRS FILES MOUNTPOINT\n");
+	if (argc != 5 && argc != 6) {
+		fprintf(stderr, "usage: bench_zerofs SIZE_BYTES DIRS FILES MOUNTPOINT [SOURCE]\n");
 		return 2;
+	}
+	if (argc == 6) {
+		source_fd = open(argv[5], O_RDONLY | O_CLOEXEC);
+		if (source_fd < 0) {
+			perror(argv[5]);
+			return 2;
+		}
 	}
 	zero_size = strtoull(argv[1], NULL, 0);
 	ndirs = strtoull(argv[2], NULL, 0);

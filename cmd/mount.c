@@ -2,11 +2,17 @@
 /* ubtrfs mount: open the filesystem, mount the FUSE session, then (unless -f) go to the background. */
 #define FUSE_USE_VERSION 35
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include "cmd.h"
 #include "mount.h"
 #include "ubtrfs/devinfo.h"
@@ -28,6 +34,9 @@ static const char mount_help[] =
 	"       usebackuproot if the current root cannot be read, the newest backup root that can\n"
 	"                     (as --backup; also rescue=usebackuproot)\n"
 	"       root=BYTENR   mount the root tree at logical address BYTENR (as --root)\n"
+	"       cache=SIZE    memory for cached tree blocks (K, M, G suffixes; at least 16M)\n"
+	"       readahead=SIZE  the kernel's read-ahead window for this mount (default 4M, as\n"
+	"                     btrfs; 0 keeps FUSE's 128K); needs root, else the default stays\n"
 	"       ro, noatime, relatime, nodev, nosuid, noexec: accepted, nothing to do\n"
 	OPEN_ARGS_HELP;
 
@@ -106,13 +115,71 @@ static int find_root(struct ub_fs *fs, const struct mount_opts *mo, uint64_t *su
 	return ret;
 }
 
-static int serve(struct mount_ctx *mc, const char *dev, const char *mnt, bool foreground)
+struct readahead_job {
+	char *mnt;
+	uint64_t bytes;
+	int verbosity;
+};
+
+/*
+ * FUSE caps a mount's read-ahead at 128 KiB (its INIT reply can only lower the
+ * window), so a large read reaches the daemon as 128 KiB requests, each a
+ * round trip. The window lives in the mount's backing device info, which root
+ * may widen once INIT is done; anyone else keeps the default. This runs beside
+ * the session loop: the stat that finds the mount's device is answered by it.
+ */
+static void *set_readahead(void *arg)
+{
+	struct readahead_job *job = arg;
+	char path[64], val[32];
+	struct stat st;
+	int fd, ret, n = snprintf(val, sizeof(val), "%llu\n", (unsigned long long)(job->bytes >> 10));
+
+	ret = stat(job->mnt, &st) < 0 ? -errno : 0;
+	if (ret == 0) {
+		snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+		ret = fd < 0 ? -errno : write(fd, val, (size_t)n) == n ? 0 : -errno;
+		if (fd >= 0)
+			close(fd);
+	}
+	if (ret) {
+		char msg[PATH_MAX + 128];
+		snprintf(msg, sizeof(msg), "read-ahead left at the kernel's default: cannot set it for %s: %s", job->mnt,
+			 strerror(-ret));
+		mount_log(&job->verbosity, UB_LOG_INFO, msg);
+	}
+	free(job->mnt);
+	free(job);
+	return NULL;
+}
+
+static void start_readahead(const char *mnt, uint64_t bytes, int verbosity)
+{
+	struct readahead_job *job = malloc(sizeof(*job));
+	pthread_t tid;
+
+	if (!job)
+		return;
+	*job = (struct readahead_job){ .mnt = strdup(mnt), .bytes = bytes, .verbosity = verbosity };
+	if (!job->mnt || pthread_create(&tid, NULL, set_readahead, job)) {
+		free(job->mnt);
+		free(job);
+		return;
+	}
+	pthread_detach(tid);
+}
+
+static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosity, const char *dev, const char *mnt,
+		 bool foreground)
 {
 	char fsopts[4200];
 	char *fargv[] = { "ubtrfs", "-o", fsopts, NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
 	struct fuse_loop_config cfg = { .clone_fd = 0, .max_idle_threads = 10 };
 	struct fuse_session *se;
+	/* fuse_daemonize moves to "/": a relative mount point is resolved now, before the mount covers it */
+	char *canon = realpath(mnt, NULL);
 	int ret = EXIT_FATAL;
 
 	/* commas in a device name would split the option list */
@@ -120,8 +187,10 @@ static int serve(struct mount_ctx *mc, const char *dev, const char *mnt, bool fo
 		 strchr(dev, ',') ? "ubtrfs" : dev, geteuid() == 0 ? ",allow_other" : "");
 	se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), mc);
 	fuse_opt_free_args(&args);
-	if (!se)
+	if (!se) {
+		free(canon);
 		return EXIT_FATAL;
+	}
 	if (fuse_session_mount(se, mnt)) {
 		fprintf(stderr, "ubtrfs mount: error: cannot mount on %s\n", mnt);
 		goto out_destroy;
@@ -134,12 +203,17 @@ static int serve(struct mount_ctx *mc, const char *dev, const char *mnt, bool fo
 	}
 	if (fuse_set_signal_handlers(se))
 		goto out_unmount;
+	/* after fuse_daemonize: threads do not cross its fork */
+	if (!mo->readahead_set || mo->readahead_bytes)
+		start_readahead(canon ? canon : mnt, mo->readahead_set ? mo->readahead_bytes : MOUNT_READAHEAD_DEFAULT,
+				verbosity);
 	ret = fuse_session_loop_mt(se, &cfg) ? EXIT_FATAL : EXIT_OK;
 	fuse_remove_signal_handlers(se);
 out_unmount:
 	fuse_session_unmount(se);
 out_destroy:
 	fuse_session_destroy(se);
+	free(canon);
 	return ret;
 }
 
@@ -211,7 +285,7 @@ int cmd_mount(int argc, char **argv)
 	mc.bytes_used = UB_GET(ub_disk_super, bytes_used, sb);
 	if (mc.bytes_used > mc.total_bytes)
 		mc.bytes_used = mc.total_bytes;
-	ret = serve(&mc, devs[0], argv[argc - 1], foreground);
+	ret = serve(&mc, &mo, oa.verbosity, devs[0], argv[argc - 1], foreground);
 	mount_map_free(mc.map);
 	ub_fs_close(mc.fs);
 	free((char *)mo.subvol);

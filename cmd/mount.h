@@ -17,7 +17,12 @@ struct mount_opts {
 	uint64_t generation;  /* -o generation=N: the older root of a backup slot (as --generation), 0 if not given */
 	bool usebackuproot;   /* -o usebackuproot (or rescue=usebackuproot): as --backup */
 	uint64_t root_bytenr; /* -o root=BYTENR: as --root, 0 if not given */
+	uint64_t readahead_bytes; /* -o readahead=SIZE */
+	bool readahead_set;       /* given; else MOUNT_READAHEAD_DEFAULT */
 };
+
+/* what the kernel's btrfs gives its own mounts at least (4 MiB), so that large reads come in large requests */
+#define MOUNT_READAHEAD_DEFAULT (4ULL << 20)
 
 /* Parse one -o list into `mo`; prints what is wrong and returns -EINVAL. */
 int mount_opts_parse(struct mount_opts *mo, const char *list);

@@ -9,7 +9,7 @@
 /* Options the kernel's btrfs takes that mean nothing on a read-only mount: accepted and ignored. */
 static const char *const harmless[] = { "ro", "noatime", "relatime", "nodev", "nosuid", "noexec", "defaults", NULL };
 
-/* SIZE as mount options write it: bytes, or with a K, M or G suffix (powers of 1024). */
+/* SIZE as mount options write it (cache=, readahead=): bytes, or with a K, M or G suffix (powers of 1024). */
 static int parse_cache_size(const char *val, uint64_t *out)
 {
 	char *end;
@@ -69,6 +69,15 @@ static int one_opt(struct mount_opts *mo, char *opt)
 			fprintf(stderr, "ubtrfs mount: bad cache size '%s' (at least 16M; K, M, G suffixes)\n", val);
 			return -EINVAL;
 		}
+		return 0;
+	}
+	if (!strcmp(opt, "readahead") && val) {
+		/* the kernel takes the window in KiB; 0 leaves its default */
+		if (parse_cache_size(val, &mo->readahead_bytes) || mo->readahead_bytes > (1ULL << 30)) {
+			fprintf(stderr, "ubtrfs mount: bad readahead '%s' (at most 1G; K, M, G suffixes)\n", val);
+			return -EINVAL;
+		}
+		mo->readahead_set = true;
 		return 0;
 	}
 	if (!val ? !strcmp(opt, "usebackuproot") : !strcmp(opt, "rescue") && !strcmp(val, "usebackuproot")) {

@@ -128,6 +128,48 @@ def test_mount_subvol(ubtrfs_bin, factory):
         assert any(w in cp.stderr.decode() for w in why.split("|")), (opts, T.describe(cp))
 
 
+def _read_ahead_kb(mnt):
+    st = os.stat(mnt)
+    with open("/sys/class/bdi/%d:%d/read_ahead_kb" % (os.major(st.st_dev), os.minor(st.st_dev))) as f:
+        return int(f.read())
+
+
+def _wait_read_ahead(mnt, want):
+    """The daemon widens the window just after the mount is up: give it a moment."""
+    deadline = time.monotonic() + 10
+    while _read_ahead_kb(mnt) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _read_ahead_kb(mnt)
+
+
+def test_mount_readahead(ubtrfs_bin, factory):
+    """The read-ahead window of the mount's backing device: 4 MiB as the kernel's btrfs gives its own
+    mounts, what -o readahead= says, FUSE's own 128 KiB with readahead=0; the bytes read the same."""
+    if os.geteuid() != 0:
+        pytest.skip("only root may widen a mount's read-ahead")
+    image = factory.image("rootdir-crc32c-16384")
+    view = factory.view(image)
+    big = max((p for p, e in view.entries.items() if e["type"] == "file"), key=lambda p: view.entries[p]["size"])
+    for opts, want in (("", 4096), ("readahead=1M", 1024), ("readahead=0", 128)):
+        with fuse_mounted(ubtrfs_bin, image.devices, factory.mountpoint(), opts) as mnt:
+            assert _wait_read_ahead(mnt, want) == want, opts
+            assert T.sha256_file(mnt + big) == view.hashes[big], opts
+    # in the background with a relative mount point: the daemon leaves for "/" and must still find it
+    mnt = str(factory.mountpoint())
+    os.makedirs(mnt, exist_ok=True)
+    try:
+        cp = subprocess.run([str(ubtrfs_bin), "mount", *map(str, image.devices), os.path.basename(mnt)],
+                            cwd=os.path.dirname(mnt), stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        assert cp.returncode == 0, cp.stderr
+        assert _wait_read_ahead(mnt, 4096) == 4096
+    finally:
+        T.run(["fusermount3", "-u", "-z", mnt], check=False)
+    for opts in ("readahead=lots", "readahead=2G", "readahead=-1"):
+        cp = T.run([str(ubtrfs_bin), "mount", "-o", opts, *map(str, image.devices), str(factory.mountpoint())],
+                   check=False, timeout=60)
+        assert cp.returncode == 2 and b"bad readahead" in cp.stderr, (opts, T.describe(cp))
+
+
 def test_mount_erofs(ubtrfs_bin, factory):
     image = factory.image("rootdir-crc32c-16384")
     with fuse_mounted(ubtrfs_bin, image.devices, factory.mountpoint()) as mnt:
