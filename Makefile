@@ -113,7 +113,7 @@ tools: $(LOGCOMMIT_DRIVER)
 # ---- end of the log commit driver block ----
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-tsan build-fuzz
 
 .PHONY: all unit integration check fuzz clean
 # keep the fuzz objects between targets and runs
@@ -162,6 +162,11 @@ ifeq ($(TSAN),1)
 CFLAGS_BASE += -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS_BASE += -fsanitize=thread
 endif
+.PHONY: integration-tsan
+# make TSAN=1 integration-tsan: the mount's parallel tests (many readers, a stalled device) under it
+integration-tsan: $(BUILD)/ubtrfs tools
+	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1} /usr/bin/pytest-3 -q \
+		tests/integration/test_mount_parallel.py $(PYTEST_ARGS)
 # ---- end of the ThreadSanitizer block ----
 
 # ---- NBD devices: libnbd for lib/dev/nbd.c ----
