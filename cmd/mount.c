@@ -34,9 +34,11 @@ static const char mount_help[] =
 	"       usebackuproot if the current root cannot be read, the newest backup root that can\n"
 	"                     (as --backup; also rescue=usebackuproot)\n"
 	"       root=BYTENR   mount the root tree at logical address BYTENR (as --root)\n"
-	"       cache=SIZE    memory for cached tree blocks (K, M, G suffixes; at least 16M)\n"
-	"       readahead=SIZE  the kernel's read-ahead window for this mount (default 4M, as\n"
-	"                     btrfs; 0 keeps FUSE's 128K); needs root, else the default stays\n"
+	"       cache=SIZE    the memory budget, mostly tree blocks (default 256M, at least 16M;\n"
+	"                     K, M, G suffixes)\n"
+	"       readahead=SIZE\n"
+	"                     the kernel's read-ahead window (default 4M, what btrfs gives its\n"
+	"                     mounts; 0 keeps FUSE's 128K; only root can widen it)\n"
 	"       ro, noatime, relatime, nodev, nosuid, noexec: accepted, nothing to do\n"
 	OPEN_ARGS_HELP;
 
