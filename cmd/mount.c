@@ -135,15 +135,21 @@ static void *set_readahead(void *arg)
 	struct readahead_job *job = arg;
 	char path[64], val[32];
 	struct stat st;
-	int fd, ret, n = snprintf(val, sizeof(val), "%llu\n", (unsigned long long)(job->bytes >> 10));
+	/* the kernel counts in KiB: a size that is not a multiple rounds up, so only 0 means none */
+	int fd, ret, n = snprintf(val, sizeof(val), "%llu\n", (unsigned long long)((job->bytes + 1023) >> 10));
 
 	ret = stat(job->mnt, &st) < 0 ? -errno : 0;
 	if (ret == 0) {
 		snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(st.st_dev), minor(st.st_dev));
 		fd = open(path, O_WRONLY | O_CLOEXEC);
-		ret = fd < 0 ? -errno : write(fd, val, (size_t)n) == n ? 0 : -errno;
-		if (fd >= 0)
+		if (fd < 0) {
+			ret = -errno;
+		} else {
+			ssize_t w = write(fd, val, (size_t)n);
+
+			ret = w == n ? 0 : w < 0 ? -errno : -EIO;
 			close(fd);
+		}
 	}
 	if (ret) {
 		char msg[PATH_MAX + 128];
