@@ -223,8 +223,19 @@ struct ub_xattr {
 int ub_xattr_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t ino,
 		     int (*cb)(void *arg, const struct ub_xattr *xa), void *arg);
 
-/* Verified read of data extent bytes (logical, len sector-aligned); bad sectors flagged in `bad` (1 byte per sector). */
-int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad);
+/* Whose bytes a data read is for, so that its messages about bad copies name the file too. */
+struct ub_data_owner {
+	uint64_t subvol, ino;
+	uint64_t foff;   /* file offset of the extent's first byte at `logical`, or of the compressed extent */
+	uint64_t logical;
+	bool compressed; /* the bytes are a compressed extent: file offsets do not follow logical ones */
+};
+/*
+ * Verified read of data extent bytes (logical, len sector-aligned); bad sectors flagged in `bad`
+ * (1 byte per sector). `who` (may be NULL) is named in the messages about bad copies.
+ */
+int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad,
+		 const struct ub_data_owner *who);
 
 /* ---- copies that keep holes, subvolumes ---- */
 /*

@@ -119,7 +119,21 @@ static int read_run(struct ub_fs *fs, uint64_t logical, uint64_t i, uint64_t j, 
 	return r;
 }
 
-int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad)
+/* "; subvol S ino I file offset F" for the bytes at `at`, or nothing without an owner. */
+static void owner_words(const struct ub_data_owner *who, uint64_t at, char *out, size_t len)
+{
+	if (!who)
+		*out = '\0';
+	else if (who->compressed)
+		snprintf(out, len, "; subvol %llu ino %llu, the compressed extent at file offset %llu",
+			 (unsigned long long)who->subvol, (unsigned long long)who->ino, (unsigned long long)who->foff);
+	else
+		snprintf(out, len, "; subvol %llu ino %llu file offset %llu", (unsigned long long)who->subvol,
+			 (unsigned long long)who->ino, (unsigned long long)(who->foff + (at - who->logical)));
+}
+
+int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad,
+		 const struct ub_data_owner *who)
 {
 	const uint32_t ss = fs->vol->sectorsize, cs = fs->vol->csum_size;
 	uint64_t nsec = len / ss;
@@ -179,20 +193,27 @@ int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf,
 				if (ok[k]) {
 					uint64_t bad_here = verify_run(fs, k, e, tmp, csums, have, good, buf);
 					mism += bad_here;
-					if (bad_here < e - k)
-						ub_info(&fs->log, "data at logical %llu+%llu: good data from copy %d",
+					if (bad_here < e - k) {
+						char whose[128];
+
+						owner_words(who, logical + k * ss, whose, sizeof(whose));
+						ub_info(&fs->log, "data at logical %llu+%llu: good data from copy %d%s",
 							(unsigned long long)(logical + k * ss),
-							(unsigned long long)((e - k) * ss), m);
+							(unsigned long long)((e - k) * ss), m, whose);
+					}
 				}
 				k = e - 1;
 			}
 			if (r || mism) {
-				char where[256];
+				char where[256], whose[128];
+
 				ub_volume_describe_copy(fs->vol, logical + i * ss, m, where, sizeof(where));
+				owner_words(who, logical + i * ss, whose, sizeof(whose));
 				/* a missing device was reported once at open; a bad copy is news */
 				ub_logf(&fs->log, (mism || r != -ENXIO) ? UB_LOG_WARN : UB_LOG_INFO,
-					"data at logical %llu+%llu: %s: %s", (unsigned long long)(logical + i * ss),
-					(unsigned long long)((j - i) * ss), where, mism ? "checksum mismatch" : strerror(-r));
+					"data at logical %llu+%llu: %s: %s%s", (unsigned long long)(logical + i * ss),
+					(unsigned long long)((j - i) * ss), where, mism ? "checksum mismatch" : strerror(-r),
+					whose);
 			}
 			i = j;
 		}

@@ -268,7 +268,8 @@ static int read_plain(struct file_ctx *c, uint64_t foff, uint64_t num, uint64_t 
 		free(bad);
 		return -ENOMEM;
 	}
-	ret = ub_data_read(c->fs, (ls / ss) * ss, alen, tmp, c->verify, bad);
+	ret = ub_data_read(c->fs, (ls / ss) * ss, alen, tmp, c->verify, bad,
+			   &(struct ub_data_owner){ .subvol = c->subvol, .ino = c->ino, .foff = foff, .logical = logical });
 	if (ret && ret != -EIO)
 		goto out;
 	if (!direct)
@@ -420,7 +421,9 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 		sl->bad = malloc(MAX_UNCOMPRESSED / ss + 1);
 	if (!sl->in || (!sl->out && !sl->direct) || !sl->bad)
 		return -ENOMEM;
-	ret = ub_data_read(c->fs, dbytenr, dlen, sl->in, c->verify, sl->bad);
+	ret = ub_data_read(c->fs, dbytenr, dlen, sl->in, c->verify, sl->bad,
+			   &(struct ub_data_owner){ .subvol = c->subvol, .ino = c->ino, .foff = key->offset,
+						    .logical = dbytenr, .compressed = true });
 	if (ret == -EIO) {
 		dc_drain(c);
 		report_bad(c, key->offset, key->offset, num, dbytenr, "compressed data unreadable on every copy");

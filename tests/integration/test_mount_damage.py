@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """What the mount does with a bad data sector while it serves reads: the reader gets the good
 copy, or EIO for exactly the pages no copy holds (as on the kernel's mount), and the daemon's log
-(stderr with -f) names what was wrong: the copy's device and physical address, the file's inode,
-offset and logical address."""
+(stderr with -f) names what was wrong: the copy's device and physical address and the file's
+inode and offset; for data no copy holds, the inode, offset and logical address."""
 
 import errno
 import os
@@ -51,8 +51,11 @@ def test_mount_bad_data_sector(ubtrfs_bin, factory, image_copy):  # noqa: F811
         with open(mnt + path, "rb") as f:
             assert f.read() == data, "the mount did not serve the good copy"
     err = log[0]
-    assert "checksum mismatch" in err and dev in err, err[-3000:]
-    assert T.mentions_number(err, phys), "the log does not name physical %d: %s" % (phys, err[-3000:])
+    bad = [ln for ln in err.splitlines() if "checksum mismatch" in ln]
+    assert bad and dev in bad[0], err[-3000:]
+    assert T.mentions_number(bad[0], phys), "the log does not name physical %d: %s" % (phys, bad[0])
+    # and the file whose bytes they are
+    assert "ino %d file offset %d" % (ino, bad_off) in bad[0], bad[0]
 
     # both copies bad: EIO for that page alone, every other page exact; the log names the file
     dev2, phys2 = next(w for w in where if w != (dev, phys))
