@@ -186,8 +186,9 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
 	struct fuse_loop_config cfg = { .clone_fd = 0, .max_idle_threads = 10 };
 	struct fuse_session *se;
+	const uint64_t ra = mo->readahead_bytes;
 	/* fuse_daemonize moves to "/": a relative mount point is resolved now, before the mount covers it */
-	char *canon = realpath(mnt, NULL);
+	char *canon = ra ? realpath(mnt, NULL) : NULL;
 	int ret = EXIT_FATAL;
 
 	/* commas in a device name would split the option list */
@@ -212,9 +213,8 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 	if (fuse_set_signal_handlers(se))
 		goto out_unmount;
 	/* after fuse_daemonize: threads do not cross its fork */
-	if (!mo->readahead_set || mo->readahead_bytes)
-		start_readahead(canon ? canon : mnt, mo->readahead_set ? mo->readahead_bytes : MOUNT_READAHEAD_DEFAULT,
-				verbosity);
+	if (ra)
+		start_readahead(canon ? canon : mnt, ra, verbosity);
 	ret = fuse_session_loop_mt(se, &cfg) ? EXIT_FATAL : EXIT_OK;
 	fuse_remove_signal_handlers(se);
 out_unmount:
@@ -230,7 +230,7 @@ int cmd_mount(int argc, char **argv)
 	static const struct option longopts[] = { { "help", no_argument, NULL, 'h' }, OPEN_ARGS_LONGOPTS,
 						  { NULL, 0, NULL, 0 } };
 	struct open_args oa;
-	struct mount_opts mo = { 0 };
+	struct mount_opts mo = { .readahead_bytes = MOUNT_READAHEAD_DEFAULT };
 	struct mount_ctx mc = { 0 };
 	bool foreground = false;
 	uint64_t subvol, ino;

@@ -17,8 +17,7 @@ struct mount_opts {
 	uint64_t generation;  /* -o generation=N: the older root of a backup slot (as --generation), 0 if not given */
 	bool usebackuproot;   /* -o usebackuproot (or rescue=usebackuproot): as --backup */
 	uint64_t root_bytenr; /* -o root=BYTENR: as --root, 0 if not given */
-	uint64_t readahead_bytes; /* -o readahead=SIZE */
-	bool readahead_set;       /* given; else MOUNT_READAHEAD_DEFAULT */
+	uint64_t readahead_bytes; /* -o readahead=SIZE; 0 leaves FUSE's own; MOUNT_READAHEAD_DEFAULT if not given */
 };
 
 /* what the kernel's btrfs gives its own mounts at least (4 MiB), so that large reads come in large requests */

@@ -10,7 +10,7 @@
 static const char *const harmless[] = { "ro", "noatime", "relatime", "nodev", "nosuid", "noexec", "defaults", NULL };
 
 /* SIZE as mount options write it (cache=, readahead=): bytes, or with a K, M or G suffix (powers of 1024). */
-static int parse_cache_size(const char *val, uint64_t *out)
+static int parse_size(const char *val, uint64_t *out)
 {
 	char *end;
 	unsigned long long v;
@@ -65,7 +65,7 @@ static int one_opt(struct mount_opts *mo, char *opt)
 	}
 	if (!strcmp(opt, "cache") && val) {
 		/* below a few MiB the tree cache cannot hold one walk's path and its readahead */
-		if (parse_cache_size(val, &mo->cache_bytes) || mo->cache_bytes < (16ULL << 20)) {
+		if (parse_size(val, &mo->cache_bytes) || mo->cache_bytes < (16ULL << 20)) {
 			fprintf(stderr, "ubtrfs mount: bad cache size '%s' (at least 16M; K, M, G suffixes)\n", val);
 			return -EINVAL;
 		}
@@ -73,11 +73,10 @@ static int one_opt(struct mount_opts *mo, char *opt)
 	}
 	if (!strcmp(opt, "readahead") && val) {
 		/* the kernel takes the window in KiB; 0 leaves its default */
-		if (parse_cache_size(val, &mo->readahead_bytes) || mo->readahead_bytes > (1ULL << 30)) {
+		if (parse_size(val, &mo->readahead_bytes) || mo->readahead_bytes > (1ULL << 30)) {
 			fprintf(stderr, "ubtrfs mount: bad readahead '%s' (at most 1G; K, M, G suffixes)\n", val);
 			return -EINVAL;
 		}
-		mo->readahead_set = true;
 		return 0;
 	}
 	if (!val ? !strcmp(opt, "usebackuproot") : !strcmp(opt, "rescue") && !strcmp(val, "usebackuproot")) {
