@@ -6,6 +6,7 @@
 #include <string.h>
 #include "alloc/alloc_internal.h"
 #include "alloc/chunk_alloc.h"
+#include "tree/roots.h"
 
 #define KIND_BITS (BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_METADATA | BTRFS_BLOCK_GROUP_SYSTEM)
 #define MiB (1024ULL * 1024)
@@ -545,9 +546,10 @@ uint64_t ub_chunk_commit_reserve(const struct ub_chunk_ctx *cc)
 	uint64_t levels = 0, whole, ns = cc->vol->nodesize;
 	struct ub_space_info si;
 
-	if (cc->meta_roots) {
-		for (int i = 0; i < cc->nmeta_roots; i++)
-			levels += (uint64_t)cc->meta_roots[i]->level + 1;
+	if (cc->roots) {
+		for (const struct ub_eroot *er = ub_roots_first(cc->roots); er; er = ub_roots_next(er))
+			if (&er->root != cc->chunk_root && er->root.bytenr)
+				levels += (uint64_t)er->root.level + 1;
 	} else {
 		levels += (uint64_t)cc->dev_root->level + 1 + (uint64_t)cc->extent_root->level + 1;
 		if (cc->fst_root)

@@ -70,6 +70,8 @@
 #include "alloc/alloc.h"
 #include "alloc/chunk_layout.h"
 
+struct ub_roots;
+
 /* What chunk allocation works on: the running transaction's pieces. */
 struct ub_chunk_ctx {
 	struct ub_tree_ctx *tc;
@@ -78,9 +80,12 @@ struct ub_chunk_ctx {
 	struct ub_alloc *alloc;
 	struct ub_root *chunk_root, *dev_root, *extent_root;
 	struct ub_root *fst_root; /* NULL: no free space tree */
-	/* every metadata tree root (for the commit reserve); NULL: only those above */
-	const struct ub_root *const *meta_roots;
-	int nmeta_roots;
+	/*
+	 * The table of every tree's root object, for the commit reserve, which
+	 * counts each tree but the chunk tree (in SYSTEM space) at its live
+	 * height; NULL: only the trees above.
+	 */
+	struct ub_roots *roots;
 };
 
 /* The profile new chunks of `kind` (DATA, METADATA or SYSTEM) get: the existing groups' (the kernel's

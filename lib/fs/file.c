@@ -34,6 +34,7 @@ struct dc_slot {
 
 struct file_ctx {
 	struct ub_fs *fs;
+	enum ub_view view;
 	uint64_t subvol, ino;
 	bool verify;
 	uint8_t *buf;    /* the caller's buffer, file offset `off` at buf[0] */
@@ -268,7 +269,7 @@ static int read_plain(struct file_ctx *c, uint64_t foff, uint64_t num, uint64_t 
 		free(bad);
 		return -ENOMEM;
 	}
-	ret = ub_data_read(c->fs, (ls / ss) * ss, alen, tmp, c->verify, bad,
+	ret = ub_data_read_view(c->fs, c->view, (ls / ss) * ss, alen, tmp, c->verify, bad,
 			   &(struct ub_data_owner){ .subvol = c->subvol, .ino = c->ino, .foff = foff, .logical = logical });
 	if (ret && ret != -EIO)
 		goto out;
@@ -392,7 +393,9 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 		dc_finish_oldest(c);
 	if (!c->pool) {
 		c->pool = ub_dc_pool_get(c->fs);
-		c->have_era = c->pool && c->fs->extent_tree && !ub_fs_committed(c->fs, c->fs->extent_tree, &c->era);
+		/* read-ahead is keyed by the committed extent tree: the live view neither parks nor takes */
+		c->have_era = c->view == UB_VIEW_COMMITTED && c->pool && c->fs->extent_tree &&
+			      !ub_fs_committed(c->fs, c->fs->extent_tree, &c->era);
 	}
 	sl = &c->slots[(c->dc_head + c->dc_count) % DC_DEPTH];
 	sl->key_off = key->offset;
@@ -421,7 +424,7 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 		sl->bad = malloc(MAX_UNCOMPRESSED / ss + 1);
 	if (!sl->in || (!sl->out && !sl->direct) || !sl->bad)
 		return -ENOMEM;
-	ret = ub_data_read(c->fs, dbytenr, dlen, sl->in, c->verify, sl->bad,
+	ret = ub_data_read_view(c->fs, c->view, dbytenr, dlen, sl->in, c->verify, sl->bad,
 			   &(struct ub_data_owner){ .subvol = c->subvol, .ino = c->ino, .foff = key->offset,
 						    .logical = dbytenr, .compressed = true });
 	if (ret == -EIO) {
@@ -557,6 +560,12 @@ static uint64_t extent_end(const struct ub_fs *fs, const struct ub_key *key, con
 int ub_file_read_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t len, void *buf,
 		       uint64_t *got, struct ub_read_report *rep)
 {
+	return ub_file_read_view(fs, UB_VIEW_COMMITTED, inode, off, len, buf, got, rep);
+}
+
+int ub_file_read_view(struct ub_fs *fs, enum ub_view v, const struct ub_inode *inode, uint64_t off, uint64_t len,
+		      void *buf, uint64_t *got, struct ub_read_report *rep)
+{
 	const uint64_t subvol = inode->subvol, ino = inode->ino;
 	struct ub_icur cur;
 	struct ub_key key;
@@ -571,10 +580,10 @@ int ub_file_read_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t 
 	if (len > inode->size - off)
 		len = inode->size - off;
 	memset(buf, 0, len);
-	ret = ub_icur_open(fs, subvol, ino, &cur);
+	ret = ub_icur_open_view(fs, v, subvol, ino, &cur);
 	if (ret)
 		return ret;
-	c = (struct file_ctx){ .fs = fs, .subvol = subvol, .ino = ino, .verify = !(inode->flags & UB_INODE_NODATASUM),
+	c = (struct file_ctx){ .fs = fs, .view = v, .subvol = subvol, .ino = ino, .verify = !(inode->flags & UB_INODE_NODATASUM),
 			       .buf = buf, .off = off, .end = off + len, .rep = rep, .corrupt_at = UINT64_MAX };
 	ret = ub_icur_seek_extent(&cur, off);
 	while (ret == 0) {

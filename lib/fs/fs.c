@@ -67,6 +67,29 @@ int ub_fs_tree_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out)
 	return ret ? ret : ub_roots_committed(fs->roots, er, out);
 }
 
+int ub_fs_view_of(struct ub_fs *fs, enum ub_view v, const struct ub_eroot *er, struct ub_root *out)
+{
+	if (v == UB_VIEW_COMMITTED)
+		return ub_roots_committed(fs->roots, er, out);
+	/* the live root is the writer's, read on its own thread: no lock (lib/tree/roots.h) */
+	if (!er || !er->root.bytenr)
+		return -ENOENT;
+	*out = er->root;
+	return 0;
+}
+
+int ub_fs_view_root(struct ub_fs *fs, enum ub_view v, uint64_t objectid, struct ub_root *out)
+{
+	struct ub_eroot *er;
+	int ret;
+
+	if (v == UB_VIEW_COMMITTED)
+		return ub_fs_tree_root(fs, objectid, out);
+	/* a tree the running transaction made is loaded from the live root tree, as the writer loads it */
+	ret = ub_roots_load(fs->roots, &fs->tc, &fs->root_tree->root, objectid, &er);
+	return ret ? ret : ub_fs_view_of(fs, v, er, out);
+}
+
 static void find_global(struct ub_fs *fs, uint64_t id, struct ub_eroot **er, bool expected)
 {
 	int ret = ub_fs_root(fs, id, er);

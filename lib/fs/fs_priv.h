@@ -50,4 +50,24 @@ int ub_fs_rebuild_chunks(struct ub_fs *fs);
 void ub_loose_free(struct ub_loose *l);
 void ub_loose_csums_free(struct ub_loose_csums *l);
 
+/*
+ * Which state a read sees. UB_VIEW_COMMITTED: the last commit, with a
+ * pending fsync log (and restore's loose inodes) laid over it, what every
+ * read-only command reads. UB_VIEW_LIVE: the writer's running transaction
+ * (each tree's live root), what the next commit will hold; only the writer's
+ * own thread may read it (docs/design.md, "Views"). Both views verify every
+ * block and data sector the same way.
+ */
+enum ub_view { UB_VIEW_COMMITTED = 0, UB_VIEW_LIVE = 1 };
+/* er's root as view v sees it: 0, or -ENOENT when er is NULL or its tree empty in that view. */
+int ub_fs_view_of(struct ub_fs *fs, enum ub_view v, const struct ub_eroot *er, struct ub_root *out);
+/* The root of tree `objectid` as view v sees it: 0, -ENOENT, <0. */
+int ub_fs_view_root(struct ub_fs *fs, enum ub_view v, uint64_t objectid, struct ub_root *out);
+/* ub_data_read (ubtrfs/fs.h) through view v: the checksums come from v's csum tree. */
+int ub_data_read_view(struct ub_fs *fs, enum ub_view v, uint64_t logical, uint64_t len, uint8_t *buf, bool verify,
+		      uint8_t *bad, const struct ub_data_owner *who);
+/* ub_file_read_inode (ubtrfs/fs.h) through view v: the extent items from v's subvolume tree. */
+int ub_file_read_view(struct ub_fs *fs, enum ub_view v, const struct ub_inode *inode, uint64_t off, uint64_t len,
+		      void *buf, uint64_t *got, struct ub_read_report *rep);
+
 #endif

@@ -26,7 +26,7 @@ struct ub_itemset {
 struct ub_icur {
 	struct ub_fs *fs;
 	uint64_t subvol, ino;
-	struct ub_root root; /* the committed root at open: the cursor reads one commit throughout */
+	struct ub_root root; /* the view's root at open: the cursor reads one state throughout */
 	struct ub_path path;
 	const struct ub_itemset *set; /* non-NULL: replayed inode */
 	size_t idx;
@@ -35,6 +35,8 @@ struct ub_icur {
 
 /* Open a cursor over inode `ino` of `subvol` (not positioned yet). */
 int ub_icur_open(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur);
+/* Same through view v: UB_VIEW_LIVE reads the running transaction's tree (no replay or loose sets). */
+int ub_icur_open_view(struct ub_fs *fs, enum ub_view v, uint64_t subvol, uint64_t ino, struct ub_icur *cur);
 /* Same, but always the on-disk items, ignoring any replay (used by the replay itself). */
 int ub_icur_open_disk(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur);
 void ub_icur_close(struct ub_icur *cur);

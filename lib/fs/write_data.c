@@ -124,101 +124,22 @@ static int extent_at(struct fsw *w, uint64_t ino, uint64_t pos, struct ub_key *k
 	return ret;
 }
 
-/* copy [off, off+len) of the file as the transaction sees it (zeros in holes and past isize) */
+/*
+ * Copy [off, off+len) of the file as the transaction sees it (zeros in holes
+ * and past isize): through the readers' path in the live view, so every
+ * sector is checked against the transaction's checksums and a bad copy is
+ * skipped for a good one (copies, parity); -EIO when no copy is good, never
+ * bytes nobody vouches for (a partial-sector write would give them fresh
+ * checksums).
+ */
 static int read_range(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t off, uint8_t *buf, uint64_t len)
 {
-	uint64_t isize = II_GET(size, ii), pos = off, end = off + len;
-	uint8_t *fe = malloc(UB_FE_SIZE + 4096);
-	int ret = 0;
+	struct ub_inode inode = { .subvol = w->subvol, .ino = ino, .size = II_GET(size, ii),
+				  .flags = II_GET(flags, ii) };
+	uint64_t got;
 
-	if (!fe)
-		return -ENOMEM;
 	memset(buf, 0, len);
-	if (end > isize)
-		end = isize > off ? isize : off;
-	while (pos < end) {
-		struct ub_key k;
-		uint32_t fsize;
-		uint64_t estart, eend;
-
-		ret = extent_at(w, ino, pos, &k, fe, &fsize);
-		if (ret) {
-			ret = ret > 0 ? 0 : ret;
-			break;
-		}
-		estart = k.offset;
-		if (estart >= end)
-			break;
-		if (FE_GET(type, fe) == BTRFS_FILE_EXTENT_INLINE) {
-			uint64_t ram = FE_GET(ram_bytes, fe);
-			uint8_t *tmp;
-
-			eend = estart + ram;
-			if (estart != 0 || ram > 65536) {
-				ret = -EUCLEAN;
-				break;
-			}
-			tmp = calloc(1, ram ? ram : 1);
-			if (!tmp) {
-				ret = -ENOMEM;
-				break;
-			}
-			if (FE_GET(compression, fe) == UB_COMPRESS_NONE) {
-				memcpy(tmp, fe + INLINE_HDR, fsize - INLINE_HDR < ram ? fsize - INLINE_HDR : ram);
-			} else {
-				size_t produced;
-				char why[128];
-				ret = ub_decompress((int)FE_GET(compression, fe), fe + INLINE_HDR, fsize - INLINE_HDR, tmp, ram,
-						    w->e->fs.vol->sectorsize, &produced, why, sizeof(why));
-			}
-			if (!ret) {
-				uint64_t from = pos > estart ? pos : estart, to = eend < end ? eend : end;
-				if (to > from)
-					memcpy(buf + (from - off), tmp + from, to - from);
-			}
-			free(tmp);
-			if (ret)
-				break;
-			pos = eend > pos ? eend : pos + 1;
-			if (eend <= pos && estart >= end)
-				break;
-			continue;
-		}
-		eend = estart + FE_GET(num_bytes, fe);
-		{
-			uint64_t from = pos > estart ? pos : estart, to = eend < end ? eend : end;
-			uint64_t dbytenr = FE_GET(disk_bytenr, fe), eoff = FE_GET(offset, fe);
-
-			if (to > from && dbytenr != 0 && FE_GET(type, fe) == BTRFS_FILE_EXTENT_REG) {
-				if (FE_GET(compression, fe) == UB_COMPRESS_NONE) {
-					ret = ub_volume_read(w->e->fs.vol, dbytenr + eoff + (from - estart), to - from, 0,
-							     buf + (from - off));
-				} else {
-					uint64_t dlen = FE_GET(disk_num_bytes, fe), ram = FE_GET(ram_bytes, fe);
-					uint8_t *cin = dlen <= (128u << 10) ? malloc(dlen) : NULL;
-					uint8_t *cout = ram <= (128u << 10) ? malloc(ram) : NULL;
-					size_t produced;
-					char why[128];
-
-					ret = cin && cout ? ub_volume_read(w->e->fs.vol, dbytenr, dlen, 0, cin) : -EUCLEAN;
-					if (!ret)
-						ret = ub_decompress((int)FE_GET(compression, fe), cin, dlen, cout, ram,
-								    w->e->fs.vol->sectorsize, &produced, why, sizeof(why));
-					if (!ret && eoff + (to - estart) <= ram)
-						memcpy(buf + (from - off), cout + eoff + (from - estart), to - from);
-					else if (!ret)
-						ret = -EUCLEAN;
-					free(cin);
-					free(cout);
-				}
-				if (ret)
-					break;
-			}
-			pos = eend > pos ? eend : pos + 1;
-		}
-	}
-	free(fe);
-	return ret;
+	return ub_file_read_view(&w->e->fs, UB_VIEW_LIVE, &inode, off, len, buf, &got, NULL);
 }
 
 /* ---- checksums ---- */

@@ -23,7 +23,6 @@
  * unlinked-but-open inodes (the FUSE mount) will need to add.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -310,53 +309,39 @@ int fsw_check_name(const char *name, size_t len)
  * Inode numbers as the kernel hands them out during one mount: the highest
  * objectid of the tree + 1 when the tree is first used, then one up each
  * time, never reusing a number freed meanwhile (so a number names one inode
- * for the life of the engine, which NFS-style handles and the FUSE mount rely
- * on). Remembered per engine and tree in a small table; a forgotten entry
- * only means a fresh start from the tree's highest objectid. A new snapshot
- * starts counting when it is made (the kernel loads its root then), so names
- * its source unlinks before the first create there do not lower the count.
+ * for the life of the open filesystem, which NFS-style handles and the FUSE
+ * mount rely on). The count lives in the subvolume's root object
+ * (ub_eroot.next_ino). A new snapshot starts counting when it is made (the
+ * kernel loads its root then), so names its source unlinks before the first
+ * create there do not lower the count.
  */
-#define INO_CACHE 256
-static struct {
-	const struct ub_engine *e;
-	uint64_t subvol, next;
-} g_ino[INO_CACHE];
-static unsigned g_ino_victim;
-static pthread_mutex_t g_ino_lock = PTHREAD_MUTEX_INITIALIZER; /* engines of other threads share the table */
-
 int fsw_next_ino(struct fsw *w, bool take, uint64_t *ino)
 {
-	struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, 255, UINT64_MAX };
-	struct ub_path p;
-	uint64_t n;
-	int ret, slot = -1;
+	uint64_t next = __atomic_load_n(&w->fs->next_ino, __ATOMIC_ACQUIRE), n;
 
-	ub_path_init(&p);
-	ret = ub_tree_search_le(w->tc, &w->fs->root, &key, &p);
-	if (ret == 0)
-		ub_path_key(&p, &key);
-	ub_path_release(&p);
-	if (ret < 0)
-		return ret;
-	n = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID + 1;
-	pthread_mutex_lock(&g_ino_lock);
-	for (int i = 0; i < INO_CACHE; i++)
-		if (g_ino[i].e == w->e && g_ino[i].subvol == w->subvol)
-			slot = i;
-	if (slot < 0) {
-		slot = (int)(g_ino_victim++ % INO_CACHE);
-		g_ino[slot].e = w->e;
-		g_ino[slot].subvol = w->subvol;
-		g_ino[slot].next = 0;
+	if (next == 0) {
+		struct ub_key key = { BTRFS_LAST_FREE_OBJECTID, 255, UINT64_MAX };
+		struct ub_path p;
+		int ret;
+
+		ub_path_init(&p);
+		ret = ub_tree_search_le(w->tc, &w->fs->root, &key, &p);
+		if (ret == 0)
+			ub_path_key(&p, &key);
+		ub_path_release(&p);
+		if (ret < 0)
+			return ret;
+		n = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1
+									  : BTRFS_FIRST_FREE_OBJECTID + 1;
+		/* whoever counted first wins; `next` then holds its count */
+		if (__atomic_compare_exchange_n(&w->fs->next_ino, &next, n, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			next = n;
 	}
-	if (take && g_ino[slot].next > n)
-		n = g_ino[slot].next;
-	if (n <= BTRFS_LAST_FREE_OBJECTID)
-		g_ino[slot].next = take ? n + 1 : n;
-	pthread_mutex_unlock(&g_ino_lock);
-	if (n > BTRFS_LAST_FREE_OBJECTID)
+	if (take)
+		next = __atomic_fetch_add(&w->fs->next_ino, 1, __ATOMIC_ACQ_REL);
+	if (next > BTRFS_LAST_FREE_OBJECTID)
 		return -EOVERFLOW;
-	*ino = n;
+	*ino = next;
 	return 0;
 }
 

@@ -58,7 +58,6 @@ struct rd {
 	struct ub_engine *e;
 	struct ub_txn *t;
 	struct ub_eroot *dev_root;
-	const struct ub_root *meta[64];
 	struct ub_chunk_ctx cc;
 	const struct ub_log *log;
 	uint8_t *buf;
@@ -70,25 +69,10 @@ struct rd {
 	char path[8192];          /* the entry being copied, for messages */
 };
 
-static void fill_cc(struct rd *r)
+/* the running transaction's pieces for chunk allocation (every tree counts in the commit reserve) */
+static int fill_cc(struct rd *r)
 {
-	int n = 0;
-
-	for (struct ub_eroot *er = ub_roots_first(r->e->fs.roots); er && n < 64; er = ub_roots_next(er))
-		if (er != r->e->fs.chunk_tree && er->root.bytenr)
-			r->meta[n++] = &er->root;
-	r->cc = (struct ub_chunk_ctx){
-		.tc = &r->e->fs.tc,
-		.ta = ub_txn_ta(r->t),
-		.vol = r->e->fs.vol,
-		.alloc = r->e->alloc,
-		.chunk_root = &r->e->fs.chunk_tree->root,
-		.dev_root = &r->dev_root->root,
-		.extent_root = &r->e->fs.extent_tree->root,
-		.fst_root = r->e->fs.fst_tree ? &r->e->fs.fst_tree->root : NULL,
-		.meta_roots = r->meta,
-		.nmeta_roots = n,
-	};
+	return ub_txn_chunk_ctx(r->t, &r->cc);
 }
 
 static int commit(struct rd *r)
@@ -119,9 +103,7 @@ static int start(struct rd *r)
 	ret = ub_txn_start(r->e, &r->t);
 	if (ret)
 		return ret;
-	/* trees loaded by the last transaction join the commit reserve's list */
-	fill_cc(r);
-	return 0;
+	return fill_cc(r);
 }
 
 /* Before one file API call that may add about `items` item changes: room for its metadata. */
@@ -144,8 +126,9 @@ static int prepare(struct rd *r, unsigned items)
 		return ret;
 	bytes = (uint64_t)r->e->fs.vol->nodesize * ub_chunk_op_blocks(fs->root.level) * items;
 	for (int tries = 0;; tries++) {
-		fill_cc(r);
-		ret = ub_chunk_prepare(&r->cc, bytes, UB_CHUNK_OP_ADD);
+		ret = fill_cc(r);
+		if (!ret)
+			ret = ub_chunk_prepare(&r->cc, bytes, UB_CHUNK_OP_ADD);
 		if ((ret != -EAGAIN && ret != -ENOSPC) || tries > 0)
 			break;
 		/* space this transaction freed (pinned) or will free comes back with a commit */

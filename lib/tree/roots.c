@@ -69,6 +69,8 @@ static void fill(struct ub_eroot *er, const struct ub_root *r, bool has_item, bo
 	er->item_generation = r->generation;
 	er->item_level = r->level;
 	er->committed = born ? (struct ub_root){ r->objectid, 0, 0, 0 } : *r;
+	/* a tree made anew (an empty object reused) counts its inode numbers afresh */
+	__atomic_store_n(&er->next_ino, 0, __ATOMIC_RELAXED);
 }
 
 /* Called with the mutex held; the new object goes at the end so the root and chunk trees stay first. */

@@ -455,45 +455,49 @@ static int drop_some(struct ub_engine *e, const struct dead *dd, uint64_t budget
 static int remove_empty_groups(struct ub_engine *e)
 {
 	uint64_t cand[64], pos = 0, start, op_bytes;
-	int n = 0, removed = 0, ret = 0;
+	int n, removed = 0, ret = 0;
 
-	/*
-	 * Only groups that are empty now: a chunk the preparation of a removal
-	 * adds is empty too, and taking it away would only make the next
-	 * preparation add another.
-	 */
-	while (n < 64 && ub_chunk_next_removable(e->alloc, pos, &start) == 0) {
-		cand[n++] = start;
-		pos = start + 1;
-	}
 	op_bytes = (uint64_t)e->fs.vol->nodesize * ub_chunk_op_blocks(e->fs.extent_tree->root.level) * 8;
-	for (int i = 0; i < n && !ret; i++) {
-		struct ub_chunk_ctx cc;
-		struct ub_txn *t;
-
-		/* the rule again: an earlier removal may have made this one the last of its kind */
-		if (ub_chunk_next_removable(e->alloc, cand[i], &start) || start != cand[i])
-			continue;
-		ret = ub_engine_begin_op(e, op_bytes, UB_CHUNK_OP_FREE, &t);
-		if (!ret)
-			ret = ub_txn_chunk_ctx(t, &cc);
-		if (!ret)
-			ret = ub_chunk_remove(&cc, start);
-		if (ret == -EBUSY) {
-			ret = 0; /* touched by this transaction's preparation: not now */
-		} else if (ret) {
-			ub_err(&e->fs.log, "cleaner: removing the empty block group at %llu failed: %d",
-			       (unsigned long long)start, ret);
-			if (e->running)
-				ub_txn_abort(e->running);
-			return ret;
-		} else {
-			removed++;
+	/* in batches of candidates, until none is left past the last batch */
+	do {
+		/*
+		 * Only groups that are empty now: a chunk the preparation of a removal
+		 * adds is empty too, and taking it away would only make the next
+		 * preparation add another.
+		 */
+		n = 0;
+		while (n < 64 && ub_chunk_next_removable(e->alloc, pos, &start) == 0) {
+			cand[n++] = start;
+			pos = start + 1;
 		}
-		/* at once: the freed device ranges must not be reused before this commit is durable */
-		if (!ret)
-			ret = ub_engine_commit(e);
-	}
+		for (int i = 0; i < n && !ret; i++) {
+			struct ub_chunk_ctx cc;
+			struct ub_txn *t;
+
+			/* the rule again: an earlier removal may have made this one the last of its kind */
+			if (ub_chunk_next_removable(e->alloc, cand[i], &start) || start != cand[i])
+				continue;
+			ret = ub_engine_begin_op(e, op_bytes, UB_CHUNK_OP_FREE, &t);
+			if (!ret)
+				ret = ub_txn_chunk_ctx(t, &cc);
+			if (!ret)
+				ret = ub_chunk_remove(&cc, start);
+			if (ret == -EBUSY) {
+				ret = 0; /* touched by this transaction's preparation: not now */
+			} else if (ret) {
+				ub_err(&e->fs.log, "cleaner: removing the empty block group at %llu failed: %d",
+				       (unsigned long long)start, ret);
+				if (e->running)
+					ub_txn_abort(e->running);
+				return ret;
+			} else {
+				removed++;
+			}
+			/* at once: the freed device ranges must not be reused before this commit is durable */
+			if (!ret)
+				ret = ub_engine_commit(e);
+		}
+	} while (!ret && n == 64);
 	if (removed)
 		ub_info(&e->fs.log, "cleaner: removed %d empty block group%s", removed, removed > 1 ? "s" : "");
 	return ret;

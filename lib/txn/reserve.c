@@ -15,16 +15,11 @@ int ub_txn_chunk_ctx(struct ub_txn *t, struct ub_chunk_ctx *cc)
 {
 	struct ub_engine *e = t->e;
 	struct ub_eroot *dev;
-	int n = 0, ret;
+	int ret;
 
 	ret = ub_engine_root(e, BTRFS_DEV_TREE_OBJECTID, &dev);
 	if (ret)
 		return ret;
-	/* the chunk tree lives in SYSTEM space: the metadata reserve is about the others */
-	for (struct ub_eroot *er = ub_roots_first(e->fs.roots); er && n < (int)(sizeof(t->meta) / sizeof(t->meta[0]));
-	     er = ub_roots_next(er))
-		if (er != e->fs.chunk_tree && er->root.bytenr)
-			t->meta[n++] = &er->root;
 	*cc = (struct ub_chunk_ctx){
 		.tc = &e->fs.tc,
 		.ta = ub_txn_ta(t),
@@ -34,8 +29,7 @@ int ub_txn_chunk_ctx(struct ub_txn *t, struct ub_chunk_ctx *cc)
 		.dev_root = &dev->root,
 		.extent_root = &e->fs.extent_tree->root,
 		.fst_root = e->fs.fst_tree ? &e->fs.fst_tree->root : NULL,
-		.meta_roots = t->meta,
-		.nmeta_roots = n,
+		.roots = e->fs.roots,
 	};
 	return 0;
 }

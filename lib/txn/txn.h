@@ -54,7 +54,6 @@ struct ub_txn {
 	struct ub_dref_queue *refs;
 	int error;               /* the first callback failure; the commit refuses then */
 	uint64_t blocks_cowed, blocks_allocated, blocks_freed; /* statistics */
-	const struct ub_root *meta[64]; /* ub_txn_chunk_ctx's list of metadata roots */
 	bool log_replay; /* replaying an fsync log: root times stay (the kernel's LOG_RECOVERING) */
 };
 

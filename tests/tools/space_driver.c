@@ -58,30 +58,14 @@ struct sctx {
 	struct ub_engine *e;
 	struct ub_eroot *fs, *dev;
 	struct ub_txn *t;
-	const struct ub_root *meta[64];
 	struct ub_chunk_ctx cc;
 	unsigned long long added, deleted, enospc;
 };
 
 static void fill_cc(struct sctx *c)
 {
-	int n = 0;
-
-	for (struct ub_eroot *er = ub_roots_first(c->e->fs.roots); er && n < 64; er = ub_roots_next(er))
-		if (er != c->e->fs.chunk_tree && er->root.bytenr)
-			c->meta[n++] = &er->root;
-	c->cc = (struct ub_chunk_ctx){
-		.tc = &c->e->fs.tc,
-		.ta = ub_txn_ta(c->t),
-		.vol = c->e->fs.vol,
-		.alloc = c->e->alloc,
-		.chunk_root = &c->e->fs.chunk_tree->root,
-		.dev_root = &c->dev->root,
-		.extent_root = &c->e->fs.extent_tree->root,
-		.fst_root = c->e->fs.fst_tree ? &c->e->fs.fst_tree->root : NULL,
-		.meta_roots = c->meta,
-		.nmeta_roots = n,
-	};
+	if (ub_txn_chunk_ctx(c->t, &c->cc))
+		memset(&c->cc, 0, sizeof(c->cc));
 }
 
 static int start(struct sctx *c)

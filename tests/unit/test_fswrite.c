@@ -22,6 +22,8 @@
 #include "ubtrfs/format.h"
 #include "ubtrfs/fswrite.h"
 #include "txn/txn.h"
+#include "alloc/chunk_alloc.h"
+#include "tree/roots.h"
 #include "mkfs_image.h"
 
 #define FS BTRFS_FS_TREE_OBJECTID
@@ -497,6 +499,99 @@ static void test_snapshot_commit_fails(void **state)
 	ub_txn_abort(t);
 	ub_engine_close(e);
 }
+/* an engine on a fresh image of its own (mkfs.btrfs), in g_dir */
+static struct ub_engine *open_fresh(const char *name)
+{
+	char path[256];
+	const char *paths[1] = { path };
+	struct ub_engine *e = NULL;
+
+	snprintf(path, sizeof(path), "%s/%s", g_dir, name);
+	assert_int_equal(sh("truncate -s 256M %s && mkfs.btrfs -q -f -n 4096 %s >/dev/null 2>&1", path, path), 0);
+	assert_int_equal(ub_engine_open(paths, 1, NULL, &e), 0);
+	return e;
+}
+
+/*
+ * Inode numbers are counted per subvolume for as long as the filesystem is
+ * open, as the kernel counts them during a mount: never a number handed out
+ * twice, however many subvolumes are in use (a process-wide table of 256
+ * counters forgot the oldest and counted again from the tree, handing out
+ * the number of an unlinked inode once more), and a new open of another
+ * filesystem starts from its own tree.
+ */
+static void test_inode_numbers(void **state)
+{
+	struct ub_engine *e;
+	struct ub_txn *t;
+	uint64_t a, b, c, id, x;
+	char name[32];
+
+	(void)state;
+	if (!g_have)
+		skip();
+	e = open_fresh("ino1.img");
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	a = mk(t, TOP, "a", S_IFREG | 0644);
+	b = mk(t, TOP, "b", S_IFREG | 0644);
+	assert_int_equal(a, TOP + 1);
+	assert_int_equal(b, TOP + 2);
+	assert_int_equal(ub_fsw_unlink(t, FS, TOP, "b", 1), 0);
+	/* more subvolumes in use than the old table had counters */
+	for (int i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "s%d", i);
+		assert_int_equal(ub_fsw_subvol_create(t, FS, TOP, name, strlen(name), &id), 0);
+		assert_int_equal(ub_fsw_create(t, id, TOP, "x", 1, S_IFREG | 0644, 0, 0, 0, &x), 0);
+		assert_int_equal(x, TOP + 1);
+	}
+	c = mk(t, TOP, "c", S_IFREG | 0644);
+	assert_int_equal(c, TOP + 3); /* not b's number again */
+	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+
+	/* another filesystem: its own count, whatever address its engine got */
+	e = open_fresh("ino2.img");
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(mk(t, TOP, "a", S_IFREG | 0644), TOP + 1);
+	assert_int_equal(ub_txn_commit(t), 0);
+	ub_engine_close(e);
+}
+
+/*
+ * The commit's reserve counts every tree the commit may copy a path of, at
+ * its height: with 200 subvolumes in use, at least two blocks per level of
+ * each (a fixed list of 64 trees left most of them out).
+ */
+static void test_commit_reserve_every_tree(void **state)
+{
+	struct ub_engine *e;
+	struct ub_txn *t;
+	struct ub_chunk_ctx cc;
+	uint64_t id, levels = 0, ntrees = 0;
+	char name[32];
+
+	(void)state;
+	if (!g_have)
+		skip();
+	e = open_fresh("reserve.img");
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	for (int i = 0; i < 200; i++) {
+		snprintf(name, sizeof(name), "s%d", i);
+		assert_int_equal(ub_fsw_subvol_create(t, FS, TOP, name, strlen(name), &id), 0);
+	}
+	assert_int_equal(ub_txn_commit(t), 0);
+	assert_int_equal(ub_txn_start(e, &t), 0);
+	assert_int_equal(ub_txn_chunk_ctx(t, &cc), 0);
+	for (struct ub_eroot *er = ub_roots_first(e->fs.roots); er; er = ub_roots_next(er))
+		if (er != e->fs.chunk_tree && er->root.bytenr) {
+			levels += er->root.level + 1u;
+			ntrees++;
+		}
+	assert_true(ntrees > 200);
+	assert_true(ub_chunk_commit_reserve(&cc) >= 2 * levels * e->fs.vol->nodesize);
+	ub_txn_abort(t);
+	ub_engine_close(e);
+}
 
 static void test_check_clean(void **state)
 {
@@ -516,6 +611,8 @@ int main(void)
 		cmocka_unit_test(test_encoded_and_flags),
 		cmocka_unit_test(test_begin_op),
 		cmocka_unit_test(test_snapshot_commit_fails),
+		cmocka_unit_test(test_inode_numbers),
+		cmocka_unit_test(test_commit_reserve_every_tree),
 		cmocka_unit_test(test_check_clean),
 	};
 	return cmocka_run_group_tests(tests, setup_all, teardown_all);
