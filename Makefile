@@ -46,7 +46,7 @@ $(BUILD)/ubtrfs: $(CMD_OBJS) $(BUILD)/libubtrfs.a
 
 $(BUILD)/tests/unit/%: tests/unit/%.c $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a -lcmocka $(LIBS)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -MMD -MP -MF $@.d -o $@ $< $(BUILD)/libubtrfs.a -lcmocka $(LIBS)
 
 unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
@@ -93,6 +93,14 @@ $(BUILD)/tests/tools/space_driver: tests/tools/space_driver.c $(BUILD)/libubtrfs
 tools: $(SPACE_DRIVER)
 # ---- end of the space driver block ----
 
+# ---- threads driver: tests/integration/test_engine_threads.py builds and runs it (a library user) ----
+THREADS_DRIVER := $(BUILD)/tests/tools/threads_driver
+$(BUILD)/tests/tools/threads_driver: tests/tools/threads_driver.c $(BUILD)/libubtrfs.a
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -Ilib,$(CFLAGS_BASE)) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS) -lpthread
+tools: $(THREADS_DRIVER)
+# ---- end of the threads driver block ----
+
 # ---- block cache benchmark: cost per cached lookup, 1/2/4 threads, on a fresh mkfs.btrfs image ----
 $(BUILD)/bench/bench_cache: bench/bench_cache.c $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
@@ -118,7 +126,7 @@ clean:
 .PHONY: all unit integration check fuzz clean
 # keep the fuzz objects between targets and runs
 .SECONDARY:
--include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:build-fuzz/%=build-fuzz/obj/%.d)
+-include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(UNIT_BINS:=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:build-fuzz/%=build-fuzz/obj/%.d)
 
 # ---- nocow driver: tests/integration/test_nocow.py builds and runs it ----
 NOCOW_DRIVER := $(BUILD)/tests/tools/nocow_driver
@@ -166,7 +174,7 @@ endif
 # make TSAN=1 integration-tsan: the mount's parallel tests (many readers, a stalled device) under it
 integration-tsan: $(BUILD)/ubtrfs tools
 	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1} /usr/bin/pytest-3 -q \
-		tests/integration/test_mount_parallel.py $(PYTEST_ARGS)
+		tests/integration/test_mount_parallel.py tests/integration/test_engine_threads.py $(PYTEST_ARGS)
 # ---- end of the ThreadSanitizer block ----
 
 # ---- NBD devices: libnbd for lib/dev/nbd.c ----

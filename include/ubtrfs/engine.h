@@ -5,10 +5,24 @@
  * library's, lib/txn/txn.h): open, start a transaction, change files through
  * ubtrfs/fswrite.h, commit or abort, close.
  *
- * Threads: one transaction at a time per engine (ub_txn_start fails with
- * -EBUSY while one runs); every call on an engine and its transaction is made
- * by one thread at a time (the caller serialises). Other threads may read the
- * filesystem of ub_engine_fs through ubtrfs/fs.h: they see the last commit.
+ * Threads: any number of threads may call the library at once; it takes
+ * its own locks. Changes are made under the engine's writer lock, which
+ * each way of changing takes and gives back:
+ *  - an operation: ub_fsw_begin (ubtrfs/fswrite.h) joins the running
+ *    transaction (or starts one) and takes the lock; the thread makes its
+ *    calls; ub_fsw_end gives the lock back. The transaction goes on for the
+ *    next operation, of any thread, until a commit;
+ *  - an owned transaction: ub_txn_start takes the lock and starts a
+ *    transaction (-EBUSY while one runs), ub_txn_commit or ub_txn_abort ends
+ *    it and gives the lock back (one writer that keeps the engine to itself:
+ *    mkfs);
+ *  - ub_engine_commit commits the running transaction from any thread,
+ *    after the operation in progress; a thread inside an operation may call
+ *    it too (it then goes on in the next transaction).
+ * A thread that holds the lock may take it again (it counts). Reads through
+ * the filesystem's handle or a pinned view (ub_fs_view_open) see commits and
+ * never wait for the lock; reads through ub_engine_view see the running
+ * transaction and wait for the operation in progress, or a commit.
  *
  * After a failed commit or a write error the engine is broken (-EROFS for
  * every further transaction): what is on disk is the last commit.
@@ -48,5 +62,11 @@ int ub_engine_commit(struct ub_engine *e);
 
 /* The filesystem the engine writes, for the read calls of ubtrfs/fs.h (valid until ub_engine_close). */
 struct ub_fs *ub_engine_fs(struct ub_engine *e);
+/*
+ * A live view (ubtrfs/fs.h "views"): reads see the running transaction,
+ * what the next commit will hold, as the file API's own reads do. Closed
+ * with ub_fs_close before the engine.
+ */
+int ub_engine_view(struct ub_engine *e, struct ub_fs **out);
 
 #endif

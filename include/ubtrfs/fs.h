@@ -59,6 +59,26 @@ int ub_fs_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_fs_op
 		    struct ub_fs **out);
 
 /*
+ * ---- views ---- Which state a read sees. The handle ub_fs_open returns
+ * reads the last commit, looked up at each access (fine while nothing
+ * writes). A view is another struct ub_fs handle, taken by every read call
+ * of this header in place of the filesystem's:
+ *  - ub_fs_view_open: the commit that is the last now, the same for every
+ *    call until the view is closed, however many commits follow; what later
+ *    commits free is not reused while it is open (reader epochs), so a walk
+ *    of minutes never meets a block that changed under it;
+ *  - ub_engine_view (ubtrfs/engine.h): the engine's running transaction,
+ *    what the next commit will hold (read-your-writes); each call waits for
+ *    a write in progress, and a read's callbacks must not write.
+ * Every view verifies each block and sector as the filesystem's handle does.
+ * A view is closed with ub_fs_close, before its filesystem; any number of
+ * threads may read through one view at once.
+ */
+int ub_fs_view_open(struct ub_fs *fs, struct ub_fs **out);
+/* The generation a handle reads (a live view: that of its running transaction). */
+uint64_t ub_fs_view_generation(struct ub_fs *fs);
+
+/*
  * The root object of tree `objectid` (root and chunk trees from the
  * superblock, others loaded on first use from the committed root tree):
  * 0, -ENOENT, <0. The object lives until ub_fs_close.

@@ -16,7 +16,9 @@
  * -ENOSPC). After a failure other than one of those argument checks (which
  * change nothing) the transaction may hold part of the change: abort it.
  *
- * Threads: the transaction's rules (one caller at a time per engine).
+ * Threads: ubtrfs/engine.h. A call is made by a thread that holds the
+ * engine's writer lock (between ub_fsw_begin and ub_fsw_end, or inside an
+ * owned transaction of ub_txn_start).
  *
  * Library API: the engine and its transactions come from ubtrfs/engine.h
  * (ub_engine_open, ub_txn_start or ub_fsw_begin, ub_txn_commit / ub_txn_abort
@@ -180,8 +182,16 @@ enum {
 };
 /* The new metadata an operation of `kind` over len bytes may need (the kernel's per-item rule). */
 uint64_t ub_fsw_op_bytes(const struct ub_engine *e, int kind, uint64_t len);
-/* ub_engine_begin_op with that estimate: the transaction to make the call in; -ENOSPC, -EINVAL for a bad kind. */
+/*
+ * The start of an operation: the engine's writer lock taken, the running
+ * transaction joined (or started; committed first when its dirty memory
+ * reached the budget) and room reserved for an operation of `kind` over len
+ * bytes: 0 and the transaction to make the calls in, held until ub_fsw_end;
+ * -ENOSPC (nothing changed), -EINVAL for a bad kind, the lock given back.
+ */
 int ub_fsw_begin(struct ub_engine *e, int kind, uint64_t len, struct ub_txn **out);
+/* The end of the operation: the lock goes back (the transaction goes on until a commit). */
+void ub_fsw_end(struct ub_engine *e);
 /* ---- data prepared outside the transaction ---- */
 /*
  * One data extent as it goes to disk, made by ub_fsw_compress_extent on any

@@ -38,6 +38,7 @@ int ub_alloc_create(struct ub_volume *vol, const struct ub_log *log, struct ub_a
 	a->sectorsize = vol ? vol->sectorsize : 4096;
 	a->nodesize = vol ? vol->nodesize : 16384;
 	ub_rs_init(&a->pinned);
+	ub_rs_init(&a->pin_cur);
 	*out = a;
 	return 0;
 }
@@ -51,6 +52,10 @@ void ub_alloc_free(struct ub_alloc *a)
 		bg_free(a->bgs[i]);
 	free(a->bgs);
 	ub_rs_clear(&a->pinned);
+	ub_rs_clear(&a->pin_cur);
+	for (int i = 0; i < a->nwaiting; i++)
+		ub_rs_clear(&a->waiting[i].set);
+	free(a->waiting);
 	free(a);
 }
 
@@ -462,6 +467,8 @@ int ub_alloc_pin(struct ub_alloc *a, uint64_t start, uint64_t len)
 	}
 	uint64_t had = ub_rs_bytes_in(&a->pinned, start, len);
 	ret = ub_rs_add_union(&a->pinned, start, len);
+	if (!ret)
+		ret = ub_rs_add_union(&a->pin_cur, start, len);
 	if (ret)
 		return ret;
 	bg->pinned += len - had;
@@ -475,14 +482,65 @@ static void end_transaction(struct ub_alloc *a)
 		ub_rs_clear(&a->bgs[i]->open);
 }
 
-void ub_alloc_unpin(struct ub_alloc *a)
+/* [s, e) of one group leaves the pins: what is free on disk comes back to avail */
+static void unpin_in_group(struct ub_alloc *a, struct ub_bg *bg, uint64_t s, uint64_t be)
+{
+	/*
+	 * Only what is free on disk comes back (a pin of a still referenced
+	 * extent must not make it allocatable), minus superblock stripes and
+	 * reservations.
+	 */
+	uint64_t q = s, gone = ub_rs_bytes_in(&a->pinned, s, be - s);
+	struct ub_range fr;
+
+	while (q < be && ub_rs_next(&bg->free, q, &fr) == 0 && fr.start < be) {
+		uint64_t fs = fr.start > q ? fr.start : q;
+		uint64_t fe = fr.start + fr.len < be ? fr.start + fr.len : be;
+		/* split around super_set / reserved pieces */
+		uint64_t x = fs;
+		while (x < fe) {
+			struct ub_range b1, b2;
+			uint64_t stop = fe;
+			bool blocked = false;
+			if (ub_rs_next(&bg->super_set, x, &b1) == 0 && b1.start < stop) {
+				if (b1.start <= x) {
+					blocked = true;
+					stop = b1.start + b1.len < fe ? b1.start + b1.len : fe;
+				} else {
+					stop = b1.start;
+				}
+			}
+			if (!blocked && ub_rs_next(&bg->reserved, x, &b2) == 0 && b2.start < stop) {
+				if (b2.start <= x) {
+					blocked = true;
+					stop = b2.start + b2.len < stop ? b2.start + b2.len : stop;
+				} else {
+					stop = b2.start;
+				}
+			}
+			if (!blocked && ub_rs_add_union(&bg->avail, x, stop - x))
+				ub_err(&a->log, "allocator: out of memory returning pinned space");
+			x = stop;
+		}
+		q = fe;
+	}
+	if (ub_rs_remove_any(&a->pinned, s, be - s, NULL))
+		ub_err(&a->log, "allocator: out of memory returning pinned space");
+	bg->pinned -= gone < bg->pinned ? gone : bg->pinned;
+}
+
+/* Every range of `set` leaves the pins (the set is emptied): the bytes that did. */
+static uint64_t unpin_set(struct ub_alloc *a, struct ub_range_set *set)
 {
 	struct ub_range r;
-	uint64_t pos = 0;
-	while (ub_rs_next(&a->pinned, pos, &r) == 0) {
-		pos = r.start + r.len;
+	uint64_t pos = 0, bytes = 0;
+
+	while (ub_rs_next(set, pos, &r) == 0) {
 		/* a pinned range may span groups only through a caller bug; walk groups anyway */
 		uint64_t s = r.start, e = r.start + r.len;
+
+		pos = e;
+		bytes += r.len;
 		while (s < e) {
 			int i = bg_floor(a, s);
 			struct ub_bg *bg = i >= 0 ? a->bgs[i] : NULL;
@@ -494,53 +552,81 @@ void ub_alloc_unpin(struct ub_alloc *a)
 				continue;
 			}
 			uint64_t be = bg->start + bg->length < e ? bg->start + bg->length : e;
-			/*
-			 * Only what is free on disk comes back (a pin of a still
-			 * referenced extent must not make it allocatable), minus
-			 * superblock stripes and reservations.
-			 */
-			uint64_t q = s;
-			struct ub_range fr;
-			while (q < be && ub_rs_next(&bg->free, q, &fr) == 0 && fr.start < be) {
-				uint64_t fs = fr.start > q ? fr.start : q;
-				uint64_t fe = fr.start + fr.len < be ? fr.start + fr.len : be;
-				/* split around super_set / reserved pieces */
-				uint64_t x = fs;
-				while (x < fe) {
-					struct ub_range b1, b2;
-					uint64_t stop = fe;
-					bool blocked = false;
-					if (ub_rs_next(&bg->super_set, x, &b1) == 0 && b1.start < stop) {
-						if (b1.start <= x) {
-							blocked = true;
-							stop = b1.start + b1.len < fe ? b1.start + b1.len : fe;
-						} else {
-							stop = b1.start;
-						}
-					}
-					if (!blocked && ub_rs_next(&bg->reserved, x, &b2) == 0 && b2.start < stop) {
-						if (b2.start <= x) {
-							blocked = true;
-							stop = b2.start + b2.len < stop ? b2.start + b2.len : stop;
-						} else {
-							stop = b2.start;
-						}
-					}
-					if (!blocked && ub_rs_add_union(&bg->avail, x, stop - x))
-						ub_err(&a->log, "allocator: out of memory returning pinned space");
-					x = stop;
-				}
-				q = fe;
-			}
+			unpin_in_group(a, bg, s, be);
 			s = be;
 		}
 	}
-	ub_rs_clear(&a->pinned);
-	for (int i = 0; i < a->nbgs; i++)
-		a->bgs[i]->pinned = 0;
+	ub_rs_clear(set);
+	return bytes;
+}
+
+uint64_t ub_alloc_release_pins(struct ub_alloc *a, uint64_t oldest)
+{
+	uint64_t bytes = 0;
+	int kept = 0;
+
+	/* batches are in commit order: the oldest go first */
+	for (int i = 0; i < a->nwaiting; i++) {
+		if (a->waiting[i].gen <= oldest)
+			bytes += unpin_set(a, &a->waiting[i].set);
+		else
+			a->waiting[kept++] = a->waiting[i];
+	}
+	a->nwaiting = kept;
+	return bytes;
+}
+
+void ub_alloc_hints(struct ub_alloc *a, uint64_t hints[3], bool set)
+{
+	if (set)
+		memcpy(a->last, hints, sizeof(a->last));
+	else
+		memcpy(hints, a->last, sizeof(a->last));
+}
+
+uint64_t ub_alloc_pins_waiting(const struct ub_alloc *a)
+{
+	uint64_t bytes = 0;
+
+	for (int i = 0; i < a->nwaiting; i++)
+		bytes += ub_rs_bytes_in(&a->waiting[i].set, 0, UINT64_MAX);
+	return bytes;
+}
+
+void ub_alloc_commit_pins(struct ub_alloc *a, uint64_t gen, uint64_t oldest)
+{
+	if (gen > oldest && ub_rs_bytes_in(&a->pin_cur, 0, UINT64_MAX)) {
+		/* a reader of an older commit may still read there: it waits, tagged */
+		if (a->nwaiting == a->capwaiting) {
+			int cap = a->capwaiting ? 2 * a->capwaiting : 8;
+			struct ub_pin_batch *w = realloc(a->waiting, (size_t)cap * sizeof(*w));
+
+			if (w) {
+				a->waiting = w;
+				a->capwaiting = cap;
+			}
+		}
+		if (a->nwaiting < a->capwaiting) {
+			a->waiting[a->nwaiting].gen = gen;
+			a->waiting[a->nwaiting++].set = a->pin_cur;
+			ub_rs_init(&a->pin_cur);
+		} else {
+			/* no memory to keep it apart: it stays pinned for good, which is safe */
+			ub_err(&a->log, "allocator: out of memory keeping freed space for readers; it stays unused");
+			ub_rs_clear(&a->pin_cur);
+		}
+	} else {
+		unpin_set(a, &a->pin_cur);
+	}
+	ub_alloc_release_pins(a, oldest);
 	end_transaction(a);
 	/* the superblocks holding this transaction's chunks are durable */
 	ub_chunk_undo_forget(a);
+}
+
+void ub_alloc_unpin(struct ub_alloc *a)
+{
+	ub_alloc_commit_pins(a, 0, UINT64_MAX);
 }
 
 void ub_alloc_abort(struct ub_alloc *a)
@@ -564,9 +650,28 @@ void ub_alloc_abort(struct ub_alloc *a)
 		}
 		ub_rs_clear(&bg->reserved);
 	}
-	ub_rs_clear(&a->pinned);
-	for (int i = 0; i < a->nbgs; i++)
-		a->bgs[i]->pinned = 0;
+	/* this transaction's pins leave the books but not avail; what waits for readers stays */
+	{
+		struct ub_range r;
+		uint64_t pos = 0;
+
+		while (ub_rs_next(&a->pin_cur, pos, &r) == 0) {
+			pos = r.start + r.len;
+			for (uint64_t s = r.start; s < r.start + r.len;) {
+				struct ub_bg *bg = ub_alloc_find_bg(a, s);
+				uint64_t be;
+
+				if (!bg)
+					break;
+				be = bg->start + bg->length < r.start + r.len ? bg->start + bg->length : r.start + r.len;
+				uint64_t gone = ub_rs_bytes_in(&a->pinned, s, be - s);
+				bg->pinned -= gone < bg->pinned ? gone : bg->pinned;
+				ub_rs_remove_any(&a->pinned, s, be - s, NULL);
+				s = be;
+			}
+		}
+		ub_rs_clear(&a->pin_cur);
+	}
 	end_transaction(a);
 	ub_chunk_undo_abort(a);
 }

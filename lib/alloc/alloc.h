@@ -127,7 +127,25 @@ int ub_alloc_account(struct ub_alloc *a, uint64_t start, uint64_t len, bool allo
 
 /* Freed in the running transaction: unusable until ub_alloc_unpin (after supers are durable). */
 int ub_alloc_pin(struct ub_alloc *a, uint64_t start, uint64_t len);
-/* Every pinned range -> avail; ends the transaction for the allocator (closes open RAID5/6 stripes). */
+/*
+ * Reader epochs. The superblocks of transaction `gen` are durable: what it
+ * pinned waits, tagged `gen`, until no reader of an older commit is left;
+ * every waiting part whose tag is at most `oldest` (the oldest commit a
+ * reader still reads, UINT64_MAX with none) goes back to avail. Ends the
+ * transaction for the allocator (closes open RAID5/6 stripes).
+ */
+void ub_alloc_commit_pins(struct ub_alloc *a, uint64_t gen, uint64_t oldest);
+/* Waiting parts tagged at most `oldest` -> avail (a reader ended): their bytes. */
+uint64_t ub_alloc_release_pins(struct ub_alloc *a, uint64_t oldest);
+/*
+ * The next-fit hints (where each type's next search starts): copied out,
+ * or (set) back in, so that a reservation made only to see whether room
+ * exists leaves the layout of what follows as it would have been.
+ */
+void ub_alloc_hints(struct ub_alloc *a, uint64_t hints[3], bool set);
+/* Bytes pinned by committed transactions that readers of older commits still hold. */
+uint64_t ub_alloc_pins_waiting(const struct ub_alloc *a);
+/* ub_alloc_commit_pins with no reader: every pinned range -> avail (tests, single-threaded users). */
 void ub_alloc_unpin(struct ub_alloc *a);
 /*
  * Abort of the running transaction: every reservation goes back to avail

@@ -32,7 +32,19 @@ struct ub_alloc {
 	uint32_t sectorsize, nodesize;
 	struct ub_bg **bgs; /* sorted by start, disjoint */
 	int nbgs, cap;
+	/*
+	 * Pinned space: `pinned` is all of it (what avail leaves out); `pin_cur`
+	 * the running transaction's part; `waiting` the parts of transactions
+	 * already committed that a reader of an older commit may still read
+	 * (reader epochs), each tagged with the generation that freed it.
+	 */
 	struct ub_range_set pinned;
+	struct ub_range_set pin_cur;
+	struct ub_pin_batch {
+		uint64_t gen;
+		struct ub_range_set set;
+	} *waiting;
+	int nwaiting, capwaiting;
 	uint64_t last[3]; /* next-fit hints: data, metadata, system */
 	/* chunk_alloc.c: what the running transaction's new chunks changed outside the trees */
 	struct ub_chunk_undo *undo;

@@ -9,8 +9,7 @@
 #include "items.h"
 
 /* Fill csums for sectors of [logical, logical+len); have[i] says whether sector i has one. */
-static int lookup_csums(struct ub_fs *fs, enum ub_view v, uint64_t logical, uint64_t nsec, uint8_t *csums,
-			uint8_t *have)
+static int lookup_csums(struct ub_fs *fs, uint64_t logical, uint64_t nsec, uint8_t *csums, uint8_t *have)
 {
 	const uint32_t ss = fs->vol->sectorsize, cs = fs->vol->csum_size;
 	struct ub_key key = { BTRFS_EXTENT_CSUM_OBJECTID, BTRFS_EXTENT_CSUM_KEY, logical };
@@ -20,8 +19,8 @@ static int lookup_csums(struct ub_fs *fs, enum ub_view v, uint64_t logical, uint
 	int ret;
 
 	memset(have, 0, nsec);
-	if (ub_fs_view_of(fs, v, fs->csum_tree, &csum)) {
-		if (v == UB_VIEW_COMMITTED) {
+	if (ub_fs_committed(fs, fs->csum_tree, &csum)) {
+		if (fs->view != UB_VIEW_LIVE) {
 			ub_replay_csums(fs, logical, nsec, csums, have);
 			ub_loose_csums(fs, logical, nsec, csums, have);
 		}
@@ -68,7 +67,7 @@ static int lookup_csums(struct ub_fs *fs, enum ub_view v, uint64_t logical, uint
 	}
 	ub_path_release(&p);
 	/* checksums of data written since the last commit live in the fsync log (the live view has them in its tree) */
-	if (v == UB_VIEW_COMMITTED) {
+	if (fs->view != UB_VIEW_LIVE) {
 		ub_replay_csums(fs, logical, nsec, csums, have);
 		ub_loose_csums(fs, logical, nsec, csums, have);
 	}
@@ -138,14 +137,8 @@ static void owner_words(const struct ub_data_owner *who, uint64_t at, char *out,
 			 (unsigned long long)who->ino, (unsigned long long)(who->foff + (at - who->logical)));
 }
 
-int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad,
+static int data_read_impl(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad,
 		 const struct ub_data_owner *who)
-{
-	return ub_data_read_view(fs, UB_VIEW_COMMITTED, logical, len, buf, verify, bad, who);
-}
-
-int ub_data_read_view(struct ub_fs *fs, enum ub_view v, uint64_t logical, uint64_t len, uint8_t *buf, bool verify,
-		      uint8_t *bad, const struct ub_data_owner *who)
 {
 	const uint32_t ss = fs->vol->sectorsize, cs = fs->vol->csum_size;
 	uint64_t nsec = len / ss;
@@ -164,7 +157,7 @@ int ub_data_read_view(struct ub_fs *fs, enum ub_view v, uint64_t logical, uint64
 		goto out;
 	}
 	if (verify) {
-		ret = lookup_csums(fs, v, logical, nsec, csums, have);
+		ret = lookup_csums(fs, logical, nsec, csums, have);
 		if (ret)
 			goto out;
 	}
@@ -248,6 +241,16 @@ out:
 	return ret;
 }
 
+int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad,
+		 const struct ub_data_owner *who)
+{
+	int in = ub_view_enter(fs);
+	int ret = data_read_impl(fs, logical, len, buf, verify, bad, who);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
 int ub_data_read_ahead(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify)
 {
 	const uint32_t ss = fs->vol->sectorsize, cs = fs->vol->csum_size;
@@ -264,7 +267,7 @@ int ub_data_read_ahead(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t
 		ret = -ENOMEM;
 		goto out;
 	}
-	if (verify && lookup_csums(fs, UB_VIEW_COMMITTED, logical, nsec, csums, have))
+	if (verify && lookup_csums(fs, logical, nsec, csums, have))
 		goto out;
 	if (!ub_volume_num_copies(fs->vol, logical) || ub_volume_read(fs->vol, logical, len, 0, buf))
 		goto out;

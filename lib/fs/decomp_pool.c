@@ -110,8 +110,10 @@ static struct ub_dc_pool *pool_create(void)
 	return pool;
 }
 
-struct ub_dc_pool *ub_dc_pool_get(struct ub_fs *fs)
+struct ub_dc_pool *ub_dc_pool_get(struct ub_fs *view)
 {
+	/* a view's reads use its filesystem's workers */
+	struct ub_fs *fs = ub_fs_base(view);
 	struct ub_dc_pool *pool = __atomic_load_n(&fs->dc_pool, __ATOMIC_ACQUIRE), *none = NULL;
 
 	if (pool)

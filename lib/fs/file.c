@@ -34,7 +34,6 @@ struct dc_slot {
 
 struct file_ctx {
 	struct ub_fs *fs;
-	enum ub_view view;
 	uint64_t subvol, ino;
 	bool verify;
 	uint8_t *buf;    /* the caller's buffer, file offset `off` at buf[0] */
@@ -269,7 +268,7 @@ static int read_plain(struct file_ctx *c, uint64_t foff, uint64_t num, uint64_t 
 		free(bad);
 		return -ENOMEM;
 	}
-	ret = ub_data_read_view(c->fs, c->view, (ls / ss) * ss, alen, tmp, c->verify, bad,
+	ret = ub_data_read(c->fs, (ls / ss) * ss, alen, tmp, c->verify, bad,
 			   &(struct ub_data_owner){ .subvol = c->subvol, .ino = c->ino, .foff = foff, .logical = logical });
 	if (ret && ret != -EIO)
 		goto out;
@@ -394,7 +393,7 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 	if (!c->pool) {
 		c->pool = ub_dc_pool_get(c->fs);
 		/* read-ahead is keyed by the committed extent tree: the live view neither parks nor takes */
-		c->have_era = c->view == UB_VIEW_COMMITTED && c->pool && c->fs->extent_tree &&
+		c->have_era = c->fs->view != UB_VIEW_LIVE && c->pool && c->fs->extent_tree &&
 			      !ub_fs_committed(c->fs, c->fs->extent_tree, &c->era);
 	}
 	sl = &c->slots[(c->dc_head + c->dc_count) % DC_DEPTH];
@@ -424,7 +423,7 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 		sl->bad = malloc(MAX_UNCOMPRESSED / ss + 1);
 	if (!sl->in || (!sl->out && !sl->direct) || !sl->bad)
 		return -ENOMEM;
-	ret = ub_data_read_view(c->fs, c->view, dbytenr, dlen, sl->in, c->verify, sl->bad,
+	ret = ub_data_read(c->fs, dbytenr, dlen, sl->in, c->verify, sl->bad,
 			   &(struct ub_data_owner){ .subvol = c->subvol, .ino = c->ino, .foff = key->offset,
 						    .logical = dbytenr, .compressed = true });
 	if (ret == -EIO) {
@@ -557,14 +556,8 @@ static uint64_t extent_end(const struct ub_fs *fs, const struct ub_key *key, con
 	return __builtin_add_overflow(key->offset, n, &end) ? UINT64_MAX : end;
 }
 
-int ub_file_read_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t len, void *buf,
+static int file_read_inode_impl(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t len, void *buf,
 		       uint64_t *got, struct ub_read_report *rep)
-{
-	return ub_file_read_view(fs, UB_VIEW_COMMITTED, inode, off, len, buf, got, rep);
-}
-
-int ub_file_read_view(struct ub_fs *fs, enum ub_view v, const struct ub_inode *inode, uint64_t off, uint64_t len,
-		      void *buf, uint64_t *got, struct ub_read_report *rep)
 {
 	const uint64_t subvol = inode->subvol, ino = inode->ino;
 	struct ub_icur cur;
@@ -580,10 +573,10 @@ int ub_file_read_view(struct ub_fs *fs, enum ub_view v, const struct ub_inode *i
 	if (len > inode->size - off)
 		len = inode->size - off;
 	memset(buf, 0, len);
-	ret = ub_icur_open_view(fs, v, subvol, ino, &cur);
+	ret = ub_icur_open(fs, subvol, ino, &cur);
 	if (ret)
 		return ret;
-	c = (struct file_ctx){ .fs = fs, .view = v, .subvol = subvol, .ino = ino, .verify = !(inode->flags & UB_INODE_NODATASUM),
+	c = (struct file_ctx){ .fs = fs, .subvol = subvol, .ino = ino, .verify = !(inode->flags & UB_INODE_NODATASUM),
 			       .buf = buf, .off = off, .end = off + len, .rep = rep, .corrupt_at = UINT64_MAX };
 	ret = ub_icur_seek_extent(&cur, off);
 	while (ret == 0) {
@@ -640,7 +633,17 @@ int ub_file_read_view(struct ub_fs *fs, enum ub_view v, const struct ub_inode *i
 	return c.err;
 }
 
-int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
+int ub_file_read_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t len, void *buf,
+		       uint64_t *got, struct ub_read_report *rep)
+{
+	int in = ub_view_enter(fs);
+	int ret = file_read_inode_impl(fs, inode, off, len, buf, got, rep);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
+static int file_read_impl(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
 		 uint64_t *got, struct ub_read_report *rep)
 {
 	struct ub_inode inode;
@@ -649,4 +652,14 @@ int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, 
 	*got = 0;
 	ret = ub_inode_read(fs, subvol, ino, &inode);
 	return ret ? ret : ub_file_read_inode(fs, &inode, off, len, buf, got, rep);
+}
+
+int ub_file_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, void *buf,
+		 uint64_t *got, struct ub_read_report *rep)
+{
+	int in = ub_view_enter(fs);
+	int ret = file_read_impl(fs, subvol, ino, off, len, buf, got, rep);
+
+	ub_view_exit(fs, in);
+	return ret;
 }

@@ -40,7 +40,7 @@ static int no_item(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t fro
 	return -EUCLEAN;
 }
 
-int ub_file_next_data_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t *start,
+static int file_next_data_inode_impl(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t *start,
 			    uint64_t *end)
 {
 	const uint64_t subvol = inode->subvol, ino = inode->ino;
@@ -111,11 +111,31 @@ int ub_file_next_data_inode(struct ub_fs *fs, const struct ub_inode *inode, uint
 	return 0;
 }
 
-int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t *start,
+int ub_file_next_data_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t *start,
+			    uint64_t *end)
+{
+	int in = ub_view_enter(fs);
+	int ret = file_next_data_inode_impl(fs, inode, off, start, end);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
+static int file_next_data_impl(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t *start,
 		      uint64_t *end)
 {
 	struct ub_inode inode;
 	int ret = ub_inode_read(fs, subvol, ino, &inode);
 
 	return ret ? ret : ub_file_next_data_inode(fs, &inode, off, start, end);
+}
+
+int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t *start,
+		      uint64_t *end)
+{
+	int in = ub_view_enter(fs);
+	int ret = file_next_data_impl(fs, subvol, ino, off, start, end);
+
+	ub_view_exit(fs, in);
+	return ret;
 }

@@ -49,6 +49,13 @@ int ub_fs_root(struct ub_fs *fs, uint64_t objectid, struct ub_eroot **out)
 	struct ub_root rt;
 	int ret = ub_roots_committed(fs->roots, fs->root_tree, &rt);
 
+	if (fs->view == UB_VIEW_LIVE) {
+		/* a tree the running transaction made is loaded from the live root tree, as the writer loads it */
+		if (!fs->root_tree)
+			return -ENOENT;
+		rt = fs->root_tree->root;
+		ret = 0;
+	}
 	if (ret)
 		return ret;
 	return ub_roots_load(fs->roots, &fs->tc, &rt, objectid, out);
@@ -56,38 +63,41 @@ int ub_fs_root(struct ub_fs *fs, uint64_t objectid, struct ub_eroot **out)
 
 int ub_fs_committed(struct ub_fs *fs, const struct ub_eroot *er, struct ub_root *out)
 {
-	return ub_roots_committed(fs->roots, er, out);
+	if (!er)
+		return -ENOENT;
+	switch (fs->view) {
+	case UB_VIEW_PINNED:
+		return ub_fs_view_lookup(fs, er->objectid, out);
+	case UB_VIEW_LIVE:
+		/* the live root is the writer's: a live read holds the writer lock (view.c) */
+		if (!er->root.bytenr)
+			return -ENOENT;
+		*out = er->root;
+		return 0;
+	default: {
+		/* inside a call pinned to one commit (view.c) */
+		int ret = ub_view_call_root(fs, er->objectid, out);
+
+		return ret <= 0 ? ret : ub_roots_committed(fs->roots, er, out);
+	}
+	}
 }
 
 int ub_fs_tree_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out)
 {
 	struct ub_eroot *er;
-	int ret = ub_fs_root(fs, objectid, &er);
-
-	return ret ? ret : ub_roots_committed(fs->roots, er, out);
-}
-
-int ub_fs_view_of(struct ub_fs *fs, enum ub_view v, const struct ub_eroot *er, struct ub_root *out)
-{
-	if (v == UB_VIEW_COMMITTED)
-		return ub_roots_committed(fs->roots, er, out);
-	/* the live root is the writer's, read on its own thread: no lock (lib/tree/roots.h) */
-	if (!er || !er->root.bytenr)
-		return -ENOENT;
-	*out = er->root;
-	return 0;
-}
-
-int ub_fs_view_root(struct ub_fs *fs, enum ub_view v, uint64_t objectid, struct ub_root *out)
-{
-	struct ub_eroot *er;
 	int ret;
 
-	if (v == UB_VIEW_COMMITTED)
-		return ub_fs_tree_root(fs, objectid, out);
-	/* a tree the running transaction made is loaded from the live root tree, as the writer loads it */
-	ret = ub_roots_load(fs->roots, &fs->tc, &fs->root_tree->root, objectid, &er);
-	return ret ? ret : ub_fs_view_of(fs, v, er, out);
+	/* a pinned view finds every root in its own root tree: the table holds the newest */
+	if (fs->view == UB_VIEW_PINNED)
+		return ub_fs_view_lookup(fs, objectid, out);
+	if (fs->view == UB_VIEW_LATEST) {
+		ret = ub_view_call_root(fs, objectid, out);
+		if (ret <= 0)
+			return ret;
+	}
+	ret = ub_fs_root(fs, objectid, &er);
+	return ret ? ret : ub_fs_committed(fs, er, out);
 }
 
 static void find_global(struct ub_fs *fs, uint64_t id, struct ub_eroot **er, bool expected)
@@ -258,6 +268,7 @@ int ub_fs_open_volume(struct ub_fs *fs, const char *const *paths, struct ub_dev 
 	} else {
 		fs->opts.super_mirror = -1;
 	}
+	pthread_rwlock_init(&fs->live_lock, NULL); /* destroyed with the root table, below */
 	fs->roots = calloc(1, sizeof(*fs->roots));
 	if (!fs->roots) {
 		for (int i = 0; devs && i < npaths; i++)
@@ -661,6 +672,7 @@ void ub_fs_fini(struct ub_fs *fs)
 		ub_roots_destroy(fs->roots);
 		free(fs->roots);
 		fs->roots = NULL;
+		pthread_rwlock_destroy(&fs->live_lock);
 	}
 }
 
@@ -691,6 +703,10 @@ void ub_fs_close(struct ub_fs *fs)
 {
 	if (!fs)
 		return;
+	if (fs->base) {
+		ub_fs_view_free(fs);
+		return;
+	}
 	ub_fs_fini(fs);
 	free(fs);
 }

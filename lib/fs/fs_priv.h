@@ -7,6 +7,7 @@
 #ifndef UBTRFS_FS_FS_PRIV_H
 #define UBTRFS_FS_FS_PRIV_H
 
+#include <pthread.h>
 #include "ubtrfs/fs.h"
 #include "tree/tree_priv.h"
 
@@ -36,6 +37,28 @@ struct ub_fs {
 	struct ub_loose_csums *loose_csums; /* checksums of deleted extents, from old leaves (loose_csum.c), or NULL */
 	/* ---- decompression workers ---- */
 	struct ub_dc_pool *dc_pool; /* lib/fs/decomp_pool.h: started by the first compressed read, NULL before */
+	/*
+	 * ---- views (view.c, docs/design.md "Views") ---- A view is a struct
+	 * ub_fs of its own, a copy of the filesystem's handle that shares its
+	 * volume, block cache, root table and overlays (base) and differs in
+	 * which roots its reads take. The filesystem itself reads the last
+	 * commit at each access (UB_VIEW_LATEST).
+	 */
+	struct ub_fs *base;  /* a view: the filesystem it reads; NULL: this is the filesystem */
+	enum ub_view {
+		UB_VIEW_LATEST = 0, /* each tree's root as the last commit left it, looked up at each access */
+		UB_VIEW_PINNED,     /* one commit throughout, counted among the readers (reader epochs) */
+		UB_VIEW_LIVE,       /* the engine's running transaction: what the next commit will hold */
+	} view;
+	uint64_t view_gen;                   /* PINNED: the generation it reads */
+	struct ub_root view_root_tree, view_chunk_root; /* PINNED: that commit's */
+	struct ub_view_roots *view_roots;    /* PINNED: the roots found so far in view_root_tree */
+	/*
+	 * The filesystem's (base NULL) writer lock: the engine holds it for
+	 * writing while it changes trees; every read call through a live view
+	 * holds it for reading (view.c).
+	 */
+	pthread_rwlock_t live_lock;
 };
 
 /*
@@ -50,24 +73,39 @@ int ub_fs_rebuild_chunks(struct ub_fs *fs);
 void ub_loose_free(struct ub_loose *l);
 void ub_loose_csums_free(struct ub_loose_csums *l);
 
+/* ---- views (view.c) ---- */
+/* v becomes a live view of base (the engine's, for its own reads): no reader count, nothing to free. */
+void ub_fs_view_init_live(struct ub_fs *v, struct ub_fs *base);
+/* The filesystem a handle reads (itself, or a view's base). */
+static inline struct ub_fs *ub_fs_base(struct ub_fs *fs)
+{
+	return fs->base ? fs->base : fs;
+}
 /*
- * Which state a read sees. UB_VIEW_COMMITTED: the last commit, with a
- * pending fsync log (and restore's loose inodes) laid over it, what every
- * read-only command reads. UB_VIEW_LIVE: the writer's running transaction
- * (each tree's live root), what the next commit will hold; only the writer's
- * own thread may read it (docs/design.md, "Views"). Both views verify every
- * block and data sector the same way.
+ * Around every public read call: a live view takes its filesystem's writer
+ * lock for reading, once per thread (nested calls, and the writer's own
+ * thread, which holds it for writing, take nothing); a call through the
+ * handle of a filesystem an engine writes is pinned to the last commit for
+ * its duration (ub_view_call_root). The value to hand back to exit.
  */
-enum ub_view { UB_VIEW_COMMITTED = 0, UB_VIEW_LIVE = 1 };
-/* er's root as view v sees it: 0, or -ENOENT when er is NULL or its tree empty in that view. */
-int ub_fs_view_of(struct ub_fs *fs, enum ub_view v, const struct ub_eroot *er, struct ub_root *out);
-/* The root of tree `objectid` as view v sees it: 0, -ENOENT, <0. */
-int ub_fs_view_root(struct ub_fs *fs, enum ub_view v, uint64_t objectid, struct ub_root *out);
-/* ub_data_read (ubtrfs/fs.h) through view v: the checksums come from v's csum tree. */
-int ub_data_read_view(struct ub_fs *fs, enum ub_view v, uint64_t logical, uint64_t len, uint8_t *buf, bool verify,
-		      uint8_t *bad, const struct ub_data_owner *who);
-/* ub_file_read_inode (ubtrfs/fs.h) through view v: the extent items from v's subvolume tree. */
-int ub_file_read_view(struct ub_fs *fs, enum ub_view v, const struct ub_inode *inode, uint64_t off, uint64_t len,
-		      void *buf, uint64_t *got, struct ub_read_report *rep);
+int ub_view_enter(struct ub_fs *fs);
+void ub_view_exit(struct ub_fs *fs, int entered);
+/* Inside a pinned call on fs: the root of tree `objectid` in its commit (0, -ENOENT, <0); 1: no pinned call. */
+int ub_view_call_root(struct ub_fs *fs, uint64_t objectid, struct ub_root *out);
+/*
+ * The engine's side: the writer lock, counted per thread (taken again by
+ * its holder, it only counts; -EDEADLK past 4 filesystems held by one
+ * thread). unlock gives one taking back; release all of this thread's.
+ */
+int ub_fs_live_write_lock(struct ub_fs *base);
+void ub_fs_live_write_unlock(struct ub_fs *base);
+void ub_fs_live_write_release(struct ub_fs *base);
+bool ub_fs_live_write_held(const struct ub_fs *base);
+/* A pinned view's root of tree `objectid`: from its commit's root tree (cached), or the superblock's two. */
+int ub_fs_view_lookup(struct ub_fs *fs, uint64_t objectid, struct ub_root *out);
+/* A live view of fs's filesystem (ub_engine_view). */
+int ub_fs_live_view(struct ub_fs *fs, struct ub_fs **out);
+/* Close a view (ub_fs_close calls it for one). */
+void ub_fs_view_free(struct ub_fs *v);
 
 #endif

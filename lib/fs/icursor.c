@@ -3,8 +3,7 @@
 #include <errno.h>
 #include "items.h"
 
-static int open_common(struct ub_fs *fs, enum ub_view v, uint64_t subvol, uint64_t ino, struct ub_icur *cur,
-		       bool disk_only)
+static int open_common(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur, bool disk_only)
 {
 	memset(cur, 0, sizeof(*cur));
 	cur->fs = fs;
@@ -12,29 +11,24 @@ static int open_common(struct ub_fs *fs, enum ub_view v, uint64_t subvol, uint64
 	cur->ino = ino;
 	ub_path_init(&cur->path);
 	/* the overlays stand over the last commit; the running transaction has none */
-	if (!disk_only && v == UB_VIEW_COMMITTED) {
+	if (!disk_only && fs->view != UB_VIEW_LIVE) {
 		cur->set = ub_replay_lookup(fs, subvol, ino);
 		if (!cur->set)
 			cur->set = ub_loose_lookup(fs, subvol, ino);
 	}
 	if (cur->set)
 		return 0;
-	return ub_fs_view_root(fs, v, subvol, &cur->root);
+	return ub_fs_tree_root(fs, subvol, &cur->root);
 }
 
 int ub_icur_open(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur)
 {
-	return open_common(fs, UB_VIEW_COMMITTED, subvol, ino, cur, false);
-}
-
-int ub_icur_open_view(struct ub_fs *fs, enum ub_view v, uint64_t subvol, uint64_t ino, struct ub_icur *cur)
-{
-	return open_common(fs, v, subvol, ino, cur, false);
+	return open_common(fs, subvol, ino, cur, false);
 }
 
 int ub_icur_open_disk(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur)
 {
-	return open_common(fs, UB_VIEW_COMMITTED, subvol, ino, cur, true);
+	return open_common(fs, subvol, ino, cur, true);
 }
 
 void ub_icur_close(struct ub_icur *cur)

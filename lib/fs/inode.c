@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include "ubtrfs/fs.h"
+#include "fs_priv.h"
 #include "items.h"
 
 #define II(field, p) UB_GET(btrfs_inode_item, field, p)
@@ -91,7 +92,7 @@ static void now(struct ub_timespec *t)
 	t->nsec = (uint32_t)ts.tv_nsec;
 }
 
-int ub_placeholder_inode(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, struct ub_inode *out)
+static int placeholder_inode_impl(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, struct ub_inode *out)
 {
 	struct ub_inode dir;
 	int ret;
@@ -116,6 +117,15 @@ int ub_placeholder_inode(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, st
 	return 0;
 }
 
+int ub_placeholder_inode(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, struct ub_inode *out)
+{
+	int in = ub_view_enter(fs);
+	int ret = placeholder_inode_impl(fs, subvol, dir_ino, out);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
 /*
  * With `cur` on the inode item: do the next items, in the same leaf, show that
  * there is no XATTR_ITEM? Extended attributes sort right after the back
@@ -138,7 +148,7 @@ static bool no_xattrs_after(struct ub_icur *cur)
 	return false;
 }
 
-int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_inode *out)
+static int inode_read_impl(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_inode *out)
 {
 	struct ub_icur cur;
 	struct ub_key key;
@@ -194,11 +204,29 @@ out:
 	return ret > 0 ? -ENOENT : ret;
 }
 
-int ub_dirent_inode(struct ub_fs *fs, const struct ub_dirent *de, struct ub_inode *out)
+int ub_inode_read(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_inode *out)
+{
+	int in = ub_view_enter(fs);
+	int ret = inode_read_impl(fs, subvol, ino, out);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
+static int dirent_inode_impl(struct ub_fs *fs, const struct ub_dirent *de, struct ub_inode *out)
 {
 	if (de->ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
 		return ub_placeholder_inode(fs, de->subvol, de->dir_ino, out);
 	return ub_inode_read(fs, de->subvol, de->ino, out);
+}
+
+int ub_dirent_inode(struct ub_fs *fs, const struct ub_dirent *de, struct ub_inode *out)
+{
+	int in = ub_view_enter(fs);
+	int ret = dirent_inode_impl(fs, de, out);
+
+	ub_view_exit(fs, in);
+	return ret;
 }
 
 /*
@@ -287,13 +315,23 @@ static uint32_t decode_entry(struct ub_fs *fs, uint64_t subvol, const struct ub_
 	return DIR_ITEM_HDR + nlen + dlen;
 }
 
-int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
+static int dir_iterate_impl(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
 		   int (*cb)(void *arg, const struct ub_dirent *de), void *arg)
 {
 	return ub_dir_iterate_from(fs, subvol, dir_ino, 0, cb, arg);
 }
 
-int ub_dir_iterate_from(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, uint64_t from_index,
+int ub_dir_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino,
+		   int (*cb)(void *arg, const struct ub_dirent *de), void *arg)
+{
+	int in = ub_view_enter(fs);
+	int ret = dir_iterate_impl(fs, subvol, dir_ino, cb, arg);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
+static int dir_iterate_from_impl(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, uint64_t from_index,
 			int (*cb)(void *arg, const struct ub_dirent *de), void *arg)
 {
 	struct ub_icur cur;
@@ -331,7 +369,17 @@ int ub_dir_iterate_from(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, uin
 	return ret < 0 ? ret : 0;
 }
 
-int ub_dir_lookup(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, const char *name, size_t len,
+int ub_dir_iterate_from(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, uint64_t from_index,
+			int (*cb)(void *arg, const struct ub_dirent *de), void *arg)
+{
+	int in = ub_view_enter(fs);
+	int ret = dir_iterate_from_impl(fs, subvol, dir_ino, from_index, cb, arg);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
+static int dir_lookup_impl(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, const char *name, size_t len,
 		  struct ub_dirent *out)
 {
 	uint64_t hash;
@@ -381,6 +429,16 @@ out:
 	return ret > 0 ? -ENOENT : ret;
 }
 
+int ub_dir_lookup(struct ub_fs *fs, uint64_t subvol, uint64_t dir_ino, const char *name, size_t len,
+		  struct ub_dirent *out)
+{
+	int in = ub_view_enter(fs);
+	int ret = dir_lookup_impl(fs, subvol, dir_ino, name, len, out);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
 struct ref_match {
 	struct ub_fs *fs;
 	uint64_t subvol;
@@ -411,7 +469,7 @@ static bool ref_item_matches(struct ub_fs *fs, uint64_t subvol, const struct ub_
 	return ub_ref_item_each(key, d, size, ref_matches, &m) == 1;
 }
 
-int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de)
+static int dir_entry_is_link_impl(struct ub_fs *fs, const struct ub_dirent *de)
 {
 	struct ub_icur cur;
 	struct ub_key key;
@@ -466,9 +524,18 @@ int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de)
 	return found ? 1 : any ? 0 : -ENOENT;
 }
 
+int ub_dir_entry_is_link(struct ub_fs *fs, const struct ub_dirent *de)
+{
+	int in = ub_view_enter(fs);
+	int ret = dir_entry_is_link_impl(fs, de);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
 #define MAX_DEPTH 4096
 
-int ub_path_lookup(struct ub_fs *fs, const char *path, uint64_t *subvol, uint64_t *ino)
+static int path_lookup_impl(struct ub_fs *fs, const char *path, uint64_t *subvol, uint64_t *ino)
 {
 	struct { uint64_t subvol, ino; } *stack;
 	int depth = 0, ret = 0;
@@ -552,7 +619,16 @@ int ub_path_lookup(struct ub_fs *fs, const char *path, uint64_t *subvol, uint64_
 	return ret;
 }
 
-int ub_path_lookup_inode(struct ub_fs *fs, const char *path, struct ub_inode *out)
+int ub_path_lookup(struct ub_fs *fs, const char *path, uint64_t *subvol, uint64_t *ino)
+{
+	int in = ub_view_enter(fs);
+	int ret = path_lookup_impl(fs, path, subvol, ino);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
+static int path_lookup_inode_impl(struct ub_fs *fs, const char *path, struct ub_inode *out)
 {
 	const char *end = path + strlen(path), *slash;
 	uint64_t subvol, ino, dsub, dino;
@@ -583,13 +659,22 @@ int ub_path_lookup_inode(struct ub_fs *fs, const char *path, struct ub_inode *ou
 	return ub_dirent_inode(fs, &de, out);
 }
 
+int ub_path_lookup_inode(struct ub_fs *fs, const char *path, struct ub_inode *out)
+{
+	int in = ub_view_enter(fs);
+	int ret = path_lookup_inode_impl(fs, path, out);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
 static uint64_t max_symlink_len(const struct ub_fs *fs)
 {
 	uint64_t inline_max = UB_MAX_INLINE_DATA_SIZE((uint64_t)fs->vol->nodesize);
 	return inline_max < 4095 ? inline_max : 4095;
 }
 
-int ub_readlink(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz, size_t *len)
+static int readlink_impl(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz, size_t *len)
 {
 	struct ub_inode inode;
 	uint64_t got = 0;
@@ -628,7 +713,16 @@ int ub_readlink(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size
 	return ret;
 }
 
-int ub_xattr_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t ino,
+int ub_readlink(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz, size_t *len)
+{
+	int in = ub_view_enter(fs);
+	int ret = readlink_impl(fs, subvol, ino, buf, bufsz, len);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
+static int xattr_iterate_impl(struct ub_fs *fs, uint64_t subvol, uint64_t ino,
 		     int (*cb)(void *arg, const struct ub_xattr *xa), void *arg)
 {
 	struct ub_icur cur;
@@ -671,4 +765,14 @@ out:
 	if (cb_ret)
 		return cb_ret;
 	return ret < 0 ? ret : 0;
+}
+
+int ub_xattr_iterate(struct ub_fs *fs, uint64_t subvol, uint64_t ino,
+		     int (*cb)(void *arg, const struct ub_xattr *xa), void *arg)
+{
+	int in = ub_view_enter(fs);
+	int ret = xattr_iterate_impl(fs, subvol, ino, cb, arg);
+
+	ub_view_exit(fs, in);
+	return ret;
 }

@@ -56,7 +56,7 @@ out:
 	return ret > 0 ? -ENOENT : ret;
 }
 
-int ub_inode_path(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz)
+static int inode_path_impl(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz)
 {
 	char name[UB_NAME_LEN];
 	size_t at = bufsz, len;
@@ -87,9 +87,27 @@ int ub_inode_path(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, si
 	return 0;
 }
 
-int ub_inode_first_name(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *dir, char *name, size_t *len)
+int ub_inode_path(struct ub_fs *fs, uint64_t subvol, uint64_t ino, char *buf, size_t bufsz)
+{
+	int in = ub_view_enter(fs);
+	int ret = inode_path_impl(fs, subvol, ino, buf, bufsz);
+
+	ub_view_exit(fs, in);
+	return ret;
+}
+
+static int inode_first_name_impl(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *dir, char *name, size_t *len)
 {
 	return first_name(fs, subvol, ino, dir, name, len, false);
+}
+
+int ub_inode_first_name(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t *dir, char *name, size_t *len)
+{
+	int in = ub_view_enter(fs);
+	int ret = inode_first_name_impl(fs, subvol, ino, dir, name, len);
+
+	ub_view_exit(fs, in);
+	return ret;
 }
 
 int ub_ref_item_each(const struct ub_key *key, const uint8_t *d, uint32_t size, ub_ref_fn fn, void *arg)
@@ -132,7 +150,7 @@ static int one_name(void *arg, uint64_t parent, uint64_t index, const char *name
 	return c->fn(c->arg, parent, name, len);
 }
 
-int ub_inode_names(struct ub_fs *fs, uint64_t subvol, uint64_t ino, ub_name_fn fn, void *arg)
+static int inode_names_impl(struct ub_fs *fs, uint64_t subvol, uint64_t ino, ub_name_fn fn, void *arg)
 {
 	struct names_ctx c = { fn, arg };
 	struct ub_icur cur;
@@ -159,4 +177,13 @@ int ub_inode_names(struct ub_fs *fs, uint64_t subvol, uint64_t ino, ub_name_fn f
 	if (stop)
 		return stop;
 	return ret < 0 ? ret : 0;
+}
+
+int ub_inode_names(struct ub_fs *fs, uint64_t subvol, uint64_t ino, ub_name_fn fn, void *arg)
+{
+	int in = ub_view_enter(fs);
+	int ret = inode_names_impl(fs, subvol, ino, fn, arg);
+
+	ub_view_exit(fs, in);
+	return ret;
 }

@@ -35,8 +35,6 @@ struct ub_icur {
 
 /* Open a cursor over inode `ino` of `subvol` (not positioned yet). */
 int ub_icur_open(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur);
-/* Same through view v: UB_VIEW_LIVE reads the running transaction's tree (no replay or loose sets). */
-int ub_icur_open_view(struct ub_fs *fs, enum ub_view v, uint64_t subvol, uint64_t ino, struct ub_icur *cur);
 /* Same, but always the on-disk items, ignoring any replay (used by the replay itself). */
 int ub_icur_open_disk(struct ub_fs *fs, uint64_t subvol, uint64_t ino, struct ub_icur *cur);
 void ub_icur_close(struct ub_icur *cur);

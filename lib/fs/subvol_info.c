@@ -7,7 +7,7 @@
 
 #define RI(field, p) UB_GET(btrfs_root_item, field, p)
 
-int ub_subvol_info(struct ub_fs *fs, uint64_t id, struct ub_subvol_info *out)
+static int subvol_info_impl(struct ub_fs *fs, uint64_t id, struct ub_subvol_info *out)
 {
 	struct ub_key key = { id, BTRFS_ROOT_ITEM_KEY, UINT64_MAX };
 	struct ub_root rt;
@@ -46,5 +46,14 @@ int ub_subvol_info(struct ub_fs *fs, uint64_t id, struct ub_subvol_info *out)
 		}
 	}
 	ub_path_release(&p);
+	return ret;
+}
+
+int ub_subvol_info(struct ub_fs *fs, uint64_t id, struct ub_subvol_info *out)
+{
+	int in = ub_view_enter(fs);
+	int ret = subvol_info_impl(fs, id, out);
+
+	ub_view_exit(fs, in);
 	return ret;
 }

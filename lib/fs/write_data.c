@@ -136,10 +136,13 @@ static int read_range(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t o
 {
 	struct ub_inode inode = { .subvol = w->subvol, .ino = ino, .size = II_GET(size, ii),
 				  .flags = II_GET(flags, ii) };
+	struct ub_fs live;
 	uint64_t got;
 
 	memset(buf, 0, len);
-	return ub_file_read_view(&w->e->fs, UB_VIEW_LIVE, &inode, off, len, buf, &got, NULL);
+	/* a live view of the engine's filesystem, made now: it sees every tree the transaction has */
+	ub_fs_view_init_live(&live, &w->e->fs);
+	return ub_file_read_inode(&live, &inode, off, len, buf, &got, NULL);
 }
 
 /* ---- checksums ---- */
@@ -697,6 +700,102 @@ static int regular_inode(struct fsw *w, struct ub_txn *t, uint64_t subvol, uint6
 	return ret;
 }
 
+/*
+ * Room for new data: the pieces (sizes[i] bytes each; with `halve`, a piece
+ * may be cut in halves down to a sector while space is short, as
+ * write_extents cuts its extents) reserved and given back at once, the
+ * allocator's hints put back: a write that cannot fit fails with -ENOSPC
+ * before it changes anything, the writer lock keeps every other operation
+ * from taking the room meanwhile, and the layout of what follows is the one
+ * the write would have had anyway.
+ */
+static int room_for(struct fsw *w, const uint64_t *sizes, size_t npieces, bool halve)
+{
+	uint64_t ss = ss_of(w), hints[3];
+	struct { uint64_t start, len; } *got = NULL;
+	size_t n = 0, cap = 0;
+	int ret = 0;
+
+	ub_alloc_hints(w->e->alloc, hints, false);
+	for (size_t i = 0; !ret && i < npieces; i++) {
+		uint64_t left = sizes[i], piece = sizes[i];
+
+		while (left) {
+			uint64_t want = left < piece ? left : piece, start;
+
+			ret = ub_txn_reserve_data(w->t, want, 0, &start);
+			if (ret == -ENOSPC && halve && piece > ss) {
+				piece = round_up_ss(w, piece / 2);
+				continue;
+			}
+			if (ret)
+				break;
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 16;
+				void *g = realloc(got, nc * sizeof(*got));
+
+				if (!g) {
+					ub_alloc_unreserve(w->e->alloc, start, want);
+					ret = -ENOMEM;
+					break;
+				}
+				got = g;
+				cap = nc;
+			}
+			got[n].start = start;
+			got[n++].len = want;
+			left -= want;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		ub_alloc_unreserve(w->e->alloc, got[i].start, got[i].len);
+	ub_alloc_hints(w->e->alloc, hints, true);
+	free(got);
+	return ret;
+}
+
+/*
+ * Room for len bytes of plain data written at file offset pos, in the
+ * pieces write_extents asks for. Writes that may go in place (a NODATACOW
+ * file, a preallocated extent) need none, as for the kernel
+ * (can_nocow_extent skips the data reservation).
+ */
+static int data_room(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t pos, uint64_t len)
+{
+	uint64_t *sizes;
+	size_t n = 0;
+	int ret;
+
+	if (II_GET(flags, ii) & UB_INODE_NODATACOW)
+		return 0;
+	{
+		struct ub_key k;
+		uint8_t *fe = malloc(UB_FE_SIZE + 4096);
+		uint32_t fsize;
+
+		if (!fe)
+			return -ENOMEM;
+		ret = extent_at(w, ino, pos, &k, fe, &fsize);
+		if (ret == 0 && k.offset <= pos && FE_GET(type, fe) == BTRFS_FILE_EXTENT_PREALLOC)
+			ret = 1;
+		else
+			ret = ret < 0 ? ret : 0;
+		free(fe);
+		if (ret)
+			return ret > 0 ? 0 : ret;
+	}
+	sizes = malloc((len / MAX_EXTENT + 1) * sizeof(*sizes));
+	if (!sizes)
+		return -ENOMEM;
+	for (uint64_t left = len; left; n++) {
+		sizes[n] = left < MAX_EXTENT ? left : MAX_EXTENT;
+		left -= sizes[n];
+	}
+	ret = room_for(w, sizes, n, true);
+	free(sizes);
+	return ret;
+}
+
 /* the write itself; ii updated (size, nbytes), not stored */
 static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
 {
@@ -714,13 +813,17 @@ static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, cons
 			II_SET(size, ii, nsize);
 		return ret;
 	}
+	a0 = round_down_ss(w, off);
+	a1 = round_up_ss(w, off + len);
+	/* all the data room first: nothing changes unless the whole write fits */
+	ret = data_room(w, ino, ii, a0, a1 - a0 + (inl ? ss_of(w) : 0));
+	if (ret)
+		return ret;
 	if (inl) {
 		ret = uninline(w, ino, ii);
 		if (ret)
 			return ret;
 	}
-	a0 = round_down_ss(w, off);
-	a1 = round_up_ss(w, off + len);
 	/* whole sectors need no window: the caller's bytes are written as they are */
 	whole = a0 == off && a1 == off + len;
 	win = whole ? NULL : malloc(a1 - a0);
@@ -1083,6 +1186,20 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
 		return ret;
 	if (nsize <= max_inline(&w) && (inl || isize == 0))
 		return -EINVAL;
+	{
+		/* every extent's room first, and a sector for an inline extent's, before anything changes */
+		uint64_t *sizes = malloc((n + 1) * sizeof(*sizes));
+
+		if (!sizes)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++)
+			sizes[i] = x[i].disk_bytes;
+		sizes[n] = ss_of(&w);
+		ret = room_for(&w, sizes, n + (inl ? 1 : 0), false);
+		free(sizes);
+		if (ret)
+			return ret;
+	}
 	if (inl)
 		ret = uninline(&w, ino, ii);
 	if (!ret)

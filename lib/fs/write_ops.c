@@ -54,3 +54,8 @@ int ub_fsw_begin(struct ub_engine *e, int kind, uint64_t len, struct ub_txn **ou
 		return -EINVAL;
 	return ub_engine_begin_op(e, ub_fsw_op_bytes(e, kind, len), op, out);
 }
+
+void ub_fsw_end(struct ub_engine *e)
+{
+	ub_engine_end_op(e);
+}

@@ -13,6 +13,8 @@ void ub_roots_init(struct ub_roots *rs)
 {
 	pthread_mutex_init(&rs->lock, NULL);
 	rs->list = NULL;
+	rs->readers = NULL;
+	rs->nreaders = rs->capreaders = 0;
 }
 
 void ub_roots_destroy(struct ub_roots *rs)
@@ -22,7 +24,77 @@ void ub_roots_destroy(struct ub_roots *rs)
 		free(rs->list);
 		rs->list = next;
 	}
+	free(rs->readers);
+	rs->readers = NULL;
+	rs->nreaders = rs->capreaders = 0;
 	pthread_mutex_destroy(&rs->lock);
+}
+
+int ub_roots_reader_enter(struct ub_roots *rs, const struct ub_eroot *root_tree, const struct ub_eroot *chunk_tree,
+			  uint64_t *gen, struct ub_root *rt, struct ub_root *ct)
+{
+	int ret = 0, i;
+	uint64_t g;
+
+	pthread_mutex_lock(&rs->lock);
+	g = root_tree ? root_tree->committed.generation : 0;
+	/* generations only grow: the newest is last, found at once */
+	for (i = rs->nreaders - 1; i >= 0 && rs->readers[i].gen > g; i--)
+		;
+	if (i >= 0 && rs->readers[i].gen == g) {
+		rs->readers[i].count++;
+	} else {
+		if (rs->nreaders == rs->capreaders) {
+			int cap = rs->capreaders ? 2 * rs->capreaders : 8;
+			struct ub_reader_gen *r = realloc(rs->readers, (size_t)cap * sizeof(*r));
+
+			if (!r) {
+				ret = -ENOMEM;
+				goto out;
+			}
+			rs->readers = r;
+			rs->capreaders = cap;
+		}
+		memmove(&rs->readers[i + 2], &rs->readers[i + 1], (size_t)(rs->nreaders - i - 1) * sizeof(*rs->readers));
+		rs->readers[i + 1] = (struct ub_reader_gen){ g, 1 };
+		rs->nreaders++;
+	}
+	*gen = g;
+	*rt = root_tree ? root_tree->committed : (struct ub_root){ 0 };
+	*ct = chunk_tree ? chunk_tree->committed : (struct ub_root){ 0 };
+out:
+	pthread_mutex_unlock(&rs->lock);
+	return ret;
+}
+
+void ub_roots_reader_exit(struct ub_roots *rs, uint64_t gen)
+{
+	pthread_mutex_lock(&rs->lock);
+	for (int i = rs->nreaders - 1; i >= 0; i--) {
+		if (rs->readers[i].gen != gen)
+			continue;
+		if (--rs->readers[i].count == 0) {
+			memmove(&rs->readers[i], &rs->readers[i + 1], (size_t)(rs->nreaders - i - 1) * sizeof(*rs->readers));
+			rs->nreaders--;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&rs->lock);
+}
+
+uint64_t ub_roots_oldest_reader_locked(const struct ub_roots *rs)
+{
+	return rs->nreaders ? rs->readers[0].gen : UINT64_MAX;
+}
+
+uint64_t ub_roots_oldest_reader(struct ub_roots *rs)
+{
+	uint64_t g;
+
+	pthread_mutex_lock(&rs->lock);
+	g = ub_roots_oldest_reader_locked(rs);
+	pthread_mutex_unlock(&rs->lock);
+	return g;
 }
 
 void ub_roots_lock(struct ub_roots *rs)
@@ -108,22 +180,16 @@ int ub_roots_add(struct ub_roots *rs, const struct ub_root *r, bool has_item, st
 	return ret;
 }
 
-int ub_roots_load(struct ub_roots *rs, struct ub_tree_ctx *tc, const struct ub_root *root_tree, uint64_t objectid,
-		  struct ub_eroot **out)
+int ub_roots_read_item(struct ub_tree_ctx *tc, const struct ub_root *root_tree, uint64_t objectid,
+		       struct ub_root *out, uint64_t *item_offset, uint64_t *last_snapshot)
 {
 	struct ub_key key = { objectid, BTRFS_ROOT_ITEM_KEY, UINT64_MAX };
-	struct ub_eroot *er = ub_roots_find(rs, objectid);
 	struct ub_path p;
 	const uint8_t *d;
 	uint32_t size;
-	struct ub_root r;
 	char t[64];
 	int ret;
 
-	if (er) {
-		*out = er;
-		return 0;
-	}
 	ub_path_init(&p);
 	ret = ub_tree_search_le(tc, root_tree, &key, &p);
 	if (ret)
@@ -144,23 +210,45 @@ int ub_roots_load(struct ub_roots *rs, struct ub_tree_ctx *tc, const struct ub_r
 		ret = -EUCLEAN;
 		goto out;
 	}
-	r = (struct ub_root){ objectid, RI(bytenr, d), RI(generation, d), (uint8_t)RI(level, d) };
+	*out = (struct ub_root){ objectid, RI(bytenr, d), RI(generation, d), (uint8_t)RI(level, d) };
+	if (item_offset)
+		*item_offset = key.offset;
+	if (last_snapshot)
+		*last_snapshot = RI(last_snapshot, d);
+out:
+	ub_path_release(&p);
+	return ret > 0 ? -ENOENT : ret;
+}
+
+int ub_roots_load(struct ub_roots *rs, struct ub_tree_ctx *tc, const struct ub_root *root_tree, uint64_t objectid,
+		  struct ub_eroot **out)
+{
+	struct ub_eroot *er = ub_roots_find(rs, objectid);
+	uint64_t offset, last_snapshot;
+	struct ub_root r;
+	int ret;
+
+	if (er) {
+		*out = er;
+		return 0;
+	}
+	ret = ub_roots_read_item(tc, root_tree, objectid, &r, &offset, &last_snapshot);
+	if (ret)
+		return ret;
 	pthread_mutex_lock(&rs->lock);
 	/* another thread may have loaded (or the writer added) the tree meanwhile: the table's object wins */
 	er = find_locked(rs, objectid);
 	if (!er) {
 		ret = add_locked(rs, &r, true, false, &er);
 		if (!ret) {
-			er->item_offset = key.offset;
-			er->last_snapshot = er->item_last_snapshot = RI(last_snapshot, d);
+			er->item_offset = offset;
+			er->last_snapshot = er->item_last_snapshot = last_snapshot;
 		}
 	}
 	pthread_mutex_unlock(&rs->lock);
 	if (!ret)
 		*out = er;
-out:
-	ub_path_release(&p);
-	return ret > 0 ? -ENOENT : ret;
+	return ret;
 }
 
 int ub_roots_committed(struct ub_roots *rs, const struct ub_eroot *er, struct ub_root *out)

@@ -69,9 +69,22 @@ struct ub_eroot {
 	uint64_t next_ino;
 };
 
+/*
+ * Reader epochs: every reader of a commit is counted here, under the
+ * mutex, with that commit's generation, for as long as it reads it; space
+ * a later commit frees is handed out again only once no reader of an older
+ * commit is left (lib/alloc/alloc.h, ub_alloc_commit_pins).
+ */
+struct ub_reader_gen {
+	uint64_t gen;
+	uint64_t count;
+};
+
 struct ub_roots {
 	pthread_mutex_t lock;
 	struct ub_eroot *list;   /* root and chunk trees first, then in load order */
+	struct ub_reader_gen *readers; /* generations being read, oldest first */
+	int nreaders, capreaders;
 };
 
 void ub_roots_init(struct ub_roots *rs);
@@ -101,6 +114,15 @@ int ub_roots_add(struct ub_roots *rs, const struct ub_root *r, bool has_item, st
 int ub_roots_load(struct ub_roots *rs, struct ub_tree_ctx *tc, const struct ub_root *root_tree, uint64_t objectid,
 		  struct ub_eroot **out);
 
+/*
+ * The root of tree `objectid` as the ROOT_ITEM (newest key offset) in the
+ * root tree `root_tree` gives it, and the item's key offset and last
+ * snapshot (either may be NULL), without touching the table: 0, -ENOENT,
+ * -EUCLEAN (named in the log), <0 from the reads.
+ */
+int ub_roots_read_item(struct ub_tree_ctx *tc, const struct ub_root *root_tree, uint64_t objectid,
+		       struct ub_root *out, uint64_t *item_offset, uint64_t *last_snapshot);
+
 /* A copy of er's committed root: 0, or -ENOENT when er is NULL or empty. */
 int ub_roots_committed(struct ub_roots *rs, const struct ub_eroot *er, struct ub_root *out);
 
@@ -118,6 +140,19 @@ static inline struct ub_eroot *ub_roots_next(const struct ub_eroot *er)
 {
 	return __atomic_load_n(&er->next, __ATOMIC_ACQUIRE);
 }
+
+/*
+ * A reader starts on the last commit: *gen is its generation (the committed
+ * root tree's), counted until ub_roots_reader_exit, and *rt, *ct that
+ * commit's root and chunk tree roots. Taken under the mutex, so a commit
+ * published meanwhile is either wholly seen or not at all.
+ */
+int ub_roots_reader_enter(struct ub_roots *rs, const struct ub_eroot *root_tree, const struct ub_eroot *chunk_tree,
+			  uint64_t *gen, struct ub_root *rt, struct ub_root *ct);
+void ub_roots_reader_exit(struct ub_roots *rs, uint64_t gen);
+/* The oldest generation a reader still reads, UINT64_MAX with none (_locked: the mutex held). */
+uint64_t ub_roots_oldest_reader(struct ub_roots *rs);
+uint64_t ub_roots_oldest_reader_locked(const struct ub_roots *rs);
 
 /* The writer's publication of a commit or an abort (see Threads above). */
 void ub_roots_lock(struct ub_roots *rs);

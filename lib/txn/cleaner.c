@@ -443,9 +443,12 @@ static int drop_some(struct ub_engine *e, const struct dead *dd, uint64_t budget
 
 		ub_err(&e->fs.log, "cleaner: dropping dead tree %s failed: %d", tname(&d, n, sizeof(n)), ret);
 		ub_txn_abort(d.t);
+		ub_engine_end_op(e);
 		return ret;
 	}
-	return ub_engine_commit(e);
+	ret = ub_engine_commit(e);
+	ub_engine_end_op(e);
+	return ret;
 }
 
 /*
@@ -478,8 +481,12 @@ static int remove_empty_groups(struct ub_engine *e)
 			if (ub_chunk_next_removable(e->alloc, cand[i], &start) || start != cand[i])
 				continue;
 			ret = ub_engine_begin_op(e, op_bytes, UB_CHUNK_OP_FREE, &t);
-			if (!ret)
-				ret = ub_txn_chunk_ctx(t, &cc);
+			if (ret) {
+				ub_err(&e->fs.log, "cleaner: no room to remove the empty block group at %llu: %d",
+				       (unsigned long long)start, ret);
+				return ret;
+			}
+			ret = ub_txn_chunk_ctx(t, &cc);
 			if (!ret)
 				ret = ub_chunk_remove(&cc, start);
 			if (ret == -EBUSY) {
@@ -489,6 +496,7 @@ static int remove_empty_groups(struct ub_engine *e)
 				       (unsigned long long)start, ret);
 				if (e->running)
 					ub_txn_abort(e->running);
+				ub_engine_end_op(e);
 				return ret;
 			} else {
 				removed++;
@@ -496,6 +504,7 @@ static int remove_empty_groups(struct ub_engine *e)
 			/* at once: the freed device ranges must not be reused before this commit is durable */
 			if (!ret)
 				ret = ub_engine_commit(e);
+			ub_engine_end_op(e);
 		}
 	} while (!ret && n == 64);
 	if (removed)
@@ -515,7 +524,7 @@ static int clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
 	if (e->broken)
 		return -EROFS;
 	/* the walk reads the dead tree as committed: none of its blocks may be of the running transaction */
-	ret = e->running ? ub_txn_commit(e->running) : 0;
+	ret = ub_engine_commit(e);
 	if (ret)
 		return ret;
 	ret = find_dead(e, &dd);
@@ -546,11 +555,16 @@ int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
 
 	if (!e || !more)
 		return -EINVAL;
+	ret = ub_fs_live_write_lock(&e->fs);
+	if (ret)
+		return ret;
 	/* the commits made here must not start another cleaning step (ub_engine_commit) */
+	was = e->cleaning;
 	e->cleaning = true;
 	ret = clean(e, budget_blocks, more);
 	e->cleaning = was;
 	if (!ret && !*more)
 		e->dead_roots = false;
+	ub_fs_live_write_unlock(&e->fs);
 	return ret;
 }

@@ -215,12 +215,21 @@ int ub_engine_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_l
 	return engine_open(NULL, devs, ndevs, log, 0, out);
 }
 
+int ub_engine_view(struct ub_engine *e, struct ub_fs **out)
+{
+	return ub_fs_live_view(&e->fs, out);
+}
+
 void ub_engine_close(struct ub_engine *e)
 {
 	if (!e)
 		return;
-	if (e->running)
-		ub_txn_abort(e->running);
+	/* after every other thread's last call: what this one still holds goes with the engine */
+	if (ub_fs_live_write_lock(&e->fs) == 0) {
+		if (e->running)
+			ub_txn_abort(e->running);
+		ub_fs_live_write_release(&e->fs);
+	}
 	ub_alloc_free(e->alloc);
 	ub_fs_fini(&e->fs);
 	free(e);

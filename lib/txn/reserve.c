@@ -58,7 +58,19 @@ int ub_txn_prepare(struct ub_txn *t, uint64_t op_bytes, int op)
 
 int ub_engine_commit(struct ub_engine *e)
 {
-	return e->running ? ub_txn_commit(e->running) : 0;
+	int ret = ub_fs_live_write_lock(&e->fs);
+
+	if (ret)
+		return ret;
+	/* a transaction its owner left running is committed for it: the owner's lock goes with it */
+	ret = e->running ? ub_txn_commit(e->running) : 0;
+	ub_fs_live_write_unlock(&e->fs);
+	return ret;
+}
+
+void ub_engine_end_op(struct ub_engine *e)
+{
+	ub_fs_live_write_unlock(&e->fs);
 }
 
 uint64_t ub_txn_dirty_bytes(const struct ub_txn *t)
@@ -87,7 +99,21 @@ uint64_t ub_engine_dirty_budget(const struct ub_engine *e)
 	return cap < UB_ENGINE_DIRTY_BUDGET ? cap : UB_ENGINE_DIRTY_BUDGET;
 }
 
+static int begin_op_locked(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out);
+
 int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out)
+{
+	int ret = ub_fs_live_write_lock(&e->fs);
+
+	if (ret)
+		return ret;
+	ret = begin_op_locked(e, op_bytes, op, out);
+	if (ret)
+		ub_fs_live_write_unlock(&e->fs);
+	return ret;
+}
+
+static int begin_op_locked(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out)
 {
 	if (e->running && ub_txn_dirty_bytes(e->running) >= ub_engine_dirty_budget(e)) {
 		int ret = ub_engine_commit(e);
@@ -108,7 +134,7 @@ int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub
 		if (fresh) {
 			struct ub_txn *t;
 
-			ret = ub_txn_start(e, &t);
+			ret = ub_txn_start_joined(e, &t);
 			if (ret)
 				return ret;
 		}

@@ -274,9 +274,11 @@ static void txn_init(struct ub_engine *e, struct ub_txn *t, struct ub_dref_queue
 		.copy_root = copy_root,
 	};
 	e->running = t;
+	/* space older commits freed comes back once their last readers are gone */
+	ub_alloc_release_pins(e->alloc, ub_roots_oldest_reader(e->fs.roots));
 }
 
-int ub_txn_start(struct ub_engine *e, struct ub_txn **out)
+static int txn_start_locked(struct ub_engine *e, bool owned, struct ub_txn **out)
 {
 	struct ub_dref_queue *refs;
 	struct ub_txn *t;
@@ -295,8 +297,26 @@ int ub_txn_start(struct ub_engine *e, struct ub_txn **out)
 		return ret;
 	}
 	txn_init(e, t, refs);
+	t->owned = owned;
 	*out = t;
 	return 0;
+}
+
+int ub_txn_start(struct ub_engine *e, struct ub_txn **out)
+{
+	int ret = ub_fs_live_write_lock(&e->fs);
+
+	if (ret)
+		return ret;
+	ret = txn_start_locked(e, true, out);
+	if (ret)
+		ub_fs_live_write_unlock(&e->fs);
+	return ret;
+}
+
+int ub_txn_start_joined(struct ub_engine *e, struct ub_txn **out)
+{
+	return txn_start_locked(e, false, out);
 }
 
 /* The transaction is over: the engine may start another (t's memory stays the caller's to free or reuse). */
@@ -333,6 +353,7 @@ static void roots_back(struct ub_engine *e)
 void ub_txn_abort(struct ub_txn *t)
 {
 	struct ub_engine *e = t->e;
+	bool owned = t->owned;
 
 	if (e->running == t) {
 		ub_tree_drop_dirty(&e->fs.tc);
@@ -340,6 +361,8 @@ void ub_txn_abort(struct ub_txn *t)
 		roots_back(e);
 	}
 	txn_free(t);
+	if (owned)
+		ub_fs_live_write_unlock(&e->fs);
 }
 
 /* ROOT_ITEMs of every tree whose root moved (or whose last snapshot changed): *changed counts them. */
@@ -431,6 +454,7 @@ static int txn_commit(struct ub_txn *t)
 	uint8_t sb[UB_SUPER_INFO_SIZE];
 	struct ub_commit_roots c = { 0 };
 	int ret = t->error, rounds = 0;
+	uint64_t oldest;
 
 	if (ret)
 		return ret;
@@ -505,8 +529,10 @@ static int txn_commit(struct ub_txn *t)
 		er->item_level = er->root.level;
 		er->item_last_snapshot = er->last_snapshot;
 	}
+	/* what this commit freed waits for the readers of older commits (reader epochs) */
+	oldest = ub_roots_oldest_reader_locked(e->fs.roots);
 	ub_roots_unlock(e->fs.roots);
-	ub_alloc_unpin(e->alloc);
+	ub_alloc_commit_pins(e->alloc, t->transid, oldest);
 	return 0;
 }
 
@@ -542,9 +568,13 @@ static int commit_end(struct ub_txn *t)
 
 int ub_txn_commit(struct ub_txn *t)
 {
+	struct ub_engine *e = t->e;
+	bool owned = t->owned;
 	int ret = commit_end(t);
 
 	free(t);
+	if (owned)
+		ub_fs_live_write_unlock(&e->fs);
 	return ret;
 }
 
@@ -552,6 +582,7 @@ int ub_txn_commit_keep(struct ub_txn *t)
 {
 	struct ub_engine *e = t->e;
 	struct ub_dref_queue *refs;
+	bool owned = t->owned;
 	int ret;
 
 	/* the next queue first: once committed, only a broken engine keeps t from going on */
@@ -562,10 +593,11 @@ int ub_txn_commit_keep(struct ub_txn *t)
 	if (e->running) {
 		/* the cleaner cannot leave one running; were it so, t is a shell the caller frees by aborting */
 		ub_dref_queue_free(refs);
-		*t = (struct ub_txn){ .e = e, .error = -EBUSY, .transid = e->generation };
+		*t = (struct ub_txn){ .e = e, .error = -EBUSY, .transid = e->generation, .owned = owned };
 		return ret ? ret : -EBUSY;
 	}
 	txn_init(e, t, refs);
+	t->owned = owned;
 	if (e->broken) {
 		t->error = e->broken; /* its commit refuses: the disk keeps the last commit */
 		return ret ? ret : -EROFS;

@@ -55,6 +55,7 @@ struct ub_txn {
 	int error;               /* the first callback failure; the commit refuses then */
 	uint64_t blocks_cowed, blocks_allocated, blocks_freed; /* statistics */
 	bool log_replay; /* replaying an fsync log: root times stay (the kernel's LOG_RECOVERING) */
+	bool owned;      /* made by ub_txn_start: its commit or abort gives back the writer lock that took */
 };
 
 /*
@@ -80,6 +81,11 @@ int ub_engine_add_root(struct ub_engine *e, const struct ub_root *r, uint64_t it
  */
 int ub_txn_commit_keep(struct ub_txn *t);
 
+/* Start the running transaction for an operation that holds the writer lock already (not owned). */
+int ub_txn_start_joined(struct ub_engine *e, struct ub_txn **out);
+/* The end of an operation ub_engine_begin_op began: the writer lock it took goes back. */
+void ub_engine_end_op(struct ub_engine *e);
+
 /* What the tree layer's write calls take for this transaction. */
 static inline struct ub_tree_alloc *ub_txn_ta(struct ub_txn *t) { return &t->ta; }
 
@@ -102,11 +108,13 @@ int ub_txn_write_space(struct ub_txn *t);
 /* ---- operations that prepare and commit by themselves (reserve.c) ---- */
 
 /*
- * Join the running transaction (committed first when its dirty memory has
- * reached the budget, below) or start one, then ub_txn_prepare(op_bytes,
- * op); when that refuses while the transaction holds changes, commit and ask
- * once more from a fresh one. -ENOSPC (fs consistent, last commit on disk or
- * the joined transaction untouched) or another error; *out is e->running.
+ * Take the writer lock, join the running transaction (committed first when
+ * its dirty memory has reached the budget, below) or start one, then
+ * ub_txn_prepare(op_bytes, op); when that refuses while the transaction
+ * holds changes, commit and ask once more from a fresh one. 0: *out is
+ * e->running and the lock is held until ub_engine_end_op; -ENOSPC (fs
+ * consistent, last commit on disk or the joined transaction untouched) or
+ * another error, the lock given back.
  */
 int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out);
 

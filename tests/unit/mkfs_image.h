@@ -26,16 +26,20 @@ static int mkfs_image_setup(const char *tag)
 static int teardown_all(void **state)
 {
 	(void)state;
-	sh("rm -rf %s", g_dir);
+	if (!getenv("UBTRFS_KEEP_IMAGES"))
+		sh("rm -rf %s", g_dir);
 	return 0;
 }
 
 /* btrfs check's verdict on the image: 0 when it finds no error. */
 static int mkfs_image_check(void)
 {
-	if (sh("btrfs check --readonly %s >%s/check.log 2>&1", g_img, g_dir))
+	if (sh("btrfs check --readonly %s >%s/check.log 2>&1", g_img, g_dir) ||
+	    sh("grep -q 'no error found' %s/check.log", g_dir)) {
+		sh("tail -n 40 %s/check.log >&2", g_dir); /* what btrfs check found, for the failure's log */
 		return -1;
-	return sh("grep -q 'no error found' %s/check.log", g_dir) ? -1 : 0;
+	}
+	return 0;
 }
 
 #endif
