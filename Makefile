@@ -95,9 +95,9 @@ tools: $(SPACE_DRIVER)
 
 # ---- threads driver: tests/integration/test_engine_threads.py builds and runs it (a library user) ----
 THREADS_DRIVER := $(BUILD)/tests/tools/threads_driver
-$(BUILD)/tests/tools/threads_driver: tests/tools/threads_driver.c $(BUILD)/libubtrfs.a
+$(BUILD)/tests/tools/threads_driver: tests/tools/threads_driver.c tests/tools/crash_cuts.c tests/tools/crash_cuts.h $(BUILD)/libubtrfs.a
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -Ilib,$(CFLAGS_BASE)) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(BUILD)/libubtrfs.a $(LIBS) -lpthread
+	$(CC) $(filter-out -Ilib,$(CFLAGS_BASE)) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< tests/tools/crash_cuts.c $(BUILD)/libubtrfs.a $(LIBS) -lpthread
 tools: $(THREADS_DRIVER)
 # ---- end of the threads driver block ----
 

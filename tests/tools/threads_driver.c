@@ -8,6 +8,8 @@
  *
  *   threads_driver SEED WRITERS OPS READERS MODEL.json DEV...
  *   threads_driver --fill ROUNDS SEED WRITERS DEV...
+ *   threads_driver --crash-dir DIR --crash-cuts K SEED WRITERS OPS READERS MODEL.json DEV...
+ *   threads_driver --verify DEV...
  *
  * Every file holds one whole version: a header (magic, file id, version,
  * length) and bytes that follow from (id, version). A reader that gets a
@@ -41,6 +43,7 @@
 #include "ubtrfs/format.h"
 #include "ubtrfs/fs.h"
 #include "ubtrfs/fswrite.h"
+#include "crash_cuts.h"
 
 #define FS BTRFS_FS_TREE_OBJECTID
 #define TOP BTRFS_FIRST_FREE_OBJECTID
@@ -531,6 +534,57 @@ static int verify_end(struct writer *ws, int nw, const char *const *paths, int n
 	return bad;
 }
 
+/* ---- --verify: a crash image holds whole versions only ---- */
+
+static int verify_cb(void *arg, const struct ub_dirent *de)
+{
+	struct rd_list *l = arg;
+
+	return rd_collect(l, de);
+}
+
+static int verify_image(const char *const *paths, int npaths)
+{
+	static uint8_t buf[MAX_LEN + 4096];
+	static struct rd_list l, top;
+	struct ub_fs_opts o = { .super_mirror = -1 };
+	struct ub_fs *fs = NULL;
+	long files = 0;
+	int ret;
+
+	ret = ub_fs_open(paths, npaths, &o, NULL, &fs);
+	if (ret) {
+		fprintf(stderr, "threads_driver: --verify: open: %d\n", ret);
+		return 1;
+	}
+	top.fs = fs;
+	ret = ub_dir_iterate(fs, FS, TOP, verify_cb, &top);
+	for (int d = 0; !ret && d < top.n; d++) {
+		memset(&l, 0, sizeof(l));
+		ret = ub_dir_iterate(fs, FS, top.inos[d], verify_cb, &l);
+		for (int i = 0; !ret && i < l.n; i++) {
+			uint64_t got = 0, id, ver;
+			const char *why;
+
+			ret = ub_file_read(fs, FS, l.inos[i], 0, sizeof(buf), buf, &got, NULL);
+			if (ret)
+				break;
+			why = whole_version(buf, got, &id, &ver);
+			if (why) {
+				fprintf(stderr, "threads_driver: --verify: /%s/%s: %s\n", top.names[d], l.names[i], why);
+				ret = -EBADMSG;
+			}
+			files++;
+		}
+	}
+	if (ret)
+		fprintf(stderr, "threads_driver: --verify: %d\n", ret);
+	else
+		printf("generation %llu files %ld\n", (unsigned long long)ub_fs_view_generation(fs), files);
+	ub_fs_close(fs);
+	return ret ? 1 : 0;
+}
+
 /* ---- --fill ---- */
 
 struct filler {
@@ -700,8 +754,18 @@ int main(int argc, char **argv)
 	struct ub_txn *t;
 	uint64_t seed, cseed;
 	int nw, nr, ret;
-	long ops;
+	long ops, crash_cuts = 0;
+	const char *crash_dir = NULL;
+	struct ub_rec_log *rlog = NULL;
 
+	if (argc >= 3 && !strcmp(argv[1], "--verify"))
+		return verify_image((const char *const *)argv + 2, argc - 2);
+	if (argc >= 6 && !strcmp(argv[1], "--crash-dir")) {
+		crash_dir = argv[2];
+		crash_cuts = atol(argv[4]);
+		argv += 4;
+		argc -= 4;
+	}
 	if (argc >= 6 && !strcmp(argv[1], "--fill"))
 		return fill_rounds(atoi(argv[2]), strtoull(argv[3], NULL, 0), atoi(argv[4]) < 1 ? 1
 					: atoi(argv[4]) > MAX_WRITERS ? MAX_WRITERS : atoi(argv[4]),
@@ -719,7 +783,31 @@ int main(int argc, char **argv)
 		fprintf(stderr, "threads_driver: 1..%d writers, 0..32 readers\n", MAX_WRITERS);
 		return 2;
 	}
-	ret = ub_engine_open((const char *const *)argv + 6, argc - 6, NULL, &g_e);
+	if (crash_dir) {
+		/* every device write and flush recorded, for the crash images made at the end */
+		struct ub_dev *devs[16];
+		int ndevs = argc - 6;
+
+		ret = ndevs < 1 || ndevs > 16 ? -EINVAL : crash_save_bases(crash_dir, argv + 6, ndevs);
+		if (!ret)
+			ret = ub_rec_log_new(&rlog);
+		for (int d = 0; d < ndevs; d++) {
+			struct ub_dev *inner = NULL;
+
+			if (!ret)
+				ret = ub_dev_open(argv[6 + d], true, &inner);
+			if (!ret)
+				ret = ub_dev_open_recorder(inner, rlog, d, &inner);
+			devs[d] = ret ? NULL : inner;
+		}
+		if (!ret)
+			ret = ub_engine_open_devs(devs, ndevs, NULL, &g_e);
+		else
+			for (int d = 0; d < ndevs; d++)
+				ub_dev_close(devs[d]);
+	} else {
+		ret = ub_engine_open((const char *const *)argv + 6, argc - 6, NULL, &g_e);
+	}
 	if (ret) {
 		fprintf(stderr, "threads_driver: open: %d\n", ret);
 		return 1;
@@ -779,6 +867,14 @@ int main(int argc, char **argv)
 		       "between listing and reading\n", nw, done, enospc, nr, lists, files, vanished);
 	}
 	ub_engine_close(g_e);
+	if (rlog) {
+		ret = crash_make_cuts(rlog, crash_dir, argc - 6, crash_cuts, 0);
+		ub_rec_log_put(rlog);
+		if (ret) {
+			fprintf(stderr, "threads_driver: crash images: %d\n", ret);
+			return 1;
+		}
+	}
 	if (atomic_load(&g_failed))
 		return 1;
 	return verify_end(ws, nw, (const char *const *)argv + 6, argc - 6, argv[5]);
