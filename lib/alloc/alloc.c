@@ -593,31 +593,45 @@ uint64_t ub_alloc_pins_waiting(const struct ub_alloc *a)
 	return bytes;
 }
 
+/* The running transaction's pins wait, tagged `gen`; false when there was no memory to keep them apart. */
+static void tag_pins(struct ub_alloc *a, uint64_t gen)
+{
+	if (!ub_rs_bytes_in(&a->pin_cur, 0, UINT64_MAX))
+		return;
+	if (a->nwaiting == a->capwaiting) {
+		int cap = a->capwaiting ? 2 * a->capwaiting : 8;
+		struct ub_pin_batch *w = realloc(a->waiting, (size_t)cap * sizeof(*w));
+
+		if (w) {
+			a->waiting = w;
+			a->capwaiting = cap;
+		}
+	}
+	if (a->nwaiting < a->capwaiting) {
+		a->waiting[a->nwaiting].gen = gen;
+		a->waiting[a->nwaiting++].set = a->pin_cur;
+		ub_rs_init(&a->pin_cur);
+	} else {
+		/* no memory to keep it apart: it stays pinned for good, which is safe */
+		ub_err(&a->log, "allocator: out of memory keeping freed space for readers; it stays unused");
+		ub_rs_clear(&a->pin_cur);
+	}
+}
+
+void ub_alloc_seal_pins(struct ub_alloc *a, uint64_t gen)
+{
+	tag_pins(a, gen);
+	end_transaction(a);
+	/* the chunks the sealed transaction added are its for good: a failed write breaks the engine */
+	ub_chunk_undo_forget(a);
+}
+
 void ub_alloc_commit_pins(struct ub_alloc *a, uint64_t gen, uint64_t oldest)
 {
-	if (gen > oldest && ub_rs_bytes_in(&a->pin_cur, 0, UINT64_MAX)) {
-		/* a reader of an older commit may still read there: it waits, tagged */
-		if (a->nwaiting == a->capwaiting) {
-			int cap = a->capwaiting ? 2 * a->capwaiting : 8;
-			struct ub_pin_batch *w = realloc(a->waiting, (size_t)cap * sizeof(*w));
-
-			if (w) {
-				a->waiting = w;
-				a->capwaiting = cap;
-			}
-		}
-		if (a->nwaiting < a->capwaiting) {
-			a->waiting[a->nwaiting].gen = gen;
-			a->waiting[a->nwaiting++].set = a->pin_cur;
-			ub_rs_init(&a->pin_cur);
-		} else {
-			/* no memory to keep it apart: it stays pinned for good, which is safe */
-			ub_err(&a->log, "allocator: out of memory keeping freed space for readers; it stays unused");
-			ub_rs_clear(&a->pin_cur);
-		}
-	} else {
+	if (gen > oldest)
+		tag_pins(a, gen); /* a reader of an older commit may still read there */
+	else
 		unpin_set(a, &a->pin_cur);
-	}
 	ub_alloc_release_pins(a, oldest);
 	end_transaction(a);
 	/* the superblocks holding this transaction's chunks are durable */

@@ -135,8 +135,15 @@ int ub_alloc_pin(struct ub_alloc *a, uint64_t start, uint64_t len);
  * transaction for the allocator (closes open RAID5/6 stripes).
  */
 void ub_alloc_commit_pins(struct ub_alloc *a, uint64_t gen, uint64_t oldest);
-/* Waiting parts tagged at most `oldest` -> avail (a reader ended): their bytes. */
-uint64_t ub_alloc_release_pins(struct ub_alloc *a, uint64_t oldest);
+/*
+ * A transaction sealed for a commit whose writing goes on without the
+ * writer lock: its pins wait, tagged `gen`, like those of a committed one,
+ * and the transaction ends for the allocator; the caller releases them
+ * (ub_alloc_release_pins) only up to the generation known durable.
+ */
+void ub_alloc_seal_pins(struct ub_alloc *a, uint64_t gen);
+/* Waiting parts tagged at most `upto` (the oldest commit a reader reads, at most the last durable one) -> avail: their bytes. */
+uint64_t ub_alloc_release_pins(struct ub_alloc *a, uint64_t upto);
 /*
  * The next-fit hints (where each type's next search starts): copied out,
  * or (set) back in, so that a reservation made only to see whether room

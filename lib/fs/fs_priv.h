@@ -101,6 +101,8 @@ int ub_fs_live_write_lock(struct ub_fs *base);
 void ub_fs_live_write_unlock(struct ub_fs *base);
 void ub_fs_live_write_release(struct ub_fs *base);
 bool ub_fs_live_write_held(const struct ub_fs *base);
+/* How often this thread took it (0: not held). */
+unsigned ub_fs_live_write_depth(const struct ub_fs *base);
 /* A pinned view's root of tree `objectid`: from its commit's root tree (cached), or the superblock's two. */
 int ub_fs_view_lookup(struct ub_fs *fs, uint64_t objectid, struct ub_root *out);
 /* A live view of fs's filesystem (ub_engine_view). */

@@ -56,6 +56,13 @@ bool ub_fs_live_write_held(const struct ub_fs *base)
 	return held_slot(base) >= 0;
 }
 
+unsigned ub_fs_live_write_depth(const struct ub_fs *base)
+{
+	int i = held_slot(base);
+
+	return i < 0 ? 0 : t_held[i].depth;
+}
+
 int ub_fs_live_write_lock(struct ub_fs *base)
 {
 	int i = held_slot(base);

@@ -947,52 +947,104 @@ static void clear_unused(const struct ub_tree_ctx *tc, uint8_t *buf)
 		memset(buf + UB_HEADER_SIZE + used_end, 0, data_start - used_end);
 }
 
-int ub_tree_write_dirty(struct ub_tree_ctx *tc)
+/* A dirty block made final for the disk: header, unused bytes, the checker's rules, checksum. */
+static int seal_block(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
 	struct ub_volume *vol = tc->vol;
+	uint8_t *buf = eb->data;
+	char why[320];
+	struct ub_check_ctx cctx = {
+		.nodesize = vol->nodesize,
+		.sectorsize = vol->sectorsize,
+		.csum_size = vol->csum_size,
+		.incompat_flags = UB_GET(ub_disk_super, incompat_flags, vol->super),
+		.owner = HDR(owner, buf),
+	};
 
+	UB_SET(ub_disk_header, bytenr, buf, eb->start);
+	memcpy(buf + offsetof(struct ub_disk_header, fsid), tc->metadata_uuid, UB_FSID_SIZE);
+	memcpy(buf + offsetof(struct ub_disk_header, chunk_tree_uuid), tc->chunk_tree_uuid, UB_UUID_SIZE);
+	UB_SET(ub_disk_header, flags, buf, HDR(flags, buf) | BTRFS_HEADER_FLAG_WRITTEN);
+	clear_unused(tc, buf);
+	/* what the next reader's checker would refuse must not reach the disk */
+	if (ub_tree_check_block(buf, &cctx, why, sizeof(why))) {
+		char t[64];
+		ub_err(&tc->log, "tree %s: block at logical %llu (level %u) is invalid, not written: %s",
+		       ub_tree_name(cctx.owner, t, sizeof(t)), (unsigned long long)eb->start,
+		       (unsigned)HDR(level, buf), why);
+		return -EUCLEAN;
+	}
+	memset(buf, 0, UB_CSUM_SIZE_MAX);
+	return ub_csum(vol->csum_type, buf + UB_CSUM_SIZE_MAX, vol->nodesize - UB_CSUM_SIZE_MAX, buf);
+}
+
+int ub_tree_write_dirty(struct ub_tree_ctx *tc)
+{
+	struct ub_eb *sealed = NULL;
+	int ret = ub_tree_seal_dirty(tc, &sealed);
+
+	if (!ret)
+		ret = ub_tree_write_sealed(tc, sealed);
+	ub_tree_release_sealed(tc, sealed, ret != 0);
+	return ret;
+}
+
+int ub_tree_seal_dirty(struct ub_tree_ctx *tc, struct ub_eb **out)
+{
+	struct ub_eb *list = NULL;
+	int ret = 0;
+
+	/* the checks and checksums first, while the blocks are still the running transaction's */
+	for (struct ub_eb *eb = tc->cache->dirty_head; eb && !ret; eb = eb->dirty_next)
+		ret = seal_block(tc, eb);
+	if (ret)
+		return ret;
+	/*
+	 * Off the dirty list, onto the commit's: clean now (WRITTEN set, so the
+	 * next transaction copies them before any change), the list's reference
+	 * kept until they are on disk.
+	 */
+	pthread_mutex_lock(&tc->cache->lock);
 	while (tc->cache->dirty_head) {
 		struct ub_eb *eb = tc->cache->dirty_head;
-		uint8_t *buf = eb->data;
-		char why[320];
-		struct ub_check_ctx cctx = {
-			.nodesize = vol->nodesize,
-			.sectorsize = vol->sectorsize,
-			.csum_size = vol->csum_size,
-			.incompat_flags = UB_GET(ub_disk_super, incompat_flags, vol->super),
-			.owner = HDR(owner, buf),
-		};
-		int ret;
 
-		UB_SET(ub_disk_header, bytenr, buf, eb->start);
-		memcpy(buf + offsetof(struct ub_disk_header, fsid), tc->metadata_uuid, UB_FSID_SIZE);
-		memcpy(buf + offsetof(struct ub_disk_header, chunk_tree_uuid), tc->chunk_tree_uuid, UB_UUID_SIZE);
-		UB_SET(ub_disk_header, flags, buf, HDR(flags, buf) | BTRFS_HEADER_FLAG_WRITTEN);
-		clear_unused(tc, buf);
-		/* what the next reader's checker would refuse must not reach the disk */
-		if (ub_tree_check_block(buf, &cctx, why, sizeof(why))) {
-			char t[64];
-			ub_err(&tc->log, "tree %s: block at logical %llu (level %u) is invalid, not written: %s",
-			       ub_tree_name(cctx.owner, t, sizeof(t)), (unsigned long long)eb->start,
-			       (unsigned)HDR(level, buf), why);
-			return -EUCLEAN;
-		}
-		memset(buf, 0, UB_CSUM_SIZE_MAX);
-		ret = ub_csum(vol->csum_type, buf + UB_CSUM_SIZE_MAX, vol->nodesize - UB_CSUM_SIZE_MAX, buf);
-		if (ret)
-			return ret;
-		ret = ub_volume_write(vol, eb->start, vol->nodesize, buf);
+		dirty_unlink(tc, eb);
+		eb->dirty_next = list;
+		list = eb;
+	}
+	pthread_mutex_unlock(&tc->cache->lock);
+	*out = list;
+	return 0;
+}
+
+int ub_tree_write_sealed(struct ub_tree_ctx *tc, struct ub_eb *list)
+{
+	for (struct ub_eb *eb = list; eb; eb = eb->dirty_next) {
+		int ret = ub_volume_write(tc->vol, eb->start, tc->vol->nodesize, eb->data);
+
 		if (ret) {
 			ub_err(&tc->log, "tree block at logical %llu: write failed: %s", (unsigned long long)eb->start,
 			       strerror(-ret));
 			return ret;
 		}
-		pthread_mutex_lock(&tc->cache->lock);
-		dirty_unlink(tc, eb);
-		put_locked(tc, eb);
-		pthread_mutex_unlock(&tc->cache->lock);
 	}
 	return 0;
+}
+
+void ub_tree_release_sealed(struct ub_tree_ctx *tc, struct ub_eb *list, bool forget)
+{
+	pthread_mutex_lock(&tc->cache->lock);
+	while (list) {
+		struct ub_eb *eb = list;
+
+		list = eb->dirty_next;
+		eb->dirty_next = NULL;
+		/* never on disk: nobody may find it by address any more */
+		if (forget)
+			hash_unlink(tc, eb);
+		put_locked(tc, eb);
+	}
+	pthread_mutex_unlock(&tc->cache->lock);
 }
 
 void ub_tree_drop_dirty(struct ub_tree_ctx *tc)

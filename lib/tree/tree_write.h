@@ -115,6 +115,18 @@ void ub_tree_iter_end(struct ub_tree_iter *it);
  * (lib/tree/tree_check.c) would refuse on read is not written: -EUCLEAN, naming it and why
  * (item contents included, e.g. a bad INODE_ITEM, and empty leaves of trees never empty). */
 int ub_tree_write_dirty(struct ub_tree_ctx *tc);
+/*
+ * ub_tree_write_dirty in three steps, so that the writing can run without
+ * the writer lock while the next transaction goes on: seal (with the lock)
+ * makes every dirty block final (header, checks, checksum) and moves it to
+ * *list, clean and WRITTEN, so the next transaction copies it before any
+ * change and nothing changes its bytes again; write_sealed writes the list;
+ * release_sealed drops the list's references (forget: the blocks never
+ * reached the disk, so they leave the cache's table too).
+ */
+int ub_tree_seal_dirty(struct ub_tree_ctx *tc, struct ub_eb **list);
+int ub_tree_write_sealed(struct ub_tree_ctx *tc, struct ub_eb *list);
+void ub_tree_release_sealed(struct ub_tree_ctx *tc, struct ub_eb *list, bool forget);
 /* abort: forget every dirty block (their addresses are the allocator's to give back) */
 void ub_tree_drop_dirty(struct ub_tree_ctx *tc);
 

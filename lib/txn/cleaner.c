@@ -521,7 +521,7 @@ static int clean(struct ub_engine *e, uint64_t budget_blocks, bool *more)
 	if (!e || !more)
 		return -EINVAL;
 	*more = false;
-	if (e->broken)
+	if (ub_engine_broken(e))
 		return -EROFS;
 	/* the walk reads the dead tree as committed: none of its blocks may be of the running transaction */
 	ret = ub_engine_commit(e);

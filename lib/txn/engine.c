@@ -110,8 +110,12 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 			ub_dev_close(devs[i]);
 		return -ENOMEM;
 	}
+	pthread_mutex_init(&e->commit_lock, NULL);
+	pthread_cond_init(&e->commit_cond, NULL);
 	ret = ub_fs_open_volume(&e->fs, paths, devs, n, &opts, log);
 	if (ret) {
+		pthread_cond_destroy(&e->commit_cond);
+		pthread_mutex_destroy(&e->commit_lock);
 		free(e);
 		return ret;
 	}
@@ -128,6 +132,7 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 	e->incompat = SB(incompat_flags, sb);
 	e->compat_ro = SB(compat_ro_flags, sb);
 	e->generation = SB(generation, sb);
+	e->sealed = e->generation;
 	e->bytes_used = SB(bytes_used, sb);
 	for (int i = 0; i < e->fs.vol->nvdevs; i++) {
 		if (e->fs.vol->vdevs[i].missing || !e->fs.vol->vdevs[i].dev) {
@@ -232,5 +237,7 @@ void ub_engine_close(struct ub_engine *e)
 	}
 	ub_alloc_free(e->alloc);
 	ub_fs_fini(&e->fs);
+	pthread_cond_destroy(&e->commit_cond);
+	pthread_mutex_destroy(&e->commit_lock);
 	free(e);
 }

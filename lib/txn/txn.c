@@ -261,10 +261,18 @@ static int copy_root(void *arg, uint64_t new_root_id, const struct ub_eb *src, c
 	return ret ? fail(t, ret) : 0;
 }
 
+/* Space older commits freed comes back once they are durable and their last readers are gone (writer lock held). */
+static void release_pins(struct ub_engine *e)
+{
+	uint64_t upto = ub_roots_oldest_reader(e->fs.roots), durable = ub_engine_generation(e);
+
+	ub_alloc_release_pins(e->alloc, upto < durable ? upto : durable);
+}
+
 /* t (zeroed or ended) becomes the running transaction after the last commit, its queue `refs`. */
 static void txn_init(struct ub_engine *e, struct ub_txn *t, struct ub_dref_queue *refs)
 {
-	*t = (struct ub_txn){ .e = e, .refs = refs, .transid = e->generation + 1 };
+	*t = (struct ub_txn){ .e = e, .refs = refs, .transid = e->sealed + 1 };
 	t->ta = (struct ub_tree_alloc){
 		.arg = t,
 		.transid = t->transid,
@@ -274,8 +282,7 @@ static void txn_init(struct ub_engine *e, struct ub_txn *t, struct ub_dref_queue
 		.copy_root = copy_root,
 	};
 	e->running = t;
-	/* space older commits freed comes back once their last readers are gone */
-	ub_alloc_release_pins(e->alloc, ub_roots_oldest_reader(e->fs.roots));
+	release_pins(e);
 }
 
 static int txn_start_locked(struct ub_engine *e, bool owned, struct ub_txn **out)
@@ -284,7 +291,7 @@ static int txn_start_locked(struct ub_engine *e, bool owned, struct ub_txn **out
 	struct ub_txn *t;
 	int ret;
 
-	if (e->broken)
+	if (ub_engine_broken(e))
 		return -EROFS;
 	if (e->running)
 		return -EBUSY;
@@ -448,14 +455,45 @@ static int touch_tree(struct ub_txn *t, struct ub_eroot *er)
 	return ret < 0 ? ret : 0;
 }
 
-static int txn_commit(struct ub_txn *t)
+/* One commit between its sealing (with the writer lock) and its publication (txn.c's top comment). */
+struct sealed {
+	uint64_t transid;
+	struct ub_eb *blocks;            /* final, clean, WRITTEN: nothing changes their bytes again */
+	struct ub_super_images *supers;  /* every device's superblock */
+	struct sealed_root {
+		struct ub_eroot *er;
+		struct ub_root root;
+	} *roots;                        /* every tree's root as the commit has it */
+	size_t nroots;
+};
+
+static void sealed_free(struct sealed *s)
+{
+	if (!s)
+		return;
+	ub_super_images_free(s->supers);
+	free(s->roots);
+	free(s);
+}
+
+/*
+ * Step 1, with the writer lock: settle the transaction's trees, then seal it:
+ * every dirty block made final and taken off the dirty list, every device's
+ * superblock made, every tree's root noted, its pins tagged. *out NULL when
+ * nothing changed (no new generation: the last commit stays the truth).
+ */
+static int txn_seal(struct ub_txn *t, struct sealed **out)
 {
 	struct ub_engine *e = t->e;
 	uint8_t sb[UB_SUPER_INFO_SIZE];
 	struct ub_commit_roots c = { 0 };
 	int ret = t->error, rounds = 0;
-	uint64_t oldest;
+	struct sealed *s;
+	size_t n = 0;
 
+	*out = NULL;
+	if (!ret && ub_engine_broken(e))
+		ret = -EROFS; /* an earlier commit failed on its way to the disk */
 	if (ret)
 		return ret;
 	for (;;) {
@@ -475,7 +513,8 @@ static int txn_commit(struct ub_txn *t)
 		if (!roots_changed && before == t->blocks_allocated && ub_dref_count(t->refs) == 0) {
 			/* nothing changed at all: no new generation, the last commit stays the truth */
 			if (e->fs.tc.ndirty == 0) {
-				ub_alloc_unpin(e->alloc); /* ends the allocator's transaction (open stripes) */
+				ub_alloc_seal_pins(e->alloc, t->transid); /* ends the allocator's transaction (open stripes) */
+				release_pins(e);
 				return 0;
 			}
 			/*
@@ -496,16 +535,6 @@ static int txn_commit(struct ub_txn *t)
 			return -ELOOP;
 		}
 	}
-	ret = ub_tree_write_dirty(&e->fs.tc);
-	if (ret)
-		return ret;
-	c.generation = t->transid;
-	c.root = e->fs.root_tree->root;
-	c.chunk = e->fs.chunk_tree->root;
-	c.extent = e->fs.extent_tree->root;
-	root_of(e, BTRFS_FS_TREE_OBJECTID, &c.fs);
-	root_of(e, BTRFS_DEV_TREE_OBJECTID, &c.dev);
-	root_of(e, BTRFS_CSUM_TREE_OBJECTID, &c.csum);
 	/* two ledgers of the same bytes: ours from the extent items, the allocator's per block group */
 	if (e->bytes_used != ub_alloc_bytes_used(e->alloc)) {
 		ub_err(&e->fs.log, "transaction %llu: bytes used %llu by the extent items but %llu by the block groups",
@@ -513,46 +542,136 @@ static int txn_commit(struct ub_txn *t)
 		       (unsigned long long)ub_alloc_bytes_used(e->alloc));
 		return -EUCLEAN;
 	}
+	s = calloc(1, sizeof(*s));
+	for (struct ub_eroot *er = ub_roots_first(e->fs.roots); er; er = ub_roots_next(er))
+		n++;
+	if (s)
+		s->roots = calloc(n ? n : 1, sizeof(*s->roots));
+	if (!s || !s->roots) {
+		sealed_free(s);
+		return -ENOMEM;
+	}
+	s->transid = t->transid;
+	c.generation = t->transid;
+	c.root = e->fs.root_tree->root;
+	c.chunk = e->fs.chunk_tree->root;
+	c.extent = e->fs.extent_tree->root;
+	root_of(e, BTRFS_FS_TREE_OBJECTID, &c.fs);
+	root_of(e, BTRFS_DEV_TREE_OBJECTID, &c.dev);
+	root_of(e, BTRFS_CSUM_TREE_OBJECTID, &c.csum);
 	c.bytes_used = e->bytes_used;
 	memcpy(sb, e->fs.vol->super, sizeof(sb));
 	ub_super_set_commit(sb, &c);
-	ret = ub_volume_write_supers(e->fs.vol, sb);
-	if (ret)
+	ret = ub_volume_super_images(e->fs.vol, sb, &s->supers);
+	if (!ret)
+		ret = ub_tree_seal_dirty(&e->fs.tc, &s->blocks);
+	if (ret) {
+		sealed_free(s);
 		return ret;
-	e->generation = t->transid;
-	/* the superblock is on disk: readers move to the new commit all at once */
-	ub_roots_lock(e->fs.roots);
-	for (struct ub_eroot *er = ub_roots_first(e->fs.roots); er; er = ub_roots_next(er)) {
-		er->committed = er->root;
+	}
+	/* the next commit's superblock starts from this one (its backup slot, its roots) */
+	memcpy(e->fs.vol->super, sb, sizeof(sb));
+	for (struct ub_eroot *er = ub_roots_first(e->fs.roots); er && s->nroots < n; er = ub_roots_next(er)) {
+		s->roots[s->nroots++] = (struct sealed_root){ er, er->root };
 		er->item_bytenr = er->root.bytenr;
 		er->item_generation = er->root.generation;
 		er->item_level = er->root.level;
 		er->item_last_snapshot = er->last_snapshot;
 	}
-	/* what this commit freed waits for the readers of older commits (reader epochs) */
-	oldest = ub_roots_oldest_reader_locked(e->fs.roots);
-	ub_roots_unlock(e->fs.roots);
-	ub_alloc_commit_pins(e->alloc, t->transid, oldest);
+	ub_alloc_seal_pins(e->alloc, t->transid);
+	e->sealed = t->transid;
+	*out = s;
 	return 0;
 }
 
-/* Commit (or, failed, forget) t and end it; then the cleaner's share (cleaner.h). */
+/*
+ * Steps 2 and 3, with or without the writer lock: in transaction order, the
+ * sealed blocks written, flushed, every superblock written, flushed; then the
+ * commit published: readers move to it all at once. A failure breaks the
+ * engine: the disk keeps the last commit, whole (nothing of this one is
+ * pointed at), and the running transaction can only be aborted.
+ */
+static int sealed_finish(struct ub_engine *e, struct sealed *s)
+{
+	int ret;
+
+	pthread_mutex_lock(&e->commit_lock);
+	while (ub_engine_generation(e) + 1 < s->transid && !ub_engine_broken(e))
+		pthread_cond_wait(&e->commit_cond, &e->commit_lock);
+	ret = ub_engine_broken(e) ? -EROFS : 0;
+	if (!ret)
+		ret = ub_tree_write_sealed(&e->fs.tc, s->blocks);
+	if (!ret)
+		ret = ub_volume_write_super_images(e->fs.vol, s->supers);
+	if (!ret) {
+		/* the superblock is on disk: readers move to the new commit all at once */
+		ub_roots_lock(e->fs.roots);
+		for (size_t i = 0; i < s->nroots; i++)
+			s->roots[i].er->committed = s->roots[i].root;
+		__atomic_store_n(&e->generation, s->transid, __ATOMIC_RELEASE);
+		ub_roots_unlock(e->fs.roots);
+	} else {
+		int none = 0;
+
+		ub_err(&e->fs.log, "transaction %llu failed (%s): the filesystem stays at generation %llu and is "
+		       "read-only from now on", (unsigned long long)s->transid, strerror(-ret),
+		       (unsigned long long)ub_engine_generation(e));
+		__atomic_compare_exchange_n(&e->broken, &none, ret, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	}
+	ub_tree_release_sealed(&e->fs.tc, s->blocks, ret != 0);
+	s->blocks = NULL;
+	pthread_cond_broadcast(&e->commit_cond);
+	pthread_mutex_unlock(&e->commit_lock);
+	return ret;
+}
+
+/*
+ * Commit (or, failed, forget) t and end it; then the cleaner's share
+ * (cleaner.h). Called with the writer lock; when the caller took it once
+ * only (not inside an operation), it is given back while the commit is
+ * written, so the next transaction's operations and live readers go on, and
+ * taken again before the return.
+ */
 static int commit_end(struct ub_txn *t)
 {
 	struct ub_engine *e = t->e;
-	int ret = txn_commit(t);
+	struct sealed *s = NULL;
+	int ret = txn_seal(t, &s);
 
-	if (ret && e->generation != t->transid) {
-		if (!e->broken) /* else said already: a handle kept after the failure (ub_txn_commit_keep) */
+	if (ret) {
+		if (!ub_engine_broken(e)) {
+			int none = 0;
+
 			ub_err(&e->fs.log, "transaction %llu failed (%s): the filesystem stays at generation %llu and is "
 			       "read-only from now on", (unsigned long long)t->transid, strerror(-ret),
-			       (unsigned long long)e->generation);
-		e->broken = ret;
+			       (unsigned long long)ub_engine_generation(e));
+			__atomic_compare_exchange_n(&e->broken, &none, ret, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+		}
 		ub_tree_drop_dirty(&e->fs.tc);
 		ub_alloc_abort(e->alloc);
 		roots_back(e);
 	}
 	txn_end(t);
+	if (s) {
+		bool release = ub_fs_live_write_depth(&e->fs) == 1;
+
+		if (release)
+			ub_fs_live_write_unlock(&e->fs);
+		ret = sealed_finish(e, s);
+		if (release)
+			ub_fs_live_write_lock(&e->fs);
+		sealed_free(s);
+		if (ret) {
+			/* what followed the failed commit is forgotten: the disk keeps the last commit */
+			if (e->running) {
+				ub_tree_drop_dirty(&e->fs.tc);
+				ub_alloc_abort(e->alloc);
+			}
+			roots_back(e);
+		} else {
+			release_pins(e);
+		}
+	}
 	/*
 	 * cleaner.h says when the cleaner follows a commit; its failure is
 	 * returned (the disk keeps this commit, the engine may be read-only).
@@ -593,13 +712,13 @@ int ub_txn_commit_keep(struct ub_txn *t)
 	if (e->running) {
 		/* the cleaner cannot leave one running; were it so, t is a shell the caller frees by aborting */
 		ub_dref_queue_free(refs);
-		*t = (struct ub_txn){ .e = e, .error = -EBUSY, .transid = e->generation, .owned = owned };
+		*t = (struct ub_txn){ .e = e, .error = -EBUSY, .transid = e->sealed, .owned = owned };
 		return ret ? ret : -EBUSY;
 	}
 	txn_init(e, t, refs);
 	t->owned = owned;
-	if (e->broken) {
-		t->error = e->broken; /* its commit refuses: the disk keeps the last commit */
+	if (ub_engine_broken(e)) {
+		t->error = ub_engine_broken(e); /* its commit refuses: the disk keeps the last commit */
 		return ret ? ret : -EROFS;
 	}
 	return ret;

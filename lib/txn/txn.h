@@ -34,10 +34,22 @@ struct ub_engine {
 	struct ub_fs fs;         /* volume (writable), tree context, root table: shared with the readers */
 	struct ub_alloc *alloc;
 	uint64_t incompat, compat_ro;
-	uint64_t generation;     /* of the last committed superblock */
+	/*
+	 * Commits: the writer seals a transaction (its blocks and superblocks
+	 * made final) under the writer lock, then writes it, mostly without the
+	 * lock, while the next transaction goes on (txn.c). `sealed` is the
+	 * newest transaction sealed (the writer's; the next one is sealed + 1);
+	 * `generation` the newest whose superblocks are durable, what readers
+	 * see (atomics: the committer sets it). Commits reach the disk in
+	 * transaction order: commit_lock and commit_cond hand the turn on.
+	 */
+	uint64_t generation;
+	uint64_t sealed;
+	pthread_mutex_t commit_lock;
+	pthread_cond_t commit_cond;
 	uint64_t bytes_used;     /* the superblock's, kept as extents are accounted */
 	struct ub_txn *running;
-	int broken;              /* 0, or the error that made the engine read-only */
+	int broken;              /* 0, or the error that made the engine read-only (atomics) */
 	/* ---- dirty budget (reserve.c) ---- */
 	uint64_t dirty_budget;   /* 0: the default (UB_ENGINE_DIRTY_BUDGET, at most RAM / 8) */
 	uint64_t auto_commits;   /* commits ub_engine_begin_op made because the budget was passed */
@@ -85,6 +97,16 @@ int ub_txn_commit_keep(struct ub_txn *t);
 int ub_txn_start_joined(struct ub_engine *e, struct ub_txn **out);
 /* The end of an operation ub_engine_begin_op began: the writer lock it took goes back. */
 void ub_engine_end_op(struct ub_engine *e);
+
+/* The newest durable generation, and the error that broke the engine (0: none): any thread. */
+static inline uint64_t ub_engine_generation(const struct ub_engine *e)
+{
+	return __atomic_load_n(&e->generation, __ATOMIC_ACQUIRE);
+}
+static inline int ub_engine_broken(const struct ub_engine *e)
+{
+	return __atomic_load_n(&e->broken, __ATOMIC_ACQUIRE);
+}
 
 /* What the tree layer's write calls take for this transaction. */
 static inline struct ub_tree_alloc *ub_txn_ta(struct ub_txn *t) { return &t->ta; }

@@ -432,7 +432,8 @@ int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t 
 	for (int i = 0; i < vol->nvdevs; i++) {
 		struct ub_vdev *v = &vol->vdevs[i];
 		if (v->devid == devid) {
-			v->total_bytes = DI(total_bytes, item);
+			/* a commit's writing (another thread) bounds its writes by it */
+			__atomic_store_n(&v->total_bytes, DI(total_bytes, item), __ATOMIC_RELAXED);
 			/* the uuid found on the device (or mkfs's blank one) names it; the rest is the chunk tree's */
 			if (vol->creating)
 				memcpy(v->uuid, UB_PTR(btrfs_dev_item, uuid, item), UB_UUID_SIZE);

@@ -192,6 +192,16 @@ int ub_volume_flush(struct ub_volume *vol);
  */
 int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb);
 /*
+ * The same in two steps, for a commit that writes without the writer lock:
+ * the images (each device's superblock with its own dev item as it is now,
+ * taken with the lock), then their writing (flush, every mirror, flush) on
+ * any thread. vol->super is the caller's to update.
+ */
+struct ub_super_images;
+int ub_volume_super_images(struct ub_volume *vol, const uint8_t *sb, struct ub_super_images **out);
+int ub_volume_write_super_images(struct ub_volume *vol, struct ub_super_images *ims);
+void ub_super_images_free(struct ub_super_images *ims);
+/*
  * mkfs: a writable volume over blank devices (devs[i] gets devid i+1, total
  * bytes = its size, until ub_volume_add_dev_item says otherwise) from a
  * superblock template holding magic, fsid, sector and node sizes, csum type

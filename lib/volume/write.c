@@ -16,20 +16,21 @@
 
 int ub_volume_write_error(const struct ub_volume *vol)
 {
-	return vol->write_error;
+	return __atomic_load_n(&vol->write_error, __ATOMIC_ACQUIRE);
 }
 
-/* A device refused a write or flush: from now on nothing more may reach the disks. */
+/* A device refused a write or flush: from now on nothing more may reach the disks (the committer and a writer may both see one). */
 static int sticky(struct ub_volume *vol, int err)
 {
-	if (!vol->write_error)
-		vol->write_error = err;
+	int none = 0;
+
+	__atomic_compare_exchange_n(&vol->write_error, &none, err, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 	return err;
 }
 
 static int write_gate(const struct ub_volume *vol)
 {
-	return vol->write_error || !vol->writable ? -EROFS : 0;
+	return ub_volume_write_error(vol) || !vol->writable ? -EROFS : 0;
 }
 
 static const char *vdev_path(const struct ub_stripe *s)
@@ -46,9 +47,10 @@ int ub_vol_phys_check(struct ub_volume *vol, const struct ub_chunk *c, int strip
 {
 	const struct ub_stripe *s = &c->stripes[stripe];
 	uint64_t end = phys + len, limit = s->dev->dev->size;
+	uint64_t total = __atomic_load_n(&s->dev->total_bytes, __ATOMIC_RELAXED);
 
-	if (s->dev->total_bytes && s->dev->total_bytes < limit)
-		limit = s->dev->total_bytes;
+	if (total && total < limit)
+		limit = total;
 	if (end < phys || phys < DEVICE_RESERVED || end > limit) {
 		ub_err(&vol->log,
 		       "chunk at logical %llu: stripe %d maps a write to physical [%llu, %llu) on devid %llu (%s), "
@@ -151,52 +153,86 @@ int ub_volume_flush(struct ub_volume *vol)
 	return first;
 }
 
-int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb)
+/* One device's superblock as a commit leaves it (its own dev item), mirrors not filled in yet. */
+struct ub_super_image {
+	struct ub_vdev *v;
+	uint64_t limit;
+	uint8_t sb[UB_SUPER_INFO_SIZE];
+};
+
+struct ub_super_images {
+	int n;
+	struct ub_super_image im[];
+};
+
+int ub_volume_super_images(struct ub_volume *vol, const uint8_t *sb, struct ub_super_images **out)
 {
-	uint8_t copy[UB_SUPER_INFO_SIZE];
 	unsigned csum_type = (unsigned)UB_GET(ub_disk_super, csum_type, sb);
-	int ret, written = 0;
+	struct ub_super_images *ims;
 
 	if (!ub_csum_size(csum_type)) {
 		ub_err(&vol->log, "superblock to write has unknown checksum type %u", csum_type);
 		return -EINVAL;
 	}
-	/* what the superblock points at must be on disk before the superblock is */
-	ret = ub_volume_flush(vol);
-	if (ret)
-		return ret;
+	ims = calloc(1, sizeof(*ims) + (size_t)vol->nvdevs * sizeof(ims->im[0]));
+	if (!ims)
+		return -ENOMEM;
 	for (int i = 0; i < vol->nvdevs; i++) {
 		struct ub_vdev *v = &vol->vdevs[i];
-		uint8_t *di = copy + offsetof(struct ub_disk_super, dev_item);
-		uint64_t limit;
+		struct ub_super_image *im = &ims->im[ims->n];
+		uint8_t *di = im->sb + offsetof(struct ub_disk_super, dev_item);
 
 		if (!v->dev)
 			continue;
-		limit = v->dev->size;
-		if (v->total_bytes && v->total_bytes < limit)
-			limit = v->total_bytes;
-		memcpy(copy, sb, sizeof(copy));
+		im->v = v;
+		im->limit = v->dev->size;
+		if (v->total_bytes && v->total_bytes < im->limit)
+			im->limit = v->total_bytes;
+		memcpy(im->sb, sb, UB_SUPER_INFO_SIZE);
 		memcpy(di, v->item, sizeof(v->item));
 		UB_SET(btrfs_dev_item, devid, di, v->devid);
 		memcpy(di + offsetof(struct btrfs_dev_item, uuid), v->uuid, UB_UUID_SIZE);
 		UB_SET(btrfs_dev_item, generation, di, 0);
 		memcpy(di + offsetof(struct btrfs_dev_item, fsid), vol->metadata_uuid, UB_FSID_SIZE);
-		UB_SET(ub_disk_super, flags, copy, UB_GET(ub_disk_super, flags, copy) | BTRFS_HEADER_FLAG_WRITTEN);
+		UB_SET(ub_disk_super, flags, im->sb, UB_GET(ub_disk_super, flags, im->sb) | BTRFS_HEADER_FLAG_WRITTEN);
+		ims->n++;
+	}
+	*out = ims;
+	return 0;
+}
+
+void ub_super_images_free(struct ub_super_images *ims)
+{
+	free(ims);
+}
+
+int ub_volume_write_super_images(struct ub_volume *vol, struct ub_super_images *ims)
+{
+	int ret, written = 0;
+
+	/* what the superblock points at must be on disk before the superblock is */
+	ret = ub_volume_flush(vol);
+	if (ret)
+		return ret;
+	for (int i = 0; i < ims->n; i++) {
+		struct ub_super_image *im = &ims->im[i];
+		unsigned csum_type = (unsigned)UB_GET(ub_disk_super, csum_type, im->sb);
+
 		for (int m = 0; m < UB_SUPER_MIRROR_MAX; m++) {
 			uint64_t off = ub_super_offset(m);
 			uint8_t csum[UB_CSUM_SIZE_MAX];
 
-			if (off + UB_SUPER_INFO_SIZE > limit)
+			if (off + UB_SUPER_INFO_SIZE > im->limit)
 				break;
-			UB_SET(ub_disk_super, bytenr, copy, off);
-			ret = ub_csum(csum_type, copy + UB_CSUM_SIZE_MAX, UB_SUPER_INFO_SIZE - UB_CSUM_SIZE_MAX, csum);
+			UB_SET(ub_disk_super, bytenr, im->sb, off);
+			ret = ub_csum(csum_type, im->sb + UB_CSUM_SIZE_MAX, UB_SUPER_INFO_SIZE - UB_CSUM_SIZE_MAX, csum);
 			if (ret)
 				return ret;
-			memcpy(copy, csum, UB_CSUM_SIZE_MAX);
-			ret = ub_dev_write(v->dev, copy, UB_SUPER_INFO_SIZE, off);
+			memcpy(im->sb, csum, UB_CSUM_SIZE_MAX);
+			ret = ub_dev_write(im->v->dev, im->sb, UB_SUPER_INFO_SIZE, off);
 			if (ret) {
 				ub_err(&vol->log, "superblock mirror %d of devid %llu (%s) failed to write: %s",
-				       m, (unsigned long long)v->devid, v->dev->path, strerror(-ret));
+				       m, (unsigned long long)im->v->devid, im->v->dev->path, strerror(-ret));
 				return sticky(vol, ret);
 			}
 			written++;
@@ -207,9 +243,20 @@ int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb)
 		return -EIO;
 	}
 	ret = ub_volume_flush(vol);
-	if (ret)
-		return ret;
-	memcpy(vol->super, sb, UB_SUPER_INFO_SIZE);
-	vol->generation = UB_GET(ub_disk_super, generation, sb);
-	return 0;
+	if (!ret && ims->n)
+		__atomic_store_n(&vol->generation, UB_GET(ub_disk_super, generation, ims->im[0].sb), __ATOMIC_RELEASE);
+	return ret;
+}
+
+int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb)
+{
+	struct ub_super_images *ims = NULL;
+	int ret = ub_volume_super_images(vol, sb, &ims);
+
+	if (!ret)
+		ret = ub_volume_write_super_images(vol, ims);
+	ub_super_images_free(ims);
+	if (!ret)
+		memcpy(vol->super, sb, UB_SUPER_INFO_SIZE);
+	return ret;
 }
