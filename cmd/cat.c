@@ -17,8 +17,9 @@ static const char help[] =
 	"      --path P       the file, an absolute path (it may cross into subvolumes)\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
-	"\nExit codes: 0 the whole file was read, 1 parts of it could not be read\n"
-	"(or a corrupt extent item stopped the output),\n"
+	"\nExit codes: 0 the whole file was read, 1 parts of it could not be read or have\n"
+	"no checksum although the file requires them (a checksum hole: written as read)\n"
+	"or a corrupt extent item stopped the output,\n"
 	"2 usage or fatal error (no such file, not a regular file, not btrfs).\n";
 
 #define CHUNK (4U << 20)
@@ -110,6 +111,13 @@ int cmd_cat(int argc, char **argv)
 		fprintf(stderr, "ubtrfs: error: %s: %llu bytes could not be read (first at file offset %llu); written as zeros\n",
 			path, (unsigned long long)rep.bad_bytes, (unsigned long long)rep.first_bad_offset);
 		rc = EXIT_PROBLEMS;
+	}
+	if (rep.unverified_bytes) {
+		fprintf(stderr, "ubtrfs: error: %s: %llu bytes have no data checksum although the file requires them "
+			"(first at file offset %llu): written as read, not verified\n", path,
+			(unsigned long long)rep.unverified_bytes, (unsigned long long)rep.first_unverified_offset);
+		if (rc == EXIT_OK)
+			rc = EXIT_PROBLEMS;
 	}
 out:
 	if (fflush(stdout) && rc == EXIT_OK)

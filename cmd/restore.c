@@ -162,6 +162,41 @@ static bool skip_subvol(struct restorer *r, const char *rel, const struct ub_dir
 	return si.snapshot;
 }
 
+static const char *ftype_word(uint8_t t)
+{
+	static const char *const words[] = { "unknown", "a regular file", "a directory", "a character device",
+					     "a block device", "a fifo", "a socket", "a symbolic link" };
+
+	return t < sizeof(words) / sizeof(words[0]) ? words[t] : "unknown";
+}
+
+/*
+ * What the walk would otherwise pass over in silence: an entry whose type
+ * is not its inode's (the kernel refuses such an inode; restore goes by the
+ * inode's mode), and file extents on an inode whose mode has no data (a
+ * directory, a device node, a fifo, a socket), whose bytes are not restored.
+ */
+static void check_shape(struct restorer *r, const char *rel, const struct ub_dirent *de, const struct ub_inode *in)
+{
+	uint8_t t = ub_mode_ftype(in->mode);
+	int ret;
+
+	if (de->type != t && de->ino != BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		rs_problem(r, rel, "the directory entry says %s (type %u), inode %llu's mode %s (0%o): restored as "
+			   "the mode says", ftype_word(de->type), (unsigned)de->type, (unsigned long long)in->ino,
+			   ftype_word(t), (unsigned)in->mode);
+	if (S_ISREG(in->mode) || S_ISLNK(in->mode) || in->ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		return;
+	ret = ub_inode_has_extents(r->fs, in->subvol, in->ino);
+	if (ret > 0)
+		rs_problem(r, rel, "inode %llu of subvolume %llu is %s by its mode (0%o) but has file extent items: "
+			   "their data is not restored", (unsigned long long)in->ino, (unsigned long long)in->subvol,
+			   ftype_word(t), (unsigned)in->mode);
+	else if (ret < 0)
+		rs_problem(r, rel, "inode %llu of subvolume %llu: its items cannot be read to the end: %s",
+			   (unsigned long long)in->ino, (unsigned long long)in->subvol, strerror(-ret));
+}
+
 static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint64_t ino);
 
 static void walk_entry(struct restorer *r, struct frame *f, const struct entry *e)
@@ -209,10 +244,18 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 			}
 		}
 	}
+	if (!ret)
+		check_shape(r, rel, &e->de, &in);
 	if (ret) {
 		/* said above */
 	} else if (S_ISDIR(in.mode)) {
-		if (!skip_subvol(r, rel, &e->de) && may_enter(r, rel, &e->de)) {
+		/*
+		 * Every placeholder of a snapshot is inode 2 of that snapshot: they
+		 * are all one empty directory, which holds nothing to enter twice.
+		 */
+		bool placeholder = e->de.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID;
+
+		if (placeholder || (!skip_subvol(r, rel, &e->de) && may_enter(r, rel, &e->de))) {
 			struct frame child = { f, e->name, rel, -1, false, false, true, in };
 
 			if (selected(r, rel))

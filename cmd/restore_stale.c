@@ -99,12 +99,12 @@ static bool newer(struct restorer *r, const struct rs_stale *st, struct ub_inode
 		uint64_t got = 0;
 		int ret = ub_file_read_inode(r->fs, &in, off, CHECK_CHUNK, buf, &got, &rep);
 
-		if (ret || !got || rep.bad_bytes)
+		if (ret || !got || rep.bad_bytes || rep.unverified_bytes)
 			break;
 		off += got;
 	}
 	ub_read_report_flush(r->fs, &rep);
-	if (off < in.size || rep.bad_bytes)
+	if (off < in.size || rep.bad_bytes || rep.unverified_bytes)
 		return false;
 	*out = in;
 	return true;

@@ -1,0 +1,189 @@
+# SPDX-License-Identifier: MIT
+"""`ubtrfs restore` (and `ls`, `cat`) on the states issue 28's sweep found them wrong on.
+
+Each image is small and made by the kernel (the oracle: what its mount shows, or what its
+read returns), then, where the case needs it, damaged or edited with craft.py:
+
+  * a snapshot of a subvolume that holds several nested subvolumes: each is an empty
+    placeholder directory (inode 2) in the snapshot, and restore makes every one;
+  * a directory that a crash's fsync log removed (fsynced, then rmdir, then its parent
+    fsynced): the kernel's replay deletes it, and so do restore and the replay into the
+    trees (btrfs check clean afterwards);
+  * a directory inode that has file extent items, and a file whose inode requires data
+    checksums but has none (the kernel reads that as a checksum hole, EIO): both reported;
+"""
+
+import json
+import os
+import random
+import stat
+
+import pytest
+
+import craft as C
+import fsynclog_lib as L
+import ubtrfs_testlib as T
+
+pytestmark = pytest.mark.xdist_group("restore-sweep")
+
+MKFS_MIB = 128
+
+
+def _mkfs(tmp_path, name="img", mib=MKFS_MIB, opts=()):
+    img = tmp_path / name
+    with open(img, "wb") as f:
+        f.truncate(mib * T.MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", *opts, str(img)])
+    return img
+
+
+def _restore(*args):
+    cp = T.ubtrfs("restore", *[str(a) for a in args])
+    assert cp.returncode in (0, 1), T.describe(cp)
+    return cp
+
+
+def _tree(top):
+    """{path below top: type} of everything under `top` (the kernel's mount or OUTDIR)."""
+    return {p: e["type"] for p, e in T.walk_tree(top, btrfs=False).items()}
+
+
+def _report(path):
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+# ---- placeholders of nested subvolumes in a snapshot ----
+
+def test_restore_snapshot_of_nested_subvolumes(tmp_path):
+    """A subvolume holding three nested subvolumes (two side by side, one a level down) and
+    two snapshots of it: in each snapshot, every nested subvolume is an empty directory the
+    kernel shows as inode 2. Restore makes every one of them, exit 0, and the whole tree is
+    the kernel's."""
+    img = _mkfs(tmp_path)
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        T.run(["btrfs", "-q", "subvolume", "create", mnt + "/a"])
+        for sub in ("a/b", "a/c", "a/d/e"):
+            os.makedirs(os.path.dirname(os.path.join(mnt, sub)), exist_ok=True)
+            T.run(["btrfs", "-q", "subvolume", "create", os.path.join(mnt, sub)])
+        with open(mnt + "/a/b/f", "wb") as f:
+            f.write(b"in b\n")
+        with open(mnt + "/a/g", "wb") as f:
+            f.write(b"in a\n")
+        for snap in ("s1", "s2"):
+            T.run(["btrfs", "-q", "subvolume", "snapshot", mnt + "/a", os.path.join(mnt, snap)])
+    with T.mounted([img], tmp_path / "ro") as mnt:
+        want = _tree(mnt)
+        placeholders = sorted(p for p, e in T.walk_tree(mnt).items()
+                              if e["type"] == "dir" and e["ino"] == T.EMPTY_SUBVOL_DIR_INO)
+    assert len(placeholders) == 6, "test setup: placeholders %r" % placeholders
+    out = tmp_path / "out"
+    cp = _restore(img, out)
+    assert cp.returncode == 0, T.describe(cp)
+    assert _tree(out) == want, T.describe(cp)
+    for p in placeholders:
+        assert not os.listdir(str(out) + p)
+
+
+# ---- the fsync log deletes an inode it keeps with no name ----
+
+def test_log_replay_deletes_a_nameless_directory(tmp_path):
+    """A committed directory is fsynced (the log keeps its inode), removed, and its parent
+    fsynced: the log holds the directory with no name left. The kernel's replay deletes it;
+    restore must not bring it back under lost+found (exit 0, the kernel's tree), and the
+    replay into the trees (the write engine's open) must leave what btrfs check calls clean."""
+    def baseline(mnt):
+        os.mkdir(mnt / "d")
+        os.mkdir(mnt / "d" / "gone")
+        os.mkdir(mnt / "e")
+        L.write_file(mnt / "d" / "keep", b"k" * 5000)
+
+    def action(mnt):
+        L.fsync_path(mnt / "d" / "gone")
+        os.rmdir(mnt / "d" / "gone")
+        L.fsync_path(mnt / "d")
+        L.write_file(mnt / "e" / "new", b"n" * 3000, fsync=True)
+
+    crash = L.make_crash(tmp_path / "crash", baseline, action)
+    assert crash.log_root, "test setup: no fsync log"
+    kernel = L.kernel_replayed_view(crash)
+    want = {p: e["type"] for p, e in kernel.entries.items()}
+    assert "/d/gone" not in want and "/e/new" in want, "test setup: the kernel's replay gave %r" % sorted(want)
+    out = tmp_path / "out"
+    cp = _restore(crash.image, out)
+    assert _tree(out) == want, T.describe(cp)
+    assert cp.returncode == 0, T.describe(cp)
+    # the same replay, written into the trees and committed
+    copy = tmp_path / "commit.img"
+    T.copy_sparse(crash.image, copy)
+    T.run([T.test_tool("logcommit_driver"), copy])
+    chk = T.run(["btrfs", "check", "--readonly", str(copy)], check=False)
+    assert chk.returncode == 0, chk.stderr.decode("utf-8", "replace")[-2000:]
+    with T.mounted([copy], tmp_path / "mnt_commit") as mnt:
+        assert _tree(mnt) == want
+
+
+# ---- silent loss: data a directory holds, data no checksum covers ----
+
+def _dir_item_type(im, root, parent, name, ftype):
+    """Set the type byte of `name`'s DIR_ITEM and DIR_INDEX in directory `parent`."""
+    n = 0
+    for blk, slot in im.find_items(root, lambda k: k.objectid == parent and k.type in (C.DIR_ITEM, C.DIR_INDEX)):
+        d = blk.item_data(slot)
+        nlen = int.from_bytes(d[27:29], "little")
+        if d[30:30 + nlen] == name:
+            blk.patch_item(slot, 29, "<B", ftype)
+            im.write_block(blk)
+            n += 1
+    assert n == 2, "test setup: %d entries of %r" % (n, name)
+
+
+def test_restore_reports_data_it_cannot_vouch_for(tmp_path):
+    """Two states the walk went through in silence before. A file's inode made a directory
+    (mode and both directory entries: nothing else disagrees) keeps its file extent items:
+    restore makes the empty directory the mode says and reports the data it does not
+    restore. A nodatasum file whose NODATASUM flag is cleared requires checksums it does
+    not have: the kernel's read fails (a checksum hole); restore and cat deliver the bytes
+    as read and report them as not verified. Exit 1; the report names both files."""
+    img = _mkfs(tmp_path)
+    rng = random.Random(28)
+    nosum, asdir = rng.randbytes(20000), rng.randbytes(9000)
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        os.mkdir(mnt + "/d")
+        open(mnt + "/d/nosum", "wb").close()
+        T.run(["chattr", "+C", mnt + "/d/nosum"])
+        for name, data in (("nosum", nosum), ("asdir", asdir), ("ok", b"fine" * 1000)):
+            with open(mnt + "/d/" + name, "ab") as f:
+                f.write(data)
+        ino = {n: os.stat(mnt + "/d/" + n).st_ino for n in ("nosum", "asdir")}
+        dir_ino = os.stat(mnt + "/d").st_ino
+    with C.Image(str(img)) as im:
+        root = im.tree_root(C.FS_TREE)[0]
+        blk, slot = im.find_item(root, C.Key(ino["nosum"], C.INODE_ITEM, 0))
+        flags = blk.get_item(slot, 64, "<Q")
+        assert flags & 1, "test setup: the file has no NODATASUM flag"
+        blk.patch_item(slot, 64, "<Q", flags & ~3)
+        im.write_block(blk)
+        blk, slot = im.find_item(root, C.Key(ino["asdir"], C.INODE_ITEM, 0))
+        blk.patch_item(slot, C.INODE_MODE, "<I", stat.S_IFDIR | 0o755)
+        im.write_block(blk)
+        _dir_item_type(im, root, dir_ino, b"asdir", C.FT_DIR)
+    with T.mounted([img], tmp_path / "ro") as mnt:
+        with pytest.raises(OSError) as e:
+            with open(mnt + "/d/nosum", "rb") as f:
+                f.read()
+        assert e.value.errno == 5, "the kernel read a checksum hole: %r" % e.value
+    out, report = tmp_path / "out", tmp_path / "report.jsonl"
+    cp = _restore("--report", report, img, out)
+    assert cp.returncode == 1, T.describe(cp)
+    assert (out / "d" / "nosum").read_bytes() == nosum
+    assert (out / "d" / "ok").read_bytes() == b"fine" * 1000
+    assert (out / "d" / "asdir").is_dir()
+    why = {}
+    for x in _report(report):
+        why.setdefault(x["path"], []).append(x.get("why", ""))
+    assert any("no data checksum" in w for w in why.get("/d/nosum", [])), (why, T.describe(cp))
+    assert any("file extent items" in w for w in why.get("/d/asdir", [])), (why, T.describe(cp))
+    assert set(why) == {"/d/nosum", "/d/asdir"}, why
+    cat = T.ubtrfs("cat", "--path", "/d/nosum", str(img))
+    assert cat.returncode == 1 and cat.stdout == nosum, T.describe(cat)
+    assert b"no data checksum" in cat.stderr, T.describe(cat)
