@@ -84,9 +84,9 @@ static void list_from_older(struct restorer *r, const char *rel, uint64_t subvol
 			added++;
 		}
 		entries_free(&more);
-		if (added && r->oa.verbosity >= UB_LOG_WARN)
-			fprintf(stderr, "ubtrfs: note: /%s: %zu entries from the older root of generation %llu\n", rel,
-				added, (unsigned long long)gen);
+		if (added)
+			rs_note(r, UB_LOG_WARN, rel, "%zu entries from the older root of generation %llu", added,
+				(unsigned long long)gen);
 		if (!ret)
 			break;
 	}
@@ -157,8 +157,8 @@ static bool skip_subvol(struct restorer *r, const char *rel, const struct ub_dir
 			   strerror(-ret));
 		return false;
 	}
-	if (si.snapshot && r->oa.verbosity > UB_LOG_WARN)
-		fprintf(stderr, "ubtrfs: note: /%s: snapshot %llu left out\n", rel, (unsigned long long)de->subvol);
+	if (si.snapshot)
+		rs_note(r, UB_LOG_INFO, rel, "snapshot %llu left out", (unsigned long long)de->subvol);
 	return si.snapshot;
 }
 
@@ -199,6 +199,25 @@ static void check_shape(struct restorer *r, const char *rel, const struct ub_dir
 
 static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint64_t ino);
 
+/*
+ * A directory whose inode no root can read, entered through its entry: it is
+ * made from what is known (its name; mode 0700, restore's owner, the time of
+ * the restore) and its entries are walked, so that they come back at their
+ * paths, not by number under lost+found.
+ */
+static void walk_orphan_dir(struct restorer *r, struct frame *f, const struct entry *e, const char *rel)
+{
+	struct frame child = { f, e->name, (char *)rel, -1, false, false, false };
+
+	rs_note(r, UB_LOG_WARN, rel, "directory %llu of subvolume %llu is made from its entries, with mode 0700, "
+		"restore's owner and the time of the restore: its inode cannot be read", (unsigned long long)e->de.ino,
+		(unsigned long long)e->de.subvol);
+	if (selected(r, rel))
+		rs_dir_make(r, &child);
+	walk_dir(r, &child, e->de.subvol, e->de.ino);
+	rs_dir_done(r, &child);
+}
+
 static void walk_entry(struct restorer *r, struct frame *f, const struct entry *e)
 {
 	uint64_t saved_gen;
@@ -238,15 +257,18 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 				ret = 0;
 				r->fs = fs;
 				r->fs_gen = gen;
-				if (r->oa.verbosity >= UB_LOG_WARN)
-					fprintf(stderr, "ubtrfs: note: /%s: restored as it was in the older root of "
-						"generation %llu\n", rel, (unsigned long long)gen);
+				rs_note(r, UB_LOG_WARN, rel, "restored as it was in the older root of generation %llu",
+					(unsigned long long)gen);
 			}
 		}
 	}
 	if (!ret)
 		check_shape(r, rel, &e->de, &in);
-	if (ret) {
+	if (ret && e->de.type == BTRFS_FT_DIR && e->de.ino != BTRFS_EMPTY_SUBVOL_DIR_OBJECTID) {
+		/* its entries may be intact where its inode is not: listed from them, as btrfs restore does */
+		if (may_enter(r, rel, &e->de))
+			walk_orphan_dir(r, f, e, rel);
+	} else if (ret) {
 		/* said above */
 	} else if (S_ISDIR(in.mode)) {
 		/*

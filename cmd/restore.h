@@ -137,6 +137,14 @@ struct rs_dir {
 int rs_older(struct restorer *r, int i, struct ub_fs **fs, uint64_t *generation);
 void rs_older_close(struct restorer *r);
 
+/*
+ * Names from the disk in every line restore prints (stderr, the -n listing)
+ * are escaped as check escapes them (name_shown, dirlist.h): one entry, one line.
+ */
+/* A note about a path under OUTDIR, on stderr at `level` and above: "ubtrfs: note: /REL: ..." */
+void rs_note(struct restorer *r, int level, const char *rel, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The -n listing's line for a path under OUTDIR: "/REL" and `suffix` ("/" a directory, "@" a symlink). */
+void rs_list(const char *rel, const char *suffix);
 /* Report a problem with a path under OUTDIR ("" is OUTDIR): one line on stderr and in the report, exit code 1. */
 void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The same for a file's data: the report has its line already (rs_verdict). */

@@ -18,6 +18,7 @@
 #include <sys/xattr.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include "dirlist.h"
 #include "json.h"
 #include "restore.h"
 
@@ -39,13 +40,14 @@ static void report_path(struct restorer *r, const char *rel)
 
 static void vproblem(struct restorer *r, const char *rel, bool report, const char *fmt, va_list ap)
 {
-	char msg[1024];
+	char msg[1024], *shown = name_shown(rel, strlen(rel));
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	pthread_mutex_lock(&r->lock);
 	if (r->tty)
 		fputs("\r\033[K", stderr);
-	fprintf(stderr, "ubtrfs: error: /%s: %s\n", rel, msg);
+	fprintf(stderr, "ubtrfs: error: /%s: %s\n", shown ? shown : "(out of memory)", msg);
+	free(shown);
 	if (r->report && report) {
 		report_path(r, rel);
 		fputs(", \"status\": \"problem\", \"why\": ", r->report);
@@ -54,6 +56,33 @@ static void vproblem(struct restorer *r, const char *rel, bool report, const cha
 	}
 	r->nproblems++;
 	pthread_mutex_unlock(&r->lock);
+}
+
+void rs_note(struct restorer *r, int level, const char *rel, const char *fmt, ...)
+{
+	char msg[1024], *shown;
+	va_list ap;
+
+	if (r->oa.verbosity < level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	shown = name_shown(rel, strlen(rel));
+	pthread_mutex_lock(&r->lock);
+	if (r->tty)
+		fputs("\r\033[K", stderr);
+	fprintf(stderr, "ubtrfs: note: /%s: %s\n", shown ? shown : "(out of memory)", msg);
+	pthread_mutex_unlock(&r->lock);
+	free(shown);
+}
+
+void rs_list(const char *rel, const char *suffix)
+{
+	char *shown = name_shown(rel, strlen(rel));
+
+	printf("/%s%s\n", shown ? shown : "(out of memory)", suffix);
+	free(shown);
 }
 
 void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...)
@@ -187,7 +216,11 @@ static int set_xattr(void *arg, const struct ub_xattr *xa)
 	if (ret && errno == EOPNOTSUPP && !strncmp(name, "btrfs.", 6))
 		return 0;
 	if (ret) {
-		rs_problem(x->r, x->rel, "extended attribute %s not restored: %s", name, strerror(errno));
+		int err = errno;
+		char *shown = name_shown(name, strlen(name));
+
+		rs_problem(x->r, x->rel, "extended attribute %s not restored: %s", shown ? shown : "?", strerror(err));
+		free(shown);
 		x->failed++;
 	}
 	return 0;
@@ -263,7 +296,7 @@ int rs_dir_make(struct restorer *r, struct frame *f)
 		return -EIO;
 	}
 	if (r->dry_run) {
-		printf("/%s/\n", f->rel);
+		rs_list(f->rel, "/");
 		f->fd = INT32_MAX; /* stands for "made" */
 		f->made = true;
 		r->ndirs++;
@@ -430,9 +463,15 @@ static bool make_link(struct restorer *r, int dfd, const char *name, const char 
 		r->nhardlinks++;
 		return true;
 	}
-	if (errno != EEXIST)
-		rs_problem(r, rel, "cannot link to /%s: %s", first, strerror(errno));
-	return errno == EEXIST;
+	if (errno != EEXIST) {
+		int err = errno;
+		char *shown = name_shown(first, strlen(first));
+
+		rs_problem(r, rel, "cannot link to /%s: %s", shown ? shown : "?", strerror(err));
+		free(shown);
+		return false;
+	}
+	return true;
 }
 
 void rs_entry(struct restorer *r, struct frame *dir, const char *name, const char *rel, const struct ub_inode *in)
@@ -454,7 +493,7 @@ void rs_entry(struct restorer *r, struct frame *dir, const char *name, const cha
 		return;
 	}
 	if (r->dry_run) {
-		printf("/%s%s\n", rel, S_ISLNK(in->mode) ? "@" : "");
+		rs_list(rel, S_ISLNK(in->mode) ? "@" : "");
 		if (S_ISREG(in->mode))
 			r->nfiles++;
 		return;

@@ -158,10 +158,9 @@ void rs_stale_restore(struct restorer *r, struct frame *root)
 
 		if (newer(r, st, &in, buf)) {
 			r->nfresh++;
-			if (r->oa.verbosity >= UB_LOG_WARN)
-				fprintf(stderr, "ubtrfs: note: /%s: restored as the commit of generation %llu left it, from "
-					"leaves the scan found (the root the walk read is of generation %llu)\n", st->rel,
-					(unsigned long long)in.transid, (unsigned long long)st->gen);
+			rs_note(r, UB_LOG_WARN, st->rel, "restored as the commit of generation %llu left it, from leaves "
+				"the scan found (the root the walk read is of generation %llu)",
+				(unsigned long long)in.transid, (unsigned long long)st->gen);
 			place(r, root, st, r->fs, &in);
 		} else {
 			place(r, root, st, st->fs, &st->in);

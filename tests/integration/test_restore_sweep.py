@@ -11,6 +11,9 @@ read returns), then, where the case needs it, damaged or edited with craft.py:
     trees (btrfs check clean afterwards);
   * a directory inode that has file extent items, and a file whose inode requires data
     checksums but has none (the kernel reads that as a checksum hole, EIO): both reported;
+  * a leaf holding a directory's inode item zeroed in both copies while its entries survive
+    in other leaves: its files come back at their paths (btrfs restore gets them there), not
+    by number under lost+found;
 """
 
 import json
@@ -187,3 +190,70 @@ def test_restore_reports_data_it_cannot_vouch_for(tmp_path):
     cat = T.ubtrfs("cat", "--path", "/d/nosum", str(img))
     assert cat.returncode == 1 and cat.stdout == nosum, T.describe(cat)
     assert b"no data checksum" in cat.stderr, T.describe(cat)
+
+
+# ---- a directory whose inode is lost while its entries survive ----
+
+def _written(out, content):
+    return {rel for rel, data in content.items()
+            if (out / rel).is_file() and not (out / rel).is_symlink() and (out / rel).read_bytes() == data}
+
+
+def test_restore_directory_from_its_entries(tmp_path):
+    """4 KiB nodes, six directories of 40 files: the leaf that holds one directory's inode
+    item (and none of its DIR_INDEX entries) is zeroed in both DUP copies. Every file that leaf did not
+    hold an item of comes back byte-exact at its path, the lost directory's too (it is made
+    from its entries, and said so); nothing goes under lost+found; every file btrfs restore
+    (-i) gets byte-exact, restore gets too; the files the leaf held are named in --report."""
+    img = _mkfs(tmp_path, opts=("-n", "4096"))
+    rng = random.Random(5)
+    content = {}
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        for d in range(6):
+            os.makedirs("%s/top/d%d/sub" % (mnt, d))
+            for i in range(40):
+                rel = "top/d%d/%sf%02d" % (d, "" if i % 3 else "sub/", i)
+                content[rel] = rng.randbytes(rng.choice((100, 3000, 9000)))
+                with open(os.path.join(mnt, rel), "wb") as f:
+                    f.write(content[rel])
+        dirs = {os.stat("%s/top/d%d" % (mnt, d)).st_ino: "top/d%d" % d for d in range(6)}
+        inos = {os.stat(os.path.join(mnt, rel)).st_ino: rel for rel in content}
+    with C.Image(str(img)) as im:
+        leaves = {}
+        for blk, slot in im.walk(im.tree_root(C.FS_TREE)[0]):
+            leaves.setdefault(blk.logical, []).append(blk.item_key(slot))
+    victim = None
+    for logical, keys in sorted(leaves.items()):
+        # one directory's inode item, none of its DIR_INDEX items, nothing of another directory
+        objs = {k.objectid for k in keys}
+        held = [k.objectid for k in keys if k.type == C.INODE_ITEM and k.objectid in dirs]
+        if len(held) == 1 and objs - set(held) <= set(inos) and \
+                not any(k.type == C.DIR_INDEX and k.objectid == held[0] for k in keys):
+            victim, lost_dir = logical, dirs[held[0]]
+            break
+    if victim is None:
+        pytest.skip("test setup: no leaf holds a directory's inode item without its entries")
+    touched = {inos[k.objectid] for k in leaves[victim] if k.objectid in inos}
+    with C.Image(str(img)) as im:
+        copies = im.physical(victim)
+    assert len(copies) == 2
+    for phys in copies:
+        T.overwrite(img, phys, bytes(4096))
+    below = {rel for rel in content if rel.startswith(lost_dir + "/")}
+    assert len(below - touched) >= 20, "test setup: %d files below %s" % (len(below - touched), lost_dir)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    T.run(["btrfs", "restore", "-i", str(img), str(theirs)], check=False)
+    out, report = tmp_path / "out", tmp_path / "report.jsonl"
+    cp = _restore("--report", report, img, out)
+    assert cp.returncode == 1, T.describe(cp)
+    ours = _written(out, content)
+    assert set(content) - touched <= ours, (sorted(set(content) - touched - ours)[:5], T.describe(cp))
+    assert _written(theirs, content) <= ours, sorted(_written(theirs, content) - ours)[:5]
+    assert not (out / "lost+found").exists(), sorted(os.listdir(out / "lost+found"))
+    assert ("/%s: directory" % lost_dir).encode() in cp.stderr and b"made from its entries" in cp.stderr, \
+        T.describe(cp)
+    named = {x["path"] for x in _report(report)}
+    assert not {"/" + r for r in touched - ours} - named, (sorted(touched - ours), named)
+    print("directory from its entries: ubtrfs %d, btrfs restore %d of %d files (%d touched)"
+          % (len(ours), len(_written(theirs, content)), len(content), len(touched)))
