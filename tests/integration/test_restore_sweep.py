@@ -257,3 +257,59 @@ def test_restore_directory_from_its_entries(tmp_path):
     assert not {"/" + r for r in touched - ours} - named, (sorted(touched - ours), named)
     print("directory from its entries: ubtrfs %d, btrfs restore %d of %d files (%d touched)"
           % (len(ours), len(_written(theirs, content)), len(content), len(touched)))
+
+
+# ---- names from the disk in human-readable output ----
+
+HOSTILE_NAMES = [b"new\nline", b"\x1b[31mred\x1b[0m", b"bad\xff\xfeutf8", b"back\\slash", "café".encode()]
+
+
+def _one_line_each(text, starts):
+    """Every line of `text` (bytes) starts with one of `starts`, is strict UTF-8 and holds no
+    control byte: no name split a line, drove the terminal or broke the encoding."""
+    problems = []
+    for line in text.split(b"\n"):
+        if not line:
+            continue
+        if not line.startswith(starts):
+            problems.append(("line starts oddly", line))
+        try:
+            line.decode("utf-8", "strict")
+        except UnicodeDecodeError:
+            problems.append(("not UTF-8", line))
+        if any(c < 0x20 or c == 0x7f for c in line if c != 0x09):
+            problems.append(("control byte", line))
+    return problems
+
+
+def test_names_escaped_in_messages(tmp_path):
+    """Files named with a newline, terminal escapes, bytes that are not UTF-8, a backslash
+    and (good) UTF-8; one of them claims a size above 2^63, so that its name is in errors.
+    restore -n, restore's and ls's errors, and the summary: every line one entry or one
+    message, strict UTF-8, no control byte; the names shown as check shows them (\\xNN,
+    the backslash doubled, good UTF-8 as it is)."""
+    img = _mkfs(tmp_path)
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        d = os.path.join(os.fsencode(mnt), b"d")
+        os.mkdir(d)
+        for n in HOSTILE_NAMES:
+            with open(os.path.join(d, n), "wb") as f:
+                f.write(b"x" * 100)
+        victim = os.stat(os.path.join(d, b"new\nline")).st_ino
+    with C.Image(str(img)) as im:
+        blk, slot = im.find_item(im.tree_root(C.FS_TREE)[0], C.Key(victim, C.INODE_ITEM, 0))
+        blk.patch_item(slot, C.INODE_SIZE, "<Q", (1 << 63) + 100)
+        im.write_block(blk)
+    cp = T.ubtrfs("restore", "-n", str(img), str(tmp_path / "unused"))
+    assert cp.returncode == 1, T.describe(cp)
+    assert not _one_line_each(cp.stdout, (b"/",)), (_one_line_each(cp.stdout, (b"/",)), cp.stdout)
+    for shown in (b"/d/\\x1b[31mred\\x1b[0m", b"/d/bad\\xff\\xfeutf8", b"/d/back\\\\slash", "/d/café".encode()):
+        assert shown + b"\n" in cp.stdout, (shown, cp.stdout)
+    starts = (b"ubtrfs: ", b"restored ", b"files: ", b"scavenged: ")
+    for cmd in (["restore", str(img), str(tmp_path / "out")], ["ls", "-l", "--path", "/d", str(img)]):
+        cp = T.ubtrfs(*cmd)
+        assert cp.returncode == 1, T.describe(cp)
+        assert b"/d/new\\x0aline: " in cp.stderr, T.describe(cp)
+        assert not _one_line_each(cp.stderr, starts), (_one_line_each(cp.stderr, starts), T.describe(cp))
+    # the names themselves are restored as they are
+    assert sorted(os.listdir(os.fsencode(tmp_path / "out" / "d"))) == sorted(set(HOSTILE_NAMES) - {b"new\nline"})
