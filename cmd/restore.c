@@ -33,6 +33,11 @@ static const char help[] =
 	"      --no-mode        permissions from the umask instead of the filesystem's\n"
 	"      --no-times       leave access and modification times at now\n"
 	"      --no-xattrs      leave out extended attributes (and POSIX ACLs)\n"
+	"      --no-privileged  make no device nodes, clear set-user-ID and set-group-ID\n"
+	"                       bits (not a directory's) and leave out file capabilities\n"
+	"                       (security.capability): for an image not to be trusted\n"
+	"                       restored as root (by default they are made as on the\n"
+	"                       disk, as cp -a and tar do, and counted in the summary)\n"
 	"      --overwrite      replace files that exist in OUTDIR (never a directory);\n"
 	"                       without it they are kept and reported\n"
 	"      --no-scavenge    do not scan the metadata for inodes no name leads to any\n"
@@ -487,7 +492,7 @@ int cmd_restore(int argc, char **argv)
 		{ "no-xattrs", no_argument, NULL, 0x305 }, { "overwrite", no_argument, NULL, 0x306 },
 		{ "report", required_argument, NULL, 0x307 },
 		{ "no-scavenge", no_argument, NULL, 0x308 },
-		{ "deleted", no_argument, NULL, 0x309 },
+		{ "deleted", no_argument, NULL, 0x309 }, { "no-privileged", no_argument, NULL, 0x30a },
 		{ "dry-run", no_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' },
 		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
 	};
@@ -525,6 +530,7 @@ int cmd_restore(int argc, char **argv)
 		case 0x307: report = optarg; break;
 		case 0x308: r.scavenge = false; break;
 		case 0x309: r.deleted = true; break;
+		case 0x30a: r.no_privileged = true; break;
 		case 'n': r.dry_run = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("restore", "invalid option");
@@ -626,6 +632,13 @@ int cmd_restore(int argc, char **argv)
 			(unsigned long long)r.nfiles, (unsigned long long)r.bytes, (unsigned long long)r.nsymlinks,
 			(unsigned long long)r.nhardlinks, (unsigned long long)r.nspecial,
 			(unsigned long long)r.nproblems);
+	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && (r.nprivdev || r.nsetid || r.ncaps))
+		fprintf(stderr, r.no_privileged ? "privileged files (--no-privileged): %llu device nodes left out, %llu "
+						  "set-id files made without their set-id bits, %llu file capabilities "
+						  "dropped\n"
+						: "privileged files, made as on the disk: %llu device nodes, %llu set-id "
+						  "files, %llu files with capabilities (--no-privileged leaves them out)\n",
+			(unsigned long long)r.nprivdev, (unsigned long long)r.nsetid, (unsigned long long)r.ncaps);
 	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && (r.nscavenged || r.ndeleted || r.nplaced))
 		fprintf(stderr, "scavenged: %llu inodes no name leads to, under lost+found; %llu deleted inodes %s; "
 			"%llu inodes no tree has, at their names from the scanned leaves\n",

@@ -206,6 +206,12 @@ static int set_xattr(void *arg, const struct ub_xattr *xa)
 	}
 	memcpy(name, xa->name, xa->name_len);
 	name[xa->name_len] = 0;
+	/* file capabilities: privileges an untrusted image would hand out */
+	if (!strcmp(name, "security.capability")) {
+		__atomic_add_fetch(&x->r->ncaps, 1, __ATOMIC_RELAXED);
+		if (x->r->no_privileged)
+			return 0;
+	}
 	if (x->via_proc) {
 		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", x->fd);
 		ret = setxattr(proc, name, xa->value, xa->value_len, 0);
@@ -249,7 +255,7 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
 			rs_problem(r, rel, "extended attributes cannot be read: %s", strerror(-ret));
 	}
 	if (!symlink && !(have & RS_HAVE_MODE)) {
-		mode_t m = r->mode ? (in->mode & 07777) : ((S_ISDIR(in->mode) ? 0777 : 0666) & ~r->umask);
+		mode_t m = rs_mode(r, in);
 		int ret = via_proc ? chmod(proc, m) : fchmod(fd, m);
 
 		if (ret)
@@ -257,6 +263,16 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
 	}
 	if (r->times)
 		rs_set_times(r, fd, rel, in);
+}
+
+mode_t rs_mode(const struct restorer *r, const struct ub_inode *in)
+{
+	mode_t m = r->mode ? (in->mode & 07777) : ((S_ISDIR(in->mode) ? 0777 : 0666) & ~r->umask);
+
+	/* a set-group-ID directory only hands its group on: no privilege to take away */
+	if (r->no_privileged && !S_ISDIR(in->mode))
+		m &= ~(mode_t)(S_ISUID | S_ISGID);
+	return m;
 }
 
 void rs_set_times(struct restorer *r, int fd, const char *rel, const struct ub_inode *in)
@@ -377,9 +393,12 @@ static void make_file(struct restorer *r, struct frame *dir, const char *name, c
 		      const struct ub_inode *in)
 {
 	mode_t make = r->mode ? (in->mode & 0777) : 0666;
-	mode_t want = r->mode ? (in->mode & 07777) : (0666 & ~r->umask);
+	mode_t want = rs_mode(r, in);
 	unsigned have = 0;
 	int dfd = dir->fd, fd;
+
+	if (r->mode && (in->mode & (S_ISUID | S_ISGID)))
+		r->nsetid++;
 
 	if (dir->plain && (make & ~r->umask) == want)
 		have |= RS_HAVE_MODE;
@@ -431,6 +450,8 @@ static void make_node(struct restorer *r, int dfd, const char *name, const char 
 		r->nsymlinks++;
 	else
 		r->nspecial++;
+	if (S_ISCHR(in->mode) || S_ISBLK(in->mode))
+		r->nprivdev++;
 	fd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		rs_problem(r, rel, "cannot open what was made: %s", strerror(errno));
@@ -484,6 +505,19 @@ void rs_entry(struct restorer *r, struct frame *dir, const char *name, const cha
 		rs_problem(r, rel, "inode %llu of subvolume %llu has mode %o, no file type: not restored",
 			   (unsigned long long)in->ino, (unsigned long long)in->subvol, in->mode);
 		return;
+	}
+	if (S_ISCHR(in->mode) || S_ISBLK(in->mode)) {
+		/* a device node gives whoever may open it the device: /dev/mem made 0666 by an image is root */
+		if (r->no_privileged) {
+			r->nprivdev++;
+			rs_note(r, UB_LOG_INFO, rel, "device node %u:%u left out (--no-privileged)",
+				(unsigned)(in->rdev >> 20), (unsigned)(in->rdev & 0xfffff));
+			if (r->scavenge && rmap_add(&r->reached, in->subvol, in->ino, NULL, NULL) < 0) {
+				rs_problem(r, rel, "out of memory");
+				r->rc = EXIT_FATAL;
+			}
+			return;
+		}
 	}
 	if (rs_dir_make(r, dir))
 		return;
