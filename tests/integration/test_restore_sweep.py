@@ -14,11 +14,19 @@ read returns), then, where the case needs it, damaged or edited with craft.py:
   * a leaf holding a directory's inode item zeroed in both copies while its entries survive
     in other leaves: its files come back at their paths (btrfs restore gets them there), not
     by number under lost+found;
+  * names with newlines, terminal escapes and bytes that are not UTF-8 in restore -n and
+    in restore's and ls's errors: escaped as check escapes them;
+  * device nodes, set-id files and file capabilities: counted, and left out with
+    --no-privileged;
+  * the chunk tree's root (its only leaf) zeroed in every copy after the kernel added a
+    chunk: the older leaves found lack it; it comes from the device tree and the block group
+    items (mirrored profile) or from the device scan (RAID0), and every file comes back;
 """
 
 import json
 import os
 import random
+import re
 import stat
 
 import pytest
@@ -365,3 +373,68 @@ def test_restore_privileged_files(tmp_path):
     assert b"privileged files (--no-privileged): 2 device nodes left out, 2 set-id files made without their " \
         b"set-id bits, 1 file capabilities dropped" in cp.stderr, T.describe(cp)
     assert T.ubtrfs("restore", "--help").stdout.count(b"--no-privileged") >= 1
+
+
+# ---- the chunk tree's root lost, after chunks were added ----
+
+def _zero_chunk_root(images):
+    """Every copy of the chunk tree's root block zeroed: the system chunk array (dump-super)
+    says where each stripe of the (mirrored) system chunk lies."""
+    dump = T.run(["btrfs", "inspect-internal", "dump-super", "-f", str(images[0])]).stdout.decode()
+    sb = T.parse_dump_super(dump)
+    root, nodesize = int(sb["chunk_root"]), int(sb["nodesize"])
+    n = 0
+    for m in re.finditer(r"CHUNK_ITEM (\d+)\)[^\n]*\n\s+length (\d+)[^\n]*type SYSTEM[^\n]*\n.*?\n\s+num_stripes (\d+)"
+                         r"[^\n]*\n((?:\s+stripe \d+ devid \d+ offset \d+\n\s+dev_uuid \S+\n)+)", dump):
+        start, length = int(m.group(1)), int(m.group(2))
+        if not start <= root < start + length:
+            continue
+        for st in re.finditer(r"stripe \d+ devid (\d+) offset (\d+)", m.group(4)):
+            T.overwrite(images[int(st.group(1)) - 1], int(st.group(2)) + root - start, bytes(nodesize))
+            n += 1
+    assert n >= 2, "test setup: %d copies of the chunk root found" % n
+
+
+@pytest.mark.parametrize("profile", ["single", "raid0"])
+def test_restore_chunk_root_lost(tmp_path, profile):
+    """The kernel writes eight commits of files, adding data chunks as it goes; then the chunk
+    tree's root (its only leaf) is zeroed in every copy. The older copies of that leaf the scan
+    of the system chunk finds lack the chunks added last: restore maps those from the device
+    tree's extents and their block group items (single), or, for a striped profile whose
+    stripe order only the chunk item held, from the scan of the devices (RAID0), and gets every
+    file back byte-exact (btrfs restore gets no more)."""
+    ndev, opts = (1, []) if profile == "single" else (2, ["-d", "raid0", "-m", "raid1"])
+    images = []
+    for i in range(ndev):
+        img = tmp_path / ("img%d" % i)
+        with open(img, "wb") as f:
+            f.truncate(320 * T.MiB)
+        images.append(img)
+    T.run(["mkfs.btrfs", "-f", "-q", *opts, *map(str, images)])
+    rng = random.Random(6)
+    content = {}
+    try:
+        with T.mounted(images, tmp_path / "mnt", readonly=False) as mnt:
+            for c in range(8):
+                os.mkdir("%s/c%d" % (mnt, c))
+                for i in range(25):
+                    rel = "c%d/f%02d" % (c, i)
+                    content[rel] = rng.randbytes(rng.choice((3000, 50000, 600000 if ndev == 1 else 900000)))
+                    with open(os.path.join(mnt, rel), "wb") as f:
+                        f.write(content[rel])
+                T.run(["sync"])
+    finally:
+        if ndev > 1:
+            T.run(["btrfs", "device", "scan", "--forget"], check=False)
+    chunks = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", str(images[0])]).stdout.decode()
+    assert chunks.count("type DATA") >= 2, "test setup: one data chunk"
+    _zero_chunk_root(images)
+    out = tmp_path / "out"
+    cp = _restore(*images, out)
+    assert b"chunk rescue" in cp.stderr and b"chunk rebuild" in cp.stderr, T.describe(cp)
+    assert _written(out, content) == set(content), (sorted(set(content) - _written(out, content))[:5], T.describe(cp))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    T.run(["btrfs", "restore", "-i", str(images[0]), str(theirs)], check=False)
+    print("chunk root lost (%s): ubtrfs %d, btrfs restore %d of %d files" % (
+        profile, len(content), len(_written(theirs, content)), len(content)))
