@@ -125,8 +125,12 @@ static bool selected(struct restorer *r, const char *rel)
 	return ok;
 }
 
-/* May the walk enter the directory entry `de` leads to? Only once, and only through its real name. */
-static bool may_enter(struct restorer *r, const char *rel, const struct ub_dirent *de)
+/*
+ * May the walk enter the directory entry `de` leads to? Only once, and only
+ * through its real name. `inode_lost`: its inode cannot be read, and so, as a
+ * rule, neither can its back reference (the same leaf): not said again.
+ */
+static bool may_enter(struct restorer *r, const char *rel, const struct ub_dirent *de, bool inode_lost)
 {
 	int ret = ub_dir_entry_is_link(r->fs, de);
 
@@ -135,7 +139,7 @@ static bool may_enter(struct restorer *r, const char *rel, const struct ub_diren
 			   "another): not entered", (unsigned long long)de->ino, (unsigned long long)de->subvol);
 		return false;
 	}
-	if (ret < 0 && ret != -ENOENT)
+	if (ret < 0 && ret != -ENOENT && !inode_lost)
 		rs_problem(r, rel, "the back reference of directory %llu cannot be read: %s",
 			   (unsigned long long)de->ino, strerror(-ret));
 	ret = rmap_add(&r->entered, de->subvol, de->ino, rel, NULL);
@@ -197,7 +201,7 @@ static void check_shape(struct restorer *r, const char *rel, const struct ub_dir
 		rs_problem(r, rel, "inode %llu of subvolume %llu is %s by its mode (0%o) but has file extent items: "
 			   "their data is not restored", (unsigned long long)in->ino, (unsigned long long)in->subvol,
 			   ftype_word(t), (unsigned)in->mode);
-	else if (ret < 0)
+	else if (ret < 0 && !S_ISDIR(in->mode)) /* a directory's own walk says that its items cannot be read */
 		rs_problem(r, rel, "inode %llu of subvolume %llu: its items cannot be read to the end: %s",
 			   (unsigned long long)in->ino, (unsigned long long)in->subvol, strerror(-ret));
 }
@@ -271,7 +275,7 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 		check_shape(r, rel, &e->de, &in);
 	if (ret && e->de.type == BTRFS_FT_DIR && e->de.ino != BTRFS_EMPTY_SUBVOL_DIR_OBJECTID) {
 		/* its entries may be intact where its inode is not: listed from them, as btrfs restore does */
-		if (may_enter(r, rel, &e->de))
+		if (may_enter(r, rel, &e->de, true))
 			walk_orphan_dir(r, f, e, rel);
 	} else if (ret) {
 		/* said above */
@@ -282,7 +286,7 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 		 */
 		bool placeholder = e->de.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID;
 
-		if (placeholder || (!skip_subvol(r, rel, &e->de) && may_enter(r, rel, &e->de))) {
+		if (placeholder || (!skip_subvol(r, rel, &e->de) && may_enter(r, rel, &e->de, false))) {
 			struct frame child = { f, e->name, rel, -1, false, false, true, in };
 
 			if (selected(r, rel))

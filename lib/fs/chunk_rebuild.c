@@ -386,8 +386,12 @@ int ub_fs_complete_chunks(struct ub_fs *fs)
 	/* a striped chunk needs its stripe order, a tree that could not be read its items: the scan gives them */
 	if (ret || skipped)
 		ret = ub_fs_rebuild_chunks(fs, true);
-	if (ret == -ENOENT)
-		ret = 0; /* the rescue's chunks stand */
+	/* whatever the scan could not add, the rescue's chunks stand: what they do not map is reported by its readers */
+	if (ret && ret != -ENOMEM) {
+		if (ret != -ENOENT)
+			ub_warn(&fs->log, "chunk rebuild: the scan of the devices failed: %s", strerror(-ret));
+		ret = 0;
+	}
 out:
 	rebuild_free(&rb);
 	return ret;
