@@ -20,7 +20,9 @@ read returns), then, where the case needs it, damaged or edited with craft.py:
     --no-privileged;
   * the chunk tree's root (its only leaf) zeroed in every copy after the kernel added a
     chunk: the older leaves found lack it; it comes from the device tree and the block group
-    items (mirrored profile) or from the device scan (RAID0), and every file comes back;
+    items (mirrored profile) or from the device scan (RAID0), and every file comes back.
+
+Together they take about 15 s with SAN=1 on this machine.
 """
 
 import json
