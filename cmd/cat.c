@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "cmd.h"
+#include "dirlist.h"
 
 static const char help[] =
 	"usage: ubtrfs cat [OPTIONS] --path P DEV...\n\n"
@@ -17,8 +18,9 @@ static const char help[] =
 	"      --path P       the file, an absolute path (it may cross into subvolumes)\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
-	"\nExit codes: 0 the whole file was read, 1 parts of it could not be read\n"
-	"(or a corrupt extent item stopped the output),\n"
+	"\nExit codes: 0 the whole file was read, 1 parts of it could not be read or have\n"
+	"no checksum although the file requires them (a checksum hole: written as read)\n"
+	"or a corrupt extent item stopped the output,\n"
 	"2 usage or fatal error (no such file, not a regular file, not btrfs).\n";
 
 #define CHUNK (4U << 20)
@@ -34,6 +36,7 @@ int cmd_cat(int argc, char **argv)
 	struct ub_read_report rep = { 0, 0 };
 	struct ub_inode in;
 	const char *path = NULL;
+	char *shown = NULL; /* the path for messages, escaped as names are in every message */
 	uint64_t subvol, ino, off = 0;
 	uint8_t *buf = NULL;
 	int opt, r, ret, rc = EXIT_OK;
@@ -55,18 +58,25 @@ int cmd_cat(int argc, char **argv)
 		return usage_error("cat", "--path is required");
 	if (optind >= argc)
 		return usage_error("cat", "no device given");
-	if (open_fs(&oa, argv + optind, argc - optind, &fs))
+	shown = name_shown(path, strlen(path));
+	if (!shown) {
+		fprintf(stderr, "ubtrfs: error: out of memory\n");
 		return EXIT_FATAL;
+	}
+	if (open_fs(&oa, argv + optind, argc - optind, &fs)) {
+		free(shown);
+		return EXIT_FATAL;
+	}
 	ret = ub_path_lookup(fs, path, &subvol, &ino);
 	if (!ret)
 		ret = ub_inode_read(fs, subvol, ino, &in);
 	if (ret) {
-		fprintf(stderr, "ubtrfs: error: %s: %s\n", path, strerror(-ret));
+		fprintf(stderr, "ubtrfs: error: %s: %s\n", shown, strerror(-ret));
 		rc = EXIT_FATAL;
 		goto out;
 	}
 	if (!S_ISREG(in.mode)) {
-		fprintf(stderr, "ubtrfs: error: %s: not a regular file\n", path);
+		fprintf(stderr, "ubtrfs: error: %s: not a regular file\n", shown);
 		rc = EXIT_FATAL;
 		goto out;
 	}
@@ -86,12 +96,12 @@ int cmd_cat(int argc, char **argv)
 				break;
 			}
 			fprintf(stderr, "ubtrfs: error: %s: corrupt file extent at file offset %llu; output stops there\n",
-				path, (unsigned long long)(off + got));
+				shown, (unsigned long long)(off + got));
 			rc = EXIT_PROBLEMS;
 			break;
 		}
 		if (ret && ret != -EIO) {
-			fprintf(stderr, "ubtrfs: error: %s: read failed at file offset %llu: %s\n", path,
+			fprintf(stderr, "ubtrfs: error: %s: read failed at file offset %llu: %s\n", shown,
 				(unsigned long long)off, strerror(-ret));
 			rc = EXIT_FATAL;
 			break;
@@ -108,13 +118,21 @@ int cmd_cat(int argc, char **argv)
 	ub_read_report_flush(fs, &rep);
 	if (rep.bad_bytes && rc == EXIT_OK) {
 		fprintf(stderr, "ubtrfs: error: %s: %llu bytes could not be read (first at file offset %llu); written as zeros\n",
-			path, (unsigned long long)rep.bad_bytes, (unsigned long long)rep.first_bad_offset);
+			shown, (unsigned long long)rep.bad_bytes, (unsigned long long)rep.first_bad_offset);
 		rc = EXIT_PROBLEMS;
+	}
+	if (rep.unverified_bytes) {
+		fprintf(stderr, "ubtrfs: error: %s: %llu bytes have no data checksum although the file requires them "
+			"(first at file offset %llu): written as read, not verified\n", shown,
+			(unsigned long long)rep.unverified_bytes, (unsigned long long)rep.first_unverified_offset);
+		if (rc == EXIT_OK)
+			rc = EXIT_PROBLEMS;
 	}
 out:
 	if (fflush(stdout) && rc == EXIT_OK)
 		rc = EXIT_FATAL;
 	free(buf);
+	free(shown);
 	ub_fs_close(fs);
 	return final_rc(&oa, rc);
 }

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "dirlist.h"
+#include "print_priv.h"
 
 int entries_add(void *arg, const struct ub_dirent *de)
 {
@@ -39,4 +41,20 @@ void entries_free(struct entries *es)
 	free(es->v);
 	es->v = NULL;
 	es->n = es->cap = 0;
+}
+
+char *name_shown(const char *s, size_t len)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&buf, &n);
+
+	if (!f)
+		return NULL;
+	pr_name(f, (const uint8_t *)s, len);
+	if (fclose(f)) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
 }

@@ -25,4 +25,13 @@ struct entries {
 int entries_add(void *arg, const struct ub_dirent *de);
 void entries_free(struct entries *es);
 
+/*
+ * A name (or a path of names) from the disk for a human-readable message, as
+ * check prints paths (pr_name): printable ASCII and well-formed UTF-8 as they
+ * are, a backslash doubled, every other byte (newline, escape, a broken UTF-8
+ * sequence) as \xNN, so that a hostile name cannot split a line or drive the
+ * terminal. Malloc'd; NULL without memory.
+ */
+char *name_shown(const char *s, size_t len);
+
 #endif

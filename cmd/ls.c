@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* ubtrfs ls: list directories straight from the trees, crossing into subvolumes. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -89,6 +90,22 @@ static int xattr_json(void *arg, const struct ub_xattr *xa)
 	return 0;
 }
 
+/* "ubtrfs: error: PATH: ..." with PATH (names from the disk) escaped as check escapes them: one error, one line. */
+static void ls_error(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void ls_error(const char *path, const char *fmt, ...)
+{
+	char *shown = name_shown(path, strlen(path));
+	va_list ap;
+
+	fprintf(stderr, "ubtrfs: error: %s: ", shown ? shown : "(out of memory)");
+	free(shown);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
 static void mode_string(uint32_t mode, char out[11])
 {
 	static const char types[] = "?pc?d?b?-?l?s???";
@@ -117,8 +134,8 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 	if (is_link) {
 		ret = ub_readlink(l->fs, in->subvol, in->ino, target, sizeof(target), &tlen);
 		if (ret) {
-			fprintf(stderr, "ubtrfs: error: %s: cannot read the target of symlink ino %llu of subvol %llu: %s\n",
-				path, (unsigned long long)in->ino, (unsigned long long)in->subvol, strerror(-ret));
+			ls_error(path, "cannot read the target of symlink ino %llu of subvol %llu: %s",
+				 (unsigned long long)in->ino, (unsigned long long)in->subvol, strerror(-ret));
 			l->rc = EXIT_PROBLEMS;
 			target[0] = 0;
 			tlen = 0;
@@ -177,8 +194,8 @@ static void print_entry(struct lister *l, const char *path, const char *name, si
 		}
 		printf("}\n");
 		if (ret < 0) {
-			fprintf(stderr, "ubtrfs: error: %s: cannot read the xattrs of ino %llu of subvol %llu: %s\n", path,
-				(unsigned long long)in->ino, (unsigned long long)in->subvol, strerror(-ret));
+			ls_error(path, "cannot read the xattrs of ino %llu of subvol %llu: %s", (unsigned long long)in->ino,
+				 (unsigned long long)in->subvol, strerror(-ret));
 			l->rc = EXIT_PROBLEMS;
 		}
 	}
@@ -244,20 +261,19 @@ static bool real_dir_name(struct lister *l, const char *child, const struct entr
 		return true;
 	l->rc = EXIT_PROBLEMS;
 	if (ret == 0) {
-		fprintf(stderr, "ubtrfs: error: %s: entry %llu of dir %llu (subvol %llu) names directory ino %llu of "
-			"subvol %llu, whose back reference gives it another name; a second name for a directory is "
-			"corruption: not listed\n", child, (unsigned long long)e->de.index,
-			(unsigned long long)e->de.dir_ino, (unsigned long long)e->de.dir_subvol,
-			(unsigned long long)e->de.ino, (unsigned long long)e->de.subvol);
+		ls_error(child, "entry %llu of dir %llu (subvol %llu) names directory ino %llu of subvol %llu, whose "
+			 "back reference gives it another name; a second name for a directory is corruption: not "
+			 "listed", (unsigned long long)e->de.index, (unsigned long long)e->de.dir_ino,
+			 (unsigned long long)e->de.dir_subvol, (unsigned long long)e->de.ino,
+			 (unsigned long long)e->de.subvol);
 		return false;
 	}
 	if (ret == -ENOENT)
-		fprintf(stderr, "ubtrfs: error: %s: directory ino %llu of subvol %llu has no back reference (INODE_REF)\n",
-			child, (unsigned long long)e->de.ino, (unsigned long long)e->de.subvol);
+		ls_error(child, "directory ino %llu of subvol %llu has no back reference (INODE_REF)",
+			 (unsigned long long)e->de.ino, (unsigned long long)e->de.subvol);
 	else
-		fprintf(stderr, "ubtrfs: error: %s: cannot check the back reference of directory ino %llu of subvol "
-			"%llu: %s\n", child, (unsigned long long)e->de.ino, (unsigned long long)e->de.subvol,
-			strerror(-ret));
+		ls_error(child, "cannot check the back reference of directory ino %llu of subvol %llu: %s",
+			 (unsigned long long)e->de.ino, (unsigned long long)e->de.subvol, strerror(-ret));
 	/* with the back reference gone, the first name found stands in for it */
 	return true;
 }
@@ -274,8 +290,8 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 	int ret;
 
 	if (l->depth >= 4096 || on_stack(l, subvol, ino)) {
-		fprintf(stderr, "ubtrfs: error: %s: directory loop (subvol %llu ino %llu); not entered\n", path,
-			(unsigned long long)subvol, (unsigned long long)ino);
+		ls_error(path, "directory loop (subvol %llu ino %llu); not entered", (unsigned long long)subvol,
+			 (unsigned long long)ino);
 		l->rc = EXIT_PROBLEMS;
 		return;
 	}
@@ -285,11 +301,10 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 	ret = visit(l, subvol, ino);
 	if (ret <= 0) {
 		if (ret == 0)
-			fprintf(stderr, "ubtrfs: error: %s: directory ino %llu of subvol %llu was already listed "
-				"under another name; not entered again\n", path, (unsigned long long)ino,
-				(unsigned long long)subvol);
+			ls_error(path, "directory ino %llu of subvol %llu was already listed under another name; "
+				 "not entered again", (unsigned long long)ino, (unsigned long long)subvol);
 		else
-			fprintf(stderr, "ubtrfs: error: %s: out of memory\n", path);
+			ls_error(path, "out of memory");
 		l->rc = ret == 0 ? EXIT_PROBLEMS : EXIT_FATAL;
 		return;
 	}
@@ -298,8 +313,8 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 	l->depth++;
 	ret = ub_dir_iterate(l->fs, subvol, ino, entries_add, &es);
 	if (ret) {
-		fprintf(stderr, "ubtrfs: error: %s: cannot read the directory (subvol %llu ino %llu) fully: %s\n", path,
-			(unsigned long long)subvol, (unsigned long long)ino, strerror(-ret));
+		ls_error(path, "cannot read the directory (subvol %llu ino %llu) fully: %s", (unsigned long long)subvol,
+			 (unsigned long long)ino, strerror(-ret));
 		l->rc = ret == -ENOMEM ? EXIT_FATAL : EXIT_PROBLEMS;
 	}
 	for (size_t i = 0; i < es.n; i++) {
@@ -309,7 +324,7 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 		char *child = malloc(plen + e->de.name_len + 2);
 
 		if (!child) {
-			fprintf(stderr, "ubtrfs: error: %s: out of memory\n", path);
+			ls_error(path, "out of memory");
 			l->rc = EXIT_FATAL;
 			break;
 		}
@@ -327,8 +342,8 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 		}
 		ret = ub_dirent_inode(l->fs, &e->de, &in);
 		if (ret) {
-			fprintf(stderr, "ubtrfs: error: %s: cannot read inode %llu of subvol %llu: %s\n", child,
-				(unsigned long long)e->de.ino, (unsigned long long)e->de.subvol, strerror(-ret));
+			ls_error(child, "cannot read inode %llu of subvol %llu: %s", (unsigned long long)e->de.ino,
+				 (unsigned long long)e->de.subvol, strerror(-ret));
 			l->rc = EXIT_PROBLEMS;
 		} else if (!S_ISDIR(in.mode) || real_dir_name(l, child, e)) {
 			print_entry(l, child, e->name, e->de.name_len, &in);
@@ -387,7 +402,7 @@ int cmd_ls(int argc, char **argv)
 	}
 	ret = ub_path_lookup_inode(l.fs, path, &in);
 	if (ret) {
-		fprintf(stderr, "ubtrfs: error: %s: %s\n", path, strerror(-ret));
+		ls_error(path, "%s", strerror(-ret));
 		l.rc = EXIT_FATAL;
 		goto out;
 	}

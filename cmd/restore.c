@@ -33,6 +33,11 @@ static const char help[] =
 	"      --no-mode        permissions from the umask instead of the filesystem's\n"
 	"      --no-times       leave access and modification times at now\n"
 	"      --no-xattrs      leave out extended attributes (and POSIX ACLs)\n"
+	"      --no-privileged  make no device nodes, clear set-user-ID and set-group-ID\n"
+	"                       bits (not a directory's) and leave out file capabilities\n"
+	"                       (security.capability): for an image not to be trusted\n"
+	"                       restored as root (by default they are made as on the\n"
+	"                       disk, as cp -a and tar do, and counted in the summary)\n"
 	"      --overwrite      replace files that exist in OUTDIR (never a directory);\n"
 	"                       without it they are kept and reported\n"
 	"      --no-scavenge    do not scan the metadata for inodes no name leads to any\n"
@@ -84,9 +89,9 @@ static void list_from_older(struct restorer *r, const char *rel, uint64_t subvol
 			added++;
 		}
 		entries_free(&more);
-		if (added && r->oa.verbosity >= UB_LOG_WARN)
-			fprintf(stderr, "ubtrfs: note: /%s: %zu entries from the older root of generation %llu\n", rel,
-				added, (unsigned long long)gen);
+		if (added)
+			rs_note(r, UB_LOG_WARN, rel, "%zu entries from the older root of generation %llu", added,
+				(unsigned long long)gen);
 		if (!ret)
 			break;
 	}
@@ -120,8 +125,12 @@ static bool selected(struct restorer *r, const char *rel)
 	return ok;
 }
 
-/* May the walk enter the directory entry `de` leads to? Only once, and only through its real name. */
-static bool may_enter(struct restorer *r, const char *rel, const struct ub_dirent *de)
+/*
+ * May the walk enter the directory entry `de` leads to? Only once, and only
+ * through its real name. `inode_lost`: its inode cannot be read, and so, as a
+ * rule, neither can its back reference (the same leaf): not said again.
+ */
+static bool may_enter(struct restorer *r, const char *rel, const struct ub_dirent *de, bool inode_lost)
 {
 	int ret = ub_dir_entry_is_link(r->fs, de);
 
@@ -130,7 +139,7 @@ static bool may_enter(struct restorer *r, const char *rel, const struct ub_diren
 			   "another): not entered", (unsigned long long)de->ino, (unsigned long long)de->subvol);
 		return false;
 	}
-	if (ret < 0 && ret != -ENOENT)
+	if (ret < 0 && ret != -ENOENT && !inode_lost)
 		rs_problem(r, rel, "the back reference of directory %llu cannot be read: %s",
 			   (unsigned long long)de->ino, strerror(-ret));
 	ret = rmap_add(&r->entered, de->subvol, de->ino, rel, NULL);
@@ -157,12 +166,66 @@ static bool skip_subvol(struct restorer *r, const char *rel, const struct ub_dir
 			   strerror(-ret));
 		return false;
 	}
-	if (si.snapshot && r->oa.verbosity > UB_LOG_WARN)
-		fprintf(stderr, "ubtrfs: note: /%s: snapshot %llu left out\n", rel, (unsigned long long)de->subvol);
+	if (si.snapshot)
+		rs_note(r, UB_LOG_INFO, rel, "snapshot %llu left out", (unsigned long long)de->subvol);
 	return si.snapshot;
 }
 
+static const char *ftype_word(uint8_t t)
+{
+	static const char *const words[] = { "unknown", "a regular file", "a directory", "a character device",
+					     "a block device", "a fifo", "a socket", "a symbolic link" };
+
+	return t < sizeof(words) / sizeof(words[0]) ? words[t] : "unknown";
+}
+
+/*
+ * What the walk would otherwise pass over in silence: an entry whose type
+ * is not its inode's (the kernel refuses such an inode; restore goes by the
+ * inode's mode), and file extents on an inode whose mode has no data (a
+ * directory, a device node, a fifo, a socket), whose bytes are not restored.
+ */
+static void check_shape(struct restorer *r, const char *rel, const struct ub_dirent *de, const struct ub_inode *in)
+{
+	uint8_t t = ub_mode_ftype(in->mode);
+	int ret;
+
+	if (de->type != t && de->ino != BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		rs_problem(r, rel, "the directory entry says %s (type %u), inode %llu's mode %s (0%o): restored as "
+			   "the mode says", ftype_word(de->type), (unsigned)de->type, (unsigned long long)in->ino,
+			   ftype_word(t), (unsigned)in->mode);
+	if (S_ISREG(in->mode) || S_ISLNK(in->mode) || in->ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID)
+		return;
+	ret = ub_inode_has_extents(r->fs, in->subvol, in->ino);
+	if (ret > 0)
+		rs_problem(r, rel, "inode %llu of subvolume %llu is %s by its mode (0%o) but has file extent items: "
+			   "their data is not restored", (unsigned long long)in->ino, (unsigned long long)in->subvol,
+			   ftype_word(t), (unsigned)in->mode);
+	else if (ret < 0 && !S_ISDIR(in->mode)) /* a directory's own walk says that its items cannot be read */
+		rs_problem(r, rel, "inode %llu of subvolume %llu: its items cannot be read to the end: %s",
+			   (unsigned long long)in->ino, (unsigned long long)in->subvol, strerror(-ret));
+}
+
 static void walk_dir(struct restorer *r, struct frame *f, uint64_t subvol, uint64_t ino);
+
+/*
+ * A directory whose inode no root can read, entered through its entry: it is
+ * made from what is known (its name; mode 0700, restore's owner, the time of
+ * the restore) and its entries are walked, so that they come back at their
+ * paths, not by number under lost+found.
+ */
+static void walk_orphan_dir(struct restorer *r, struct frame *f, const struct entry *e, const char *rel)
+{
+	struct frame child = { f, e->name, (char *)rel, -1, false, false, false };
+
+	rs_note(r, UB_LOG_WARN, rel, "directory %llu of subvolume %llu is made from its entries, with mode 0700, "
+		"restore's owner and the time of the restore: its inode cannot be read", (unsigned long long)e->de.ino,
+		(unsigned long long)e->de.subvol);
+	if (selected(r, rel))
+		rs_dir_make(r, &child);
+	walk_dir(r, &child, e->de.subvol, e->de.ino);
+	rs_dir_done(r, &child);
+}
 
 static void walk_entry(struct restorer *r, struct frame *f, const struct entry *e)
 {
@@ -203,16 +266,27 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 				ret = 0;
 				r->fs = fs;
 				r->fs_gen = gen;
-				if (r->oa.verbosity >= UB_LOG_WARN)
-					fprintf(stderr, "ubtrfs: note: /%s: restored as it was in the older root of "
-						"generation %llu\n", rel, (unsigned long long)gen);
+				rs_note(r, UB_LOG_WARN, rel, "restored as it was in the older root of generation %llu",
+					(unsigned long long)gen);
 			}
 		}
 	}
-	if (ret) {
+	if (!ret)
+		check_shape(r, rel, &e->de, &in);
+	if (ret && e->de.type == BTRFS_FT_DIR && e->de.ino != BTRFS_EMPTY_SUBVOL_DIR_OBJECTID) {
+		/* its entries may be intact where its inode is not: listed from them, as btrfs restore does */
+		if (may_enter(r, rel, &e->de, true))
+			walk_orphan_dir(r, f, e, rel);
+	} else if (ret) {
 		/* said above */
 	} else if (S_ISDIR(in.mode)) {
-		if (!skip_subvol(r, rel, &e->de) && may_enter(r, rel, &e->de)) {
+		/*
+		 * Every placeholder of a snapshot is inode 2 of that snapshot: they
+		 * are all one empty directory, which holds nothing to enter twice.
+		 */
+		bool placeholder = e->de.ino == BTRFS_EMPTY_SUBVOL_DIR_OBJECTID;
+
+		if (placeholder || (!skip_subvol(r, rel, &e->de) && may_enter(r, rel, &e->de, false))) {
 			struct frame child = { f, e->name, rel, -1, false, false, true, in };
 
 			if (selected(r, rel))
@@ -422,7 +496,7 @@ int cmd_restore(int argc, char **argv)
 		{ "no-xattrs", no_argument, NULL, 0x305 }, { "overwrite", no_argument, NULL, 0x306 },
 		{ "report", required_argument, NULL, 0x307 },
 		{ "no-scavenge", no_argument, NULL, 0x308 },
-		{ "deleted", no_argument, NULL, 0x309 },
+		{ "deleted", no_argument, NULL, 0x309 }, { "no-privileged", no_argument, NULL, 0x30a },
 		{ "dry-run", no_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' },
 		OPEN_ARGS_LONGOPTS, { NULL, 0, NULL, 0 },
 	};
@@ -460,6 +534,7 @@ int cmd_restore(int argc, char **argv)
 		case 0x307: report = optarg; break;
 		case 0x308: r.scavenge = false; break;
 		case 0x309: r.deleted = true; break;
+		case 0x30a: r.no_privileged = true; break;
 		case 'n': r.dry_run = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("restore", "invalid option");
@@ -561,6 +636,13 @@ int cmd_restore(int argc, char **argv)
 			(unsigned long long)r.nfiles, (unsigned long long)r.bytes, (unsigned long long)r.nsymlinks,
 			(unsigned long long)r.nhardlinks, (unsigned long long)r.nspecial,
 			(unsigned long long)r.nproblems);
+	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && (r.nprivdev || r.nsetid || r.ncaps))
+		fprintf(stderr, r.no_privileged ? "privileged files (--no-privileged): %llu device nodes left out, %llu "
+						  "set-id files made without their set-id bits, %llu file capabilities "
+						  "dropped\n"
+						: "privileged files, made as on the disk: %llu device nodes, %llu set-id "
+						  "files, %llu files with capabilities (--no-privileged leaves them out)\n",
+			(unsigned long long)r.nprivdev, (unsigned long long)r.nsetid, (unsigned long long)r.ncaps);
 	if (r.oa.verbosity >= UB_LOG_WARN && !r.dry_run && (r.nscavenged || r.ndeleted || r.nplaced))
 		fprintf(stderr, "scavenged: %llu inodes no name leads to, under lost+found; %llu deleted inodes %s; "
 			"%llu inodes no tree has, at their names from the scanned leaves\n",

@@ -36,6 +36,15 @@ struct restorer {
 	struct ub_fs *fs;
 	struct open_args oa;
 	bool dry_run, overwrite, no_snapshots;
+	/*
+	 * --no-privileged: no device nodes, no set-id bits on what is not a
+	 * directory, no security.capability (an untrusted image's /dev/mem, set-id
+	 * root binaries, capabilities). Either way they are counted for the summary:
+	 * nprivdev and nsetid by the walk, ncaps by whichever thread sets (or drops)
+	 * a file's extended attributes, atomically.
+	 */
+	bool no_privileged;
+	uint64_t nprivdev, nsetid, ncaps;
 	bool owner, mode, times, xattrs; /* what metadata is restored */
 	bool use_regex;
 	regex_t regex;
@@ -137,6 +146,14 @@ struct rs_dir {
 int rs_older(struct restorer *r, int i, struct ub_fs **fs, uint64_t *generation);
 void rs_older_close(struct restorer *r);
 
+/*
+ * Names from the disk in every line restore prints (stderr, the -n listing)
+ * are escaped as check escapes them (name_shown, dirlist.h): one entry, one line.
+ */
+/* A note about a path under OUTDIR, on stderr at `level` and above: "ubtrfs: note: /REL: ..." */
+void rs_note(struct restorer *r, int level, const char *rel, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The -n listing's line for a path under OUTDIR: "/REL" and `suffix` ("/" a directory, "@" a symlink). */
+void rs_list(const char *rel, const char *suffix);
 /* Report a problem with a path under OUTDIR ("" is OUTDIR): one line on stderr and in the report, exit code 1. */
 void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The same for a file's data: the report has its line already (rs_verdict). */
@@ -161,6 +178,8 @@ struct rs_lostv {
 void rs_verdict(struct restorer *r, const char *rel, const struct ub_inode *in, const struct rs_lostv *lost);
 /* Do files made in directory `fd` get restore's group and the umask's mode? (struct frame's `plain`) */
 bool rs_plain_dir(const struct restorer *r, int fd);
+/* The permission bits to give what `in` is (--no-mode, --no-privileged applied). */
+mode_t rs_mode(const struct restorer *r, const struct ub_inode *in);
 /* What making a file already got right, so rs_set_meta leaves it (a system call per file saved). */
 #define RS_HAVE_OWNER 1u
 #define RS_HAVE_MODE 2u

@@ -48,6 +48,7 @@ struct rs_file {
 	struct rs_lostv lost; /* every range's, sorted when the last finishes */
 	uint64_t written_end; /* the furthest byte written */
 	uint64_t bad_bytes, first_bad;
+	uint64_t unverified, first_unverified; /* bytes read that no checksum covers, though the inode requires them */
 	int err;              /* the error that ended a range's data first in the file, at err_off */
 	uint64_t err_off;
 	bool write_failed;    /* said already; no verdict */
@@ -243,6 +244,10 @@ static void file_done(struct restorer *r, struct rs_file *f)
 		else if (f->bad_bytes)
 			rs_data_problem(r, f->rel, "%llu bytes could not be read (first at offset %llu); written as zeros",
 					(unsigned long long)f->bad_bytes, (unsigned long long)f->first_bad);
+		if (f->unverified)
+			rs_problem(r, f->rel, "%llu bytes have no data checksum although the inode requires them (first at "
+				   "offset %llu): restored as read, not verified", (unsigned long long)f->unverified,
+				   (unsigned long long)f->first_unverified);
 		/* a file made by restore is empty: only a hole at the end needs the size set */
 		if (f->written_end < in->size && ftruncate(f->fd, (off_t)in->size))
 			rs_data_problem(r, f->rel, "cannot set the size: %s", strerror(errno));
@@ -327,6 +332,9 @@ static void copy_range(struct restorer *r, const struct rs_job *j, uint8_t *buf)
 	if (rep.bad_bytes && (!f->bad_bytes || rep.first_bad_offset < f->first_bad))
 		f->first_bad = rep.first_bad_offset;
 	f->bad_bytes += rep.bad_bytes;
+	if (rep.unverified_bytes && (!f->unverified || rep.first_unverified_offset < f->first_unverified))
+		f->first_unverified = rep.first_unverified_offset;
+	f->unverified += rep.unverified_bytes;
 	if (ret == -ECANCELED)
 		f->write_failed = true;
 	else if (ret && (!f->err || off < f->err_off)) {

@@ -18,6 +18,7 @@
 #include <sys/xattr.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include "dirlist.h"
 #include "json.h"
 #include "restore.h"
 
@@ -39,13 +40,14 @@ static void report_path(struct restorer *r, const char *rel)
 
 static void vproblem(struct restorer *r, const char *rel, bool report, const char *fmt, va_list ap)
 {
-	char msg[1024];
+	char msg[1024], *shown = name_shown(rel, strlen(rel));
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	pthread_mutex_lock(&r->lock);
 	if (r->tty)
 		fputs("\r\033[K", stderr);
-	fprintf(stderr, "ubtrfs: error: /%s: %s\n", rel, msg);
+	fprintf(stderr, "ubtrfs: error: /%s: %s\n", shown ? shown : "(out of memory)", msg);
+	free(shown);
 	if (r->report && report) {
 		report_path(r, rel);
 		fputs(", \"status\": \"problem\", \"why\": ", r->report);
@@ -54,6 +56,33 @@ static void vproblem(struct restorer *r, const char *rel, bool report, const cha
 	}
 	r->nproblems++;
 	pthread_mutex_unlock(&r->lock);
+}
+
+void rs_note(struct restorer *r, int level, const char *rel, const char *fmt, ...)
+{
+	char msg[1024], *shown;
+	va_list ap;
+
+	if (r->oa.verbosity < level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	shown = name_shown(rel, strlen(rel));
+	pthread_mutex_lock(&r->lock);
+	if (r->tty)
+		fputs("\r\033[K", stderr);
+	fprintf(stderr, "ubtrfs: note: /%s: %s\n", shown ? shown : "(out of memory)", msg);
+	pthread_mutex_unlock(&r->lock);
+	free(shown);
+}
+
+void rs_list(const char *rel, const char *suffix)
+{
+	char *shown = name_shown(rel, strlen(rel));
+
+	printf("/%s%s\n", shown ? shown : "(out of memory)", suffix);
+	free(shown);
 }
 
 void rs_problem(struct restorer *r, const char *rel, const char *fmt, ...)
@@ -177,6 +206,12 @@ static int set_xattr(void *arg, const struct ub_xattr *xa)
 	}
 	memcpy(name, xa->name, xa->name_len);
 	name[xa->name_len] = 0;
+	/* file capabilities: privileges an untrusted image would hand out */
+	if (!strcmp(name, "security.capability")) {
+		__atomic_add_fetch(&x->r->ncaps, 1, __ATOMIC_RELAXED);
+		if (x->r->no_privileged)
+			return 0;
+	}
 	if (x->via_proc) {
 		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", x->fd);
 		ret = setxattr(proc, name, xa->value, xa->value_len, 0);
@@ -187,7 +222,11 @@ static int set_xattr(void *arg, const struct ub_xattr *xa)
 	if (ret && errno == EOPNOTSUPP && !strncmp(name, "btrfs.", 6))
 		return 0;
 	if (ret) {
-		rs_problem(x->r, x->rel, "extended attribute %s not restored: %s", name, strerror(errno));
+		int err = errno;
+		char *shown = name_shown(name, strlen(name));
+
+		rs_problem(x->r, x->rel, "extended attribute %s not restored: %s", shown ? shown : "?", strerror(err));
+		free(shown);
 		x->failed++;
 	}
 	return 0;
@@ -216,7 +255,7 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
 			rs_problem(r, rel, "extended attributes cannot be read: %s", strerror(-ret));
 	}
 	if (!symlink && !(have & RS_HAVE_MODE)) {
-		mode_t m = r->mode ? (in->mode & 07777) : ((S_ISDIR(in->mode) ? 0777 : 0666) & ~r->umask);
+		mode_t m = rs_mode(r, in);
 		int ret = via_proc ? chmod(proc, m) : fchmod(fd, m);
 
 		if (ret)
@@ -224,6 +263,16 @@ void rs_set_meta(struct restorer *r, struct ub_fs *fs, int fd, bool via_proc, co
 	}
 	if (r->times)
 		rs_set_times(r, fd, rel, in);
+}
+
+mode_t rs_mode(const struct restorer *r, const struct ub_inode *in)
+{
+	mode_t m = r->mode ? (in->mode & 07777) : ((S_ISDIR(in->mode) ? 0777 : 0666) & ~r->umask);
+
+	/* a set-group-ID directory only hands its group on: no privilege to take away */
+	if (r->no_privileged && !S_ISDIR(in->mode))
+		m &= ~(mode_t)(S_ISUID | S_ISGID);
+	return m;
 }
 
 void rs_set_times(struct restorer *r, int fd, const char *rel, const struct ub_inode *in)
@@ -263,7 +312,7 @@ int rs_dir_make(struct restorer *r, struct frame *f)
 		return -EIO;
 	}
 	if (r->dry_run) {
-		printf("/%s/\n", f->rel);
+		rs_list(f->rel, "/");
 		f->fd = INT32_MAX; /* stands for "made" */
 		f->made = true;
 		r->ndirs++;
@@ -344,9 +393,12 @@ static void make_file(struct restorer *r, struct frame *dir, const char *name, c
 		      const struct ub_inode *in)
 {
 	mode_t make = r->mode ? (in->mode & 0777) : 0666;
-	mode_t want = r->mode ? (in->mode & 07777) : (0666 & ~r->umask);
+	mode_t want = rs_mode(r, in);
 	unsigned have = 0;
 	int dfd = dir->fd, fd;
+
+	if (r->mode && (in->mode & (S_ISUID | S_ISGID)))
+		r->nsetid++;
 
 	if (dir->plain && (make & ~r->umask) == want)
 		have |= RS_HAVE_MODE;
@@ -398,6 +450,8 @@ static void make_node(struct restorer *r, int dfd, const char *name, const char 
 		r->nsymlinks++;
 	else
 		r->nspecial++;
+	if (S_ISCHR(in->mode) || S_ISBLK(in->mode))
+		r->nprivdev++;
 	fd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		rs_problem(r, rel, "cannot open what was made: %s", strerror(errno));
@@ -430,9 +484,15 @@ static bool make_link(struct restorer *r, int dfd, const char *name, const char 
 		r->nhardlinks++;
 		return true;
 	}
-	if (errno != EEXIST)
-		rs_problem(r, rel, "cannot link to /%s: %s", first, strerror(errno));
-	return errno == EEXIST;
+	if (errno != EEXIST) {
+		int err = errno;
+		char *shown = name_shown(first, strlen(first));
+
+		rs_problem(r, rel, "cannot link to /%s: %s", shown ? shown : "?", strerror(err));
+		free(shown);
+		return false;
+	}
+	return true;
 }
 
 void rs_entry(struct restorer *r, struct frame *dir, const char *name, const char *rel, const struct ub_inode *in)
@@ -446,6 +506,19 @@ void rs_entry(struct restorer *r, struct frame *dir, const char *name, const cha
 			   (unsigned long long)in->ino, (unsigned long long)in->subvol, in->mode);
 		return;
 	}
+	if (S_ISCHR(in->mode) || S_ISBLK(in->mode)) {
+		/* a device node gives whoever may open it the device: /dev/mem made 0666 by an image is root */
+		if (r->no_privileged) {
+			r->nprivdev++;
+			rs_note(r, UB_LOG_INFO, rel, "device node %u:%u left out (--no-privileged)",
+				(unsigned)(in->rdev >> 20), (unsigned)(in->rdev & 0xfffff));
+			if (r->scavenge && rmap_add(&r->reached, in->subvol, in->ino, NULL, NULL) < 0) {
+				rs_problem(r, rel, "out of memory");
+				r->rc = EXIT_FATAL;
+			}
+			return;
+		}
+	}
 	if (rs_dir_make(r, dir))
 		return;
 	if (r->scavenge && rmap_add(&r->reached, in->subvol, in->ino, NULL, NULL) < 0) {
@@ -454,7 +527,7 @@ void rs_entry(struct restorer *r, struct frame *dir, const char *name, const cha
 		return;
 	}
 	if (r->dry_run) {
-		printf("/%s%s\n", rel, S_ISLNK(in->mode) ? "@" : "");
+		rs_list(rel, S_ISLNK(in->mode) ? "@" : "");
 		if (S_ISREG(in->mode))
 			r->nfiles++;
 		return;

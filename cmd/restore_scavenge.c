@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "dirlist.h"
 #include "restore.h"
 #include "ubtrfs/rootscan.h"
 #include "ubtrfs/tree.h"
@@ -134,14 +135,6 @@ static int find_inode(struct restorer *r, uint64_t subvol, uint64_t ino, struct 
 	return ret;
 }
 
-/* A path from the disk for a message: control bytes (a crafted name's terminal escapes) become '?'. */
-static void printable(char *s)
-{
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
-}
-
 /*
  * A deleted inode, from the newest older root where it still has a name:
  * false when none has it (the leaves may still: restore_loose). Directories
@@ -163,11 +156,15 @@ static bool undelete(struct restorer *r, struct frame *dir, uint64_t subvol, uin
 		snprintf(rel, sizeof(rel), "deleted/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
 		if (ub_inode_path(fs, subvol, ino, was, sizeof(was)))
 			snprintf(was, sizeof(was), "?");
-		printable(was);
-		if (r->oa.verbosity >= UB_LOG_WARN)
+		if (r->oa.verbosity >= UB_LOG_WARN) {
+			/* a path from the disk: escaped, as in every message */
+			char *shown = name_shown(was, strlen(was));
+
 			fprintf(stderr, "ubtrfs: %s: deleted inode %llu of subvolume %llu, restored as generation %llu has it "
 				"(it was %s)\n", rel, (unsigned long long)ino, (unsigned long long)subvol,
-				(unsigned long long)gen, was);
+				(unsigned long long)gen, shown ? shown : "?");
+			free(shown);
+		}
 		r->nundeleted++;
 		r->fs = fs;
 		rs_entry(r, dir, name, rel, &in);
@@ -392,7 +389,6 @@ static void gone_path(struct restorer *r, uint64_t subvol, uint64_t ino, char *w
 		was[at++] = '/';
 	memcpy(was + at, name, len);
 	was[at + len] = 0;
-	printable(was);
 }
 
 /* A deleted inode no older root has, from the items of the leaves the scan found (once published). */
@@ -416,11 +412,15 @@ static void restore_gone(struct restorer *r, struct scan *s, struct frame *df, s
 		return;
 	}
 	gone_path(r, subvol, ino, was, sizeof(was));
-	if (r->oa.verbosity >= UB_LOG_WARN)
+	if (r->oa.verbosity >= UB_LOG_WARN) {
+		char *shown = name_shown(was, strlen(was));
+
 		fprintf(stderr, "ubtrfs: %s: deleted inode %llu of subvolume %llu, restored from the items of leaves the "
 			"scan found (it was %s); its data is checked against checksums from old leaves of the checksum "
 			"tree, and a sector none was found for is reported lost\n", rel, (unsigned long long)ino,
-			(unsigned long long)subvol, was);
+			(unsigned long long)subvol, shown ? shown : "?");
+		free(shown);
+	}
 	r->nundeleted_loose++;
 	rs_entry(r, &dsf, name, rel, &in);
 	rs_dir_done(r, &dsf);

@@ -99,12 +99,12 @@ static bool newer(struct restorer *r, const struct rs_stale *st, struct ub_inode
 		uint64_t got = 0;
 		int ret = ub_file_read_inode(r->fs, &in, off, CHECK_CHUNK, buf, &got, &rep);
 
-		if (ret || !got || rep.bad_bytes)
+		if (ret || !got || rep.bad_bytes || rep.unverified_bytes)
 			break;
 		off += got;
 	}
 	ub_read_report_flush(r->fs, &rep);
-	if (off < in.size || rep.bad_bytes)
+	if (off < in.size || rep.bad_bytes || rep.unverified_bytes)
 		return false;
 	*out = in;
 	return true;
@@ -158,10 +158,9 @@ void rs_stale_restore(struct restorer *r, struct frame *root)
 
 		if (newer(r, st, &in, buf)) {
 			r->nfresh++;
-			if (r->oa.verbosity >= UB_LOG_WARN)
-				fprintf(stderr, "ubtrfs: note: /%s: restored as the commit of generation %llu left it, from "
-					"leaves the scan found (the root the walk read is of generation %llu)\n", st->rel,
-					(unsigned long long)in.transid, (unsigned long long)st->gen);
+			rs_note(r, UB_LOG_WARN, st->rel, "restored as the commit of generation %llu left it, from leaves "
+				"the scan found (the root the walk read is of generation %llu)",
+				(unsigned long long)in.transid, (unsigned long long)st->gen);
 			place(r, root, st, r->fs, &in);
 		} else {
 			place(r, root, st, st->fs, &st->in);

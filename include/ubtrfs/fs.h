@@ -212,6 +212,18 @@ struct ub_read_report {
 	/* optional: told every range that could not be read (file offset, length, why), repeats too */
 	void (*bad_range)(void *arg, uint64_t off, uint64_t len, const char *why);
 	void *bad_arg;
+	/*
+	 * Bytes delivered as read although nothing could verify them: data of a
+	 * file that requires checksums (no NODATASUM flag) for which the checksum
+	 * tree (and the fsync log) has none. The kernel reads such a "checksum
+	 * hole" as an I/O error; the library delivers the bytes, names the first
+	 * range of each extent as an error, and counts them here.
+	 */
+	uint64_t unverified_bytes;
+	uint64_t first_unverified_offset;
+	/* the extent the last such message named, so that the rest of it is only counted */
+	bool unverified_seen;
+	uint64_t unverified_subvol, unverified_ino, unverified_key;
 };
 /* Print "... and N more like this" for errors held back as repeats; call when done reading. */
 void ub_read_report_flush(struct ub_fs *fs, struct ub_read_report *rep);
@@ -252,7 +264,8 @@ struct ub_data_owner {
 };
 /*
  * Verified read of data extent bytes (logical, len sector-aligned); bad sectors flagged in `bad`
- * (1 byte per sector). `who` (may be NULL) is named in the messages about bad copies.
+ * (1 byte per sector: 1 unreadable, zeros in buf; 2 with `verify`, read but not verified since
+ * no checksum exists for it; 0 good). `who` (may be NULL) is named in the messages about bad copies.
  */
 int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify, uint8_t *bad,
 		 const struct ub_data_owner *who);
@@ -270,6 +283,13 @@ int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t 
 /* The same for an inode the caller read already. */
 int ub_file_next_data_inode(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t *start,
 			    uint64_t *end);
+
+/*
+ * Whether inode `ino` has any file extent item: 1, 0, or <0 on a read error.
+ * For an inode that should have none (a directory, a device node, a fifo, a
+ * socket) one is corruption: data a walk by its mode would drop unsaid.
+ */
+int ub_inode_has_extents(struct ub_fs *fs, uint64_t subvol, uint64_t ino);
 
 struct ub_subvol_info {
 	uint64_t id, generation, flags;

@@ -20,6 +20,7 @@
 #include "alloc/chunk_alloc.h"
 #include "chunk_order.h"
 #include "tree/tree_check.h"
+#include "tree/tree_write.h"
 
 #define HD(f, h) UB_GET(ub_disk_header, f, h)
 
@@ -231,19 +232,182 @@ static int add_chunk(struct rebuild *rb, const struct found_bg *g, const struct 
 	return ret;
 }
 
-int ub_fs_rebuild_chunks(struct ub_fs *fs)
+/*
+ * Every block group of rb->bg (sorted) the volume does not map yet, from its
+ * device extents rb->dx (sorted): *added mapped, *skipped not (each said, as
+ * a warning when `say`), 0 or -ENOMEM.
+ */
+static int map_block_groups(struct rebuild *rb, bool say, int *added, int *skipped)
+{
+	struct ub_fs *fs = rb->fs;
+
+	for (size_t i = 0, j = 0; i < rb->nbg; i++) {
+		const struct found_bg *g = &rb->bg[i];
+		struct found_dx mine[UB_MAX_STRIPES];
+		char why[256] = "";
+		int n = 0, err;
+
+		if (i && rb->bg[i - 1].logical == g->logical)
+			continue; /* an older copy */
+		if (ub_volume_find_chunk(fs->vol, g->logical))
+			continue; /* mapped already (the system chunks) */
+		while (j < rb->ndx && rb->dx[j].chunk_offset < g->logical)
+			j++;
+		/* the stripes of this chunk: one per place, the newest copy of each */
+		for (size_t k = j; k < rb->ndx && rb->dx[k].chunk_offset == g->logical; k++) {
+			if (k > j && rb->dx[k - 1].devid == rb->dx[k].devid && rb->dx[k - 1].physical == rb->dx[k].physical)
+				continue;
+			if (n == UB_MAX_STRIPES) {
+				n++;
+				break;
+			}
+			mine[n++] = rb->dx[k];
+		}
+		if (n > UB_MAX_STRIPES) {
+			err = -EUCLEAN;
+			snprintf(why, sizeof(why), "more device extents than a chunk has stripes name it");
+		} else {
+			err = add_chunk(rb, g, mine, n, why, sizeof(why));
+		}
+		if (err == -ENOMEM)
+			return err;
+		if (err) {
+			(*skipped)++;
+			ub_logf(&fs->log, say ? UB_LOG_WARN : UB_LOG_INFO,
+				"chunk rebuild: block group at logical %llu (%llu bytes, flags 0x%llx, generation %llu): "
+				"not mapped: %s", (unsigned long long)g->logical, (unsigned long long)g->length,
+				(unsigned long long)g->flags, (unsigned long long)g->generation, why);
+		} else {
+			(*added)++;
+		}
+	}
+	return 0;
+}
+
+static void rebuild_init(struct rebuild *rb, struct ub_fs *fs)
 {
 	struct ub_volume *vol = fs->vol;
-	struct rebuild rb = { .fs = fs, .newest = UB_GET(ub_disk_super, generation, vol->super) };
+
+	*rb = (struct rebuild){ .fs = fs, .newest = UB_GET(ub_disk_super, generation, vol->super) };
+	rb->cctx = (struct ub_check_ctx){ .nodesize = vol->nodesize, .sectorsize = vol->sectorsize,
+					  .csum_size = vol->csum_size,
+					  .incompat_flags = UB_GET(ub_disk_super, incompat_flags, vol->super) };
+}
+
+static void rebuild_free(struct rebuild *rb)
+{
+	free(rb->bg);
+	free(rb->dx);
+	ub_clues_free(&rb->clues);
+}
+
+/*
+ * The device tree's extents of chunks the volume does not map, and the block
+ * group item of each, read through the trees (the map the chunk rescue gave
+ * reaches them): 0, 1 when a tree or an item cannot be read, -ENOMEM.
+ */
+static int from_trees(struct rebuild *rb)
+{
+	struct ub_fs *fs = rb->fs;
+	const struct ub_key lo = { 0, 0, 0 }, hi = { UINT64_MAX, UINT8_MAX, UINT64_MAX };
+	bool bgt = fs->compat_ro & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE;
+	struct ub_root dev, bgs;
+	struct ub_tree_iter it;
+	struct ub_key k;
+	const uint8_t *d;
+	uint32_t size;
+	int ret;
+
+	if (ub_fs_tree_root(fs, BTRFS_DEV_TREE_OBJECTID, &dev) ||
+	    ub_fs_tree_root(fs, bgt ? BTRFS_BLOCK_GROUP_TREE_OBJECTID : BTRFS_EXTENT_TREE_OBJECTID, &bgs))
+		return 1;
+	ub_tree_iter_start(&it, &fs->tc, &dev, &lo, &hi);
+	while ((ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
+		struct found_dx *v;
+
+		if (k.type != BTRFS_DEV_EXTENT_KEY || size < sizeof(struct btrfs_dev_extent) ||
+		    ub_volume_find_chunk(fs->vol, UB_GET(btrfs_dev_extent, chunk_offset, d)))
+			continue;
+		v = grow(rb->dx, &rb->dx_cap, rb->ndx, sizeof(*v));
+		if (!v) {
+			ret = -ENOMEM;
+			break;
+		}
+		rb->dx = v;
+		v[rb->ndx++] = (struct found_dx){ k.objectid, k.offset, UB_GET(btrfs_dev_extent, chunk_offset, d),
+						  UB_GET(btrfs_dev_extent, length, d), dev.generation };
+	}
+	ub_tree_iter_end(&it);
+	if (ret < 0)
+		return ret == -ENOMEM ? ret : 1;
+	if (rb->ndx)
+		qsort(rb->dx, rb->ndx, sizeof(*rb->dx), dx_cmp);
+	for (size_t i = 0; i < rb->ndx; i++) {
+		uint64_t at = rb->dx[i].chunk_offset;
+		const struct ub_key blo = { at, BTRFS_BLOCK_GROUP_ITEM_KEY, 0 }, bhi = { at, BTRFS_BLOCK_GROUP_ITEM_KEY, UINT64_MAX };
+		struct found_bg *v;
+
+		if (i && rb->dx[i - 1].chunk_offset == at)
+			continue;
+		ub_tree_iter_start(&it, &fs->tc, &bgs, &blo, &bhi);
+		ret = ub_tree_iter_next(&it, &k, &d, &size);
+		ub_tree_iter_end(&it);
+		if (ret || size < sizeof(struct btrfs_block_group_item))
+			return ret == -ENOMEM ? ret : 1;
+		v = grow(rb->bg, &rb->bg_cap, rb->nbg, sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		rb->bg = v;
+		v[rb->nbg++] = (struct found_bg){ k.objectid, k.offset, UB_GET(btrfs_block_group_item, flags, d),
+						  bgs.generation };
+	}
+	return 0;
+}
+
+int ub_fs_complete_chunks(struct ub_fs *fs)
+{
+	struct rebuild rb;
+	int added = 0, skipped = 0, ret;
+
+	rebuild_init(&rb, fs);
+	/* probes of blocks that may lie in chunks not mapped yet: neither said nor remembered as bad */
+	ub_tree_quiet(true);
+	ret = from_trees(&rb);
+	ub_tree_quiet(false);
+	if (ret == 0 && !rb.nbg)
+		goto out; /* the device tree names no chunk the rescue left out */
+	if (ret == 0)
+		ret = map_block_groups(&rb, false, &added, &skipped);
+	if (ret < 0)
+		goto out;
+	if (added)
+		ub_warn(&fs->log, "chunk rebuild: the device tree and the block group items gave %d chunks the chunk "
+			"tree leaves found lacked", added);
+	/* a striped chunk needs its stripe order, a tree that could not be read its items: the scan gives them */
+	if (ret || skipped)
+		ret = ub_fs_rebuild_chunks(fs, true);
+	/* whatever the scan could not add, the rescue's chunks stand: what they do not map is reported by its readers */
+	if (ret && ret != -ENOMEM) {
+		if (ret != -ENOENT)
+			ub_warn(&fs->log, "chunk rebuild: the scan of the devices failed: %s", strerror(-ret));
+		ret = 0;
+	}
+out:
+	rebuild_free(&rb);
+	return ret;
+}
+
+int ub_fs_rebuild_chunks(struct ub_fs *fs, bool after_rescue)
+{
+	struct ub_volume *vol = fs->vol;
+	struct rebuild rb;
 	struct ub_raw_scan_ops ops = { .want = want_leaf, .found = found_leaf, .arg = &rb,
 				       .progress = fs->opts.rescue_progress, .progress_arg = fs->opts.rescue_arg };
 	int added = 0, skipped = 0, ret;
 
-	rb.cctx = (struct ub_check_ctx){ .nodesize = vol->nodesize, .sectorsize = vol->sectorsize,
-					 .csum_size = vol->csum_size,
-					 .incompat_flags = UB_GET(ub_disk_super, incompat_flags, vol->super) };
-	ub_warn(&fs->log, "chunk rebuild: no chunk tree leaf survives; scanning every device for block group "
-		"items and device extents");
+	rebuild_init(&rb, fs);
+	ub_warn(&fs->log, "chunk rebuild: %s; scanning every device for block group items and device extents",
+		after_rescue ? "the chunk tree leaves found lack some chunks" : "no chunk tree leaf survives");
 	ret = ub_volume_scan_raw(vol, &ops);
 	if (ret)
 		goto out;
@@ -251,54 +415,14 @@ int ub_fs_rebuild_chunks(struct ub_fs *fs)
 		qsort(rb.bg, rb.nbg, sizeof(*rb.bg), bg_cmp);
 	if (rb.ndx)
 		qsort(rb.dx, rb.ndx, sizeof(*rb.dx), dx_cmp);
-	for (size_t i = 0, j = 0; i < rb.nbg; i++) {
-		const struct found_bg *g = &rb.bg[i];
-		struct found_dx mine[UB_MAX_STRIPES];
-		char why[256] = "";
-		int n = 0, err;
-
-		if (i && rb.bg[i - 1].logical == g->logical)
-			continue; /* an older copy */
-		if (ub_volume_find_chunk(vol, g->logical))
-			continue; /* mapped already (the system chunks) */
-		while (j < rb.ndx && rb.dx[j].chunk_offset < g->logical)
-			j++;
-		/* the stripes of this chunk: one per place, the newest copy of each */
-		for (size_t k = j; k < rb.ndx && rb.dx[k].chunk_offset == g->logical; k++) {
-			if (k > j && rb.dx[k - 1].devid == rb.dx[k].devid && rb.dx[k - 1].physical == rb.dx[k].physical)
-				continue;
-			if (n == UB_MAX_STRIPES) {
-				n++;
-				break;
-			}
-			mine[n++] = rb.dx[k];
-		}
-		if (n > UB_MAX_STRIPES) {
-			err = -EUCLEAN;
-			snprintf(why, sizeof(why), "more device extents than a chunk has stripes name it");
-		} else {
-			err = add_chunk(&rb, g, mine, n, why, sizeof(why));
-		}
-		if (err == -ENOMEM) {
-			ret = err;
-			goto out;
-		}
-		if (err) {
-			skipped++;
-			ub_warn(&fs->log, "chunk rebuild: block group at logical %llu (%llu bytes, flags 0x%llx, generation %llu): not mapped: %s",
-				(unsigned long long)g->logical, (unsigned long long)g->length,
-				(unsigned long long)g->flags, (unsigned long long)g->generation, why);
-		} else {
-			added++;
-		}
-	}
+	ret = map_block_groups(&rb, true, &added, &skipped);
+	if (ret)
+		goto out;
 	ub_warn(&fs->log, "chunk rebuild: %zu leaves gave %d chunks (%d block groups left unmapped); what they map "
 		"is the newest the disk holds, not a committed state", rb.leaves, added, skipped);
 	if (!added)
 		ret = -ENOENT;
 out:
-	free(rb.bg);
-	free(rb.dx);
-	ub_clues_free(&rb.clues);
+	rebuild_free(&rb);
 	return ret;
 }

@@ -225,8 +225,9 @@ static int data_read_impl(struct ub_fs *fs, uint64_t logical, uint64_t len, uint
 	}
 done:
 	for (uint64_t i = 0; i < nsec; i++) {
-		bad[i] = !good[i];
-		if (bad[i]) {
+		/* with no checksum a sector is "good" as read: the caller is told it was not verified */
+		bad[i] = !good[i] ? 1 : verify && !have[i] ? 2 : 0;
+		if (bad[i] == 1) {
 			memset(buf + i * ss, 0, ss);
 			nbad++;
 		}
@@ -273,6 +274,10 @@ int ub_data_read_ahead(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t
 		goto out;
 	if (verify_run(fs, 0, nsec, buf, csums, have, good, buf) == 0)
 		ret = 0;
+	/* a sector without a checksum is for ub_data_read to name */
+	for (uint64_t i = 0; verify && i < nsec && !ret; i++)
+		if (!have[i])
+			ret = -EIO;
 out:
 	free(csums);
 	free(have);

@@ -122,6 +122,41 @@ static void report_bad(struct file_ctx *c, uint64_t key_off, uint64_t foff, uint
 	       (unsigned long long)len, (unsigned long long)logical, what);
 }
 
+/*
+ * Bytes delivered without a checksum, in a file that requires them (what the
+ * kernel calls a checksum hole and fails with EIO): named once per extent,
+ * and counted.
+ */
+static void report_unverified(struct file_ctx *c, uint64_t key_off, uint64_t foff, uint64_t len, uint64_t logical,
+			      bool compressed)
+{
+	struct ub_read_report *rep = c->rep;
+	uint64_t fe, s = foff > c->off ? foff : c->off, e;
+
+	if (__builtin_add_overflow(foff, len, &fe))
+		fe = UINT64_MAX;
+	e = fe < c->end ? fe : c->end;
+	if (s >= e)
+		return;
+	if (rep) {
+		if (!rep->unverified_bytes || s < rep->first_unverified_offset)
+			rep->first_unverified_offset = s;
+		rep->unverified_bytes += e - s;
+		if (rep->unverified_seen && rep->unverified_subvol == c->subvol && rep->unverified_ino == c->ino &&
+		    rep->unverified_key == key_off)
+			return;
+		rep->unverified_seen = true;
+		rep->unverified_subvol = c->subvol;
+		rep->unverified_ino = c->ino;
+		rep->unverified_key = key_off;
+	}
+	ub_err(&c->fs->log, "subvol %llu ino %llu file offset %llu length %llu (logical %llu%s): no data checksum, "
+	       "although the inode requires them (a checksum hole, which the kernel reads as an I/O error): "
+	       "delivered as read, not verified", (unsigned long long)c->subvol, (unsigned long long)c->ino,
+	       (unsigned long long)s, (unsigned long long)(e - s),
+	       (unsigned long long)(compressed ? logical : logical + (s - foff)), compressed ? ", compressed" : "");
+}
+
 static void dc_drain(struct file_ctx *c);
 
 /*
@@ -274,20 +309,23 @@ static int read_plain(struct file_ctx *c, uint64_t foff, uint64_t num, uint64_t 
 		goto out;
 	if (!direct)
 		memcpy(c->buf + (s - c->off), tmp + (ls % ss), e - s);
-	if (ret == -EIO) {
-		/* one message per run of bad sectors, in file offsets clipped to the request */
+	{
+		/* one message per run of bad (or unverified) sectors, in file offsets clipped to the request */
 		uint64_t n = alen / ss, base = (ls / ss) * ss;
 		for (uint64_t i = 0; i < n; i++) {
 			uint64_t j = i, rs, re;
 			if (!bad[i])
 				continue;
-			while (j < n && bad[j])
+			while (j < n && bad[j] == bad[i])
 				j++;
 			rs = base + i * ss < ls ? ls : base + i * ss;
 			re = base + j * ss > le ? le : base + j * ss;
-			report_bad(c, c->key_off, foff + (rs - logical), re - rs, rs,
-				   "checksum mismatch or read error on every copy");
-			i = j;
+			if (bad[i] == 1)
+				report_bad(c, c->key_off, foff + (rs - logical), re - rs, rs,
+					   "checksum mismatch or read error on every copy");
+			else
+				report_unverified(c, c->key_off, foff + (rs - logical), re - rs, rs, false);
+			i = j - 1;
 		}
 	}
 	ret = 0;
@@ -433,6 +471,9 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 	}
 	if (ret)
 		return ret;
+	/* the stream is decoded whole: one unverified sector leaves every byte it gives unverified */
+	if (c->verify && memchr(sl->bad, 2, dlen / ss))
+		report_unverified(c, key->offset, key->offset, num, dbytenr, true);
 	/* what the stream does not produce comes back as zeros, as the kernel reads it */
 	sl->job = (struct ub_dc_job){ .type = (int)FE(compression, d), .in = sl->in, .inlen = dlen,
 				      .out = sl->direct ? c->buf + (key->offset - c->off) : sl->out,

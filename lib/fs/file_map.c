@@ -139,3 +139,31 @@ int ub_file_next_data(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t 
 	ub_view_exit(fs, in);
 	return ret;
 }
+
+static int inode_has_extents_impl(struct ub_fs *fs, uint64_t subvol, uint64_t ino)
+{
+	struct ub_icur cur;
+	struct ub_key key;
+	int ret = ub_icur_open(fs, subvol, ino, &cur);
+
+	if (ret)
+		return ret;
+	ret = ub_icur_seek(&cur, BTRFS_EXTENT_DATA_KEY, 0);
+	if (ret == 0) {
+		ub_icur_key(&cur, &key);
+		ret = key.type == BTRFS_EXTENT_DATA_KEY;
+	} else if (ret == 1) {
+		ret = 0;
+	}
+	ub_icur_close(&cur);
+	return ret;
+}
+
+int ub_inode_has_extents(struct ub_fs *fs, uint64_t subvol, uint64_t ino)
+{
+	int in = ub_view_enter(fs);
+	int ret = inode_has_extents_impl(fs, subvol, ino);
+
+	ub_view_exit(fs, in);
+	return ret;
+}

@@ -560,8 +560,11 @@ int ub_fs_load_trees(struct ub_fs *fs)
 		ub_warn(&fs->log, "the chunk tree cannot be read whole (%s): looking for older copies of its leaves",
 			strerror(-ret));
 		ret = ub_fs_rescue_chunks(fs);
-		if (ret == -ENOENT)
-			ret = ub_fs_rebuild_chunks(fs);
+		/* the leaves found may be older than chunks added since: those come from the other trees */
+		if (ret == 0)
+			ret = ub_fs_complete_chunks(fs);
+		else if (ret == -ENOENT)
+			ret = ub_fs_rebuild_chunks(fs, false);
 		/* nothing found: the chunk tree's own failure is the one to report */
 		if (ret == -ENOENT)
 			ret = why;

@@ -68,8 +68,18 @@ struct ub_fs {
  * nothing to add, <0 on errors.
  */
 int ub_fs_rescue_chunks(struct ub_fs *fs);
-/* No chunk tree leaf at all: chunks from block group items and device extents a raw device scan finds (chunk_rebuild.c). */
-int ub_fs_rebuild_chunks(struct ub_fs *fs);
+/*
+ * No chunk tree leaf at all (or, after_rescue, the leaves found lack chunks):
+ * chunks from block group items and device extents a raw device scan finds
+ * (chunk_rebuild.c). 0 when it added chunks, -ENOENT when none, <0.
+ */
+int ub_fs_rebuild_chunks(struct ub_fs *fs, bool after_rescue);
+/*
+ * After a chunk rescue: the chunks the leaves found lack (added since their
+ * newest copy), from the device tree's extents and the block group items the
+ * rescued map reaches, else from the raw scan (chunk_rebuild.c). 0 or <0.
+ */
+int ub_fs_complete_chunks(struct ub_fs *fs);
 void ub_loose_free(struct ub_loose *l);
 void ub_loose_csums_free(struct ub_loose_csums *l);
 

@@ -148,9 +148,12 @@ static int apply_set(struct ub_txn *t, const struct ub_itemset *s)
 
 	if (ret)
 		return ret;
-	/* a file whose last name the log dropped: the kernel's orphan cleanup removes it at the same mount */
-	gone = ii && ii->size == UB_II_SIZE && !UB_GET(btrfs_inode_item, nlink, ii->data) &&
-	       !S_ISDIR(UB_GET(btrfs_inode_item, mode, ii->data));
+	/*
+	 * An inode whose last name the log dropped: the kernel's orphan cleanup
+	 * removes it at the same mount (a directory's entries were unlinked by
+	 * the replay already, as the kernel's replay_dir_deletes does).
+	 */
+	gone = ii && ii->size == UB_II_SIZE && !UB_GET(btrfs_inode_item, nlink, ii->data);
 	ret = fsw_inode_get(&w, s->ino, old);
 	if (ret == 0)
 		dir_nbytes = UB_GET(btrfs_inode_item, nbytes, old);

@@ -857,48 +857,117 @@ static int replay_items(struct replay_ctx *rc, const struct ub_itemset *log)
 	return ret;
 }
 
-/* Link counts from names, directory sizes from entries, for every set the replay changed. */
-static int fixup_counts(struct ub_replay *rp)
+/* How many names (INODE_REF and INODE_EXTREF entries) an inode's set holds. */
+static uint64_t count_names(const struct ub_itemset *s)
 {
-	for (size_t i = 0; i < rp->n; i++) {
+	uint64_t names = 0;
+
+	for (size_t j = 0; j < s->n; j++) {
+		const struct ub_item *it = &s->items[j];
+		uint32_t hdr;
+
+		if (it->key.type == BTRFS_INODE_REF_KEY)
+			hdr = REF_HDR;
+		else if (it->key.type == BTRFS_INODE_EXTREF_KEY)
+			hdr = EXTREF_HDR; /* one item, as many links as it packs entries */
+		else
+			continue;
+		for (uint32_t pos = 0; it->size - pos >= hdr;) {
+			uint32_t n = hdr == REF_HDR ? (uint32_t)UB_GET(btrfs_inode_ref, name_len, it->data + pos)
+						    : (uint32_t)UB_GET(btrfs_inode_extref, name_len, it->data + pos);
+			if (hdr + n > it->size - pos)
+				break;
+			names++;
+			pos += hdr + n;
+		}
+	}
+	return names;
+}
+
+static bool is_dir_set(const struct ub_itemset *s)
+{
+	struct ub_key k = { s->ino, BTRFS_INODE_ITEM_KEY, 0 };
+	const struct ub_item *ii = ub_itemset_find(s, &k);
+
+	return ii && ii->size >= sizeof(struct btrfs_inode_item) && S_ISDIR(UB_GET(btrfs_inode_item, mode, ii->data));
+}
+
+/*
+ * A directory the replay left with no name is deleted by the kernel's
+ * (fixup_inode_link_count: replay_dir_deletes of all its entries, then an
+ * orphan item): its entries are unlinked here too, and an inode that loses
+ * its last name so is counted as such below; a directory among them may
+ * lose its own entries in turn, hence the rounds.
+ */
+static int drop_nameless_dirs(struct ub_fs *fs, struct ub_replay *rp)
+{
+	bool again = true;
+	int ret = 0;
+
+	while (again && !ret) {
+		again = false;
+		for (size_t i = 0; i < rp->n && !ret; i++) {
+			struct ub_itemset *s = rp->sets[i];
+			struct replay_ctx rc = { fs, rp, s->subvol, fs->vol->generation + 1 };
+
+			if (!(rp->changed[i] & 1) || !is_dir_set(s) || count_names(s))
+				continue;
+			for (size_t j = 0; j < s->n && !ret;) {
+				const struct ub_item *it = &s->items[j];
+				char name[UB_NAME_LEN];
+				uint32_t len;
+				size_t before = s->n;
+
+				if ((it->key.type != BTRFS_DIR_INDEX_KEY && it->key.type != BTRFS_DIR_ITEM_KEY) ||
+				    it->size < DIR_HDR) {
+					j++;
+					continue;
+				}
+				len = (uint32_t)UB_GET(btrfs_dir_item, name_len, it->data);
+				if (len > UB_NAME_LEN || DIR_HDR + len > it->size) {
+					ub_itemset_del(s, j);
+					continue;
+				}
+				/* the name is copied: unlinking frees the item it is in */
+				memcpy(name, it->data + DIR_HDR, len);
+				ret = unlink_entry(&rc, s, name, len);
+				/* an index item whose name no DIR_ITEM has: gone without a target to tell */
+				if (!ret && s->n == before)
+					ub_itemset_del(s, j);
+				again = true;
+				/* unlinking may add sets: rp->sets moves, s does not */
+			}
+		}
+	}
+	return ret;
+}
+
+/* Link counts from names, directory sizes from entries, for every set the replay changed. */
+static int fixup_counts(struct ub_fs *fs, struct ub_replay *rp)
+{
+	int ret = drop_nameless_dirs(fs, rp);
+
+	for (size_t i = 0; i < rp->n && !ret; i++) {
 		struct ub_itemset *s = rp->sets[i];
 		struct ub_key k = { s->ino, BTRFS_INODE_ITEM_KEY, 0 };
 		struct ub_item *ii = ub_itemset_find(s, &k);
-		uint64_t names = 0, dsize = 0;
+		uint64_t dsize = 0;
 
 		if (!rp->changed[i] || !ii || ii->size < sizeof(struct btrfs_inode_item))
 			continue;
 		for (size_t j = 0; j < s->n; j++) {
 			const struct ub_item *it = &s->items[j];
-			if (it->key.type == BTRFS_INODE_REF_KEY) {
-				for (uint32_t pos = 0; it->size - pos >= REF_HDR;) {
-					uint32_t n = (uint32_t)UB_GET(btrfs_inode_ref, name_len, it->data + pos);
-					if (REF_HDR + n > it->size - pos)
-						break;
-					names++;
-					pos += REF_HDR + n;
-				}
-			} else if (it->key.type == BTRFS_INODE_EXTREF_KEY) {
-				/* one item, as many links as it packs entries */
-				for (uint32_t pos = 0; it->size - pos >= EXTREF_HDR;) {
-					uint32_t n = (uint32_t)UB_GET(btrfs_inode_extref, name_len, it->data + pos);
-					if (EXTREF_HDR + n > it->size - pos)
-						break;
-					names++;
-					pos += EXTREF_HDR + n;
-				}
-			} else if (it->key.type == BTRFS_DIR_INDEX_KEY && it->size >= DIR_HDR) {
+
+			if (it->key.type == BTRFS_DIR_INDEX_KEY && it->size >= DIR_HDR)
 				dsize += 2 * UB_GET(btrfs_dir_item, name_len, it->data);
-			}
 		}
-		if (S_ISDIR(UB_GET(btrfs_inode_item, mode, ii->data))) {
-			if (rp->changed[i] & 2)
-				UB_SET(btrfs_inode_item, size, ii->data, dsize);
-		} else if (rp->changed[i] & 1) {
-			UB_SET(btrfs_inode_item, nlink, ii->data, names);
-		}
+		if (S_ISDIR(UB_GET(btrfs_inode_item, mode, ii->data)) && (rp->changed[i] & 2))
+			UB_SET(btrfs_inode_item, size, ii->data, dsize);
+		/* directories too, as the kernel's fixup_inode_link_count: one left with no name has no link */
+		if (rp->changed[i] & 1)
+			UB_SET(btrfs_inode_item, nlink, ii->data, count_names(s));
 	}
-	return 0;
+	return ret;
 }
 
 /* Every item of one log tree, grouped into one set per objectid. */
@@ -1021,6 +1090,8 @@ int ub_replay_log(struct ub_fs *fs)
 		}
 	}
 	ub_path_release(&p);
+	if (ret >= 0)
+		ret = fixup_counts(fs, rp);
 	if (ret < 0) {
 		ub_err(&fs->log, "the fsync log tree (root at logical %llu) cannot be replayed: %s%s",
 		       (unsigned long long)logroot.bytenr, strerror(-ret), fs->opts.writable ? "" : "; reading without it");
@@ -1028,7 +1099,6 @@ int ub_replay_log(struct ub_fs *fs)
 		ub_replay_free(rp);
 		return ret;
 	}
-	fixup_counts(rp);
 	ub_info(&fs->log, "replayed the fsync log in memory: %d log trees, %zu inodes changed", trees, rp->n);
 	return 0;
 }

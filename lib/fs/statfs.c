@@ -230,7 +230,7 @@ out:
 	return ret;
 }
 
-int ub_fs_statfs(struct ub_fs *fs, struct statvfs *out)
+static int statfs_impl(struct ub_fs *fs, struct statvfs *out)
 {
 	const uint8_t *sb = ub_volume_super(ub_fs_volume(fs));
 	uint32_t sectorsize = (uint32_t)UB_GET(ub_disk_super, sectorsize, sb);
@@ -261,4 +261,13 @@ int ub_fs_statfs(struct ub_fs *fs, struct statvfs *out)
 	out->f_bavail = bavail / sectorsize;
 	out->f_namemax = UB_NAME_LEN;
 	return 0;
+}
+
+int ub_fs_statfs(struct ub_fs *fs, struct statvfs *out)
+{
+	int in = ub_view_enter(fs);
+	int ret = statfs_impl(fs, out);
+
+	ub_view_exit(fs, in);
+	return ret;
 }
