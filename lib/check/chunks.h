@@ -20,7 +20,7 @@ struct cinfo {
 	uint16_t num;
 	bool bg, free_info;
 	struct cstripe *st;
-	uint64_t *full_used; /* RAID5/6 with --check-data-csum: a bit per full stripe an extent touches */
+	uint16_t *full_used; /* RAID5/6 with --check-data-csum: per full stripe, the sector rows extents cover */
 	/* ---- its v1 space cache, when the kernel would load it ---- */
 	bool v1_loaded;
 	struct ub_key v1_key;     /* the FREE_SPACE header */
