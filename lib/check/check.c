@@ -159,6 +159,19 @@ void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const 
 	pthread_mutex_unlock(&c->lock);
 }
 
+void chk_note(const struct ub_checker *c, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	if (c->opts.verbosity < UB_LOG_INFO)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "ubtrfs: note: %s\n", msg);
+}
+
 void chk_capture(struct ub_checker *c)
 {
 	(void)c;

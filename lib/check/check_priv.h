@@ -135,6 +135,8 @@ int chk_reserve(void *arrayp, size_t *cap, size_t n, size_t elem, size_t first);
 /* Report a problem; `fmt` makes its message. */
 void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Something normal worth saying at -v (stderr, "ubtrfs: note: ..."): no problem, not counted. */
+void chk_note(const struct ub_checker *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Start keeping logged errors (clears what was kept). */
 void chk_capture(struct ub_checker *c);
 /* Stop keeping them; the last one kept (or "" if none). */

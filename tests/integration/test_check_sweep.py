@@ -142,3 +142,117 @@ def test_raid5_unwritten_rows_clean(ubtrfs_bin, tmp_path):
     assert summary["parity_stripes"] > 0, summary
     rc, text = progs_check_devices(imgs, "--check-data-csum")
     assert rc == 0, text[-3000:]
+
+
+# ---------------------------------------------------------------- superblocks one commit behind
+
+SB_GEN = 72  # the superblock's generation field
+
+
+def _supers(img):
+    """{offset: the 4 KiB superblock copy} of every copy the image's size holds."""
+    out = {}
+    size = os.path.getsize(img)
+    with open(img, "rb") as f:
+        for off in C.SUPER_OFFSETS:
+            if off + C.SUPER_SIZE <= size:
+                f.seek(off)
+                out[off] = f.read(C.SUPER_SIZE)
+    return out
+
+
+def _gen(sb):
+    return struct.unpack_from("<Q", sb, SB_GEN)[0]
+
+
+def _put(img, off, sb):
+    with open(img, "r+b") as f:
+        f.seek(off)
+        f.write(sb)
+
+
+def _commit(imgs, mnt, name):
+    """One mount that changes a file: the kernel commits (at least) once."""
+    with T.mounted(imgs, mnt, readonly=False) as m:
+        with open(os.path.join(m, name), "wb") as f:
+            f.write(name.encode() * 100)
+
+
+def _kernel_reads(imgs, mnt):
+    with T.mounted(imgs, mnt) as m:
+        return sorted(os.listdir(m))
+
+
+@pytest.fixture
+def one_device(tmp_path):
+    """A kernel-made filesystem on a 128 MiB image (room for the 64 MiB mirror copy)."""
+    img = sparse(tmp_path / "sb.img", 128 * T.MiB)
+    T.run(["mkfs.btrfs", "-q", "-f", img])
+    _commit([img], tmp_path / "mnt", "a")
+    return img
+
+
+def test_super_mirror_one_commit_behind(ubtrfs_bin, one_device, tmp_path):
+    """A crash between the superblock writes of one commit leaves the mirror copy one generation
+    behind the primary: the kernel mounts it and btrfs check is clean; ubtrfs check says so at -v
+    and exits 0. Two commits behind (copies the commits missed) stays a problem."""
+    img = one_device
+    old = _supers(img)[C.SUPER_OFFSETS[1]]
+    _commit([img], tmp_path / "mnt", "b")
+    gen = _gen(_supers(img)[C.SUPER_OFFSETS[0]])
+    if gen != _gen(old) + 1:
+        pytest.skip("test setup: the mount committed %d times" % (gen - _gen(old)))
+    _put(img, C.SUPER_OFFSETS[1], old)
+    assert btrfs_check(img).returncode == 0
+    assert _kernel_reads([img], tmp_path / "ro") == ["a", "b"]
+    cp = check("--json", img)
+    recs, summary = problems(cp)
+    assert cp.returncode == 0 and not recs, recs
+    cp = check("-v", img)
+    assert cp.returncode == 0 and b"one commit behind" in cp.stderr, T.describe(cp)
+    # two commits behind: a copy the commits missed
+    _commit([img], tmp_path / "mnt", "c")
+    gen = _gen(_supers(img)[C.SUPER_OFFSETS[0]])
+    _put(img, C.SUPER_OFFSETS[1], old)
+    cp = check("--json", img)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1, T.describe(cp)
+    assert [(r["class"], r["physical"]) for r in recs] == [("super", C.SUPER_OFFSETS[1])], recs
+    assert "generation %d" % _gen(old) in recs[0]["message"] and str(gen) in recs[0]["message"], recs
+
+
+def test_super_device_one_commit_behind(ubtrfs_bin, tmp_path):
+    """RAID1 on two devices, the second device's superblocks one commit behind (a crash between
+    the devices' superblock writes): the kernel mounts it, btrfs check is clean, ubtrfs check
+    exits 0 (-v says it). A device two commits behind stays a problem ("stale superblock")."""
+    imgs = [sparse(tmp_path / ("m.%d.img" % i), 128 * T.MiB) for i in range(2)]
+    with M.attached(imgs) as loops:
+        T.run(["mkfs.btrfs", "-q", "-f", "-d", "raid1", "-m", "raid1", *loops])
+    _commit(imgs, tmp_path / "mnt", "a")
+    old = _supers(imgs[1])
+    _commit(imgs, tmp_path / "mnt", "b")
+    gen = _gen(_supers(imgs[0])[C.SUPER_OFFSETS[0]])
+    if gen != _gen(old[C.SUPER_OFFSETS[0]]) + 1:
+        pytest.skip("test setup: the mount committed %d times" % (gen - _gen(old[C.SUPER_OFFSETS[0]])))
+    saved = {i: _supers(p) for i, p in enumerate(imgs)}
+    for off, sb in old.items():
+        _put(imgs[1], off, sb)
+    rc, text = progs_check_devices(imgs)
+    assert rc == 0, text[-3000:]
+    assert _kernel_reads(imgs, tmp_path / "ro") == ["a", "b"]
+    cp = check("--json", "--no-scan", *imgs)
+    recs, _ = problems(cp)
+    assert cp.returncode == 0 and not recs, recs
+    cp = check("-v", "--no-scan", *imgs)
+    assert cp.returncode == 0 and b"one commit behind" in cp.stderr, T.describe(cp)
+    # the same device two commits behind: it missed a commit
+    for i, p in enumerate(imgs):
+        for off, sb in saved[i].items():
+            _put(p, off, sb)
+    _commit(imgs, tmp_path / "mnt", "c")
+    for off, sb in old.items():
+        _put(imgs[1], off, sb)
+    cp = check("--json", "--no-scan", *imgs)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1, T.describe(cp)
+    assert any(r["class"] == "super" and "stale superblock" in r["message"] for r in recs), recs
