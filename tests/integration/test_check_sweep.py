@@ -256,3 +256,43 @@ def test_super_device_one_commit_behind(ubtrfs_bin, tmp_path):
     recs, _ = problems(cp)
     assert cp.returncode == 1, T.describe(cp)
     assert any(r["class"] == "super" and "stale superblock" in r["message"] for r in recs), recs
+
+
+# ---------------------------------------------------------------- a bad system chunk array
+
+def _break_stripe_len(buf, item):
+    struct.pack_into("<Q", buf, item + 16, 0)
+
+
+def _break_num_stripes(buf, item):
+    struct.pack_into("<H", buf, item + 44, 0xFFFF)
+
+
+def _break_garbage(buf, item):
+    n = struct.unpack_from("<I", buf, C.SB["sys_chunk_array_size"])[0]
+    base = C.SB["sys_chunk_array"]
+    buf[base:base + n] = random.Random(28).randbytes(n)
+
+
+@pytest.mark.parametrize("how", [_break_stripe_len, _break_num_stripes, _break_garbage],
+                         ids=["stripe_len_0", "num_stripes_ffff", "garbage"])
+def test_bad_sys_chunk_array_primary(ubtrfs_bin, one_device, tmp_path, how):
+    """The primary superblock's system chunk array holds a bad entry (checksum valid), the mirror
+    copy is intact: the primary fails validation as a bad checksum would and every command reads
+    through the mirror (as --super 1 does); check names the bad copy (class super) and exits 1.
+    No referee: the kernel and btrfs check read the primary only; the mirror's own reading
+    (--super 1) and the test's record of what it broke are the oracles."""
+    img = one_device
+    want = T.ubtrfs("ls", "-R", "--super", "1", img)
+    assert want.returncode == 0 and b"a" in want.stdout, T.describe(want)
+    with C.Image(img) as im:
+        (_, item, _), = im.sys_chunk_array()
+        im.edit_super(lambda buf: how(buf, item), copies=[C.SUPER_OFFSETS[0]])
+    got = T.ubtrfs("ls", "-R", img)
+    assert got.returncode == 0 and got.stdout == want.stdout, T.describe(got)
+    assert b"system chunk array" in got.stderr and b"mirror 1" in got.stderr, T.describe(got)
+    cp = check("--json", img)
+    recs, summary = problems(cp)
+    assert cp.returncode == 1 and summary["opened"], T.describe(cp)
+    assert [(r["class"], r["physical"]) for r in recs] == [("super", C.SUPER_OFFSETS[0])], recs
+    assert "system chunk array" in recs[0]["message"], recs
