@@ -47,6 +47,7 @@ void ub_checker_free(struct ub_checker *c)
 	free(c->dev_supers);
 	free(c->root_refs);
 	free(c->live_subvols);
+	free(c->dead_subvols);
 	free(c->fext);
 	free(c->edges);
 	chk_qgroup_free(c);

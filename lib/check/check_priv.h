@@ -88,6 +88,9 @@ struct ub_checker {
 	size_t nroot_refs, root_refs_cap;
 	uint64_t *live_subvols;
 	size_t nlive, live_cap;
+	/* deleted subvolumes (refs 0) the tree pass walked: their drop has not started */
+	uint64_t *dead_subvols;
+	size_t ndead, dead_cap;
 	/*
 	 * ---- data references ----
 	 * Every file extent item with data on disk, one per item of each leaf the

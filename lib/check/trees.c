@@ -357,6 +357,14 @@ static int collect_roots(struct walk *w, const struct ub_eb *eb)
 		}
 		if (add_root(w->roots, &k, d))
 			return -ENOMEM;
+		/* deleted, not yet cleaned: its tree is walked, but it is no live subvolume */
+		if (!UB_GET(btrfs_root_item, refs, d) && w->roots != w->log_roots) {
+			struct ub_checker *c = w->c;
+
+			if (chk_reserve(&c->dead_subvols, &c->dead_cap, c->ndead, sizeof(*c->dead_subvols), 8))
+				return -ENOMEM;
+			c->dead_subvols[c->ndead++] = k.objectid;
+		}
 	}
 	return 0;
 }
