@@ -19,6 +19,7 @@ struct cinfo {
 	uint32_t free_flags;
 	uint16_t num;
 	bool bg, free_info;
+	bool free_format_told; /* an item of the other format than its info says was reported */
 	struct cstripe *st;
 	uint16_t *full_used; /* RAID5/6 with --check-data-csum: per full stripe, the sector rows extents cover */
 	/* ---- its v1 space cache, when the kernel would load it ---- */

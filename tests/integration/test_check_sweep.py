@@ -330,3 +330,60 @@ def test_qgroup_deleted_subvolume_not_cleaned(ubtrfs_bin, tmp_path):
     recs, summary = problems(cp)
     assert cp.returncode == 0 and not recs, recs
     assert summary["qgroups"] >= 2, summary
+
+
+# ---------------------------------------------------------------- crafted damage
+
+FREE_SPACE_TREE, FREE_SPACE_INFO, FREE_SPACE_EXTENT = 10, 198, 199
+
+
+@pytest.fixture
+def base(factory, tmp_path):
+    """A private copy of a small mkfs.btrfs --rootdir image (DUP metadata, 16 KiB nodes)."""
+    dst = tmp_path / "damaged.img"
+    T.copy_sparse(factory.image("damage-base").devices[0], dst)
+    return dst
+
+
+def damaged(img, edit, refereed=True):
+    """Apply `edit` (a craft.Image callback); btrfs check must call it damage when `refereed`;
+    ubtrfs check must exit 1. Its records."""
+    with C.Image(img) as im:
+        edit(im)
+    if refereed:
+        ref = btrfs_check(img)
+        assert ref.returncode != 0, "the referee calls the damage clean:\n" + ref.stdout.decode()[-2000:]
+    cp = check("--json", img)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1, T.describe(cp) + cp.stdout.decode()[-3000:]
+    return recs
+
+
+def test_free_space_info_says_bitmaps(ubtrfs_bin, base):
+    """A block group's FREE_SPACE_INFO says "using bitmaps" while the group holds extent items
+    (btrfs check catches it)."""
+    where = {}
+
+    def edit(im):
+        root = im.tree_root(FREE_SPACE_TREE)[0]
+        first = min(c.logical for c in im.chunks)
+        items = im.find_items(root, lambda k: k.type in (FREE_SPACE_INFO, FREE_SPACE_EXTENT) and k.objectid >= first)
+        groups = {}
+        for blk, slot in items:
+            k = blk.item_key(slot)
+            if k.type == FREE_SPACE_INFO:
+                groups[k.objectid] = (blk.logical, slot, k.offset)
+        for blk, slot in items:
+            k = blk.item_key(slot)
+            owner = [g for g, (_, _, n) in groups.items() if g <= k.objectid < g + n]
+            if k.type == FREE_SPACE_EXTENT and owner:
+                where["bg"] = owner[0]
+                break
+        assert where, "no block group with free space extents"
+        logical, slot, _ = groups[where["bg"]]
+        blk = im.read_block(logical)
+        blk.patch_item(slot, 4, "<I", blk.get_item(slot, 4, "<I") | 1)
+        im.write_block(blk)
+    recs = damaged(base, edit)
+    assert any(r["class"] == "free-space" and "says it uses bitmaps" in r["message"]
+               and str(where["bg"]) in r["message"] for r in recs), recs
