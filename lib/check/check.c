@@ -50,6 +50,7 @@ void ub_checker_free(struct ub_checker *c)
 	free(c->dead_subvols);
 	free(c->fext);
 	free(c->edges);
+	free(c->ob.refs);
 	chk_qgroup_free(c);
 	free(c->links);
 	free(c->whole_trees);

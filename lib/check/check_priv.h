@@ -109,6 +109,21 @@ struct ub_checker {
 	} *edges;
 	size_t nedges, edges_cap;
 	/*
+	 * The tree block whose extent item the extent tree's stream is in, and
+	 * its references so far (inline, then keyed): when the stream leaves it,
+	 * every pointer that reaches it must be accounted for by one of them.
+	 */
+	struct chk_open_block {
+		struct ub_key key; /* its extent item's */
+		uint64_t flags;
+		bool open;
+		struct chk_block_ref {
+			uint8_t type;
+			uint64_t value;
+		} *refs;
+		size_t nrefs, refs_cap;
+	} ob;
+	/*
 	 * ---- subvolume links ---- directory entries that name a subvolume, and
 	 * the subvolume trees the file tree pass read whole (the second thread
 	 * fills both; chk_subvol_links_check reads them after it has finished)

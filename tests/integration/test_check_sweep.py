@@ -387,3 +387,77 @@ def test_free_space_info_says_bitmaps(ubtrfs_bin, base):
     recs = damaged(base, edit)
     assert any(r["class"] == "free-space" and "says it uses bitmaps" in r["message"]
                and str(where["bg"]) in r["message"] for r in recs), recs
+
+
+TREE_BLOCK_REF, SHARED_BLOCK_REF = 176, 182
+EXTENT_ITEM_FLAGS, FULL_BACKREF = 16, 0x100
+
+
+def _metadata_item(im, bytenr):
+    """(Block, slot, offset of the first inline reference) of the extent item of tree block `bytenr`."""
+    for blk, slot in im.walk(im.tree_root(C.EXTENT_TREE)[0]):
+        k = blk.item_key(slot)
+        if k.objectid == bytenr and k.type == C.METADATA_ITEM:
+            return blk, slot, 24
+        if k.objectid == bytenr and k.type == C.EXTENT_ITEM:
+            return blk, slot, 24 + 18  # after the tree block info
+    raise AssertionError("no extent item for %d" % bytenr)
+
+
+def _self_shared_ref(im, bytenr):
+    """The block's only reference becomes a SHARED_BLOCK_REF naming the block itself (its extent
+    item keeps no FULL_BACKREF flag)."""
+    blk, slot, at = _metadata_item(im, bytenr)
+    assert blk.get_item(slot, 0, "<Q") == 1, "the block has more than one reference"
+    assert not blk.get_item(slot, EXTENT_ITEM_FLAGS, "<Q") & FULL_BACKREF
+    assert blk.get_item(slot, at, "<B") == TREE_BLOCK_REF
+    blk.patch_item(slot, at, "<B", SHARED_BLOCK_REF)
+    blk.patch_item(slot, at + 1, "<Q", bytenr)
+    im.write_block(blk)
+
+
+@pytest.mark.parametrize("tree", ["chunk", "fs"])
+def test_root_block_shared_ref_to_itself(ubtrfs_bin, base, tree):
+    """A root block (the chunk tree's, the fs tree's) whose only back reference is a
+    SHARED_BLOCK_REF naming itself, without the FULL_BACKREF flag: the counts add up, but nothing
+    accounts for the tree that reaches it (btrfs check catches it)."""
+    where = {}
+
+    def edit(im):
+        where["bytenr"] = im.super("chunk_root") if tree == "chunk" else im.tree_root(C.FS_TREE)[0]
+        _self_shared_ref(im, where["bytenr"])
+    recs = damaged(base, edit)
+    mine = [r for r in recs if r["class"] == "extent" and r["logical"] == where["bytenr"]]
+    assert any("names the block itself" in r["message"] for r in mine), recs
+    assert any("no reference of the block accounts for it" in r["message"] for r in mine), recs
+
+
+def test_tree_block_ref_of_another_tree(ubtrfs_bin, factory, tmp_path):
+    """A tree block two trees reach (a snapshot shares it), its two TREE_BLOCK_REFs both naming
+    one of them: each reference names a tree that reaches the block and the count is right, but
+    the other tree's pointer has no reference."""
+    img = tmp_path / "subvol.img"
+    T.copy_sparse(factory.image("kernel-subvol-zstd").devices[0], img)
+    where = {}
+
+    def edit(im):
+        for blk, slot in im.walk(im.tree_root(C.EXTENT_TREE)[0]):
+            k = blk.item_key(slot)
+            if k.type != C.METADATA_ITEM or blk.get_item(slot, 0, "<Q") != 2:
+                continue
+            refs = [(blk.get_item(slot, 24 + 9 * i, "<B"), blk.get_item(slot, 25 + 9 * i, "<Q")) for i in range(2)]
+            if all(t == TREE_BLOCK_REF for t, _ in refs) and refs[0][1] != refs[1][1]:
+                where.update(bytenr=k.objectid, kept=refs[0][1], lost=refs[1][1])
+                blk.patch_item(slot, 25 + 9, "<Q", refs[0][1])
+                im.write_block(blk)
+                return
+        pytest.skip("test setup: no tree block with two TREE_BLOCK_REFs of two trees")
+    with C.Image(img) as im:
+        edit(im)
+    ref = btrfs_check(img)
+    cp = check("--json", img)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1, T.describe(cp) + cp.stdout.decode()[-3000:]
+    assert ref.returncode != 0, "the referee calls the damage clean:\n" + ref.stdout.decode()[-2000:]
+    assert any(r["class"] == "extent" and r["logical"] == where["bytenr"]
+               and "no reference of the block accounts for it" in r["message"] for r in recs), recs
