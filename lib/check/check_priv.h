@@ -15,6 +15,7 @@
 struct chk_block {
 	uint64_t addr;
 	uint64_t owner; /* its header's */
+	uint64_t gen;   /* its header's (0: not read) */
 	uint32_t ptrs;  /* pointers (and root items) that reached it */
 	uint32_t tag;   /* the walk's tag of the first tree that reached it (1-based) */
 	bool owner_reached; /* the tree its header names reached it */

@@ -314,6 +314,10 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 		chk_report(c, &p, "extent item for a block of the log tree");
 		return;
 	}
+	/* the extent item is made with the block, in the transaction that wrote the block's header */
+	if (b->gen && UB_GET(btrfs_extent_item, generation, d) != b->gen)
+		chk_report(c, &p, "extent item generation %llu, the block's header says %llu",
+			   (unsigned long long)UB_GET(btrfs_extent_item, generation, d), (unsigned long long)b->gen);
 	if (!c->walk_complete || (c->dropped_roots && subvol_tree(tree_of(c, b))))
 		return;
 	if (refs != b->ptrs)

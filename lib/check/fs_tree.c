@@ -232,7 +232,21 @@ static void dir_item(struct fstate *f, const struct ub_key *k, const uint8_t *d,
 						       .name_len = len };
 			memcpy(l->name, e + hdr, len);
 		}
-		if (loc.type == BTRFS_INODE_ITEM_KEY) {
+		/*
+		 * The tree checker lets a location of type 0 through (the rule it
+		 * shares with xattrs), but a lookup of the name refuses it: said here,
+		 * and the entry still stands for its name, so its link is matched.
+		 */
+		if (loc.type != BTRFS_INODE_ITEM_KEY && loc.type != BTRFS_ROOT_ITEM_KEY) {
+			struct ub_chk_problem p;
+
+			chk_fs_where(&p, f, k->objectid, k->type, k->offset);
+			p.inode = loc.objectid;
+			chk_report(f->s.c, &p, "%s entry of directory %llu for inode %llu: location key type %u, neither INODE_ITEM nor ROOT_ITEM",
+				   k->type == BTRFS_DIR_INDEX_KEY ? "DIR_INDEX" : "DIR_ITEM", (unsigned long long)k->objectid,
+				   (unsigned long long)loc.objectid, loc.type);
+		}
+		if (loc.type != BTRFS_ROOT_ITEM_KEY) {
 			n.child = loc.objectid;
 			n.hash = (uint32_t)ub_name_hash((const char *)e + hdr, len);
 			chk_name_add(f, &n);

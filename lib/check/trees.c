@@ -9,7 +9,7 @@
  * per tree, shared only between subvolume trees), the chunk a block lies in
  * and pointer generations against their node's.
  *
- * Memory: one entry per block reached (32 bytes: address, owner, pointers,
+ * Memory: one entry per block reached (40 bytes: address, owner, generation, pointers,
  * tree; handed to the extent checks), one record per file extent item with
  * data (40 bytes, for the data references) and the root items to walk; the
  * blocks themselves go through the bounded block cache.
@@ -186,6 +186,7 @@ static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, c
 	}
 	/* the map may move while children are added: the entry is used before that */
 	b->owner = ub_eb_owner(eb);
+	b->gen = ub_eb_generation(eb);
 	if (b->owner == w->tree)
 		b->owner_reached = true;
 	if (UB_GET(ub_disk_header, flags, ub_eb_data(eb)) & BTRFS_HEADER_FLAG_RELOC)

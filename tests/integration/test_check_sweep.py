@@ -461,3 +461,51 @@ def test_tree_block_ref_of_another_tree(ubtrfs_bin, factory, tmp_path):
     assert ref.returncode != 0, "the referee calls the damage clean:\n" + ref.stdout.decode()[-2000:]
     assert any(r["class"] == "extent" and r["logical"] == where["bytenr"]
                and "no reference of the block accounts for it" in r["message"] for r in recs), recs
+
+
+ROOT_ITEM_PARENT_UUID = 263
+
+
+def test_snapshot_root_extent_generation(ubtrfs_bin, factory, tmp_path):
+    """A snapshot's root block whose extent item says another generation than the block's
+    header (the extent item is made with the block, in its transaction); btrfs check catches it."""
+    img = tmp_path / "subvol.img"
+    T.copy_sparse(factory.image("kernel-subvol-zstd").devices[0], img)
+    where = {}
+
+    def edit(im):
+        snaps = [(oid, blk, slot) for (oid, _), (blk, slot) in sorted(im.root_items().items())
+                 if oid >= C.FIRST_FREE_OBJECTID
+                 and blk.item_data(slot)[ROOT_ITEM_PARENT_UUID:ROOT_ITEM_PARENT_UUID + 16] != bytes(16)]
+        assert snaps, "no snapshot in the image"
+        oid, blk, slot = snaps[0]
+        bytenr = blk.get_item(slot, C.ROOT_ITEM_BYTENR, "<Q")
+        gen = im.read_block(bytenr).generation()
+        eblk, eslot, _ = _metadata_item(im, bytenr)
+        assert eblk.get_item(eslot, 8, "<Q") == gen
+        eblk.patch_item(eslot, 8, "<Q", gen - 1)
+        im.write_block(eblk)
+        where.update(bytenr=bytenr, gen=gen)
+    recs = damaged(img, edit)
+    assert any(r["class"] == "extent" and r["logical"] == where["bytenr"] and "generation %d" % (where["gen"] - 1)
+               in r["message"] and "header says %d" % where["gen"] in r["message"] for r in recs), recs
+
+
+def test_dir_item_location_type(ubtrfs_bin, base):
+    """A DIR_ITEM whose location key has type 0 (the tree checker lets it through, a lookup of
+    the name refuses it) while its DIR_INDEX is right: named as such, at the DIR_ITEM (btrfs
+    check: "unknown location type 0")."""
+    where = {}
+
+    def edit(im):
+        for blk, slot in im.walk(im.tree_root(C.FS_TREE)[0]):
+            k = blk.item_key(slot)
+            if k.type == C.DIR_ITEM and blk.get_item(slot, 8, "<B") == C.INODE_ITEM:
+                where.update(key=[k.objectid, k.type, k.offset], ino=blk.get_item(slot, 0, "<Q"))
+                blk.patch_item(slot, 8, "<B", 0)
+                im.write_block(blk)
+                return
+        raise AssertionError("no DIR_ITEM")
+    recs = damaged(base, edit)
+    assert [(r["class"], r["key"], r["inode"]) for r in recs] == [("fs", where["key"], where["ino"])], recs
+    assert "location key type 0" in recs[0]["message"], recs
