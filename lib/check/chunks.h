@@ -20,6 +20,10 @@ struct cinfo {
 	uint16_t num;
 	bool bg, free_info;
 	bool free_format_told; /* an item of the other format than its info says was reported */
+	/* the logical ranges of superblock copies the kernel keeps out of the block group (once looked up) */
+	uint64_t *sup_start, *sup_len;
+	int nsup;
+	bool sup_known;
 	struct cstripe *st;
 	uint16_t *full_used; /* RAID5/6 with --check-data-csum: per full stripe, the sector rows extents cover */
 	/* ---- its v1 space cache, when the kernel would load it ---- */

@@ -194,6 +194,46 @@ static void ref_item(struct fstate *f, const struct ub_key *k, const uint8_t *d,
 	}
 }
 
+/*
+ * Two entries of one DIR_ITEM with the same name: a directory lists each name
+ * once (a lookup finds the first only; btrfs check does not look). The tree
+ * checker has bounded every entry by the item.
+ */
+static void same_names(struct fstate *f, const struct ub_key *k, const uint8_t *d, uint32_t size)
+{
+	const uint32_t hdr = (uint32_t)sizeof(struct btrfs_dir_item);
+
+	for (uint32_t a = 0; a + hdr <= size;) {
+		uint32_t alen = (uint32_t)UB_GET(btrfs_dir_item, name_len, d + a);
+		uint32_t anext = a + hdr + alen + (uint32_t)UB_GET(btrfs_dir_item, data_len, d + a);
+
+		if (anext > size)
+			return;
+		for (uint32_t b = anext; b + hdr <= size;) {
+			uint32_t blen = (uint32_t)UB_GET(btrfs_dir_item, name_len, d + b);
+			uint32_t bnext = b + hdr + blen + (uint32_t)UB_GET(btrfs_dir_item, data_len, d + b);
+
+			if (bnext > size)
+				return;
+			if (alen == blen && !memcmp(d + a + hdr, d + b + hdr, alen)) {
+				struct ub_chk_problem p;
+				struct ub_key la, lb;
+				char esc[UB_NAME_LEN * 4 + 8];
+
+				ub_key_read(&la, UB_PTR(btrfs_dir_item, location, d + a));
+				ub_key_read(&lb, UB_PTR(btrfs_dir_item, location, d + b));
+				ub_name_escape((const char *)d + a + hdr, alen, esc, sizeof(esc));
+				chk_fs_where(&p, f, k->objectid, k->type, k->offset);
+				chk_report(f->s.c, &p, "directory %llu has two entries named \"%s\" (for %llu and %llu)",
+					   (unsigned long long)k->objectid, esc, (unsigned long long)la.objectid,
+					   (unsigned long long)lb.objectid);
+			}
+			b = bnext;
+		}
+		a = anext;
+	}
+}
+
 /* DIR_ITEM (entries of one name hash) and DIR_INDEX (one entry) items of a directory. */
 static void dir_item(struct fstate *f, const struct ub_key *k, const uint8_t *d, uint32_t size)
 {
@@ -253,6 +293,9 @@ static void dir_item(struct fstate *f, const struct ub_key *k, const uint8_t *d,
 		}
 		at += hdr + len + dlen;
 	}
+	/* one DIR_ITEM holds every entry of one name hash: a name twice is two entries of one name */
+	if (k->type == BTRFS_DIR_ITEM_KEY && count > 1)
+		same_names(f, k, d, size);
 	if (k->type == BTRFS_DIR_INDEX_KEY && count > 1) {
 		struct ub_chk_problem p;
 

@@ -107,9 +107,6 @@ FOUND = {
 
 # btrfs check 6.2 calls these clean; ubtrfs check does not, and why
 DISAGREE = {
-    # the mirror copy at 64 MiB is two generations older than the primary: the commits
-    # that followed did not write it (btrfs check reads the primary only)
-    "fsck/042-half-dropped-inode": "super",
     # an extent item's inline references out of order: the kernel's tree checker (since
     # 6.x) rejects such a leaf, and so does ours; btrfs check 6.2 did not look
     "fsck/061-out-of-order-inline-backref": "tree",
