@@ -139,7 +139,8 @@ void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const 
 	va_end(ap);
 	p.msg = msg;
 	/* an inode of a file tree: its path too, when its names lead to the root directory */
-	if (c->fs && !p.path && p.inode >= BTRFS_FIRST_FREE_OBJECTID && p.tree && p.tree != BTRFS_EXTENT_TREE_OBJECTID) {
+	if (c->fs && !p.path && p.inode >= BTRFS_FIRST_FREE_OBJECTID && p.tree && p.tree != BTRFS_EXTENT_TREE_OBJECTID &&
+	    p.tree != BTRFS_TREE_LOG_OBJECTID) {
 		bool was = tls.on;
 
 		/* what the path's blocks say is the passes' to report, not this lookup's */

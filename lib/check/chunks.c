@@ -31,33 +31,18 @@ void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, 
 	p->logical = logical;
 }
 
-/*
- * Every item of tree `tree` from `from` on, in key order. 0 when all were
- * seen, 1 when the tree is absent or could not be read to its end (said as a
- * problem: the reader's message names the block), <0 on a fatal error.
- */
-int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, chk_item_fn fn)
+int chk_scan_root(struct cstate *s, const struct ub_root *r, const char *name, const struct ub_key *from,
+		  chk_item_fn fn)
 {
 	struct ub_tree_ctx *tc = ub_fs_trees(s->fs);
 	struct ub_chk_problem p;
-	struct ub_root r;
 	struct ub_path path;
-	char name[32];
 	const char *why;
-	int ret = ub_fs_tree_root(s->fs, tree, &r);
+	int ret;
 
-	if (ret == -ENOENT) {
-		chk_where(&p, tree, NULL, 0);
-		if (s->scan_cls)
-			p.cls = s->scan_cls;
-		chk_report(s->c, &p, "%s is missing", ub_tree_name(tree, name, sizeof(name)));
-		return 1;
-	}
-	if (ret)
-		return ret;
 	ub_path_init(&path);
 	chk_capture(s->c);
-	ret = ub_tree_search(tc, &r, from, &path);
+	ret = ub_tree_search(tc, r, from, &path);
 	/* 2: every item is below `from` (or there is none) */
 	if (ret == 2 || (ret >= 0 && !path.nodes[0]))
 		ret = 0;
@@ -83,15 +68,34 @@ int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, ch
 	why = chk_captured(s->c);
 	ub_path_release(&path);
 	if (ret < 0 && ret != -ENOMEM) {
-		chk_where(&p, tree, NULL, 0);
+		chk_where(&p, r->objectid, NULL, 0);
 		if (s->scan_cls)
 			p.cls = s->scan_cls;
 		/* a block that failed before fails again quietly: the tree pass has named it */
-		chk_report(s->c, &p, "%s cannot be read to its end: %s%s", ub_tree_name(tree, name, sizeof(name)),
-			   *why ? why : strerror(-ret), *why ? "" : " (the tree block problem above names the block)");
+		chk_report(s->c, &p, "%s cannot be read to its end: %s%s", name, *why ? why : strerror(-ret),
+			   *why ? "" : " (the tree block problem above names the block)");
 		return 1;
 	}
 	return ret;
+}
+
+int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, chk_item_fn fn)
+{
+	struct ub_chk_problem p;
+	struct ub_root r;
+	char name[32];
+	int ret = ub_fs_tree_root(s->fs, tree, &r);
+
+	if (ret == -ENOENT) {
+		chk_where(&p, tree, NULL, 0);
+		if (s->scan_cls)
+			p.cls = s->scan_cls;
+		chk_report(s->c, &p, "%s is missing", ub_tree_name(tree, name, sizeof(name)));
+		return 1;
+	}
+	if (ret)
+		return ret;
+	return chk_scan_root(s, &r, ub_tree_name(tree, name, sizeof(name)), from, fn);
 }
 
 /* The chunk holding `logical`, or -1. */

@@ -101,6 +101,9 @@ typedef int (*chk_item_fn)(struct cstate *s, const struct ub_key *k, const uint8
  * problem), <0 on a fatal error.
  */
 int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, chk_item_fn fn);
+/* The same for the tree at `r` (a log tree, which the root table does not hold), `name` for messages. */
+int chk_scan_root(struct cstate *s, const struct ub_root *r, const char *name, const struct ub_key *from,
+		  chk_item_fn fn);
 /* The chunk holding `logical` (an index into s->ch), or -1. */
 long chk_find_chunk(const struct cstate *s, uint64_t logical);
 

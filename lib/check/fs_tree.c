@@ -129,8 +129,6 @@ static void finish_inode(struct fstate *f)
 static void inode_item(struct fstate *f, const struct ub_key *k, const uint8_t *d, uint32_t size)
 {
 	struct finode *i = &f->cur;
-	struct ub_chk_problem p;
-	uint64_t gen, transid;
 
 	/* the tree checker has rejected a short inode item */
 	if (size < sizeof(struct btrfs_inode_item) || k->offset)
@@ -141,15 +139,7 @@ static void inode_item(struct fstate *f, const struct ub_key *k, const uint8_t *
 	i->size = UB_GET(btrfs_inode_item, size, d);
 	i->nbytes = UB_GET(btrfs_inode_item, nbytes, d);
 	i->flags = UB_GET(btrfs_inode_item, flags, d);
-	gen = UB_GET(btrfs_inode_item, generation, d);
-	transid = UB_GET(btrfs_inode_item, transid, d);
-	chk_fs_where(&p, f, k->objectid, k->type, k->offset);
-	if (gen > f->gen_limit || transid > f->gen_limit)
-		chk_report(f->s.c, &p, "generation %llu or transid %llu is newer than the filesystem's %llu",
-			   (unsigned long long)gen, (unsigned long long)transid, (unsigned long long)f->gen_limit - 1);
-	if (S_ISLNK(i->mode) && (i->flags & (UB_INODE_IMMUTABLE | UB_INODE_APPEND)))
-		chk_report(f->s.c, &p, "a symlink with the immutable or append-only flag (flags 0x%llx)",
-			   (unsigned long long)i->flags);
+	chk_inode_rules(f, k, d, size);
 }
 
 /* INODE_REF (name, index; the key names the directory) and INODE_EXTREF (directory, index, name) entries. */
@@ -174,9 +164,12 @@ static void ref_item(struct fstate *f, const struct ub_key *k, const uint8_t *d,
 		}
 		if (at + hdr + n.len > size)
 			return;
+		if (!(n.dir == k->objectid && k->objectid == f->root_dirid))
+			chk_name_rules(f, k, k->objectid, ext ? "INODE_EXTREF" : "INODE_REF", e + hdr, n.len);
 		f->cur.names++;
 		f->s.c->sum.names++;
 		n.hash = (uint32_t)ub_name_hash((const char *)e + hdr, n.len);
+		n.hash2 = chk_name_hash2(e + hdr, n.len);
 		n.type = f->cur.item ? ub_mode_ftype(f->cur.mode) : 0;
 		/* the root directory's ".." names itself: no directory entry goes with it */
 		if (n.dir == k->objectid && k->objectid == f->root_dirid) {
@@ -257,6 +250,7 @@ static void dir_item(struct fstate *f, const struct ub_key *k, const uint8_t *d,
 		f->cur.dir_entries++;
 		f->cur.dir_bytes += len;
 		ub_key_read(&loc, UB_PTR(btrfs_dir_item, location, e));
+		chk_name_rules(f, k, loc.objectid, k->type == BTRFS_DIR_INDEX_KEY ? "DIR_INDEX" : "DIR_ITEM", e + hdr, len);
 		/* a subvolume's entry: the root tree's ROOT_REF is its other half (chk_subvol_links_check) */
 		if (loc.type == BTRFS_ROOT_ITEM_KEY && len <= UB_NAME_LEN) {
 			struct ub_checker *c = f->s.c;
@@ -289,6 +283,7 @@ static void dir_item(struct fstate *f, const struct ub_key *k, const uint8_t *d,
 		if (loc.type != BTRFS_ROOT_ITEM_KEY) {
 			n.child = loc.objectid;
 			n.hash = (uint32_t)ub_name_hash((const char *)e + hdr, len);
+			n.hash2 = chk_name_hash2(e + hdr, len);
 			chk_name_add(f, &n);
 		}
 		at += hdr + len + dlen;
@@ -316,30 +311,21 @@ static void file_extent(struct fstate *f, const struct ub_key *k, const uint8_t 
 		return;
 	type = (uint8_t)FE(type, d);
 	chk_fs_where(&p, f, k->objectid, k->type, k->offset);
+	chk_extent_rules(f, k, d, size);
 	i->extents++;
 	f->s.c->sum.file_extents++;
 	if (type == BTRFS_FILE_EXTENT_INLINE) {
 		uint64_t ram = FE(ram_bytes, d);
 
-		if (!ram)
-			chk_report(f->s.c, &p, "an inline extent of 0 bytes");
 		i->found += ram;
 		len = (ram + f->s.sectorsize - 1) / f->s.sectorsize * f->s.sectorsize;
 	} else {
-		uint64_t ram, off;
+		uint64_t off;
 
 		if (size < sizeof(struct btrfs_file_extent_item))
 			return;
 		len = FE(num_bytes, d);
-		ram = FE(ram_bytes, d);
 		off = FE(offset, d);
-		if (!len)
-			chk_report(f->s.c, &p, "a file extent of 0 bytes");
-		if (off > ram || len > ram - off)
-			chk_report(f->s.c, &p, "the extent's bytes [%llu, +%llu) run past its %llu bytes of data",
-				   (unsigned long long)off, (unsigned long long)len, (unsigned long long)ram);
-		if (type == BTRFS_FILE_EXTENT_PREALLOC && (FE(compression, d) || FE(encryption, d) || FE(other_encoding, d)))
-			chk_report(f->s.c, &p, "a preallocated extent that says it is compressed or encoded");
 		if (FE(disk_bytenr, d))
 			i->found += len;
 		/* compressed data is checksummed whatever the inode says (btrfs check's rule too) */
@@ -486,6 +472,8 @@ int chk_fs_trees(struct ub_checker *c, struct ub_fs *fs)
 	}
 	if (ret >= 0)
 		ret = chk_csum_needs_check(&f);
+	if (ret >= 0)
+		ret = chk_log_items(&f);
 	free(l.v);
 	free(f.needs);
 	free(f.names);

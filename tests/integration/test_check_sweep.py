@@ -656,3 +656,155 @@ def test_tree_block_over_superblock_mirror(ubtrfs_bin, base):
     assert recs and all("the stripe of a superblock copy" in r["message"] for r in recs), recs
     assert [r["logical"] for r in recs] == [where["new"]], recs
     assert "[%d, +65536)" % where["unit"] in recs[0]["message"], recs
+
+
+# ---------------------------------------------------------------- item rules: committed trees and the fsync log
+
+def _first_inode(im, pred):
+    for blk, slot in im.walk(im.tree_root(C.FS_TREE)[0]):
+        k = blk.item_key(slot)
+        if k.type == C.INODE_ITEM and pred(blk, slot):
+            return blk, slot, k.objectid
+    raise AssertionError("no such inode")
+
+
+def _is_symlink(blk, slot):
+    return blk.get_item(slot, C.INODE_MODE, "<I") & 0o170000 == 0o120000
+
+
+def _is_nonempty_file(blk, slot):
+    return blk.get_item(slot, C.INODE_MODE, "<I") & 0o170000 == 0o100000 and blk.get_item(slot, C.INODE_SIZE, "<Q") > 0
+
+
+@pytest.mark.parametrize("case", ["symlink_size_5000", "inode_size_2p63"])
+def test_inode_size_rules(ubtrfs_bin, base, case):
+    """A symlink whose size exceeds what btrfs allows (its target is inline, under PATH_MAX), and
+    an inode size above 2^63 - 1: ls reports both (the oracle: btrfs check misses them), and so
+    does check."""
+    where = {}
+
+    def edit(im):
+        pred, size = {"symlink_size_5000": (_is_symlink, 5000),
+                      "inode_size_2p63": (_is_nonempty_file, (1 << 63) + 4096)}[case]
+        blk, slot, ino = _first_inode(im, pred)
+        blk.patch_item(slot, C.INODE_SIZE, "<Q", size)
+        im.write_block(blk)
+        where.update(ino=ino, size=size)
+    recs = unrefereed_check(base, edit)
+    assert [(r["class"], r["key"], r["inode"]) for r in recs] == [("fs", [where["ino"], C.INODE_ITEM, 0], where["ino"])], recs
+    assert str(where["size"]) in recs[0]["message"], recs
+    ls = T.ubtrfs("ls", "-R", "-l", base)
+    assert ls.returncode == 1 and str(where["size"]).encode() in ls.stderr, T.describe(ls)
+
+
+@pytest.fixture(scope="module")
+def crash_log(tmp_path_factory):
+    """A kernel crash image with a pending fsync log: a file with data, a symlink and an empty
+    file in a directory that was fsynced (their inode items, names, extents and checksums)."""
+    import fsynclog_lib as L
+
+    def baseline(mnt):
+        (mnt / "d").mkdir()
+        L.write_file(mnt / "d" / "old", b"x" * 5000)
+
+    def action(mnt):
+        L.write_file(mnt / "d" / "new", bytes(range(256)) * 40, fsync=True)
+        os.symlink("some/target", str(mnt / "d" / "sl"))
+        L.write_file(mnt / "d" / "n2", b"y" * 100)
+        L.fsync_path(mnt / "d")
+    crash = L.make_crash(tmp_path_factory.mktemp("log"), baseline, action)
+    if not crash.log_root:
+        pytest.skip("test setup: the kernel committed instead of logging")
+    return crash
+
+
+def _log_rename(blk, slot, new):
+    d, k = blk.item_data(slot), blk.item_key(slot)
+    if k.type == C.INODE_REF:
+        (index, _), = C.parse_inode_refs(d)
+        blk.set_item_data(slot, C.inode_ref(index, new))
+    else:
+        (loc, transid, ftype, _, _), = C.parse_dir_item(d)
+        blk.set_item_data(slot, C.dir_item(loc, transid, new, ftype))
+
+
+# name: (the logged item (by the file it belongs to), the edit, what check says, the reader that reports it)
+LOG_CASES = {
+    "inode_size_2p63": (("new", C.INODE_ITEM), lambda b, s: b.patch_item(s, C.INODE_SIZE, "<Q", (1 << 63) + 4096),
+                        "larger than any file can be", ["ls", "-R", "-l"]),
+    "symlink_size_5000": (("sl", C.INODE_ITEM), lambda b, s: b.patch_item(s, C.INODE_SIZE, "<Q", 5000),
+                          "more than btrfs allows", ["ls", "-R", "-l"]),
+    "extent_offset_past_ram": (("new", C.EXTENT_DATA), lambda b, s: b.patch_item(s, C.FE_OFFSET, "<Q", 16384),
+                               "run past its", ["cat", "--path", "/d/new"]),
+    "extent_in_no_chunk": (("new", C.EXTENT_DATA), lambda b, s: b.patch_item(s, C.FE_DISK_BYTENR, "<Q", 10 << 40),
+                           "not inside one data chunk", ["cat", "--path", "/d/new"]),
+    "ref_name_slash": (("n2", C.INODE_REF), lambda b, s: _log_rename(b, s, b"a/"), "name contains '/'",
+                       ["ls", "-R"]),
+    "dir_index_name_dotdot": (("n2", C.DIR_INDEX), lambda b, s: _log_rename(b, s, b".."), "name is", None),
+    "dir_index_location_type_0": (("sl", C.DIR_INDEX), lambda b, s: b.patch_item(s, 8, "<B", 0),
+                                  "location key type 0", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOG_CASES))
+def test_log_item_rules(ubtrfs_bin, crash_log, tmp_path, case):
+    """Items inside the fsync log's trees get the rules of the subvolume trees' items and the
+    replay's (checksum-valid damage in the log tree's leaf): each is one problem, said as the
+    log's (tree TREE_LOG). btrfs check does not read the log: where a reader (ls, cat) reports
+    the damage it is the oracle, else the test's own record."""
+    (name, typ), fn, says, reader = LOG_CASES[case]
+    img = tmp_path / "log.img"
+    T.copy_sparse(crash_log.image, img)
+    with C.Image(img) as im:
+        (lblk, lslot), = im.log_trees().values()
+        root = lblk.get_item(lslot, C.ROOT_ITEM_BYTENR, "<Q")
+        items = [(b, s) for b, s in im.walk(root)]
+        inos = {}
+        for b, s in items:
+            k = b.item_key(s)
+            if k.type == C.INODE_REF:
+                (_, n), = C.parse_inode_refs(b.item_data(s))
+                inos[n.decode()] = (k.objectid, k.offset)
+        ino, dirino = inos[name]
+        for b, s in items:
+            k = b.item_key(s)
+            hit = (k.objectid == ino and k.type == typ) or (
+                typ == C.DIR_INDEX and k.type == typ and k.objectid == dirino
+                and C.parse_dir_item(b.item_data(s))[0][0].objectid == ino)
+            if hit:
+                key = [k.objectid, k.type, k.offset]
+                fn(b, s)
+                im.write_block(b)
+                break
+        else:
+            raise AssertionError("test setup: no %r item of %s in the log" % (typ, name))
+    cp = check("--json", img)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1, T.describe(cp) + cp.stdout.decode()[-3000:]
+    assert [(r["tree"], r["key"]) for r in recs] == [(C.TREE_LOG, key)], recs
+    assert "fsync log of subvolume 5" in recs[0]["message"] and says in recs[0]["message"], recs
+    if reader:
+        rd = T.ubtrfs(*reader, img)
+        assert rd.returncode != 0 and b"error" in rd.stderr, T.describe(rd)
+    # --no-log: the log is not read, so nothing is said
+    cp = check("--json", "--no-log", img)
+    assert cp.returncode == 0, T.describe(cp) + cp.stdout.decode()[-3000:]
+
+
+def test_hard_links_of_one_hash(ubtrfs_bin, tmp_path):
+    """One file hard-linked twice in one directory under two names of one length whose btrfs
+    name hash is equal (one DIR_ITEM holds both entries): two links, not one link twice. The
+    kernel makes it; both checkers are clean."""
+    img = sparse(tmp_path / "coll.img", 128 * T.MiB)
+    T.run(["mkfs.btrfs", "-q", "-f", img])
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as mnt:
+        os.mkdir(os.path.join(mnt, "d"))
+        with open(os.path.join(mnt, "d", "coll_1371838"), "wb") as f:
+            f.write(b"one inode, two names of one hash\n")
+        os.link(os.path.join(mnt, "d", "coll_1371838"), os.path.join(mnt, "d", "coll_2000402"))
+    assert C.name_hash(b"coll_1371838") == C.name_hash(b"coll_2000402")
+    assert btrfs_check(img).returncode == 0
+    cp = check("--json", img)
+    recs, summary = problems(cp)
+    assert cp.returncode == 0 and not recs, recs
+    assert summary["names"] >= 3, summary
