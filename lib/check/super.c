@@ -153,8 +153,14 @@ static int read_device(struct ub_checker *c, struct dev_super *d)
 			continue;
 		}
 		good[m] = true;
-		/* the copy the volume reads too: the newest (the first of them) */
-		if (newest < 0 || SB(generation, buf[m]) > SB(generation, buf[newest]))
+		/*
+		 * The newest copy of the first good copy's filesystem (the one the volume
+		 * reads, unless an older filesystem's copy outlived a mkfs: then that
+		 * one is the odd one out).
+		 */
+		if (newest < 0 || (!memcmp(UB_PTR(ub_disk_super, fsid, buf[m]), UB_PTR(ub_disk_super, fsid, buf[newest]),
+					   UB_FSID_SIZE) &&
+				   SB(generation, buf[m]) > SB(generation, buf[newest])))
 			newest = m;
 	}
 	if (newest >= 0) {
