@@ -342,7 +342,7 @@ int cmd_check(int argc, char **argv)
 		ub_checker_free(c);
 		return EXIT_FATAL;
 	}
-	ret = ub_checker_supers(c, NULL, 0, fs);
+	ret = ub_checker_supers(c, (const char *const *)argv + optind, argc - optind, fs);
 	if (!ret)
 		ret = ub_checker_run(c, fs);
 	if (ret) {

@@ -47,8 +47,10 @@ void ub_checker_free(struct ub_checker *c)
 	free(c->dev_supers);
 	free(c->root_refs);
 	free(c->live_subvols);
+	free(c->dead_subvols);
 	free(c->fext);
 	free(c->edges);
+	free(c->ob.refs);
 	chk_qgroup_free(c);
 	free(c->links);
 	free(c->whole_trees);
@@ -137,7 +139,8 @@ void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const 
 	va_end(ap);
 	p.msg = msg;
 	/* an inode of a file tree: its path too, when its names lead to the root directory */
-	if (c->fs && !p.path && p.inode >= BTRFS_FIRST_FREE_OBJECTID && p.tree && p.tree != BTRFS_EXTENT_TREE_OBJECTID) {
+	if (c->fs && !p.path && p.inode >= BTRFS_FIRST_FREE_OBJECTID && p.tree && p.tree != BTRFS_EXTENT_TREE_OBJECTID &&
+	    p.tree != BTRFS_TREE_LOG_OBJECTID) {
 		bool was = tls.on;
 
 		/* what the path's blocks say is the passes' to report, not this lookup's */
@@ -157,6 +160,19 @@ void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const 
 			c->sink.problem(c->sink.arg, &p);
 	}
 	pthread_mutex_unlock(&c->lock);
+}
+
+void chk_note(const struct ub_checker *c, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	if (c->opts.verbosity < UB_LOG_INFO)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "ubtrfs: note: %s\n", msg);
 }
 
 void chk_capture(struct ub_checker *c)

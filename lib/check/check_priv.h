@@ -15,6 +15,7 @@
 struct chk_block {
 	uint64_t addr;
 	uint64_t owner; /* its header's */
+	uint64_t gen;   /* its header's (0: not read) */
 	uint32_t ptrs;  /* pointers (and root items) that reached it */
 	uint32_t tag;   /* the walk's tag of the first tree that reached it (1-based) */
 	bool owner_reached; /* the tree its header names reached it */
@@ -88,6 +89,9 @@ struct ub_checker {
 	size_t nroot_refs, root_refs_cap;
 	uint64_t *live_subvols;
 	size_t nlive, live_cap;
+	/* deleted subvolumes (refs 0) the tree pass walked: their drop has not started */
+	uint64_t *dead_subvols;
+	size_t ndead, dead_cap;
 	/*
 	 * ---- data references ----
 	 * Every file extent item with data on disk, one per item of each leaf the
@@ -105,6 +109,21 @@ struct ub_checker {
 		uint64_t child, parent, tree;
 	} *edges;
 	size_t nedges, edges_cap;
+	/*
+	 * The tree block whose extent item the extent tree's stream is in, and
+	 * its references so far (inline, then keyed): when the stream leaves it,
+	 * every pointer that reaches it must be accounted for by one of them.
+	 */
+	struct chk_open_block {
+		struct ub_key key; /* its extent item's */
+		uint64_t flags;
+		bool open;
+		struct chk_block_ref {
+			uint8_t type;
+			uint64_t value;
+		} *refs;
+		size_t nrefs, refs_cap;
+	} ob;
 	/*
 	 * ---- subvolume links ---- directory entries that name a subvolume, and
 	 * the subvolume trees the file tree pass read whole (the second thread
@@ -135,6 +154,8 @@ int chk_reserve(void *arrayp, size_t *cap, size_t n, size_t elem, size_t first);
 /* Report a problem; `fmt` makes its message. */
 void chk_report(struct ub_checker *c, const struct ub_chk_problem *where, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Something normal worth saying at -v (stderr, "ubtrfs: note: ..."): no problem, not counted. */
+void chk_note(const struct ub_checker *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Start keeping logged errors (clears what was kept). */
 void chk_capture(struct ub_checker *c);
 /* Stop keeping them; the last one kept (or "" if none). */

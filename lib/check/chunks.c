@@ -17,6 +17,7 @@
 #include "check/chunks.h"
 
 #define CH(field, p) UB_GET(btrfs_chunk, field, p)
+#define UB_DEVICE_FIRST_MIB (1024ULL * 1024)
 
 void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, uint64_t logical)
 {
@@ -30,33 +31,18 @@ void chk_where(struct ub_chk_problem *p, uint64_t tree, const struct ub_key *k, 
 	p->logical = logical;
 }
 
-/*
- * Every item of tree `tree` from `from` on, in key order. 0 when all were
- * seen, 1 when the tree is absent or could not be read to its end (said as a
- * problem: the reader's message names the block), <0 on a fatal error.
- */
-int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, chk_item_fn fn)
+int chk_scan_root(struct cstate *s, const struct ub_root *r, const char *name, const struct ub_key *from,
+		  chk_item_fn fn)
 {
 	struct ub_tree_ctx *tc = ub_fs_trees(s->fs);
 	struct ub_chk_problem p;
-	struct ub_root r;
 	struct ub_path path;
-	char name[32];
 	const char *why;
-	int ret = ub_fs_tree_root(s->fs, tree, &r);
+	int ret;
 
-	if (ret == -ENOENT) {
-		chk_where(&p, tree, NULL, 0);
-		if (s->scan_cls)
-			p.cls = s->scan_cls;
-		chk_report(s->c, &p, "%s is missing", ub_tree_name(tree, name, sizeof(name)));
-		return 1;
-	}
-	if (ret)
-		return ret;
 	ub_path_init(&path);
 	chk_capture(s->c);
-	ret = ub_tree_search(tc, &r, from, &path);
+	ret = ub_tree_search(tc, r, from, &path);
 	/* 2: every item is below `from` (or there is none) */
 	if (ret == 2 || (ret >= 0 && !path.nodes[0]))
 		ret = 0;
@@ -82,15 +68,34 @@ int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, ch
 	why = chk_captured(s->c);
 	ub_path_release(&path);
 	if (ret < 0 && ret != -ENOMEM) {
-		chk_where(&p, tree, NULL, 0);
+		chk_where(&p, r->objectid, NULL, 0);
 		if (s->scan_cls)
 			p.cls = s->scan_cls;
 		/* a block that failed before fails again quietly: the tree pass has named it */
-		chk_report(s->c, &p, "%s cannot be read to its end: %s%s", ub_tree_name(tree, name, sizeof(name)),
-			   *why ? why : strerror(-ret), *why ? "" : " (the tree block problem above names the block)");
+		chk_report(s->c, &p, "%s cannot be read to its end: %s%s", name, *why ? why : strerror(-ret),
+			   *why ? "" : " (the tree block problem above names the block)");
 		return 1;
 	}
 	return ret;
+}
+
+int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, chk_item_fn fn)
+{
+	struct ub_chk_problem p;
+	struct ub_root r;
+	char name[32];
+	int ret = ub_fs_tree_root(s->fs, tree, &r);
+
+	if (ret == -ENOENT) {
+		chk_where(&p, tree, NULL, 0);
+		if (s->scan_cls)
+			p.cls = s->scan_cls;
+		chk_report(s->c, &p, "%s is missing", ub_tree_name(tree, name, sizeof(name)));
+		return 1;
+	}
+	if (ret)
+		return ret;
+	return chk_scan_root(s, &r, ub_tree_name(tree, name, sizeof(name)), from, fn);
 }
 
 /* The chunk holding `logical`, or -1. */
@@ -306,6 +311,17 @@ static void check_dev_items(struct cstate *s, const uint8_t *sb)
 	}
 }
 
+/*
+ * The first MiB of a device holds the primary superblock (and what boot
+ * loaders put before it): no tool gives it to a chunk. Old filesystems mapped
+ * their first chunk 1:1 from logical 0 and keep the area out of the block
+ * group instead: a chunk that starts below 1 MiB of logical space may.
+ */
+static bool in_first_mib(uint64_t chunk_logical, uint64_t physical)
+{
+	return physical < UB_DEVICE_FIRST_MIB && chunk_logical >= UB_DEVICE_FIRST_MIB;
+}
+
 /* Once all chunks and dev items are in: what needs both. */
 static void check_chunk_devices(struct cstate *s)
 {
@@ -325,6 +341,9 @@ static void check_chunk_devices(struct cstate *s)
 
 			p.devid = ci->st[j].devid;
 			p.physical = ci->st[j].physical;
+			if (in_first_mib(ci->logical, ci->st[j].physical))
+				chk_report(s->c, &p, "stripe %u (devid %llu physical %llu) lies in the device's first MiB, which holds the superblock and is given to no chunk",
+					   j, (unsigned long long)ci->st[j].devid, (unsigned long long)ci->st[j].physical);
 			if (!dv) {
 				chk_report(s->c, &p, "stripe %u is on devid %llu, which has no device item", j,
 					   (unsigned long long)ci->st[j].devid);
@@ -380,6 +399,9 @@ static int dev_extent(struct cstate *s, const struct ub_key *k, const uint8_t *d
 				   (unsigned long long)dv->devid, (unsigned long long)dv->total);
 	}
 	ci = chk_find_chunk(s, logical);
+	if (in_first_mib(ci >= 0 ? s->ch[ci].logical : logical, k->offset))
+		chk_report(s->c, &p, "device extent at %llu lies in the device's first MiB, which holds the superblock and is given to no chunk",
+			   (unsigned long long)k->offset);
 	if (ci < 0 || s->ch[ci].logical != logical) {
 		if (!s->chunks_incomplete)
 			chk_report(s->c, &p, "device extent for chunk %llu, which does not exist", (unsigned long long)logical);
@@ -442,6 +464,39 @@ static int bg_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, u
 	return 0;
 }
 
+/*
+ * An extent over the stripe of a superblock copy: the kernel keeps those
+ * ranges out of every block group (the next commit's superblock writes land
+ * there), as it keeps [start, 64 KiB) out of a group that starts below the
+ * primary copy (old 1:1 layouts).
+ */
+static void super_overlap(struct cstate *s, struct cinfo *ci, struct ub_chk_problem *p, uint64_t start, uint64_t len)
+{
+	if (!ci->sup_known) {
+		const struct ub_chunk *c = ub_volume_find_chunk(ub_fs_volume(s->fs), ci->logical);
+		int max = 1 + UB_SUPER_MIRROR_MAX * (c ? c->num_stripes : 0);
+
+		ci->sup_known = true;
+		if (!c || c->logical != ci->logical)
+			return;
+		ci->sup_start = calloc((size_t)max, sizeof(uint64_t));
+		ci->sup_len = calloc((size_t)max, sizeof(uint64_t));
+		if (!ci->sup_start || !ci->sup_len || ub_chunk_super_ranges(c, ci->sup_start, ci->sup_len, max, &ci->nsup)) {
+			ci->nsup = 0; /* not judged */
+			return;
+		}
+		if (ci->nsup && ci->sup_start[0] == ci->logical && ci->logical < UB_DEVICE_FIRST_MIB)
+			ci->sup_len[0] = ci->logical < UB_SUPER_INFO_OFFSET ? UB_SUPER_INFO_OFFSET - ci->logical : 0;
+	}
+	for (int j = 0; j < ci->nsup; j++)
+		if (start < ci->sup_start[j] + ci->sup_len[j] && ci->sup_start[j] < start + len) {
+			chk_report(s->c, p, "extent [%llu, +%llu) lies over [%llu, +%llu), the stripe of a superblock copy, which the kernel keeps out of every block group",
+				   (unsigned long long)start, (unsigned long long)len, (unsigned long long)ci->sup_start[j],
+				   (unsigned long long)ci->sup_len[j]);
+			return;
+		}
+}
+
 static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *d, uint32_t size)
 {
 	struct ub_chk_problem p;
@@ -493,6 +548,7 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 		chk_report(s->c, &p, "extent [%llu, +%llu) runs past the end of chunk %llu",
 			   (unsigned long long)k->objectid, (unsigned long long)len, (unsigned long long)s->ch[i].logical);
 	s->ch[i].extents_sum += len;
+	super_overlap(s, &s->ch[i], &p, k->objectid, len);
 	chk_parity_mark(s, &s->ch[i], k->objectid, len);
 	if (s->ch[i].type & BTRFS_BLOCK_GROUP_DATA)
 		s->c->sum.data_bytes += len;
@@ -659,6 +715,8 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 	for (size_t i = 0; i < s.nch; i++) {
 		free(s.ch[i].st);
 		free(s.ch[i].full_used);
+		free(s.ch[i].sup_start);
+		free(s.ch[i].sup_len);
 	}
 	free(s.ch);
 	free(s.dev);

@@ -19,8 +19,13 @@ struct cinfo {
 	uint32_t free_flags;
 	uint16_t num;
 	bool bg, free_info;
+	bool free_format_told; /* an item of the other format than its info says was reported */
+	/* the logical ranges of superblock copies the kernel keeps out of the block group (once looked up) */
+	uint64_t *sup_start, *sup_len;
+	int nsup;
+	bool sup_known;
 	struct cstripe *st;
-	uint64_t *full_used; /* RAID5/6 with --check-data-csum: a bit per full stripe an extent touches */
+	uint16_t *full_used; /* RAID5/6 with --check-data-csum: per full stripe, the sector rows extents cover */
 	/* ---- its v1 space cache, when the kernel would load it ---- */
 	bool v1_loaded;
 	struct ub_key v1_key;     /* the FREE_SPACE header */
@@ -96,6 +101,9 @@ typedef int (*chk_item_fn)(struct cstate *s, const struct ub_key *k, const uint8
  * problem), <0 on a fatal error.
  */
 int chk_scan_tree(struct cstate *s, uint64_t tree, const struct ub_key *from, chk_item_fn fn);
+/* The same for the tree at `r` (a log tree, which the root table does not hold), `name` for messages. */
+int chk_scan_root(struct cstate *s, const struct ub_root *r, const char *name, const struct ub_key *from,
+		  chk_item_fn fn);
 /* The chunk holding `logical` (an index into s->ch), or -1. */
 long chk_find_chunk(const struct cstate *s, uint64_t logical);
 

@@ -95,10 +95,12 @@ const struct chk_block *chk_block_at(const struct ub_checker *c, uint64_t addr)
  * One reference of tree block `bytenr` against the pointers that reach it: a
  * TREE_BLOCK_REF's root must be the tree of a pointer (the tree walked, or the
  * owner of the node holding it; a root item's for a root block), a
- * SHARED_BLOCK_REF's parent must be a node that points at the block.
+ * SHARED_BLOCK_REF's parent must be a node that points at the block, or the
+ * block itself when it is a root with full back references (`flags`: its
+ * extent item's; a relocation tree's root names itself so).
  */
-static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint64_t bytenr, uint8_t type,
-		      uint64_t value)
+static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint64_t bytenr, uint64_t flags,
+		      uint8_t type, uint64_t value)
 {
 	size_t n;
 	const struct chk_edge *e = chk_edges_of(c, bytenr, &n);
@@ -108,9 +110,14 @@ static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint
 		const struct chk_block *parent;
 
 		if (type == BTRFS_SHARED_BLOCK_REF_KEY) {
-			/* a root block with full back references (relocation) names itself */
-			if (e[i].parent == value || (!e[i].parent && value == bytenr))
+			if (e[i].parent == value)
 				return;
+			if (!e[i].parent && value == bytenr) {
+				if (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF)
+					return;
+				chk_report(c, p, "the block's SHARED_BLOCK_REF names the block itself, and its extent item has no FULL_BACKREF flag");
+				return;
+			}
 			continue;
 		}
 		if (e[i].tree == value)
@@ -125,6 +132,66 @@ static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint
 	else
 		chk_report(c, p, "the block's TREE_BLOCK_REF names tree %s, which does not reach it",
 			   ub_tree_name(value, name, sizeof(name)));
+}
+
+/* Whether reference `r` of the block at `bytenr` accounts for pointer `e` (the rules of block_ref). */
+static bool ref_covers(const struct ub_checker *c, uint64_t bytenr, uint64_t flags, const struct chk_block_ref *r,
+		       const struct chk_edge *e)
+{
+	const struct chk_block *parent;
+
+	if (r->type == BTRFS_SHARED_BLOCK_REF_KEY)
+		return e->parent ? r->value == e->parent : r->value == bytenr && (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF);
+	if (r->value == e->tree)
+		return true;
+	parent = e->parent ? chk_block_at(c, e->parent) : NULL;
+	return parent && parent->owner == r->value;
+}
+
+/*
+ * The stream leaves the open block: every pointer that reaches it must have a
+ * reference of its own (the counts may add up while one tree's reference
+ * stands for another's).
+ */
+static void close_block(struct ub_checker *c)
+{
+	struct chk_open_block *ob = &c->ob;
+	struct ub_chk_problem p;
+	const struct chk_edge *e;
+	char name[32];
+	size_t n;
+
+	if (!ob->open)
+		return;
+	ob->open = false;
+	e = chk_edges_of(c, ob->key.objectid, &n);
+	for (size_t i = 0; i < n; i++) {
+		bool covered = false;
+
+		for (size_t j = 0; j < ob->nrefs && !covered; j++)
+			covered = ref_covers(c, ob->key.objectid, ob->flags, &ob->refs[j], &e[i]);
+		if (covered)
+			continue;
+		where_item(&p, &ob->key);
+		if (e[i].parent)
+			chk_report(c, &p, "tree %s reaches the block through node %llu, and no reference of the block accounts for it",
+				   ub_tree_name(e[i].tree, name, sizeof(name)), (unsigned long long)e[i].parent);
+		else
+			chk_report(c, &p, "the root item of tree %s points at the block, and no reference of the block accounts for it",
+				   ub_tree_name(e[i].tree, name, sizeof(name)));
+	}
+}
+
+static void keep_ref(struct ub_checker *c, uint8_t type, uint64_t value)
+{
+	struct chk_open_block *ob = &c->ob;
+
+	/* without memory the block is not judged (no false "unaccounted" verdicts) */
+	if (chk_reserve(&ob->refs, &ob->refs_cap, ob->nrefs, sizeof(*ob->refs), 8)) {
+		ob->open = false;
+		return;
+	}
+	ob->refs[ob->nrefs++] = (struct chk_block_ref){ type, value };
 }
 
 /* Whether the individual references of the block at `bytenr` can be judged. */
@@ -144,13 +211,17 @@ static void inline_block_refs(struct ub_checker *c, const struct ub_chk_problem 
 		return;
 	if (k->type == BTRFS_EXTENT_ITEM_KEY)
 		at += sizeof(struct btrfs_tree_block_info);
+	c->ob = (struct chk_open_block){ .key = *k, .flags = UB_GET(btrfs_extent_item, flags, d), .open = true,
+					 .refs = c->ob.refs, .refs_cap = c->ob.refs_cap };
 	while (at + sizeof(struct btrfs_extent_inline_ref) <= size) {
 		uint8_t type = (uint8_t)UB_GET(btrfs_extent_inline_ref, type, d + at);
+		uint64_t value = UB_GET(btrfs_extent_inline_ref, offset, d + at);
 
 		/* the tree checker has rejected other records in a tree block's item */
 		if (type != BTRFS_TREE_BLOCK_REF_KEY && type != BTRFS_SHARED_BLOCK_REF_KEY)
 			return;
-		block_ref(c, p, k->objectid, type, UB_GET(btrfs_extent_inline_ref, offset, d + at));
+		block_ref(c, p, k->objectid, c->ob.flags, type, value);
+		keep_ref(c, type, value);
 		at += sizeof(struct btrfs_extent_inline_ref);
 	}
 }
@@ -158,11 +229,17 @@ static void inline_block_refs(struct ub_checker *c, const struct ub_chk_problem 
 void chk_block_ref_keyed(struct ub_checker *c, const struct ub_key *k)
 {
 	struct ub_chk_problem p;
+	bool mine = c->ob.open && c->ob.key.objectid == k->objectid;
 
+	if (!mine)
+		close_block(c);
 	if (!refs_judged(c, k->objectid))
 		return;
 	where_item(&p, k);
-	block_ref(c, &p, k->objectid, k->type, k->offset);
+	/* a keyed reference of a block whose item was not kept: its flags unknown, the self reference passes */
+	block_ref(c, &p, k->objectid, mine ? c->ob.flags : BTRFS_BLOCK_FLAG_FULL_BACKREF, k->type, k->offset);
+	if (mine)
+		keep_ref(c, k->type, k->offset);
 }
 
 /*
@@ -212,6 +289,8 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 	uint64_t refs;
 	bool tree_block = k->type == BTRFS_METADATA_ITEM_KEY;
 
+	/* any extent item ends the references of the block before it */
+	close_block(c);
 	if (size < sizeof(struct btrfs_extent_item))
 		return;
 	if (k->type == BTRFS_EXTENT_ITEM_KEY)
@@ -235,6 +314,10 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 		chk_report(c, &p, "extent item for a block of the log tree");
 		return;
 	}
+	/* the extent item is made with the block, in the transaction that wrote the block's header */
+	if (b->gen && UB_GET(btrfs_extent_item, generation, d) != b->gen)
+		chk_report(c, &p, "extent item generation %llu, the block's header says %llu",
+			   (unsigned long long)UB_GET(btrfs_extent_item, generation, d), (unsigned long long)b->gen);
 	if (!c->walk_complete || (c->dropped_roots && subvol_tree(tree_of(c, b))))
 		return;
 	if (refs != b->ptrs)
@@ -247,5 +330,6 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 
 void chk_extent_refs_end(struct ub_checker *c, size_t *cursor)
 {
+	close_block(c);
 	missing_before(c, cursor, UINT64_MAX);
 }

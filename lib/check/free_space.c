@@ -63,6 +63,19 @@ int chk_free_space_item(struct cstate *s, const struct ub_key *k, const uint8_t 
 			   (unsigned long long)k->objectid, (unsigned long long)k->offset);
 		return 0;
 	}
+	/*
+	 * A block group's free space is kept one way, as its info says: the
+	 * kernel loads a group "using bitmaps" by bitmaps only and stops at an
+	 * extent item (and the other way round).
+	 */
+	if (s->ch[i].free_info && !s->ch[i].free_format_told &&
+	    !(s->ch[i].free_flags & BTRFS_FREE_SPACE_USING_BITMAPS) != (k->type == BTRFS_FREE_SPACE_EXTENT_KEY)) {
+		s->ch[i].free_format_told = true;
+		chk_report(s->c, &p, "a free space %s item in block group %llu, whose free space info says it uses %s",
+			   k->type == BTRFS_FREE_SPACE_EXTENT_KEY ? "extent" : "bitmap",
+			   (unsigned long long)s->ch[i].logical,
+			   s->ch[i].free_flags & BTRFS_FREE_SPACE_USING_BITMAPS ? "bitmaps" : "extents");
+	}
 	if (k->type == BTRFS_FREE_SPACE_EXTENT_KEY) {
 		s->ch[i].free_sum += k->offset;
 		s->ch[i].free_extents++;

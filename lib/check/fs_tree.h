@@ -17,6 +17,7 @@ struct chk_name {
 	uint64_t dir, child;
 	uint64_t index;  /* the directory index (refs and DIR_INDEX), 0 for DIR_ITEM */
 	uint32_t hash;   /* the name's hash */
+	uint32_t hash2;  /* another hash of the name: two names of one hash and length are two links */
 	uint16_t len;
 	uint8_t type;    /* BTRFS_FT_*: the entry's, or the child's own mode for a ref (0: unknown) */
 	uint8_t kind;
@@ -58,6 +59,9 @@ struct fstate {
 	uint64_t *orphans;
 	size_t norphans, orphans_cap;
 	bool nomem;
+	/* the fsync log's trees are streamed (chk_log_items): the item rules only, said as the log's */
+	bool log;
+	uint64_t log_subvol;
 	/* every subvolume's, until the checksum tree is read once at the end */
 	struct chk_csum_need *needs;
 	size_t nneeds, needs_cap;
@@ -65,6 +69,8 @@ struct fstate {
 };
 
 void chk_fs_where(struct ub_chk_problem *p, const struct fstate *f, uint64_t ino, uint64_t type, uint64_t offset);
+/* The second hash of a name (chk_name.hash2). */
+uint32_t chk_name_hash2(const uint8_t *name, uint32_t len);
 /* One record of a name; 0 or -ENOMEM. */
 int chk_name_add(struct fstate *f, const struct chk_name *n);
 /* Every name's three records against each other (sorts f->names). */
@@ -74,5 +80,16 @@ void chk_csum_need(struct fstate *f, const struct ub_key *k, uint64_t start, uin
 int chk_csum_needs_check(struct fstate *f);
 /* Every inode with nlink 0 against the orphan items. */
 void chk_orphans_check(struct fstate *f);
+/*
+ * fs_items.c: the rules of one item that need no other (an inode item, a
+ * file extent item, a name of `kind` for inode `ino`), for the subvolume
+ * trees and the fsync log alike; then every item of the fsync log's trees
+ * (0 or -ENOMEM).
+ */
+void chk_inode_rules(struct fstate *f, const struct ub_key *k, const uint8_t *d, uint32_t size);
+void chk_extent_rules(struct fstate *f, const struct ub_key *k, const uint8_t *d, uint32_t size);
+void chk_name_rules(struct fstate *f, const struct ub_key *k, uint64_t ino, const char *kind, const uint8_t *name,
+		    uint32_t len);
+int chk_log_items(struct fstate *f);
 
 #endif

@@ -2,10 +2,13 @@
 /*
  * RAID5/6 parity (--check-data-csum): every full stripe that holds an extent
  * (data or metadata) is read as stored, strip by strip, and its P and Q
- * compared with what its data strips give. A full stripe no extent touches
- * is left alone: parts of the disk no commit wrote hold whatever was there.
- * The chunk pass marks the full stripes as the extent tree streams by (a bit
- * per full stripe of each RAID5/6 chunk), then each marked one is verified.
+ * compared with what its data strips give, in the sector rows that hold live
+ * data only. The kernel computes parity for the rows a write touches (a
+ * partial write reads the rest of the row, not of the full stripe), so a row
+ * no extent uses may hold leftovers of an older chunk at that place (after a
+ * balance) under a parity nobody wrote. The chunk pass marks, as the extent
+ * tree streams by, the rows each extent covers (a row mask per full stripe
+ * of each RAID5/6 chunk), then each full stripe with marked rows is verified.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -30,21 +33,33 @@ static bool is_parity(const struct cinfo *ci)
 
 void chk_parity_mark(struct cstate *s, struct cinfo *ci, uint64_t logical, uint64_t len)
 {
-	uint64_t fs, first, last, n;
+	const struct ub_profile *pr = ub_profile_of(ci->type);
+	uint64_t fs, n, off, end;
+	unsigned data;
 
-	if (!s->c->opts.check_data_csum || !is_parity(ci) || !len || logical < ci->logical)
+	if (!s->c->opts.check_data_csum || !is_parity(ci) || !len || logical < ci->logical ||
+	    UB_STRIPE_LEN / s->sectorsize > 16)
 		return;
 	fs = full_size(ci);
+	data = ci->num - (unsigned)pr->nparity;
 	n = (ci->length + fs - 1) / fs;
 	if (!ci->full_used) {
-		ci->full_used = calloc((n + 63) / 64, sizeof(uint64_t));
+		ci->full_used = calloc(n, sizeof(*ci->full_used));
 		if (!ci->full_used)
 			return; /* verified as far as memory allows: this chunk is not */
 	}
-	first = (logical - ci->logical) / fs;
-	last = (logical - ci->logical + len - 1) / fs;
-	for (uint64_t f = first; f <= last && f < n; f++)
-		ci->full_used[f / 64] |= 1ULL << (f % 64);
+	off = logical - ci->logical;
+	end = off + len < ci->length ? off + len : ci->length;
+	/* strip by strip (a strip is one device's 64 KiB of a full stripe): the rows inside it */
+	while (off < end) {
+		uint64_t unit = off / UB_STRIPE_LEN, in = off % UB_STRIPE_LEN;
+		uint64_t stop = end - off < UB_STRIPE_LEN - in ? in + (end - off) : UB_STRIPE_LEN;
+		uint32_t first = (uint32_t)(in / s->sectorsize), last = (uint32_t)((stop - 1) / s->sectorsize);
+
+		for (uint32_t r = first; r <= last; r++)
+			ci->full_used[unit / data] |= (uint16_t)(1u << r);
+		off += stop - in;
+	}
 }
 
 static void verify_chunk(struct cstate *s, const struct cinfo *ci)
@@ -58,12 +73,12 @@ static void verify_chunk(struct cstate *s, const struct cinfo *ci)
 		return;
 	for (uint64_t f = 0; f < n; f++) {
 		struct ub_chk_problem p;
-		int bad, unreadable, ret, slot;
+		int bad, unreadable, row, ret, slot;
 
-		if (!(ci->full_used[f / 64] & (1ULL << (f % 64))))
+		if (!ci->full_used[f])
 			continue;
 		chk_capture(s->c);
-		ret = ub_volume_parity_check(c, f, &bad, &unreadable);
+		ret = ub_volume_parity_check(c, f, ci->full_used[f], s->sectorsize, &bad, &unreadable, &row);
 		(void)chk_captured(s->c);
 		if (ret == -ENOMEM)
 			return;
@@ -82,9 +97,10 @@ static void verify_chunk(struct cstate *s, const struct cinfo *ci)
 			p.devid = st->devid;
 			p.physical = st->physical + f * UB_STRIPE_LEN;
 			if (ret == 2)
-				chk_report(s->c, &p, "%s full stripe [%llu, +%llu): %s (devid %llu physical %llu) does not match its data strips",
+				chk_report(s->c, &p, "%s full stripe [%llu, +%llu): %s (devid %llu physical %llu) does not match its data strips (first in sector row %d, at physical %llu)",
 					   prof, (unsigned long long)(ci->logical + f * fs), (unsigned long long)fs,
-					   bad ? "Q" : "P", (unsigned long long)st->devid, (unsigned long long)p.physical);
+					   bad ? "Q" : "P", (unsigned long long)st->devid, (unsigned long long)p.physical, row,
+					   (unsigned long long)(p.physical + (uint64_t)row * s->sectorsize));
 			else
 				chk_report(s->c, &p, "%s full stripe [%llu, +%llu): strip %d (devid %llu physical %llu) cannot be read",
 					   prof, (unsigned long long)(ci->logical + f * fs), (unsigned long long)fs, slot,

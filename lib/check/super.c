@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "check/check_priv.h"
 
@@ -113,7 +114,9 @@ static void check_fields(struct ub_checker *c, const struct dev_super *d, const 
 static int read_device(struct ub_checker *c, struct dev_super *d)
 {
 	struct ub_dev *dev;
-	uint8_t buf[UB_SUPER_INFO_SIZE];
+	uint8_t buf[UB_SUPER_MIRROR_MAX][UB_SUPER_INFO_SIZE];
+	bool good[UB_SUPER_MIRROR_MAX] = { false };
+	int newest = -1;
 	struct ub_chk_problem p;
 	char why[256];
 	int ret = ub_dev_open(d->path, false, &dev);
@@ -129,14 +132,14 @@ static int read_device(struct ub_checker *c, struct dev_super *d)
 
 		if (off + UB_SUPER_INFO_SIZE > d->size)
 			break;
-		ret = ub_dev_read(dev, buf, sizeof(buf), off);
+		ret = ub_dev_read(dev, buf[m], sizeof(buf[m]), off);
 		where_dev(&p, d, off);
 		if (ret) {
 			chk_report(c, &p, "superblock copy %d at %llu cannot be read: %s", m, (unsigned long long)off,
 				   strerror(-ret));
 			continue;
 		}
-		ret = ub_super_validate(buf, off, why, sizeof(why));
+		ret = ub_super_validate(buf[m], off, why, sizeof(why));
 		/*
 		 * A mirror copy without any magic was never written (btrfs-image
 		 * restores and some tools write the primary only); one that is there
@@ -149,19 +152,45 @@ static int read_device(struct ub_checker *c, struct dev_super *d)
 			chk_report(c, &p, "superblock copy %d at %llu: %s", m, (unsigned long long)off, why);
 			continue;
 		}
-		if (!d->valid) {
-			memcpy(d->sb, buf, sizeof(buf));
-			d->valid = true;
-			where_dev(&p, d, off);
-		} else if (memcmp(UB_PTR(ub_disk_super, fsid, buf), UB_PTR(ub_disk_super, fsid, d->sb), UB_FSID_SIZE) ||
-			   SB(generation, buf) != SB(generation, d->sb)) {
-			chk_report(c, &p, "superblock copy %d at %llu: generation %llu, the first good copy's %llu%s", m,
-				   (unsigned long long)off, (unsigned long long)SB(generation, buf),
-				   (unsigned long long)SB(generation, d->sb),
-				   memcmp(UB_PTR(ub_disk_super, fsid, buf), UB_PTR(ub_disk_super, fsid, d->sb),
-					  UB_FSID_SIZE) ? ", and another fsid" : "");
-		}
-		check_fields(c, d, buf, off);
+		good[m] = true;
+		/*
+		 * The newest copy of the first good copy's filesystem (the one the volume
+		 * reads, unless an older filesystem's copy outlived a mkfs: then that
+		 * one is the odd one out).
+		 */
+		if (newest < 0 || (!memcmp(UB_PTR(ub_disk_super, fsid, buf[m]), UB_PTR(ub_disk_super, fsid, buf[newest]),
+					   UB_FSID_SIZE) &&
+				   SB(generation, buf[m]) > SB(generation, buf[newest])))
+			newest = m;
+	}
+	if (newest >= 0) {
+		memcpy(d->sb, buf[newest], sizeof(d->sb));
+		d->valid = true;
+	}
+	for (int m = 0; m < UB_SUPER_MIRROR_MAX; m++) {
+		uint64_t off = ub_super_offset(m), gen;
+		bool other_fs;
+
+		if (!good[m])
+			continue;
+		where_dev(&p, d, off);
+		gen = SB(generation, buf[m]);
+		other_fs = memcmp(UB_PTR(ub_disk_super, fsid, buf[m]), UB_PTR(ub_disk_super, fsid, d->sb), UB_FSID_SIZE);
+		/*
+		 * A commit writes every copy of every device in turn: a crash between
+		 * those writes leaves copies one commit behind, which the kernel and
+		 * btrfs check accept and the next commit rewrites. More is a copy the
+		 * commits missed.
+		 */
+		if (!other_fs && gen + 1 == SB(generation, d->sb))
+			chk_note(c, "%s: superblock copy %d at %llu is one commit behind (generation %llu, the device's newest copy %llu): a crash between the superblock writes of a commit leaves this",
+				 d->path, m, (unsigned long long)off, (unsigned long long)gen,
+				 (unsigned long long)SB(generation, d->sb));
+		else if (other_fs || gen != SB(generation, d->sb))
+			chk_report(c, &p, "superblock copy %d at %llu: generation %llu, the device's newest copy's %llu%s", m,
+				   (unsigned long long)off, (unsigned long long)gen,
+				   (unsigned long long)SB(generation, d->sb), other_fs ? ", and another fsid" : "");
+		check_fields(c, d, buf[m], off);
 	}
 	where_dev(&p, d, 0);
 	if (d->valid && DI(total_bytes, d->sb) > d->size)
@@ -186,8 +215,13 @@ static void compare_devices(struct ub_checker *c, struct dev_super *ds, int n, s
 		where_dev(&p, &ds[i], ub_super_offset(0));
 		if (memcmp(UB_PTR(ub_disk_super, fsid, ds[i].sb), UB_PTR(ub_disk_super, fsid, newest->sb), UB_FSID_SIZE))
 			chk_report(c, &p, "the device belongs to another filesystem than %s", newest->path);
+		/* one commit behind: a crash between the devices' superblock writes (the volume reads it) */
+		else if (SB(generation, ds[i].sb) + 1 == SB(generation, newest->sb))
+			chk_note(c, "%s: the superblock is one commit behind (generation %llu, %s has %llu): a crash between the superblock writes of a commit leaves this",
+				 ds[i].path, (unsigned long long)SB(generation, ds[i].sb), newest->path,
+				 (unsigned long long)SB(generation, newest->sb));
 		else if (SB(generation, ds[i].sb) != SB(generation, newest->sb))
-			chk_report(c, &p, "stale superblock: generation %llu, %s has %llu",
+			chk_report(c, &p, "stale superblock: generation %llu, %s has %llu (a device that missed commits)",
 				   (unsigned long long)SB(generation, ds[i].sb), newest->path,
 				   (unsigned long long)SB(generation, newest->sb));
 		else if (SB(num_devices, ds[i].sb) != SB(num_devices, newest->sb))
@@ -223,26 +257,48 @@ static void compare_devices(struct ub_checker *c, struct dev_super *ds, int n, s
 	}
 }
 
+/* Whether two device paths name one device (a block device by its number, a file by its inode). */
+static bool same_device(const char *a, const char *b)
+{
+	struct stat x, y;
+
+	if (stat(a, &x) || stat(b, &y))
+		return !strcmp(a, b);
+	if (S_ISBLK(x.st_mode) || S_ISBLK(y.st_mode))
+		return S_ISBLK(x.st_mode) && S_ISBLK(y.st_mode) && x.st_rdev == y.st_rdev;
+	return x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 int ub_checker_supers(struct ub_checker *c, const char *const *paths, int npaths, struct ub_fs *fs)
 {
 	struct ub_device_info *devs = NULL;
 	struct dev_super *ds;
-	int n = npaths, ret = 0;
+	int n = 0, nvol = 0, ret = 0;
 
 	if (fs) {
-		ret = ub_volume_list_devices(ub_fs_volume(fs), &devs, &n);
+		ret = ub_volume_list_devices(ub_fs_volume(fs), &devs, &nvol);
 		if (ret)
 			return ret;
 	}
-	ds = calloc((size_t)(n ? n : 1), sizeof(*ds));
+	ds = calloc((size_t)nvol + (size_t)(npaths > 0 ? npaths : 0) + 1, sizeof(*ds));
 	if (!ds) {
 		free(devs);
 		return -ENOMEM;
 	}
+	for (int i = 0; i < nvol; i++)
+		ds[n++].path = devs[i].path; /* NULL: missing, compare_devices says so */
+	/* the devices given that the volume left out (another filesystem's, or stale) are read too */
+	for (int i = 0; i < npaths; i++) {
+		bool known = false;
+
+		for (int j = 0; j < nvol && !known; j++)
+			known = devs[j].path && same_device(devs[j].path, paths[i]);
+		if (!known)
+			ds[n++].path = paths[i];
+	}
 	for (int i = 0; i < n; i++) {
-		ds[i].path = fs ? devs[i].path : paths[i];
 		if (!ds[i].path)
-			continue; /* missing: compare_devices says so */
+			continue;
 		chk_progress(c, "superblocks", (uint64_t)i, (uint64_t)n);
 		read_device(c, &ds[i]);
 	}
@@ -250,8 +306,9 @@ int ub_checker_supers(struct ub_checker *c, const char *const *paths, int npaths
 	if (fs) {
 		free(c->dev_supers);
 		c->ndev_supers = 0;
-		c->dev_supers = calloc((size_t)(n ? n : 1), sizeof(*c->dev_supers));
-		for (int i = 0; c->dev_supers && i < n; i++) {
+		c->dev_supers = calloc((size_t)(nvol ? nvol : 1), sizeof(*c->dev_supers));
+		/* the volume's own devices only: their superblocks against the chunk tree */
+		for (int i = 0; c->dev_supers && i < nvol; i++) {
 			struct chk_dev_super *e;
 
 			if (!ds[i].valid)

@@ -9,7 +9,7 @@
  * per tree, shared only between subvolume trees), the chunk a block lies in
  * and pointer generations against their node's.
  *
- * Memory: one entry per block reached (32 bytes: address, owner, pointers,
+ * Memory: one entry per block reached (40 bytes: address, owner, generation, pointers,
  * tree; handed to the extent checks), one record per file extent item with
  * data (40 bytes, for the data references) and the root items to walk; the
  * blocks themselves go through the bounded block cache.
@@ -186,6 +186,7 @@ static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, c
 	}
 	/* the map may move while children are added: the entry is used before that */
 	b->owner = ub_eb_owner(eb);
+	b->gen = ub_eb_generation(eb);
 	if (b->owner == w->tree)
 		b->owner_reached = true;
 	if (UB_GET(ub_disk_header, flags, ub_eb_data(eb)) & BTRFS_HEADER_FLAG_RELOC)
@@ -357,6 +358,14 @@ static int collect_roots(struct walk *w, const struct ub_eb *eb)
 		}
 		if (add_root(w->roots, &k, d))
 			return -ENOMEM;
+		/* deleted, not yet cleaned: its tree is walked, but it is no live subvolume */
+		if (!UB_GET(btrfs_root_item, refs, d) && w->roots != w->log_roots) {
+			struct ub_checker *c = w->c;
+
+			if (chk_reserve(&c->dead_subvols, &c->dead_cap, c->ndead, sizeof(*c->dead_subvols), 8))
+				return -ENOMEM;
+			c->dead_subvols[c->ndead++] = k.objectid;
+		}
 	}
 	return 0;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The chunk map: chunk items, their lookup by logical address, and the way into each chunk's layout. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include "volume_internal.h"
 
@@ -26,14 +27,15 @@ void ub_chunk_bind(struct ub_volume *vol, struct ub_chunk *c)
 	}
 }
 
-static int chunk_item_valid(struct ub_volume *vol, uint64_t logical, const uint8_t *item, uint32_t size)
+int ub_chunk_item_check(uint64_t logical, const uint8_t *item, uint32_t size, uint32_t sectorsize, char *why,
+			size_t whylen)
 {
 	uint64_t length, type, stripe_len;
 	uint16_t num, sub;
 	const struct ub_profile *prof;
 
 	if (size < CHUNK_HDR + STRIPE_SZ) {
-		ub_err(&vol->log, "chunk at logical %llu: item too small (%u bytes)", (unsigned long long)logical, size);
+		snprintf(why, whylen, "item too small (%u bytes)", size);
 		return -EUCLEAN;
 	}
 	length = CK(length, item);
@@ -43,32 +45,36 @@ static int chunk_item_valid(struct ub_volume *vol, uint64_t logical, const uint8
 	sub = (uint16_t)CK(sub_stripes, item);
 	prof = ub_profile_of(type);
 	if (num == 0 || size != CHUNK_HDR + (uint32_t)num * STRIPE_SZ) {
-		ub_err(&vol->log, "chunk at logical %llu: %u stripes do not fit item size %u",
-		       (unsigned long long)logical, num, size);
+		snprintf(why, whylen, "%u stripes do not fit item size %u", num, size);
 		return -EUCLEAN;
 	}
 	if (!prof || !(type & BTRFS_BLOCK_GROUP_TYPE_MASK)) {
-		ub_err(&vol->log, "chunk at logical %llu: invalid type flags 0x%llx", (unsigned long long)logical,
-		       (unsigned long long)type);
+		snprintf(why, whylen, "invalid type flags 0x%llx", (unsigned long long)type);
 		return -EUCLEAN;
 	}
-	if (length == 0 || length % vol->sectorsize || logical % vol->sectorsize ||
-	    logical + length < logical) {
-		ub_err(&vol->log, "chunk at logical %llu: invalid length %llu", (unsigned long long)logical,
-		       (unsigned long long)length);
+	if (length == 0 || !sectorsize || length % sectorsize || logical % sectorsize || logical + length < logical) {
+		snprintf(why, whylen, "invalid length %llu", (unsigned long long)length);
 		return -EUCLEAN;
 	}
 	if (stripe_len != UB_STRIPE_LEN) {
-		ub_err(&vol->log, "chunk at logical %llu: stripe length %llu, expected 65536",
-		       (unsigned long long)logical, (unsigned long long)stripe_len);
+		snprintf(why, whylen, "stripe length %llu, expected 65536", (unsigned long long)stripe_len);
 		return -EUCLEAN;
 	}
 	if (!prof->layout->stripes_valid(prof, num, sub)) {
-		ub_err(&vol->log, "chunk at logical %llu: %u stripes (sub_stripes %u) invalid for %s",
-		       (unsigned long long)logical, num, sub, prof->name);
+		snprintf(why, whylen, "%u stripes (sub_stripes %u) invalid for %s", num, sub, prof->name);
 		return -EUCLEAN;
 	}
 	return 0;
+}
+
+static int chunk_item_valid(struct ub_volume *vol, uint64_t logical, const uint8_t *item, uint32_t size)
+{
+	char why[160];
+	int ret = ub_chunk_item_check(logical, item, size, vol->sectorsize, why, sizeof(why));
+
+	if (ret)
+		ub_err(&vol->log, "chunk at logical %llu: %s", (unsigned long long)logical, why);
+	return ret;
 }
 
 static int chunk_cmp_find(struct ub_volume *vol, uint64_t logical)

@@ -505,15 +505,17 @@ const struct ub_layout ub_layout_parity = {
 
 /* ---- verifying parity ---- */
 
-int ub_volume_parity_check(const struct ub_chunk *c, uint64_t full, int *bad_parity, int *unreadable)
+int ub_volume_parity_check(const struct ub_chunk *c, uint64_t full, uint64_t rows, uint32_t row_bytes,
+			   int *bad_parity, int *unreadable, int *bad_row)
 {
 	const int total = c->num_stripes, np = c->profile ? c->profile->nparity : 0, n = total - np;
 	const size_t len = (size_t)c->stripe_len;
 	uint8_t *bufs, *stripes[UB_RAID_MAX_STRIPES];
 	int ret = 0;
 
-	*bad_parity = *unreadable = -1;
-	if (np < 1 || n < 1 || total > UB_RAID_MAX_STRIPES || full >= c->length / ((uint64_t)n * c->stripe_len))
+	*bad_parity = *unreadable = *bad_row = -1;
+	if (np < 1 || n < 1 || total > UB_RAID_MAX_STRIPES || full >= c->length / ((uint64_t)n * c->stripe_len) ||
+	    !row_bytes || len % row_bytes || len / row_bytes > 64)
 		return -EINVAL;
 	/* the strips as stored, then the parity their data gives, side by side */
 	bufs = malloc((size_t)(total + np) * len);
@@ -529,19 +531,27 @@ int ub_volume_parity_check(const struct ub_chunk *c, uint64_t full, int *bad_par
 			goto out;
 		}
 	}
-	{
+	/*
+	 * Row by row: the kernel computes P and Q only for the rows a write
+	 * touched, so a row nobody wrote may hold any leftover bytes.
+	 */
+	for (size_t r = 0; r < len / row_bytes && !ret; r++) {
 		uint8_t *fresh[UB_RAID_MAX_STRIPES];
+		size_t at = r * row_bytes;
 
+		if (!(rows & (1ULL << r)))
+			continue;
 		for (int i = 0; i < n; i++)
-			fresh[i] = stripes[i];
+			fresh[i] = stripes[i] + at;
 		for (int p = 0; p < np; p++)
-			fresh[n + p] = bufs + (size_t)(total + p) * len;
-		ret = ub_raid_gen_parity(n, np, fresh, len);
+			fresh[n + p] = bufs + (size_t)(total + p) * len + at;
+		ret = ub_raid_gen_parity(n, np, fresh, row_bytes);
 		if (ret)
 			goto out;
 		for (int p = 0; p < np; p++)
-			if (memcmp(fresh[n + p], stripes[n + p], len)) {
+			if (memcmp(fresh[n + p], stripes[n + p] + at, row_bytes)) {
 				*bad_parity = p;
+				*bad_row = (int)r;
 				ret = 2;
 				break;
 			}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <stdio.h>
-#include "ubtrfs/volume.h"
+#include "volume_internal.h"
 
 uint64_t ub_super_offset(int mirror)
 {
@@ -19,6 +19,70 @@ static int is_pow2_in(uint64_t v, uint64_t lo, uint64_t hi)
 #define SB(field) UB_GET(ub_disk_super, field, sb)
 /* btrfs never puts anything in a device's first MiB but the superblock */
 #define UB_DEVICE_RESERVED (1024ULL * 1024)
+
+/*
+ * The system chunk array is part of the copy: without it nothing else can be
+ * read, so a copy whose array breaks the format (a truncated entry, another
+ * key type, a chunk item that breaks a chunk's rules, a chunk that is not
+ * SYSTEM, two chunks that overlap) fails as a bad checksum would, and the
+ * reader falls back to the next copy. The array size was bounded before.
+ */
+static int sys_array_valid(const uint8_t *sb, uint32_t sectorsize, char *why, size_t whylen)
+{
+	const uint8_t *arr = UB_PTR(ub_disk_super, sys_chunk_array, sb);
+	const uint32_t size = (uint32_t)SB(sys_chunk_array_size), hdr = (uint32_t)offsetof(struct btrfs_chunk, stripe);
+	/* every entry holds a key and a chunk item with one stripe at least */
+	uint64_t start[UB_SYSTEM_CHUNK_ARRAY_SIZE / (UB_DISK_KEY_SIZE + sizeof(struct btrfs_chunk)) + 1];
+	uint64_t end[sizeof(start) / sizeof(start[0])];
+	uint32_t pos = 0, n = 0;
+	char item_why[160];
+
+	while (pos < size) {
+		struct ub_key key;
+		const uint8_t *item;
+		uint32_t num, isz;
+
+		if (size - pos < UB_DISK_KEY_SIZE + hdr) {
+			snprintf(why, whylen, "system chunk array: truncated entry at offset %u of %u", pos, size);
+			return -EUCLEAN;
+		}
+		ub_key_read(&key, arr + pos);
+		item = arr + pos + UB_DISK_KEY_SIZE;
+		if (key.type != BTRFS_CHUNK_ITEM_KEY) {
+			snprintf(why, whylen, "system chunk array: entry at offset %u has key type %u, not CHUNK_ITEM", pos,
+				 key.type);
+			return -EUCLEAN;
+		}
+		num = (uint32_t)UB_GET(btrfs_chunk, num_stripes, item);
+		isz = hdr + num * (uint32_t)sizeof(struct btrfs_stripe);
+		if (!num || isz > size - pos - UB_DISK_KEY_SIZE) {
+			snprintf(why, whylen, "system chunk array: chunk at logical %llu with %u stripes overruns the array",
+				 (unsigned long long)key.offset, num);
+			return -EUCLEAN;
+		}
+		if (ub_chunk_item_check(key.offset, item, isz, sectorsize, item_why, sizeof(item_why))) {
+			snprintf(why, whylen, "system chunk array: chunk at logical %llu: %s", (unsigned long long)key.offset,
+				 item_why);
+			return -EUCLEAN;
+		}
+		if (!(UB_GET(btrfs_chunk, type, item) & BTRFS_BLOCK_GROUP_SYSTEM)) {
+			snprintf(why, whylen, "system chunk array: chunk at logical %llu has type 0x%llx, not SYSTEM",
+				 (unsigned long long)key.offset, (unsigned long long)UB_GET(btrfs_chunk, type, item));
+			return -EUCLEAN;
+		}
+		start[n] = key.offset;
+		end[n] = key.offset + UB_GET(btrfs_chunk, length, item);
+		for (uint32_t i = 0; i < n; i++)
+			if (start[n] < end[i] && start[i] < end[n]) {
+				snprintf(why, whylen, "system chunk array: chunk at logical %llu overlaps chunk at %llu",
+					 (unsigned long long)start[n], (unsigned long long)start[i]);
+				return -EUCLEAN;
+			}
+		n++;
+		pos += UB_DISK_KEY_SIZE + isz;
+	}
+	return 0;
+}
 
 int ub_super_validate(const uint8_t *sb, uint64_t bytenr, char *why, size_t whylen)
 {
@@ -101,5 +165,5 @@ int ub_super_validate(const uint8_t *sb, uint64_t bytenr, char *why, size_t whyl
 		snprintf(why, whylen, "generation is 0");
 		return -EUCLEAN;
 	}
-	return 0;
+	return sys_array_valid(sb, (uint32_t)sectorsize, why, whylen);
 }

@@ -41,6 +41,12 @@ extern const struct ub_layout ub_layout_raid0;  /* copies.c */
 extern const struct ub_layout ub_layout_raid10; /* copies.c */
 extern const struct ub_layout ub_layout_parity; /* RAID5, RAID6 (raid56.c) */
 
+/*
+ * A chunk item's own rules (size against num_stripes, type, length, stripe
+ * length, the profile's stripe counts): 0, or -EUCLEAN with the reason in `why`.
+ */
+int ub_chunk_item_check(uint64_t logical, const uint8_t *item, uint32_t size, uint32_t sectorsize, char *why,
+			size_t whylen);
 int ub_chunk_map_copy(const struct ub_chunk *c, uint64_t logical, int mirror, struct ub_map *m);
 int ub_chunk_num_copies(const struct ub_chunk *c);
 void ub_chunk_bind(struct ub_volume *vol, struct ub_chunk *c);

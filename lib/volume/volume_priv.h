@@ -104,11 +104,14 @@ int ub_chunk_data_stripes(const struct ub_chunk *c);
 int ub_chunk_super_ranges(const struct ub_chunk *c, uint64_t *start, uint64_t *len, int max, int *n);
 /*
  * RAID5/6: read every strip of full stripe `full` of chunk `c` as stored and
- * compare P (and Q) with what the data strips give. 0 consistent; 1 a strip
- * cannot be read (*unreadable: its slot, data 0..n-1 then P, Q); 2 parity
- * differs (*bad_parity: 0 P, 1 Q; the first that differs); <0 -errno.
+ * compare P (and Q) with what the data strips give, in the rows `rows` names
+ * (bit r: bytes [r * row_bytes, +row_bytes) of each strip; at most 64 rows).
+ * 0 consistent; 1 a strip cannot be read (*unreadable: its slot, data 0..n-1
+ * then P, Q); 2 parity differs (*bad_parity: 0 P, 1 Q; *bad_row: the first
+ * row that differs); <0 -errno.
  */
-int ub_volume_parity_check(const struct ub_chunk *c, uint64_t full, int *bad_parity, int *unreadable);
+int ub_volume_parity_check(const struct ub_chunk *c, uint64_t full, uint64_t rows, uint32_t row_bytes,
+			   int *bad_parity, int *unreadable, int *bad_row);
 /* The index into c->stripes of slot `slot` (data 0..n-1, P, Q) of full stripe `full`. */
 int ub_volume_parity_slot(const struct ub_chunk *c, uint64_t full, int slot);
 
