@@ -133,30 +133,38 @@ def write_file(path, data, mode=0o644, fsync=False):
         os.close(fd)
 
 
-def make_crash(workdir, baseline, action, mount_options="", mkfs_options=()):
+def make_crash(workdir, baseline, action, mount_options="", mkfs_options=(), tries=3):
     """Build crash.img in workdir: baseline, commit, action (which fsyncs), copy.
 
     `baseline(mnt)` and `action(mnt)` get the mount point as a Path.  The copy
-    is taken while the filesystem is still mounted, before any commit.
+    is taken while the filesystem is still mounted, before any commit.  On a
+    loaded machine the kernel may still commit between the fsync and the copy
+    (the copy then has no log): the image is made again, up to `tries` times,
+    and the last one is returned as it is (the caller's own check on log_root
+    says what it got).
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     img = workdir / "live.img"
     crash = workdir / "crash.img"
-    with open(img, "wb") as f:
-        f.truncate(IMG_SIZE)
-    T.run(["mkfs.btrfs", "-q", "-f", *mkfs_options, str(img)])
-    opts = "commit=%d" % COMMIT_INTERVAL
-    if mount_options:
-        opts += "," + mount_options
-    with T.mounted([img], workdir / "mnt_live", options=opts, readonly=False) as mnt:
-        mnt = Path(mnt)
-        baseline(mnt)
-        fs_sync(mnt)
-        action(mnt)
-        T.copy_sparse(img, crash)
-    os.unlink(img)
-    return Crash(workdir, crash, dump_super(crash))
+    for attempt in range(tries):
+        with open(img, "wb") as f:
+            f.truncate(IMG_SIZE)
+        T.run(["mkfs.btrfs", "-q", "-f", *mkfs_options, str(img)])
+        opts = "commit=%d" % COMMIT_INTERVAL
+        if mount_options:
+            opts += "," + mount_options
+        with T.mounted([img], workdir / "mnt_live", options=opts, readonly=False) as mnt:
+            mnt = Path(mnt)
+            baseline(mnt)
+            fs_sync(mnt)
+            action(mnt)
+            T.copy_sparse(img, crash)
+        os.unlink(img)
+        fields = dump_super(crash)
+        if int(fields.get("log_root", "0")) != 0 or attempt + 1 == tries:
+            return Crash(workdir, crash, fields)
+        os.unlink(crash)
 
 
 def _copy(crash, name):
