@@ -43,7 +43,7 @@ struct ub_txn;
  * raid-stripe tree, extent-tree-v2, mixed block groups, metadata without
  * skinny extents, any unknown incompat or compat_ro bit. A pending fsync log
  * is replayed into the trees and committed before the open returns, as the
- * kernel's mount does (lib/fs/log_commit.c; an info line says what it did);
+ * kernel's mount does (lib/fsw/log_commit.c; an info line says what it did);
  * a log that cannot be replayed fails the open (-EUCLEAN) with nothing written.
  */
 int ub_engine_open(const char *const *paths, int npaths, const struct ub_log *log, struct ub_engine **out);

@@ -167,7 +167,7 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,
 		     uint64_t *ino, uint8_t *type);
 
-/* ---- reserving before each call (lib/fs/write_ops.c) ---- */
+/* ---- reserving before each call (lib/fsw/ops.c) ---- */
 
 enum {
 	UB_FSW_OP_CREATE = 1, /* create, mkdir, mknod, symlink */

@@ -61,7 +61,7 @@ struct ub_eroot {
 	uint32_t touch_nsec;
 	/*
 	 * The next inode number the writer hands out in this subvolume, 0 until
-	 * its first use counts it from the tree (lib/fs/write_inode.c). Kept
+	 * its first use counts it from the tree (lib/fsw/inode.c). Kept
 	 * with the object, so it lives exactly as long as the open filesystem
 	 * and never goes back: a number names one inode while the filesystem is
 	 * open, whatever was freed or aborted meanwhile. Changed with atomics.

@@ -11,7 +11,6 @@
 #include "txn.h"
 #include "cleaner.h"
 #include "fs/fs_embed.h"
-#include "fs/log_commit.h"
 
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)
 
@@ -94,7 +93,7 @@ static int check_pending_work(struct ub_engine *e)
 	return ret;
 }
 
-static int engine_open(const char *const *paths, struct ub_dev *const *devs, int n, const struct ub_log *log,
+int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int n, const struct ub_log *log,
 		       unsigned flags, struct ub_engine **out)
 {
 	/* the engine refuses a pending log itself (ub_engine_check_features), so it is not replayed for reading */
@@ -181,21 +180,13 @@ static int engine_open(const char *const *paths, struct ub_dev *const *devs, int
 			(unsigned long long)ub_alloc_bytes_used(e->alloc));
 		e->bytes_used = ub_alloc_bytes_used(e->alloc);
 	}
-	/* a pending fsync log is replayed into the trees and committed, as the kernel's mount does */
+	/* a pending fsync log: replayed by the caller above (lib/fsw/open.c), or refused here */
 	if (SB(log_root, sb) && (flags & UB_ENGINE_OPEN_NO_LOG_REPLAY)) {
 		ub_err(&e->fs.log, "cannot open for writing: the filesystem has a pending fsync log (log root at logical "
 		       "%llu) and its replay was not asked for", (unsigned long long)SB(log_root, sb));
 		ret = -EOPNOTSUPP;
 		goto fail;
 	}
-	ret = ub_log_commit(e);
-	if (ret)
-		goto fail;
-	e->clean_step = UB_ENGINE_CLEAN_DEFAULT;
-	ret = ub_engine_has_dead_roots(e);
-	if (ret < 0)
-		goto fail;
-	e->dead_roots = ret;
 	*out = e;
 	return 0;
 fail:
@@ -203,21 +194,16 @@ fail:
 	return ret;
 }
 
-int ub_engine_open(const char *const *paths, int npaths, const struct ub_log *log, struct ub_engine **out)
+int ub_engine_ready(struct ub_engine *e)
 {
-	return engine_open(paths, NULL, npaths, log, 0, out);
-}
+	int ret;
 
-/* ub_engine_open with UB_ENGINE_OPEN_* flags */
-int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
-		      struct ub_engine **out)
-{
-	return engine_open(paths, NULL, npaths, log, flags, out);
-}
-
-int ub_engine_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_log *log, struct ub_engine **out)
-{
-	return engine_open(NULL, devs, ndevs, log, 0, out);
+	e->clean_step = UB_ENGINE_CLEAN_DEFAULT;
+	ret = ub_engine_has_dead_roots(e);
+	if (ret < 0)
+		return ret;
+	e->dead_roots = ret;
+	return 0;
 }
 
 int ub_engine_view(struct ub_engine *e, struct ub_fs **out)

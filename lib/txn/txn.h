@@ -88,7 +88,7 @@ int ub_engine_add_root(struct ub_engine *e, const struct ub_root *r, uint64_t it
  * Commit t, then go on with the same handle as the next transaction (the
  * cleaner's share of a commit runs in between, cleaner.h): for a call that
  * must commit in the middle of its caller's transaction (a snapshot,
- * lib/fs/write_subvol.c). 0, or the commit's or the cleaner's error; then t
+ * lib/fsw/subvol.c). 0, or the commit's or the cleaner's error; then t
  * is still a handle to abort (a broken engine's refuses every commit).
  */
 int ub_txn_commit_keep(struct ub_txn *t);
@@ -144,11 +144,20 @@ int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub
 #define UB_ENGINE_OPEN_NO_LOG_REPLAY (1U << 0) /* refuse (-EOPNOTSUPP) a pending fsync log instead of replaying it */
 int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
 		      struct ub_engine **out);
+/*
+ * The engine's half of an open (paths, or devs when paths is NULL): volume,
+ * trees, features, allocator; a pending fsync log is left for the caller
+ * (the writers' layer replays it, lib/fsw/open.c) unless flags refuse it.
+ * Then ub_engine_ready: what the first commit needs (dead roots to clean).
+ */
+int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int n, const struct ub_log *log,
+		       unsigned flags, struct ub_engine **out);
+int ub_engine_ready(struct ub_engine *e);
 
 /*
  * ---- dirty budget ----
  * A transaction keeps every block it changed in memory until its commit; data
- * goes to disk as it is written (lib/fs/write_data.c) and is not held. So
+ * goes to disk as it is written (lib/fsw/data.c) and is not held. So
  * ub_engine_begin_op commits the running transaction before handing it out
  * again once its dirty memory reaches the engine's budget: a long run of
  * operations commits by itself, each commit a consistent state. Callers must

@@ -19,7 +19,7 @@ says so, until the devices are full and an operation gets -ENOSPC. Then:
 Data chunks: the driver reserves data until ENOSPC (adding data chunks); the
 kernel then mounts read-write and writes a file into them.
 
-Data: files of 4 MiB through the file API (lib/fs/write_*) until ENOSPC,
+Data: files of 4 MiB through the file API (lib/fsw/) until ENOSPC,
 with data chunks added before each write (ub_chunk_ensure_data); delete all,
 refill the same amount without ENOSPC and without a new chunk, ten rounds
 in every profile behind UBTRFS_LONG_TESTS. Metadata: the same with large

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The fsync log replayed into the trees and committed, at a read-write open (log_commit.c). */
-#ifndef UBTRFS_FS_LOG_COMMIT_H
-#define UBTRFS_FS_LOG_COMMIT_H
+#ifndef UBTRFS_FSW_LOG_COMMIT_H
+#define UBTRFS_FSW_LOG_COMMIT_H
 
 struct ub_engine;
 

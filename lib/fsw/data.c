@@ -29,7 +29,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fs/write.h"
+#include "fsw/fsw.h"
 #include "fs/compress.h"
 #include "txn/backref.h"
 

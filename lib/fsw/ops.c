@@ -7,7 +7,7 @@
  * of BTRFS_MAX_LEVEL blocks and split each of them once.
  */
 #include <errno.h>
-#include "fs/write.h"
+#include "fsw/fsw.h"
 
 #define MAX_LEVEL 8
 #define EXTENT_CHUNK (128 * 1024) /* the smallest extent a long write is cut into (compressed) */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Between the files of the file API's write side (lib/fs/write_*.c). */
-#ifndef UBTRFS_FS_WRITE_H
-#define UBTRFS_FS_WRITE_H
+/* Between the files of the file API (lib/fsw/), the writers above the engine. */
+#ifndef UBTRFS_FSW_FSW_H
+#define UBTRFS_FSW_FSW_H
 
 #include <stdbool.h>
 #include <stdint.h>

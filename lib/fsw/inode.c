@@ -28,7 +28,7 @@
 #include <time.h>
 #include <isa-l.h>
 
-#include "fs/write.h"
+#include "fsw/fsw.h"
 
 #define II_GET(f, p) UB_GET(btrfs_inode_item, f, p)
 #define II_SET(f, p, v) UB_SET(btrfs_inode_item, f, p, v)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fs/write.h"
+#include "fsw/fsw.h"
 
 #define II_GET(f, p) UB_GET(btrfs_inode_item, f, p)
 

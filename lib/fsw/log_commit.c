@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "log_commit.h"
-#include "log_replay.h"
-#include "write.h"
+#include "fsw/log_commit.h"
+#include "fs/log_replay.h"
+#include "fsw/fsw.h"
 
 #define FE(field, p) UB_GET(btrfs_file_extent_item, field, p)
 #define SB(field, sb) UB_GET(ub_disk_super, field, sb)

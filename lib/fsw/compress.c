@@ -17,7 +17,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "fs/write.h"
+#include "fsw/fsw.h"
 
 static int c_zlib(const uint8_t *in, size_t len, uint8_t *out, size_t cap, size_t *olen, int level)
 {

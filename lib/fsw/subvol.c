@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <uuid/uuid.h>
 
-#include "fs/write.h"
+#include "fsw/fsw.h"
 
 #define RI_SET(f, p, v) UB_SET(btrfs_root_item, f, p, v)
 #define RI_GET(f, p) UB_GET(btrfs_root_item, f, p)
