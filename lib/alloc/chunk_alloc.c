@@ -249,28 +249,19 @@ int ub_chunk_dev_space(struct ub_chunk_ctx *cc, struct ub_dev_space **out, int *
 
 uint32_t ub_chunk_item_size(int num_stripes)
 {
-	return (uint32_t)(sizeof(struct btrfs_chunk) + (size_t)(num_stripes - 1) * sizeof(struct btrfs_stripe));
+	return ub_chunk_item_bytes(num_stripes);
 }
 
 void ub_chunk_encode(const struct ub_chunk_plan *plan, uint32_t sectorsize, const uint8_t *uuids, uint8_t *item)
 {
-	memset(item, 0, ub_chunk_item_size(plan->num_stripes));
-	UB_SET(btrfs_chunk, length, item, plan->length);
-	/* the kernel names the extent tree as the owner of every chunk */
-	UB_SET(btrfs_chunk, owner, item, BTRFS_EXTENT_TREE_OBJECTID);
-	UB_SET(btrfs_chunk, stripe_len, item, UB_STRIPE_LEN);
-	UB_SET(btrfs_chunk, type, item, plan->type);
-	UB_SET(btrfs_chunk, io_align, item, UB_STRIPE_LEN);
-	UB_SET(btrfs_chunk, io_width, item, UB_STRIPE_LEN);
-	UB_SET(btrfs_chunk, sector_size, item, sectorsize);
-	UB_SET(btrfs_chunk, num_stripes, item, (uint64_t)plan->num_stripes);
-	UB_SET(btrfs_chunk, sub_stripes, item, (uint64_t)(plan->sub_stripes ? plan->sub_stripes : 1));
+	uint64_t devid[UB_MAX_STRIPES], phys[UB_MAX_STRIPES];
+
 	for (int i = 0; i < plan->num_stripes; i++) {
-		uint8_t *s = item + offsetof(struct btrfs_chunk, stripe) + (size_t)i * sizeof(struct btrfs_stripe);
-		UB_SET(btrfs_stripe, devid, s, plan->stripes[i].devid);
-		UB_SET(btrfs_stripe, offset, s, plan->stripes[i].physical);
-		memcpy(s + offsetof(struct btrfs_stripe, dev_uuid), uuids + (size_t)i * UB_UUID_SIZE, UB_UUID_SIZE);
+		devid[i] = plan->stripes[i].devid;
+		phys[i] = plan->stripes[i].physical;
 	}
+	ub_chunk_item_encode(plan->length, plan->type, sectorsize, plan->num_stripes, plan->sub_stripes, devid, phys,
+			     uuids, item);
 }
 
 void ub_dev_extent_encode(uint64_t chunk_offset, uint64_t length, const uint8_t *chunk_tree_uuid, uint8_t *item)

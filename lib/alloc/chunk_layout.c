@@ -11,52 +11,20 @@
 
 #include "alloc/chunk_layout.h"
 #include "ubtrfs/format.h"
+#include "volume/volume_priv.h"
 
 #define MiB (1024ULL * 1024)
 #define GiB (1024ULL * MiB)
 
 int ub_chunk_rules_of(uint64_t type, struct ub_chunk_rules *r)
 {
-	uint64_t prof = type & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+	const struct ub_profile *p = ub_profile_of(type);
 
-	*r = (struct ub_chunk_rules){ .dev_stripes = 1, .devs_min = 1, .devs_max = 1, .devs_increment = 1,
-				      .ncopies = 1, .nparity = 0, .sub_stripes = 1 };
-	switch (prof) {
-	case 0:
-		break;
-	case BTRFS_BLOCK_GROUP_DUP:
-		r->dev_stripes = 2;
-		r->ncopies = 2;
-		break;
-	case BTRFS_BLOCK_GROUP_RAID0:
-		r->devs_max = 0;
-		break;
-	case BTRFS_BLOCK_GROUP_RAID1:
-		r->devs_min = r->devs_max = r->devs_increment = r->ncopies = 2;
-		break;
-	case BTRFS_BLOCK_GROUP_RAID1C3:
-		r->devs_min = r->devs_max = r->devs_increment = r->ncopies = 3;
-		break;
-	case BTRFS_BLOCK_GROUP_RAID1C4:
-		r->devs_min = r->devs_max = r->devs_increment = r->ncopies = 4;
-		break;
-	case BTRFS_BLOCK_GROUP_RAID10:
-		r->devs_max = 0;
-		r->devs_min = r->devs_increment = r->ncopies = r->sub_stripes = 2;
-		break;
-	case BTRFS_BLOCK_GROUP_RAID5:
-		r->devs_max = 0;
-		r->devs_min = 2;
-		r->nparity = 1;
-		break;
-	case BTRFS_BLOCK_GROUP_RAID6:
-		r->devs_max = 0;
-		r->devs_min = 3;
-		r->nparity = 2;
-		break;
-	default:
+	if (!p)
 		return -EINVAL;
-	}
+	*r = (struct ub_chunk_rules){ .dev_stripes = p->dev_stripes, .devs_min = p->devs_min, .devs_max = p->devs_max,
+				      .devs_increment = p->devs_increment, .ncopies = p->ncopies, .nparity = p->nparity,
+				      .sub_stripes = p->sub_stripes };
 	return 0;
 }
 

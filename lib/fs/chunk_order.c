@@ -105,25 +105,20 @@ static void place_of(const struct layout *l, uint64_t off, int *slot, uint64_t *
 
 static int layout_of(uint64_t flags, uint64_t length, int n, struct layout *l)
 {
+	const struct ub_profile *p = ub_profile_of(flags);
 	int data;
 
 	memset(l, 0, sizeof(*l));
 	l->profile = flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
 	l->n = n;
-	l->per_slot = 1;
-	l->slots = n;
-	switch (l->profile) {
-	case BTRFS_BLOCK_GROUP_RAID0: data = n; break;
-	case BTRFS_BLOCK_GROUP_RAID10:
-		if (n < 2 || n % 2)
-			return -EUCLEAN;
-		l->per_slot = 2;
-		l->slots = data = n / 2;
-		break;
-	case BTRFS_BLOCK_GROUP_RAID5: l->nparity = 1; data = n - 1; break;
-	case BTRFS_BLOCK_GROUP_RAID6: l->nparity = 2; data = n - 2; break;
-	default: return -EOPNOTSUPP;
-	}
+	if (!p || !p->striped)
+		return -EOPNOTSUPP; /* whole copies need no order */
+	if (n < p->devs_min || n % p->sub_stripes)
+		return -EUCLEAN;
+	l->nparity = p->nparity;
+	l->per_slot = p->sub_stripes;
+	l->slots = n / p->sub_stripes;
+	data = ub_profile_data_stripes(p, n, p->sub_stripes);
 	if (data < 1 || !length || length % (uint64_t)data)
 		return -EUCLEAN;
 	l->stripe_size = length / (uint64_t)data;

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "fs_priv.h"
-#include "alloc/chunk_alloc.h"
 #include "chunk_order.h"
 #include "tree/tree_check.h"
 #include "tree/tree_write.h"
@@ -169,17 +168,12 @@ static int dx_cmp(const void *a, const void *b)
 	return x->generation > y->generation ? -1 : x->generation < y->generation;
 }
 
-/* How many stripes a mirrored profile has (0: striped, not rebuilt). */
+/* How many stripes a mirrored profile has (0: striped, its order to be found; -1: no profile). */
 static int mirror_stripes(uint64_t flags)
 {
-	switch (flags & BTRFS_BLOCK_GROUP_PROFILE_MASK) {
-	case 0: return 1;
-	case BTRFS_BLOCK_GROUP_DUP:
-	case BTRFS_BLOCK_GROUP_RAID1: return 2;
-	case BTRFS_BLOCK_GROUP_RAID1C3: return 3;
-	case BTRFS_BLOCK_GROUP_RAID1C4: return 4;
-	default: return 0;
-	}
+	const struct ub_profile *p = ub_profile_of(flags);
+
+	return !p ? -1 : p->striped ? 0 : p->ncopies;
 }
 
 /* One chunk item from block group `g` and its device extents dx[0..n). 0, or -errno and why not. */
@@ -187,12 +181,16 @@ static int add_chunk(struct rebuild *rb, const struct found_bg *g, const struct 
 		     size_t whylen)
 {
 	struct ub_volume *vol = rb->fs->vol;
-	uint8_t item[sizeof(struct btrfs_chunk) + (UB_MAX_STRIPES - 1) * sizeof(struct btrfs_stripe)];
-	uint8_t uuids[UB_MAX_STRIPES * UB_UUID_SIZE];
-	struct ub_stripe_place st[UB_MAX_STRIPES];
-	struct ub_chunk_plan plan = { 0 };
+	const struct ub_profile *p = ub_profile_of(g->flags);
+	struct ub_stripe_place st[UB_CHUNK_MAX_STRIPES];
+	uint64_t devid[UB_CHUNK_MAX_STRIPES], phys[UB_CHUNK_MAX_STRIPES];
 	int want = mirror_stripes(g->flags), ret;
 
+	if (want < 0 || n < 1 || n > UB_CHUNK_MAX_STRIPES) {
+		snprintf(why, whylen, "its profile bits 0x%llx name no profile, or %d device extents",
+			 (unsigned long long)(g->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK), n);
+		return -EUCLEAN;
+	}
 	for (int i = 0; i < n; i++)
 		st[i] = (struct ub_stripe_place){ dx[i].devid, dx[i].physical, dx[i].length };
 	if (!want) {
@@ -200,18 +198,14 @@ static int add_chunk(struct rebuild *rb, const struct found_bg *g, const struct 
 		ret = ub_chunk_order(vol, &rb->clues, g->logical, g->length, g->flags, st, n, why, whylen);
 		if (ret)
 			return ret;
-		plan.sub_stripes = (g->flags & BTRFS_BLOCK_GROUP_RAID10) ? 2 : 1;
 	} else if (n != want) {
 		snprintf(why, whylen, "%d of its %d device extents are found", n, want);
 		return -ENOENT;
-	} else if (want == 2 && !!(g->flags & BTRFS_BLOCK_GROUP_DUP) != (dx[0].devid == dx[1].devid)) {
+	} else if (want == 2 && (p->dev_stripes == 2) != (dx[0].devid == dx[1].devid)) {
+		/* DUP keeps both copies on one device, RAID1 on two */
 		snprintf(why, whylen, "its device extents %s one device", dx[0].devid == dx[1].devid ? "share" : "are not on");
 		return -EUCLEAN;
 	}
-	plan.type = g->flags;
-	plan.length = g->length;
-	plan.stripe_size = st[0].length;
-	plan.num_stripes = n;
 	for (int i = 0; i < n; i++) {
 		const struct ub_vdev *vd = ub_volume_vdev(vol, st[i].devid);
 
@@ -221,12 +215,10 @@ static int add_chunk(struct rebuild *rb, const struct found_bg *g, const struct 
 				 vd ? "" : " (no such device)");
 			return -EUCLEAN;
 		}
-		plan.stripes[i].devid = st[i].devid;
-		plan.stripes[i].physical = st[i].physical;
-		memcpy(uuids + (size_t)i * UB_UUID_SIZE, vd->uuid, UB_UUID_SIZE);
+		devid[i] = st[i].devid;
+		phys[i] = st[i].physical;
 	}
-	ub_chunk_encode(&plan, vol->sectorsize, uuids, item);
-	ret = ub_volume_add_chunk(vol, g->logical, item, ub_chunk_item_size(n));
+	ret = ub_volume_add_chunk_stripes(vol, g->logical, g->length, g->flags, n, devid, phys);
 	if (ret)
 		snprintf(why, whylen, "%s", strerror(-ret));
 	return ret;
@@ -243,7 +235,7 @@ static int map_block_groups(struct rebuild *rb, bool say, int *added, int *skipp
 
 	for (size_t i = 0, j = 0; i < rb->nbg; i++) {
 		const struct found_bg *g = &rb->bg[i];
-		struct found_dx mine[UB_MAX_STRIPES];
+		struct found_dx mine[UB_CHUNK_MAX_STRIPES];
 		char why[256] = "";
 		int n = 0, err;
 
@@ -257,13 +249,13 @@ static int map_block_groups(struct rebuild *rb, bool say, int *added, int *skipp
 		for (size_t k = j; k < rb->ndx && rb->dx[k].chunk_offset == g->logical; k++) {
 			if (k > j && rb->dx[k - 1].devid == rb->dx[k].devid && rb->dx[k - 1].physical == rb->dx[k].physical)
 				continue;
-			if (n == UB_MAX_STRIPES) {
+			if (n == UB_CHUNK_MAX_STRIPES) {
 				n++;
 				break;
 			}
 			mine[n++] = rb->dx[k];
 		}
-		if (n > UB_MAX_STRIPES) {
+		if (n > UB_CHUNK_MAX_STRIPES) {
 			err = -EUCLEAN;
 			snprintf(why, sizeof(why), "more device extents than a chunk has stripes name it");
 		} else {

@@ -25,28 +25,23 @@
 
 #define MiB (1ULL << 20)
 
-/* The kernel's order of profiles (enum btrfs_raid_types): the data factor is the last one present. */
-static const uint64_t raid_order[] = {
-	BTRFS_BLOCK_GROUP_RAID10, BTRFS_BLOCK_GROUP_RAID1, BTRFS_BLOCK_GROUP_DUP, BTRFS_BLOCK_GROUP_RAID0, 0,
-	BTRFS_BLOCK_GROUP_RAID5, BTRFS_BLOCK_GROUP_RAID6, BTRFS_BLOCK_GROUP_RAID1C3, BTRFS_BLOCK_GROUP_RAID1C4,
-};
-
-/* The profile new data chunks get: the most redundant one present that the devices allow. */
-static const uint64_t alloc_pref[] = {
-	BTRFS_BLOCK_GROUP_RAID1C4, BTRFS_BLOCK_GROUP_RAID6, BTRFS_BLOCK_GROUP_RAID1C3, BTRFS_BLOCK_GROUP_RAID5,
-	BTRFS_BLOCK_GROUP_RAID10, BTRFS_BLOCK_GROUP_RAID1, BTRFS_BLOCK_GROUP_DUP, BTRFS_BLOCK_GROUP_RAID0,
-};
-
-#define NRAID (sizeof(raid_order) / sizeof(raid_order[0]))
+/* The kernel's enum btrfs_raid_types has this many profiles (ub_profile.raid_index): the data factor is the last one present. */
+#define NRAID 9
 
 static int raid_index(uint64_t flags)
 {
-	uint64_t p = flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+	const struct ub_profile *p = ub_profile_of(flags);
 
-	for (unsigned i = 0; i < NRAID; i++)
-		if (raid_order[i] == p)
-			return (int)i;
-	return 4; /* single */
+	return p && p->raid_index >= 0 && p->raid_index < NRAID ? p->raid_index : 4; /* single */
+}
+
+/* The profile of raid index i, or NULL. */
+static const struct ub_profile *profile_at_index(int idx)
+{
+	for (int i = 0; i < ub_profile_count(); i++)
+		if (ub_profile_at(i)->raid_index == idx)
+			return ub_profile_at(i);
+	return NULL;
 }
 
 struct space {
@@ -174,22 +169,18 @@ static int avail_data_space(struct ub_fs *fs, uint64_t data_profiles, uint64_t *
 		return ret;
 	for (int i = 0; i < ndevs; i++)
 		present += !devs[i].missing;
-	for (unsigned i = 0; i < sizeof(alloc_pref) / sizeof(alloc_pref[0]); i++) {
-		const struct ub_profile *c = ub_profile_of(alloc_pref[i]);
+	/* the profile new data chunks get: the most redundant one present that the devices allow (the table's order) */
+	for (int i = 0; i < ub_profile_count(); i++) {
+		const struct ub_profile *c = ub_profile_at(i);
 
-		if ((data_profiles & alloc_pref[i]) && c && present >= c->devs_min) {
-			type = alloc_pref[i];
+		if ((data_profiles & c->flag) && present >= c->devs_min) {
+			type = c->flag;
 			break;
 		}
 	}
 	pr = ub_profile_of(type);
-	if (type & BTRFS_BLOCK_GROUP_RAID0)
-		stripes = present;
-	else if (type & (BTRFS_BLOCK_GROUP_RAID1 | BTRFS_BLOCK_GROUP_RAID1C3 | BTRFS_BLOCK_GROUP_RAID1C4))
-		stripes = pr->ncopies;
-	else if (type & BTRFS_BLOCK_GROUP_RAID10)
-		stripes = 4;
-	min_stripe = (type & BTRFS_BLOCK_GROUP_DUP ? 2 : 1) * UB_STRIPE_LEN;
+	stripes = !pr ? 1 : pr->statfs_stripes ? pr->statfs_stripes : present;
+	min_stripe = (uint64_t)(pr ? pr->dev_stripes : 1) * UB_STRIPE_LEN;
 	da = calloc(ndevs ? ndevs : 1, sizeof(*da));
 	if (!da) {
 		free(devs);
@@ -245,8 +236,8 @@ static int statfs_impl(struct ub_fs *fs, struct statvfs *out)
 		ret = avail_data_space(fs, sp.data_profiles, &avail_new);
 	if (ret)
 		return ret;
-	for (unsigned i = 0; i < NRAID; i++) {
-		const struct ub_profile *pr = ub_profile_of(raid_order[i]);
+	for (int i = 0; i < NRAID; i++) {
+		const struct ub_profile *pr = profile_at_index(i);
 
 		if (sp.data_present[i] && pr && pr->ncopies > 0)
 			factor = (uint64_t)pr->ncopies;

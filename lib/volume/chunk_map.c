@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "volume_internal.h"
 
 #define CK(field, p) UB_GET(btrfs_chunk, field, p)
@@ -217,4 +218,65 @@ void ub_chunks_free(struct ub_volume *vol)
 	if (vol->chunk_lock_ready)
 		pthread_rwlock_destroy(&vol->chunk_lock);
 	vol->chunk_lock_ready = false;
+}
+
+uint32_t ub_chunk_item_bytes(int num_stripes)
+{
+	return (uint32_t)(sizeof(struct btrfs_chunk) + (size_t)(num_stripes - 1) * sizeof(struct btrfs_stripe));
+}
+
+void ub_chunk_item_encode(uint64_t length, uint64_t type, uint32_t sectorsize, int num, int sub_stripes,
+			  const uint64_t *devid, const uint64_t *phys, const uint8_t *uuids, uint8_t *item)
+{
+	memset(item, 0, ub_chunk_item_bytes(num));
+	UB_SET(btrfs_chunk, length, item, length);
+	/* the kernel names the extent tree as the owner of every chunk */
+	UB_SET(btrfs_chunk, owner, item, BTRFS_EXTENT_TREE_OBJECTID);
+	UB_SET(btrfs_chunk, stripe_len, item, UB_STRIPE_LEN);
+	UB_SET(btrfs_chunk, type, item, type);
+	UB_SET(btrfs_chunk, io_align, item, UB_STRIPE_LEN);
+	UB_SET(btrfs_chunk, io_width, item, UB_STRIPE_LEN);
+	UB_SET(btrfs_chunk, sector_size, item, sectorsize);
+	UB_SET(btrfs_chunk, num_stripes, item, (uint64_t)num);
+	UB_SET(btrfs_chunk, sub_stripes, item, (uint64_t)(sub_stripes ? sub_stripes : 1));
+	for (int i = 0; i < num; i++) {
+		uint8_t *s = item + offsetof(struct btrfs_chunk, stripe) + (size_t)i * sizeof(struct btrfs_stripe);
+
+		UB_SET(btrfs_stripe, devid, s, devid[i]);
+		UB_SET(btrfs_stripe, offset, s, phys[i]);
+		memcpy(s + offsetof(struct btrfs_stripe, dev_uuid), uuids + (size_t)i * UB_UUID_SIZE, UB_UUID_SIZE);
+	}
+}
+
+int ub_volume_add_chunk_stripes(struct ub_volume *vol, uint64_t logical, uint64_t length, uint64_t type, int num,
+				const uint64_t *devid, const uint64_t *phys)
+{
+	const struct ub_profile *p = ub_profile_of(type);
+	uint8_t *item, *uuids;
+	int ret = 0;
+
+	if (!p || num < 1 || num > UB_CHUNK_MAX_STRIPES)
+		return -EINVAL;
+	item = malloc(ub_chunk_item_bytes(num));
+	uuids = malloc((size_t)num * UB_UUID_SIZE);
+	if (!item || !uuids) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < num && !ret; i++) {
+		const struct ub_vdev *vd = ub_volume_vdev(vol, devid[i]);
+
+		if (!vd)
+			ret = -ENOENT;
+		else
+			memcpy(uuids + (size_t)i * UB_UUID_SIZE, vd->uuid, UB_UUID_SIZE);
+	}
+	if (!ret) {
+		ub_chunk_item_encode(length, type, vol->sectorsize, num, p->sub_stripes, devid, phys, uuids, item);
+		ret = ub_volume_add_chunk(vol, logical, item, ub_chunk_item_bytes(num));
+	}
+out:
+	free(item);
+	free(uuids);
+	return ret;
 }

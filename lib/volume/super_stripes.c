@@ -14,21 +14,16 @@
 int ub_chunk_data_stripes(const struct ub_chunk *c)
 {
 	const struct ub_profile *p = c->profile ? c->profile : ub_profile_of(c->type);
-	uint64_t prof = c->type & BTRFS_BLOCK_GROUP_PROFILE_MASK;
-	if (prof & BTRFS_BLOCK_GROUP_RAID0)
-		return c->num_stripes;
-	if (prof & BTRFS_BLOCK_GROUP_RAID10)
-		return c->sub_stripes ? c->num_stripes / c->sub_stripes : 0;
-	if (prof & BTRFS_BLOCK_GROUP_RAID56_MASK)
-		return c->num_stripes - (p ? p->nparity : ((prof & BTRFS_BLOCK_GROUP_RAID6) ? 2 : 1));
-	return 1;
+
+	return p ? ub_profile_data_stripes(p, c->num_stripes, c->sub_stripes) : 0;
 }
 
 int ub_chunk_super_ranges(const struct ub_chunk *c, uint64_t *start, uint64_t *len, int max, int *n)
 {
+	const struct ub_profile *p = c->profile ? c->profile : ub_profile_of(c->type);
 	int k = 0;
 	int ds = ub_chunk_data_stripes(c);
-	if (ds <= 0 || c->stripe_len == 0)
+	if (!p || ds <= 0 || c->stripe_len == 0)
 		return -EINVAL;
 	/*
 	 * The first MiB of every device is never given to chunks by today's
@@ -50,15 +45,13 @@ int ub_chunk_super_ranges(const struct ub_chunk *c, uint64_t *start, uint64_t *l
 			if (off < phys || off - phys >= stripe_size)
 				continue;
 			uint64_t nr = (off - phys) / c->stripe_len, l = c->stripe_len;
-			uint64_t prof = c->type & BTRFS_BLOCK_GROUP_PROFILE_MASK;
-			if (prof & BTRFS_BLOCK_GROUP_RAID0) {
-				nr = nr * c->num_stripes + (uint64_t)j;
-			} else if (prof & BTRFS_BLOCK_GROUP_RAID10) {
-				nr = nr * (uint64_t)ds + (uint64_t)(j / c->sub_stripes);
-			} else if (prof & BTRFS_BLOCK_GROUP_RAID56_MASK) {
+			if (p->striped && p->nparity) {
 				/* the whole full stripe: its parity covers the mirror too */
 				nr = nr * (uint64_t)ds;
 				l = (uint64_t)ds * c->stripe_len;
+			} else if (p->striped) {
+				/* RAID0 and RAID10: the units go round the stripes (RAID10's in mirrored pairs) */
+				nr = nr * (uint64_t)ds + (uint64_t)(j / (c->sub_stripes ? c->sub_stripes : 1));
 			}
 			uint64_t lg = c->logical + nr * c->stripe_len;
 			if (lg >= c->logical + c->length)

@@ -124,14 +124,48 @@ struct ub_layout;
 
 struct ub_profile {
 	uint64_t flag;         /* BTRFS_BLOCK_GROUP_* profile bit, 0 for single */
-	const char *name;      /* "single", "DUP", "RAID1", ... */
+	const char *name;      /* "single", "DUP", "RAID1", ... (messages) */
+	const char *opt;       /* "single", "dup", "raid1", ... (mkfs -d / -m, as btrfs-progs spells them) */
 	int ncopies;           /* full copies of each block (1 for RAID0/5/6) */
 	int nparity;           /* 0, 1 (RAID5) or 2 (RAID6) */
 	int sub_stripes;       /* 2 for RAID10, else 1 */
 	int devs_min;          /* fewest devices the profile is allowed on */
 	int tolerated_failures;
+	/* ---- placing a chunk (the kernel's btrfs_raid_array) ---- */
+	int dev_stripes;       /* stripes per device (DUP: 2) */
+	int devs_max;          /* stripes a chunk spreads over: 0 as many devices as there are */
+	int devs_increment;    /* the device count is rounded down to a multiple of it */
+	bool striped;          /* the data is spread over the stripes (RAID0/10/5/6), not copied whole onto each */
+	uint64_t incompat;     /* the incompat feature a filesystem using it must carry, or 0 */
+	int raid_index;        /* the kernel's enum btrfs_raid_types (its order of profiles) */
+	int statfs_stripes;    /* the kernel's statfs counts chunks of this many stripes (0: one per device) */
 	const struct ub_layout *layout;
 };
+/*
+ * A chunk item (its stripes' devid, physical offset and device uuid in
+ * devid[], phys[], uuids[]: num entries, uuids UB_UUID_SIZE each), as the
+ * kernel writes one: owner the extent tree, 64 KiB stripes. item holds
+ * ub_chunk_item_bytes(num) bytes.
+ */
+uint32_t ub_chunk_item_bytes(int num_stripes);
+/* most stripes one chunk may have here (the kernel's limit is the item size; 64 is every layout we place) */
+#define UB_CHUNK_MAX_STRIPES 64
+void ub_chunk_item_encode(uint64_t length, uint64_t type, uint32_t sectorsize, int num, int sub_stripes,
+			  const uint64_t *devid, const uint64_t *phys, const uint8_t *uuids, uint8_t *item);
+/*
+ * A chunk of profile `type` at `logical` from its stripes (devid[i],
+ * phys[i]), each device's uuid the volume's: encoded and added as
+ * ub_volume_add_chunk adds one read from the disk.
+ */
+int ub_volume_add_chunk_stripes(struct ub_volume *vol, uint64_t logical, uint64_t length, uint64_t type, int num,
+				const uint64_t *devid, const uint64_t *phys);
+/* Every profile, in the kernel's order of preference for new data chunks (most redundant first). */
+const struct ub_profile *ub_profile_at(int i);
+int ub_profile_count(void);
+/* The profile `opt` names (mkfs's -d / -m, case-insensitive), or NULL. */
+const struct ub_profile *ub_profile_named(const char *opt);
+/* How many stripes of a chunk of profile p, num stripes, hold data side by side (the rest mirror or parity). */
+int ub_profile_data_stripes(const struct ub_profile *p, int num_stripes, int sub_stripes);
 /* Profile of a chunk/block group type (only the profile bits are looked at). */
 const struct ub_profile *ub_profile_of(uint64_t type);
 /* raid: whether a chunk of `type` may have `num` stripes (`sub` sub_stripes); the one rule the volume and tree_check share */
