@@ -192,6 +192,26 @@ uint64_t ub_fsw_op_bytes(const struct ub_engine *e, int kind, uint64_t len);
 int ub_fsw_begin(struct ub_engine *e, int kind, uint64_t len, struct ub_txn **out);
 /* The end of the operation: the lock goes back (the transaction goes on until a commit). */
 void ub_fsw_end(struct ub_engine *e);
+/* ---- orphans (lib/fsw/orphan.c) ---- */
+/*
+ * Keep orphans: from now on an inode that loses its last name (unlink,
+ * rmdir, rename over it) stays with nlink 0 and an ORPHAN item, as the
+ * kernel keeps it while a file is open, until ub_fsw_evict. Off by default
+ * (the inode goes at once); the FUSE mount turns it on.
+ */
+void ub_engine_keep_orphans(struct ub_engine *e, bool keep);
+/* An inode with no name (O_TMPFILE): a regular file, nlink 0, an orphan; dir gives the flags it inherits. */
+int ub_fsw_tmpfile(struct ub_txn *t, uint64_t subvol, uint64_t dir, uint32_t mode, uint32_t uid, uint32_t gid,
+		   uint64_t *ino);
+/* An orphan's last user is gone: its items and data go (nothing happens to an inode that has a name). */
+int ub_fsw_evict(struct ub_txn *t, uint64_t subvol, uint64_t ino);
+/*
+ * What the last session left: every subvolume's orphans evicted (or, for an
+ * inode that still has names, its interrupted truncate finished), in
+ * operations of their own, then a commit; *cleaned counts them (may be NULL).
+ */
+int ub_fsw_orphan_cleanup(struct ub_engine *e, uint64_t *cleaned);
+
 /* ---- data prepared outside the transaction ---- */
 /*
  * One data extent as it goes to disk, made by ub_fsw_compress_extent on any

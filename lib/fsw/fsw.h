@@ -51,6 +51,15 @@ int fsw_dir_item_add(struct fsw *w, const struct ub_key *key, const uint8_t *rec
 /* remove `name`'s record from the item at key (the item goes with its last record) */
 int fsw_dir_item_del(struct fsw *w, const struct ub_key *key, const char *name, size_t len);
 
+/* inode.c: a new inode item (no name) inheriting dii's flags: its number in *out */
+int fsw_alloc_inode(struct fsw *w, const uint8_t *dii, uint32_t mode, uint32_t uid, uint32_t gid, uint64_t rdev,
+		    uint32_t nlink, uint64_t *out);
+/* every item of an inode that lost its last name, with its data */
+int fsw_evict(struct fsw *w, uint64_t ino, uint8_t *ii);
+/* orphan.c: the subvolume's ORPHAN item for ino, added / deleted (-ENOENT when there is none) */
+int fsw_orphan_add(struct fsw *w, uint64_t ino);
+int fsw_orphan_del(struct fsw *w, uint64_t ino);
+
 /* the next inode number of w's subvolume; take: hand it out, else start counting afresh from the tree as it is */
 int fsw_next_ino(struct fsw *w, bool take, uint64_t *ino);
 

@@ -18,9 +18,10 @@
  * keyed by inode, fold).
  *
  * Unlinking the last name removes the inode at once (its extents, references,
- * checksums and items) in the same transaction; the kernel goes through an
- * ORPHAN item because open files outlive their names, which a caller keeping
- * unlinked-but-open inodes (the FUSE mount) will need to add.
+ * checksums and items) in the same transaction; or, on an engine that keeps
+ * orphans (ub_engine_keep_orphans: the mount, whose open files outlive their
+ * names), leaves it with nlink 0 and an ORPHAN item, as the kernel does,
+ * until ub_fsw_evict (orphan.c).
  */
 #include <errno.h>
 #include <string.h>
@@ -563,7 +564,7 @@ static int del_name(struct fsw *w, uint64_t dir, const char *name, size_t len, u
 }
 
 /* every item of an inode that lost its last name, with its data */
-static int evict(struct fsw *w, uint64_t ino, uint8_t *ii)
+int fsw_evict(struct fsw *w, uint64_t ino, uint8_t *ii)
 {
 	int ret = 0;
 
@@ -574,32 +575,21 @@ static int evict(struct fsw *w, uint64_t ino, uint8_t *ii)
 	return ret;
 }
 
-static int new_inode(struct fsw *w, uint64_t dir, const char *name, size_t len, uint32_t mode, uint32_t uid,
-		     uint32_t gid, uint64_t rdev, uint64_t *out)
+int fsw_alloc_inode(struct fsw *w, const uint8_t *dii, uint32_t mode, uint32_t uid, uint32_t gid, uint64_t rdev,
+		    uint32_t nlink, uint64_t *out)
 {
-	uint8_t ii[UB_II_SIZE], dii[UB_II_SIZE];
-	struct ub_key key, loc;
-	uint8_t type;
+	uint8_t ii[UB_II_SIZE];
+	struct ub_key key;
 	uint64_t ino;
 	int ret;
 
-	ret = fsw_check_name(name, len);
-	if (!ret)
-		ret = fsw_get_dir(w, dir, dii);
-	if (ret)
-		return ret;
-	ret = fsw_lookup(w, dir, name, len, &loc, &type);
-	if (ret == 0)
-		return -EEXIST;
-	if (ret != -ENOENT)
-		return ret;
 	ret = fsw_next_ino(w, true, &ino);
 	if (ret)
 		return ret;
 	memset(ii, 0, sizeof(ii));
 	II_SET(generation, ii, w->t->transid);
 	II_SET(transid, ii, w->t->transid);
-	II_SET(nlink, ii, 1);
+	II_SET(nlink, ii, nlink);
 	II_SET(uid, ii, uid);
 	II_SET(gid, ii, gid);
 	II_SET(mode, ii, mode);
@@ -616,7 +606,32 @@ static int new_inode(struct fsw *w, uint64_t dir, const char *name, size_t len, 
 	ret = ub_tree_insert_item(w->tc, w->ta, &w->fs->root, &key, ii, UB_II_SIZE);
 	if (ret)
 		return ret == -EEXIST ? -EUCLEAN : ret;
-	ret = add_name(w, dir, name, len, ino, mode);
+	*out = ino;
+	return 0;
+}
+
+static int new_inode(struct fsw *w, uint64_t dir, const char *name, size_t len, uint32_t mode, uint32_t uid,
+		     uint32_t gid, uint64_t rdev, uint64_t *out)
+{
+	uint8_t dii[UB_II_SIZE];
+	struct ub_key loc;
+	uint8_t type;
+	uint64_t ino;
+	int ret;
+
+	ret = fsw_check_name(name, len);
+	if (!ret)
+		ret = fsw_get_dir(w, dir, dii);
+	if (ret)
+		return ret;
+	ret = fsw_lookup(w, dir, name, len, &loc, &type);
+	if (ret == 0)
+		return -EEXIST;
+	if (ret != -ENOENT)
+		return ret;
+	ret = fsw_alloc_inode(w, dii, mode, uid, gid, rdev, 1, &ino);
+	if (!ret)
+		ret = add_name(w, dir, name, len, ino, mode);
 	if (!ret && out)
 		*out = ino;
 	return ret;
@@ -729,6 +744,11 @@ int ub_fsw_link(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t dir, c
 		ret = fsw_inode_get(&w, ino, ii);
 	if (ret)
 		return ret;
+	/* an orphan given a name (linkat of an O_TMPFILE file) is no orphan any more */
+	if (II_GET(nlink, ii) == 0)
+		ret = fsw_orphan_del(&w, ino);
+	if (ret)
+		return ret;
 	II_SET(nlink, ii, II_GET(nlink, ii) + 1);
 	fsw_inode_touch(&w, ii, false, true);
 	return fsw_inode_put(&w, ino, ii);
@@ -745,8 +765,17 @@ static int drop_name(struct fsw *w, uint64_t dir, const char *name, size_t len, 
 		ret = fsw_inode_get(w, ino, ii);
 	if (ret)
 		return ret;
-	if ((II_GET(mode, ii) & S_IFMT) == S_IFDIR || II_GET(nlink, ii) <= 1)
-		return evict(w, ino, ii);
+	if ((II_GET(mode, ii) & S_IFMT) == S_IFDIR || II_GET(nlink, ii) <= 1) {
+		if (!w->e->keep_orphans)
+			return fsw_evict(w, ino, ii);
+		/* the last name: kept, nlink 0, until ub_fsw_evict (a directory's size is 0 then, as rmdir leaves it) */
+		II_SET(nlink, ii, 0);
+		if ((II_GET(mode, ii) & S_IFMT) == S_IFDIR)
+			II_SET(size, ii, 0);
+		fsw_inode_touch(w, ii, false, true);
+		ret = fsw_inode_put(w, ino, ii);
+		return ret ? ret : fsw_orphan_add(w, ino);
+	}
 	II_SET(nlink, ii, II_GET(nlink, ii) - 1);
 	fsw_inode_touch(w, ii, false, true);
 	return fsw_inode_put(w, ino, ii);

@@ -57,6 +57,8 @@ struct ub_engine {
 	uint64_t clean_step;     /* tree blocks ub_engine_commit lets the cleaner drop after a commit; 0: off */
 	bool dead_roots;         /* a deleted subvolume may still wait for its drop */
 	bool cleaning;           /* inside ub_engine_clean: its own commits do not recurse */
+	/* an inode that loses its last name stays, nlink 0 with an ORPHAN item, until ub_fsw_evict (fswrite.h) */
+	bool keep_orphans;
 };
 
 struct ub_txn {

@@ -593,6 +593,98 @@ static void test_commit_reserve_every_tree(void **state)
 	ub_engine_close(e);
 }
 
+/* Whether the subvolume tree of the committed image holds (ORPHAN, ORPHAN_ITEM, ino), by btrfs's own dump. */
+static bool has_orphan_item(const char *img, uint64_t ino)
+{
+	return sh("btrfs inspect-internal dump-tree -t 5 %s 2>/dev/null | grep -q 'key (ORPHAN ORPHAN_ITEM %llu)'", img,
+		  (unsigned long long)ino) == 0;
+}
+
+static bool has_inode_item(const char *img, uint64_t ino)
+{
+	return sh("btrfs inspect-internal dump-tree -t 5 %s 2>/dev/null | grep -q 'key (%llu INODE_ITEM 0)'", img,
+		  (unsigned long long)ino) == 0;
+}
+
+/*
+ * Orphans as the kernel keeps them: with keep_orphans on, the last unlink
+ * leaves the inode (nlink 0) and an ORPHAN item until ub_fsw_evict; an
+ * O_TMPFILE inode is an orphan until a link names it; what a session leaves
+ * is removed at the next open by ub_fsw_orphan_cleanup. btrfs check passes
+ * every committed state (it knows orphans).
+ */
+static void test_orphans(void **state)
+{
+	static uint8_t buf[20000], back[20000];
+	char path[256];
+	struct ub_engine *e;
+	struct ub_txn *t;
+	uint64_t f, g, tmp, ino;
+	size_t got;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	e = open_fresh("orphan.img");
+	snprintf(path, sizeof(path), "%s/orphan.img", g_dir);
+	ub_engine_keep_orphans(e, true);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 7 + 3);
+	assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_WRITE, sizeof(buf), &t), 0);
+	f = mk(t, TOP, "f", S_IFREG | 0644);
+	g = mk(t, TOP, "g", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_write(t, FS, f, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(ub_fsw_write(t, FS, g, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(ub_fsw_tmpfile(t, FS, TOP, 0600, 0, 0, &tmp), 0);
+	assert_int_equal(ub_fsw_write(t, FS, tmp, 0, buf, sizeof(buf)), 0);
+	ub_fsw_end(e);
+	assert_int_equal(ub_engine_commit(e), 0);
+	assert_true(has_orphan_item(path, tmp));
+
+	/* unlinked: still readable, an orphan on disk */
+	assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_UNLINK, 0, &t), 0);
+	assert_int_equal(ub_fsw_unlink(t, FS, TOP, "f", 1), 0);
+	assert_int_equal(ub_fsw_unlink(t, FS, TOP, "g", 1), 0);
+	assert_int_equal(ub_fsw_read(t, FS, f, 0, back, sizeof(back), &got), 0);
+	assert_int_equal(got, sizeof(back));
+	assert_memory_equal(back, buf, sizeof(buf));
+	/* the tmpfile gets a name and stops being an orphan */
+	assert_int_equal(ub_fsw_link(t, FS, tmp, TOP, "named", 5), 0);
+	ub_fsw_end(e);
+	assert_int_equal(ub_engine_commit(e), 0);
+	assert_true(has_orphan_item(path, f) && has_inode_item(path, f));
+	assert_false(has_orphan_item(path, tmp));
+	assert_int_equal(mkfs_image_check_path(path), 0);
+
+	/* f's last user goes: evicted; g is left for the next open */
+	assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_UNLINK, 0, &t), 0);
+	assert_int_equal(ub_fsw_evict(t, FS, f), 0);
+	assert_int_equal(ub_fsw_evict(t, FS, tmp), 0); /* named: nothing happens */
+	ub_fsw_end(e);
+	assert_int_equal(ub_engine_commit(e), 0);
+	assert_false(has_orphan_item(path, f) || has_inode_item(path, f));
+	assert_true(has_inode_item(path, tmp));
+	ub_engine_close(e);
+	assert_int_equal(mkfs_image_check_path(path), 0);
+
+	/* the next session removes what the last one left */
+	{
+		const char *paths[1] = { path };
+		uint64_t n = 0;
+
+		assert_int_equal(ub_engine_open(paths, 1, NULL, &e), 0);
+		assert_int_equal(ub_fsw_orphan_cleanup(e, &n), 0);
+		assert_int_equal(n, 1);
+		assert_int_equal(ub_txn_start(e, &t), 0);
+		assert_int_equal(ub_fsw_lookup(t, FS, TOP, "named", 5, &ino, NULL), 0);
+		assert_int_equal(ino, tmp);
+		ub_txn_abort(t);
+		ub_engine_close(e);
+	}
+	assert_false(has_orphan_item(path, g) || has_inode_item(path, g));
+	assert_int_equal(mkfs_image_check_path(path), 0);
+}
+
 static void test_check_clean(void **state)
 {
 	(void)state;
@@ -613,6 +705,7 @@ int main(void)
 		cmocka_unit_test(test_snapshot_commit_fails),
 		cmocka_unit_test(test_inode_numbers),
 		cmocka_unit_test(test_commit_reserve_every_tree),
+		cmocka_unit_test(test_orphans),
 		cmocka_unit_test(test_check_clean),
 	};
 	return cmocka_run_group_tests(tests, setup_all, teardown_all);
