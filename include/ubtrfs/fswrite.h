@@ -59,12 +59,16 @@ int ub_fsw_unlink(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
 /* remove an empty directory (-ENOTEMPTY otherwise) */
 int ub_fsw_rmdir(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len);
 
-#define UB_FSW_RENAME_NOREPLACE (1U << 0) /* the values of RENAME_NOREPLACE / RENAME_EXCHANGE */
+#define UB_FSW_RENAME_NOREPLACE (1U << 0) /* the values of RENAME_NOREPLACE / RENAME_EXCHANGE / RENAME_WHITEOUT */
 #define UB_FSW_RENAME_EXCHANGE  (1U << 1)
+#define UB_FSW_RENAME_WHITEOUT  (1U << 2)
 /* rename(2)/renameat2(2) within one subvolume; a subvolume's name moves to a free name (its ROOT_REF
  * follows); replacing or exchanging with a subvolume: -EXDEV for now */
 int ub_fsw_rename(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char *oldname, size_t oldlen,
 		  uint64_t newdir, const char *newname, size_t newlen, unsigned flags);
+/* The same; with RENAME_WHITEOUT the old name becomes a whiteout (char device 0:0, mode 0) owned by uid:gid. */
+int ub_fsw_rename2(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char *oldname, size_t oldlen,
+		   uint64_t newdir, const char *newname, size_t newlen, unsigned flags, uint32_t uid, uint32_t gid);
 
 /* what ub_fsw_setattr changes: the bits of `valid` */
 #define UB_FSW_ATTR_MODE  (1U << 0) /* permission bits only (07777); the type stays */
@@ -116,7 +120,9 @@ int ub_fsw_write(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, 
 int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, const void *buf, size_t len,
 		    int compress, int level);
 /* fallocate(2) mode 0 / KEEP_SIZE: PREALLOC extents in the holes of the sector-aligned range */
-#define UB_FSW_FALLOC_KEEP_SIZE 1
+#define UB_FSW_FALLOC_KEEP_SIZE 1     /* the values of FALLOC_FL_KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE */
+#define UB_FSW_FALLOC_PUNCH_HOLE 2    /* only with KEEP_SIZE (-EINVAL otherwise), as fallocate(2) */
+#define UB_FSW_FALLOC_ZERO_RANGE 0x10 /* reads as zeros, space kept, size grown unless KEEP_SIZE */
 int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, int mode);
 /* fallocate(PUNCH_HOLE | KEEP_SIZE): whole sectors lose their extents, partial ones are zeroed */
 int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len);
@@ -192,6 +198,19 @@ uint64_t ub_fsw_op_bytes(const struct ub_engine *e, int kind, uint64_t len);
 int ub_fsw_begin(struct ub_engine *e, int kind, uint64_t len, struct ub_txn **out);
 /* The end of the operation: the lock goes back (the transaction goes on until a commit). */
 void ub_fsw_end(struct ub_engine *e);
+/*
+ * FICLONERANGE (lib/fsw/clone.c): [src_off, src_off + len) of one regular
+ * file shared into another at dst_off (same filesystem, any subvolumes): the
+ * destination's items point at the source's extents, nothing is copied. Offsets
+ * and len whole sectors, but for a last partial sector that ends the source
+ * and reaches the destination's end (len 0: to the source's end); the size
+ * grows to cover it. -EINVAL for such rules or overlapping ranges of one
+ * file, or checksummed with unchecksummed data; -EOPNOTSUPP where an inline
+ * extent is involved (copy the bytes instead).
+ */
+int ub_fsw_clone_range(struct ub_txn *t, uint64_t src_subvol, uint64_t src_ino, uint64_t src_off,
+		       uint64_t dst_subvol, uint64_t dst_ino, uint64_t dst_off, uint64_t len);
+
 /* ---- orphans (lib/fsw/orphan.c) ---- */
 /*
  * Keep orphans: from now on an inode that loses its last name (unlink,

@@ -57,7 +57,7 @@ static uint32_t max_inline(const struct fsw *w)
 }
 
 /* the file extent item whose range holds `pos`, or the first one after it: 0 (key, copy of the item), 1 none */
-static int extent_at(struct fsw *w, uint64_t ino, uint64_t pos, struct ub_key *key, uint8_t *fe, uint32_t *fsize)
+int fsw_extent_at(struct fsw *w, uint64_t ino, uint64_t pos, struct ub_key *key, uint8_t *fe, uint32_t *fsize)
 {
 	struct ub_key k = { ino, BTRFS_EXTENT_DATA_KEY, pos };
 	struct ub_path p;
@@ -407,7 +407,7 @@ int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, u
 		uint32_t fsize;
 		uint64_t es, ee, bytenr, dlen, eoff, nbytes = II_GET(nbytes, ii);
 
-		ret = extent_at(w, ino, start, &k, fe, &fsize);
+		ret = fsw_extent_at(w, ino, start, &k, fe, &fsize);
 		if (ret) {
 			ret = ret > 0 ? 0 : ret;
 			break;
@@ -689,7 +689,7 @@ static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, c
 		       bool *done);
 
 /* a change to the data of regular file ino: w set up, its inode item in ii */
-static int regular_inode(struct fsw *w, struct ub_txn *t, uint64_t subvol, uint64_t ino, uint8_t *ii)
+int fsw_regular_inode(struct fsw *w, struct ub_txn *t, uint64_t subvol, uint64_t ino, uint8_t *ii)
 {
 	int ret = fsw_init(w, t, subvol);
 
@@ -775,7 +775,7 @@ static int data_room(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t po
 
 		if (!fe)
 			return -ENOMEM;
-		ret = extent_at(w, ino, pos, &k, fe, &fsize);
+		ret = fsw_extent_at(w, ino, pos, &k, fe, &fsize);
 		if (ret == 0 && k.offset <= pos && FE_GET(type, fe) == BTRFS_FILE_EXTENT_PREALLOC)
 			ret = 1;
 		else
@@ -937,7 +937,7 @@ int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
 			if (!sec || !fe)
 				ret = -ENOMEM;
 			if (!ret)
-				ret = extent_at(w, ino, a0, &k, fe, &fsize);
+				ret = fsw_extent_at(w, ino, a0, &k, fe, &fsize);
 			if (ret == 0 && k.offset < a0 + ss) {
 				ret = read_range(w, ino, ii, a0, sec, size - a0);
 				if (!ret)
@@ -980,6 +980,75 @@ int ub_fsw_read(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, v
 	return *got ? read_range(&w, ino, ii, off, buf, *got) : 0;
 }
 
+/*
+ * Room for the preallocated extents fallocate would add over the holes of
+ * [a0, a1) (and a sector for an inline extent made regular), asked as it
+ * will ask: pieces of MAX_EXTENT per hole, halved while space is short.
+ */
+static int hole_room(struct fsw *w, uint64_t ino, uint64_t a0, uint64_t a1, bool inl)
+{
+	uint8_t *fe = malloc(UB_FE_SIZE + 4096);
+	uint64_t *sizes = NULL, pos;
+	size_t n = 0, cap = 0;
+	int ret = 0;
+
+	if (!fe)
+		return -ENOMEM;
+	for (pos = a0; !ret && pos < a1;) {
+		struct ub_key k;
+		uint32_t fsize;
+		uint64_t hole_end;
+
+		/* an inline extent (at 0) becomes a regular one of a sector: that sector is no hole */
+		if (inl && pos < ss_of(w)) {
+			pos = ss_of(w);
+			continue;
+		}
+		ret = fsw_extent_at(w, ino, pos, &k, fe, &fsize);
+		if (ret < 0)
+			break;
+		if (ret == 0 && k.offset <= pos) {
+			pos = k.offset + (FE_GET(type, fe) == BTRFS_FILE_EXTENT_INLINE ? ss_of(w) : FE_GET(num_bytes, fe));
+			ret = 0;
+			continue;
+		}
+		hole_end = ret == 0 && k.offset < a1 ? k.offset : a1;
+		ret = 0;
+		while (pos < hole_end) {
+			uint64_t piece = hole_end - pos < MAX_EXTENT ? hole_end - pos : MAX_EXTENT;
+
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 16;
+				uint64_t *ns = realloc(sizes, (nc + 1) * sizeof(*ns));
+
+				if (!ns) {
+					ret = -ENOMEM;
+					break;
+				}
+				sizes = ns;
+				cap = nc;
+			}
+			sizes[n++] = piece;
+			pos += piece;
+		}
+	}
+	free(fe);
+	if (!ret && inl) {
+		uint64_t *ns = realloc(sizes, (n + 1) * sizeof(*ns));
+
+		if (!ns)
+			ret = -ENOMEM;
+		else
+			(sizes = ns)[n++] = ss_of(w);
+	}
+	if (!ret && n)
+		ret = room_for(w, sizes, n, true);
+	free(sizes);
+	return ret;
+}
+
+static int zero_range(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, bool keep);
+
 int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, int mode)
 {
 	uint8_t ii[UB_II_SIZE], *fe;
@@ -988,9 +1057,20 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 	bool inl;
 	int ret;
 
+	/* the kernel's btrfs_fallocate: mode 0, KEEP_SIZE, PUNCH_HOLE (with KEEP_SIZE), ZERO_RANGE */
+	if (mode & UB_FSW_FALLOC_PUNCH_HOLE) {
+		if (mode != (UB_FSW_FALLOC_PUNCH_HOLE | UB_FSW_FALLOC_KEEP_SIZE))
+			return mode & ~(UB_FSW_FALLOC_PUNCH_HOLE | UB_FSW_FALLOC_KEEP_SIZE) ? -EOPNOTSUPP : -EINVAL;
+		return ub_fsw_punch_hole(t, subvol, ino, off, len);
+	}
+	if (mode & UB_FSW_FALLOC_ZERO_RANGE) {
+		if (mode & ~(UB_FSW_FALLOC_ZERO_RANGE | UB_FSW_FALLOC_KEEP_SIZE))
+			return -EOPNOTSUPP;
+		return zero_range(t, subvol, ino, off, len, mode & UB_FSW_FALLOC_KEEP_SIZE);
+	}
 	if (mode & ~UB_FSW_FALLOC_KEEP_SIZE)
 		return -EOPNOTSUPP;
-	ret = regular_inode(&w, t, subvol, ino, ii);
+	ret = fsw_regular_inode(&w, t, subvol, ino, ii);
 	if (ret)
 		return ret;
 	if (len == 0)
@@ -998,6 +1078,12 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 	if (off + len < off || off + len > (1ULL << 62))
 		return -EFBIG;
 	ret = has_inline(&w, ino, &inl);
+	if (ret)
+		return ret;
+	a0 = round_down_ss(&w, off);
+	a1 = round_up_ss(&w, off + len);
+	/* the room for every hole first: nothing changes unless all of it fits */
+	ret = hole_room(&w, ino, a0, a1, inl);
 	if (!ret && inl)
 		ret = uninline(&w, ino, ii);
 	if (ret)
@@ -1005,14 +1091,12 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 	fe = malloc(UB_FE_SIZE + 4096);
 	if (!fe)
 		return -ENOMEM;
-	a0 = round_down_ss(&w, off);
-	a1 = round_up_ss(&w, off + len);
 	for (pos = a0; !ret && pos < a1;) {
 		struct ub_key k;
 		uint32_t fsize;
 		uint64_t hole_end;
 
-		ret = extent_at(&w, ino, pos, &k, fe, &fsize);
+		ret = fsw_extent_at(&w, ino, pos, &k, fe, &fsize);
 		if (ret < 0)
 			break;
 		if (ret == 0 && k.offset <= pos) {
@@ -1050,7 +1134,7 @@ int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 	bool inl;
 	int ret;
 
-	ret = regular_inode(&w, t, subvol, ino, ii);
+	ret = fsw_regular_inode(&w, t, subvol, ino, ii);
 	if (ret)
 		return ret;
 	if (off + len < off)
@@ -1091,6 +1175,46 @@ int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 	II_SET(size, ii, isize);
 	fsw_inode_touch(&w, ii, true, true);
 	return fsw_inode_put(&w, ino, ii);
+}
+
+/*
+ * FALLOC_FL_ZERO_RANGE, as the kernel's btrfs_zero_range leaves it: the
+ * range reads as zeros and has its space (preallocated where it was a hole
+ * or data, zeros written in partial sectors), the size grown to its end
+ * unless `keep`. The room for all of it is asked for first.
+ */
+static int zero_range(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, bool keep)
+{
+	uint8_t ii[UB_II_SIZE];
+	uint64_t a0, a1, *sizes;
+	size_t n = 0;
+	struct fsw w;
+	int ret;
+
+	ret = fsw_regular_inode(&w, t, subvol, ino, ii);
+	if (ret)
+		return ret;
+	if (len == 0)
+		return -EINVAL;
+	if (off + len < off || off + len > (1ULL << 62))
+		return -EFBIG;
+	a0 = round_down_ss(&w, off);
+	a1 = round_up_ss(&w, off + len);
+	sizes = malloc(((a1 - a0) / MAX_EXTENT + 3) * sizeof(*sizes));
+	if (!sizes)
+		return -ENOMEM;
+	for (uint64_t p = a0; p < a1; p += sizes[n++])
+		sizes[n] = a1 - p < MAX_EXTENT ? a1 - p : MAX_EXTENT;
+	/* the partial sectors at both ends are written (zeros), and an inline extent may become a sector */
+	sizes[n++] = ss_of(&w);
+	sizes[n++] = ss_of(&w);
+	ret = room_for(&w, sizes, n, true);
+	free(sizes);
+	if (!ret)
+		ret = ub_fsw_punch_hole(t, subvol, ino, off, len);
+	if (!ret)
+		ret = ub_fsw_fallocate(t, subvol, ino, off, len, keep ? UB_FSW_FALLOC_KEEP_SIZE : 0);
+	return ret;
 }
 
 /* ---- extents prepared outside the transaction ---- */
@@ -1165,7 +1289,7 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
 	bool inl;
 	int ret;
 
-	ret = regular_inode(&w, t, subvol, ino, ii);
+	ret = fsw_regular_inode(&w, t, subvol, ino, ii);
 	if (ret)
 		return ret;
 	for (size_t i = 0; i < n; i++) {
@@ -1332,7 +1456,7 @@ static int nocow_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t pos, c
 	int ret;
 
 	*done = false;
-	ret = extent_at(w, ino, pos, &k, fe, &fsize);
+	ret = fsw_extent_at(w, ino, pos, &k, fe, &fsize);
 	if (ret)
 		return ret > 0 ? 0 : ret;
 	prealloc = fsize >= UB_FE_SIZE && FE_GET(type, fe) == BTRFS_FILE_EXTENT_PREALLOC;

@@ -81,7 +81,11 @@ int fsw_del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uin
 int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
 		    const char *newname, size_t newlen, uint64_t id);
 
-/* data (write_data.c): drop every file extent item and reference of ino at or past `from` */
+/* data.c: the file extent item whose range holds `pos`, or the first one after it: 0 (key, copy of the item), 1 none */
+int fsw_extent_at(struct fsw *w, uint64_t ino, uint64_t pos, struct ub_key *key, uint8_t *fe, uint32_t *fsize);
+/* a change to the data of regular file ino (no-holes filesystems): w set up, its inode item in ii */
+int fsw_regular_inode(struct fsw *w, struct ub_txn *t, uint64_t subvol, uint64_t ino, uint8_t *ii);
+/* data (data.c): drop every file extent item and reference of ino at or past `from` */
 int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, uint64_t end);
 /* write_compress.c: -E2BIG when it does not save a sector */
 int fsw_compress(int type, int level, const uint8_t *in, size_t len, uint32_t sectorsize, uint8_t *out, size_t *olen);

@@ -864,19 +864,44 @@ static int is_ancestor(struct fsw *w, uint64_t anc, uint64_t dir)
 int ub_fsw_rename(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char *oldname, size_t oldlen,
 		  uint64_t newdir, const char *newname, size_t newlen, unsigned flags)
 {
+	return ub_fsw_rename2(t, subvol, olddir, oldname, oldlen, newdir, newname, newlen, flags, 0, 0);
+}
+
+static int rename_common(struct fsw *w, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
+			 const char *newname, size_t newlen, unsigned flags);
+
+int ub_fsw_rename2(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const char *oldname, size_t oldlen,
+		   uint64_t newdir, const char *newname, size_t newlen, unsigned flags, uint32_t uid, uint32_t gid)
+{
+	struct fsw w;
+	int ret;
+
+	if ((flags & UB_FSW_RENAME_WHITEOUT) && (flags & UB_FSW_RENAME_EXCHANGE))
+		return -EINVAL;
+	ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = rename_common(&w, olddir, oldname, oldlen, newdir, newname, newlen,
+				    flags & ~UB_FSW_RENAME_WHITEOUT);
+	/* RENAME_WHITEOUT: the old name becomes a whiteout, a character device 0:0 of no permissions (overlayfs') */
+	if (!ret && (flags & UB_FSW_RENAME_WHITEOUT))
+		ret = new_inode(&w, olddir, oldname, oldlen, S_IFCHR, uid, gid, 0, NULL);
+	return ret;
+}
+
+static int rename_common(struct fsw *wp, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
+			 const char *newname, size_t newlen, unsigned flags)
+{
 	uint8_t sii[UB_II_SIZE], dii[UB_II_SIZE], tmp[UB_II_SIZE];
 	struct ub_key sloc, dloc;
 	uint8_t stype, dtype;
 	bool sdir, ddir = false, dexists;
-	struct fsw w;
+	struct fsw w = *wp;
 	int ret;
 
 	if ((flags & ~(UB_FSW_RENAME_NOREPLACE | UB_FSW_RENAME_EXCHANGE)) ||
 	    (flags & UB_FSW_RENAME_NOREPLACE && flags & UB_FSW_RENAME_EXCHANGE))
 		return -EINVAL;
-	ret = fsw_init(&w, t, subvol);
-	if (!ret)
-		ret = fsw_check_name(oldname, oldlen);
+	ret = fsw_check_name(oldname, oldlen);
 	if (!ret)
 		ret = fsw_check_name(newname, newlen);
 	if (!ret)

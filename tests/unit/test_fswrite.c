@@ -685,6 +685,70 @@ static void test_orphans(void **state)
 	assert_int_equal(mkfs_image_check_path(path), 0);
 }
 
+/*
+ * A clone shares extents: the destination reads the source's bytes, its
+ * items point at the same disk extents, the source stays as it was, and
+ * btrfs check agrees with every reference (and the kernel, in
+ * test_engine_threads.py's recipes, reads both). Rewriting the clone's
+ * shared part leaves the source alone.
+ */
+static void test_clone_range(void **state)
+{
+	static uint8_t buf[5 * 4096 + 100], back[9 * 4096], want[9 * 4096];
+	char path[256];
+	struct ub_engine *e;
+	struct ub_txn *t;
+	uint64_t src, dst, small;
+	size_t got;
+
+	(void)state;
+	if (!g_have)
+		skip();
+	e = open_fresh("clone.img");
+	snprintf(path, sizeof(path), "%s/clone.img", g_dir);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 13 + 1);
+	assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_WRITE, sizeof(buf), &t), 0);
+	src = mk(t, TOP, "src", S_IFREG | 0644);
+	dst = mk(t, TOP, "dst", S_IFREG | 0644);
+	small = mk(t, TOP, "small", S_IFREG | 0644);
+	assert_int_equal(ub_fsw_write(t, FS, src, 0, buf, sizeof(buf)), 0);
+	assert_int_equal(ub_fsw_write(t, FS, small, 0, "tiny", 4), 0);
+	ub_fsw_end(e);
+	assert_int_equal(ub_engine_commit(e), 0);
+
+	assert_int_equal(ub_fsw_begin(e, UB_FSW_OP_WRITE, sizeof(buf), &t), 0);
+	/* the rules */
+	assert_int_equal(ub_fsw_clone_range(t, FS, src, 1, FS, dst, 0, 4096), -EINVAL);
+	assert_int_equal(ub_fsw_clone_range(t, FS, src, 0, FS, src, 4096, 8192), -EINVAL);
+	assert_int_equal(ub_fsw_clone_range(t, FS, src, 0, FS, small, 4096, 4096), -EOPNOTSUPP);
+	/* two sectors into the middle, then the tail (to the source's end, partial) after them */
+	assert_int_equal(ub_fsw_clone_range(t, FS, src, 4096, FS, dst, 3 * 4096, 2 * 4096), 0);
+	assert_int_equal(ub_fsw_clone_range(t, FS, src, 4 * 4096, FS, dst, 5 * 4096, 0), 0);
+	memset(want, 0, sizeof(want));
+	memcpy(want + 3 * 4096, buf + 4096, 2 * 4096);
+	memcpy(want + 5 * 4096, buf + 4 * 4096, 4096 + 100);
+	assert_int_equal(ub_fsw_read(t, FS, dst, 0, back, sizeof(back), &got), 0);
+	assert_int_equal(got, 6 * 4096 + 100); /* the tail's partial sector ends the clone as it ends the source */
+	assert_int_equal(isize(t, dst), 6 * 4096 + 100);
+	assert_memory_equal(back, want, got);
+	/* the shared part rewritten in the clone: the source keeps its bytes */
+	assert_int_equal(ub_fsw_write(t, FS, dst, 3 * 4096 + 10, "changed", 7), 0);
+	assert_int_equal(ub_fsw_read(t, FS, src, 0, back, sizeof(back), &got), 0);
+	assert_int_equal(got, sizeof(buf));
+	assert_memory_equal(back, buf, sizeof(buf));
+	memcpy(want + 3 * 4096 + 10, "changed", 7);
+	assert_int_equal(ub_fsw_read(t, FS, dst, 0, back, sizeof(back), &got), 0);
+	assert_memory_equal(back, want, got);
+	ub_fsw_end(e);
+	assert_int_equal(ub_engine_commit(e), 0);
+	ub_engine_close(e);
+	assert_int_equal(mkfs_image_check_path(path), 0);
+	/* the clone's extents are the source's: both files' items name the same disk extent */
+	assert_int_equal(sh("test $(btrfs inspect-internal dump-tree -t 5 %s | grep -o 'disk byte [0-9]*' | sort | uniq -d | wc -l) -ge 1",
+			    path), 0);
+}
+
 static void test_check_clean(void **state)
 {
 	(void)state;
@@ -706,6 +770,7 @@ int main(void)
 		cmocka_unit_test(test_inode_numbers),
 		cmocka_unit_test(test_commit_reserve_every_tree),
 		cmocka_unit_test(test_orphans),
+		cmocka_unit_test(test_clone_range),
 		cmocka_unit_test(test_check_clean),
 	};
 	return cmocka_run_group_tests(tests, setup_all, teardown_all);
