@@ -10,16 +10,21 @@ correctness sweep (issue 28):
   * names in the mount's log are escaped as check escapes them.
 """
 
+import errno
 import os
 import random
 import re
+import struct
+import time
 from pathlib import Path
 
 import pytest
 
 import fsynclog_lib as L
+import test_names_dirs as N
 import ubtrfs_testlib as T
 from test_mount import fuse_mounted
+from test_names_dirs import base  # noqa: F401 (a fixture: the small images with their leaves mapped)
 
 SECTOR = 4096
 BLOCKS_ATTEMPTS = 3
@@ -128,3 +133,113 @@ def test_st_blocks_after_log_replay(ubtrfs_bin, factory, blocks_crash):
     diff = ["%s: kernel %d mount %d" % (n, kernel[n][1], got[n]) for n in sorted(kernel) if got[n] != kernel[n][1]]
     assert not diff, "st_blocks differ from the kernel's replay (stale in the log: %s):\n  %s" % (
         ", ".join(sorted(stale)), "\n  ".join(diff))
+
+
+# ---------------------------------------------------------------- damaged directories
+
+WALK_LIMIT = 20000   # entries: the clean tree has fewer than 100
+WALK_SECONDS = 60
+
+
+def _walk(mnt):
+    """Every path under the mount (bytes, "/"-rooted) and the errors met, depth first as find
+    goes; a walk that meets more than WALK_LIMIT entries or runs past WALK_SECONDS is cut."""
+    paths, errors, stack = [], [], [b""]
+    deadline = time.monotonic() + WALK_SECONDS
+    top = os.fsencode(str(mnt))
+    while stack:
+        rel = stack.pop()
+        try:
+            with os.scandir(top + rel) as it:
+                for de in it:
+                    p = rel + b"/" + de.name
+                    paths.append(p)
+                    assert len(paths) <= WALK_LIMIT and time.monotonic() < deadline, \
+                        "the walk does not end: %d entries, e.g. %r" % (len(paths), paths[-3:])
+                    try:
+                        if de.is_dir(follow_symlinks=False):
+                            stack.append(p)
+                    except OSError as e:
+                        errors.append((p, e.errno))
+        except OSError as e:
+            errors.append((rel, e.errno))
+    return paths, errors
+
+
+def _ls_paths(img):
+    """The paths `ubtrfs ls -R` lists (bytes), and its stderr."""
+    cp = T.ubtrfs("ls", "-R", img, timeout=N.TIMEOUT)
+    assert cp.returncode in (0, 1), T.describe(cp)
+    return set(p for p in cp.stdout.split(b"\n") if p), cp.stderr.decode("utf-8", "replace")
+
+
+def _no_raw_names(log):
+    """Names in the log come escaped: no byte outside printable ASCII (but the line ends)."""
+    raw = sorted(set(c for c in log.encode("utf-8", "surrogateescape") if (c < 0x20 and c != 0x0a) or c >= 0x7f))
+    assert not raw, "the mount's log holds raw bytes %r" % raw
+
+
+@pytest.mark.parametrize("case", ["dir-alias-sibling", "dir-alias-ancestor", "dir-chain-twins"])
+def test_directory_second_names_refused(ubtrfs_bin, factory, base, case):
+    """A directory reached through a second name (a sibling's, one inside itself, a chain of
+    twins) is not served: the mount shows the tree ls -R shows, a walk ends, the log says why."""
+    img, info = N.hostile(base, case)
+    try:
+        expected, ls_err = _ls_paths(img)
+        into, name = info["alias"]
+        alias = b"/%s/%s" % (into, name)
+        assert alias not in expected and "another name" in ls_err, "test setup: ls -R " + ls_err
+        log = []
+        with fuse_mounted(ubtrfs_bin, [img], factory.mountpoint(), log=log) as mnt:
+            paths, errors = _walk(mnt)
+            with pytest.raises(OSError) as e:
+                os.lstat(os.fsencode(mnt) + alias)
+            assert e.value.errno == errno.EIO, "a lookup through the second name: %r" % e.value
+        assert len(paths) == len(set(paths)), "a path served twice"
+        assert set(paths) == expected, "the mount serves other paths than ls -R: more %r, fewer %r" % (
+            sorted(set(paths) - expected)[:10], sorted(expected - set(paths))[:10])
+        assert not errors, errors
+        err = log[0]
+        for pat in info["what"]:
+            assert re.search(r"error: .*" + pat, err), "the log does not say %r: %s" % (pat, err[-3000:])
+        _no_raw_names(err)
+    finally:
+        os.unlink(img)
+
+
+def test_unreadable_inode_keeps_its_siblings(ubtrfs_bin, factory, base):
+    """readdirplus meets an entry whose inode cannot be read (its size above 2^63, which no file can
+    have): the entry is listed without attributes and every later entry is listed too; a stat
+    of it fails with EIO; the log names it, its name escaped."""
+    img = os.path.join(base.work, "bad-inode.img")
+    T.copy_sparse(base.img, img)
+    try:
+        root = sorted((idx, child, name) for d, idx, child, name in base.dir_entries() if d == 256)
+        names = [name for _, _, name in root]
+        # the entry that is not UTF-8, so that the log line shows how it escapes names
+        pos = names.index(N.BAD_UTF8)
+        victim = root[pos][1]
+        assert pos + 1 < len(root) or pos > 0, "test setup: the root holds one entry"
+        N.change_item(img, base, (victim, N.INODE_ITEM, 0),
+                      lambda data: data[:16] + struct.pack("<Q", (1 << 63) + 4096) + data[24:])
+        log = []
+        with fuse_mounted(ubtrfs_bin, [img], factory.mountpoint(), log=log) as mnt:
+            top = os.fsencode(mnt)
+            with os.scandir(top) as it:
+                listed = [de.name for de in it]
+            stats = {}
+            for n in names:
+                try:
+                    stats[n] = os.lstat(top + b"/" + n)
+                except OSError as e:
+                    stats[n] = e.errno
+        assert listed == names, "readdir lists %r, the directory holds %r" % (listed, names)
+        assert stats[N.BAD_UTF8] == errno.EIO, "stat of the bad inode: %r" % stats[N.BAD_UTF8]
+        assert all(not isinstance(v, int) for n, v in stats.items() if n != N.BAD_UTF8), stats
+        err = log[0]
+        line = [ln for ln in err.splitlines() if "ino %d " % victim in ln or "inode %d " % victim in ln]
+        assert line and any("bad-\\xff\\xfe-utf8" in ln for ln in line), \
+            "the log does not name the entry: %s" % err[-3000:]
+        _no_raw_names(err)
+    finally:
+        os.unlink(img)
