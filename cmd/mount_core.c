@@ -13,6 +13,7 @@
  * the directory again, through a loop without end.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -185,7 +186,7 @@ static int dir_entry_cb(void *arg, const struct ub_dirent *de)
 {
 	struct dir_walk *w = arg;
 	const struct ub_log *log = ub_fs_log(w->mc->fs);
-	const off_t off = (off_t)de->index + 1;
+	off_t off;
 	char name[UB_NAME_LEN + 1], esc[ESC_SIZE];
 	struct ub_inode in;
 	struct stat st;
@@ -193,6 +194,20 @@ static int dir_entry_cb(void *arg, const struct ub_dirent *de)
 	bool attrs = false;
 	int ret;
 
+	/*
+	 * An entry's offset is its index + 1, which must stay a positive off_t
+	 * above those of "." and "..": an index outside [2, 2^63 - 2] would give
+	 * an offset that is not past the one before, and the kernel would list the
+	 * directory again from there, without end.
+	 */
+	if (de->index < 2 || de->index >= (uint64_t)INT64_MAX) {
+		entry_name(de, esc);
+		ub_err(log, "subvol %llu dir %llu: entry \"%s\" has index %llu, outside what a directory offset can "
+		       "hold: not served", (unsigned long long)de->dir_subvol, (unsigned long long)de->dir_ino, esc,
+		       (unsigned long long)de->index);
+		return 0;
+	}
+	off = (off_t)de->index + 1;
 	if (off <= w->from)
 		return 0;
 	if (w->plus) {

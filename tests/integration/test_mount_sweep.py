@@ -243,3 +243,36 @@ def test_unreadable_inode_keeps_its_siblings(ubtrfs_bin, factory, base):
         _no_raw_names(err)
     finally:
         os.unlink(img)
+
+
+def test_entry_index_outside_offsets(ubtrfs_bin, factory, base):
+    """DIR_INDEX items whose index cannot be a readdir offset after "." and ".." (1, which the
+    kernel's readdir skips too, and 2^63): not listed, so a listing ends; the log names them; a
+    lookup by name (the DIR_ITEM) still finds them."""
+    img = os.path.join(base.work, "bad-index.img")
+    T.copy_sparse(base.img, img)
+    try:
+        d2 = N.resolve(base, b"d2")
+        moved = {}
+        for name, new in ((b"plain", 1), (b"alias", 1 << 63)):
+            _, idx, child, _ = base.entry(name, parent=d2)
+            moved[name] = (idx, new)
+        bytenrs = {base.items[(d2, N.DIR_INDEX, idx)][0] for idx, _ in moved.values()}
+        if len(bytenrs) != 1:
+            pytest.skip("test setup: the two DIR_INDEX items are in different leaves")
+        bytenr = bytenrs.pop()
+        rekey = {(d2, N.DIR_INDEX, idx): (d2, N.DIR_INDEX, new) for idx, new in moved.values()}
+        N.write_leaf(img, base, bytenr, [(rekey.get(k, k), d) for k, d in N.leaf_items(img, base, bytenr)])
+        log = []
+        with fuse_mounted(ubtrfs_bin, [img], factory.mountpoint(), log=log) as mnt:
+            paths, errors = _walk(mnt)
+            looked = {n: os.path.exists(os.path.join(mnt, "d2", n.decode())) for n in moved}
+        assert not errors, errors
+        listed = [p for p in paths if p.startswith(b"/d2/")]
+        assert listed == [], "entries listed at offsets the kernel would not resume after: %r" % listed
+        assert looked == {n: True for n in moved}, "lookups by name: %r" % looked
+        err = log[0]
+        for name, (_, new) in moved.items():
+            assert re.search(r'dir %d: entry "%s" has index %d, outside' % (d2, name.decode(), new), err), err[-3000:]
+    finally:
+        os.unlink(img)
