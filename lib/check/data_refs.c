@@ -86,6 +86,8 @@ static uint64_t match(struct cstate *s, const struct chk_dref *r)
 	struct chk_fext *f = open_fexts(s);
 	uint64_t m = 0;
 
+	if (!s->fext_n)
+		return 0; /* nothing to match, nor a first item to take the extent's address from */
 	if (r->shared) {
 		for (size_t i = 0; i < s->fext_n; i++)
 			if (!f[i].used && f[i].leaf == r->parent)
