@@ -58,13 +58,23 @@ check: unit integration
 
 # the printers are fuzzed too (they must survive any bytes), so they link into every target
 PRINT_SRCS := $(sort $(wildcard cmd/print_*.c))
-FUZZ_CFLAGS := $(filter-out -Werror,$(CFLAGS_BASE)) -Icmd
+# undefined behaviour is a finding like any crash: it stops the run
+FUZZ_CFLAGS := $(filter-out -Werror,$(CFLAGS_BASE)) -Icmd -fno-sanitize-recover=undefined
 FUZZ_OBJS := $(patsubst %.c,build-fuzz/obj/%.o,$(LIB_SRCS) $(PRINT_SRCS))
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -MMD -MP -c $< -o $@
+# the whole-image targets share the image harness, and link the commands whose logic they run
+# (every cmd/ file but main.c and the FUSE session, mount.c and mount_ops.c)
+FUZZ_IMAGE_DIR_DEF := -DFUZZ_IMAGE_DIR='"$(CURDIR)/tests/fuzz/images"'
+FUZZ_HARNESS := build-fuzz/obj/tests/fuzz/image_harness.o
+FUZZ_CMD_OBJS := $(patsubst %.c,build-fuzz/obj/%.o,$(filter-out cmd/main.c cmd/mount.c cmd/mount_ops.c $(PRINT_SRCS),$(CMD_SRCS)))
+FUZZ_IMAGE_BINS := $(addprefix build-fuzz/,fuzz_image fuzz_check fuzz_mount fuzz_restore)
+$(FUZZ_HARNESS): FUZZ_CFLAGS += $(FUZZ_IMAGE_DIR_DEF)
+$(FUZZ_IMAGE_BINS): FUZZ_EXTRA = $(FUZZ_HARNESS) $(FUZZ_CMD_OBJS)
+$(FUZZ_IMAGE_BINS): $(FUZZ_HARNESS) $(FUZZ_CMD_OBJS)
 build-fuzz/%: tests/fuzz/%.c $(FUZZ_OBJS)
-	clang $(FUZZ_CFLAGS) -DFUZZ_IMAGE_DIR='"$(CURDIR)/tests/fuzz/images"' -fsanitize=fuzzer,address,undefined -MMD -MP -MF build-fuzz/obj/$(notdir $@).d -o $@ $< $(FUZZ_OBJS) $(LIBS)
+	clang $(FUZZ_CFLAGS) $(FUZZ_IMAGE_DIR_DEF) -fsanitize=fuzzer,address,undefined -MMD -MP -MF build-fuzz/obj/$(notdir $@).d -o $@ $< $(FUZZ_EXTRA) $(FUZZ_OBJS) $(LIBS)
 
 fuzz: $(FUZZ_BINS)
 
@@ -126,7 +136,8 @@ clean:
 .PHONY: all unit integration check fuzz clean
 # keep the fuzz objects between targets and runs
 .SECONDARY:
--include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(UNIT_BINS:=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:build-fuzz/%=build-fuzz/obj/%.d)
+-include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(UNIT_BINS:=.d) $(FUZZ_OBJS:.o=.d) $(FUZZ_BINS:build-fuzz/%=build-fuzz/obj/%.d) \
+	$(FUZZ_HARNESS:.o=.d) $(FUZZ_CMD_OBJS:.o=.d)
 
 # ---- nocow driver: tests/integration/test_nocow.py builds and runs it ----
 NOCOW_DRIVER := $(BUILD)/tests/tools/nocow_driver

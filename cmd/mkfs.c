@@ -37,12 +37,14 @@ static const char help[] =
 	"  -q, --quiet              print nothing on success\n"
 	"  -h, --help               this text\n"
 	"\nRefused (nothing is written): a profile needing more devices than given\n"
-	"(raid1/raid5: 2, raid1c3/raid6: 3, raid1c4/raid10: 4), a device given twice,\n"
+	"(raid1/raid5: 2, raid1c3/raid6: 3, raid1c4/raid10: 4), a device given twice\n"
+	"(also as a loop device and the file behind it),\n"
 	"a device holding a mounted filesystem, a device holding a filesystem or partition\n"
 	"table without -f, a device smaller than the profiles need.\n"
 	"\nExit codes: 0 the filesystem was made (and filled), 1 the filesystem was made but\n"
-	"--rootdir could not copy everything (the message names the path; the filesystem holds\n"
-	"what was committed before), 2 usage error, refusal or write failure.\n";
+	"--rootdir could not copy everything (the messages name the path, and what the\n"
+	"filesystem holds: the copy's last commit, or nothing of DIR), 2 usage error, refusal\n"
+	"or write failure.\n";
 
 static int parse_size(const char *s, uint32_t *out)
 {
@@ -106,6 +108,24 @@ static void register_devices(char **paths, int n, bool quiet)
 	}
 	if (ctl >= 0)
 		close(ctl);
+}
+
+/* After a failed --rootdir copy: exactly what the filesystem holds, which is its last commit. */
+static void rootdir_left(const char *rootdir, const struct ub_rootdir_stats *st)
+{
+	char buf[64];
+
+	if (!st->commits) {
+		fprintf(stderr, "ubtrfs mkfs: error: --rootdir %s: the copy failed before its first commit: the new "
+			"filesystem is empty, as mkfs made it (nothing of %s is in it)\n", rootdir, rootdir);
+		return;
+	}
+	fprintf(stderr, "ubtrfs mkfs: error: --rootdir %s: the copy failed; the filesystem holds what its last "
+		"commit (%" PRIu64 " of the copy) held: %" PRIu64 " inodes, %" PRIu64 " extra hard links, %" PRIu64
+		" xattrs, %s of data, that is every entry the copy took before %s (depth first, in each directory's "
+		"readdir order); that one may be missing or partial, and the directories it is in may lack their "
+		"times\n", rootdir, st->commits, st->kept_inodes, st->kept_links, st->kept_xattrs,
+		human(st->kept_data_bytes, buf, sizeof(buf)), st->kept_at);
 }
 
 int cmd_mkfs(int argc, char **argv)
@@ -241,7 +261,7 @@ int cmd_mkfs(int argc, char **argv)
 		ret = ub_mkfs_rootdir((const char *const *)argv + optind, ndevs, rootdir, o.compress, clevel, &log,
 				      &rst);
 		if (ret) {
-			fprintf(stderr, "ubtrfs mkfs: error: --rootdir %s: the copy is incomplete\n", rootdir);
+			rootdir_left(rootdir, &rst);
 			register_devices(argv + optind, ndevs, true);
 			return EXIT_PROBLEMS;
 		}

@@ -283,7 +283,7 @@ int cmd_mount(int argc, char **argv)
 		ret = find_root(mc.fs, &mo, &subvol, &ino);
 	if (!ret)
 		ret = mount_map_new(&mc.map);
-	if (!ret && mount_map_get(mc.map, subvol, ino, 0, 1) != 1)
+	if (!ret && mount_map_get(mc.map, subvol, ino, 0, 1, 0, NULL) != 1)
 		ret = -ENOMEM;
 	if (ret)
 		goto out;

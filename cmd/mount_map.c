@@ -83,10 +83,13 @@ static int grow(struct mount_map *m)
 	return 0;
 }
 
-uint64_t mount_map_get(struct mount_map *m, uint64_t subvol, uint64_t ino, uint64_t dir_ino, uint64_t parent)
+uint64_t mount_map_get(struct mount_map *m, uint64_t subvol, uint64_t ino, uint64_t dir_ino, uint64_t parent,
+		       uint64_t name, bool *first)
 {
 	uint64_t id = 0;
 
+	if (first)
+		*first = true;
 	pthread_mutex_lock(&m->lock);
 	for (uint64_t i = pair_hash(subvol, ino) & (m->nslots - 1);; i = (i + 1) & (m->nslots - 1)) {
 		uint64_t s = m->slots[i];
@@ -95,13 +98,15 @@ uint64_t mount_map_get(struct mount_map *m, uint64_t subvol, uint64_t ino, uint6
 			break;
 		if (m->nodes[s - 1].subvol == subvol && m->nodes[s - 1].ino == ino) {
 			id = s;
+			if (first)
+				*first = m->nodes[s - 1].parent == parent && m->nodes[s - 1].name == name;
 			goto out;
 		}
 	}
 	if (grow(m))
 		goto out;
 	m->nodes[m->n] = (struct mount_node){ .subvol = subvol, .ino = ino, .dir_ino = dir_ino,
-					       .parent = parent ? parent : m->n + 1 };
+					       .parent = parent ? parent : m->n + 1, .name = name };
 	id = ++m->n;
 	slot_put(m->slots, m->nslots, m->nodes, id);
 out:

@@ -66,8 +66,8 @@ int ub_mkfs_parse_features(const char *list, unsigned *features, char *why, size
 uint64_t ub_mkfs_min_dev_size(uint64_t meta_profile, uint64_t data_profile);
 
 /*
- * Refusals that need the paths, before anything is written: duplicates, a
- * device holding a mounted filesystem (also through a loop device backed by
+ * Refusals that need the paths, before anything is written: duplicates (a
+ * loop device and the file behind it too), a device holding a mounted filesystem (also through a loop device backed by
  * the file, or as a member of a mounted multi-device btrfs), an existing
  * filesystem or partition table unless `force`. The reason goes to `why`.
  * 0, or -EBUSY (mounted), -EEXIST (existing signature), -EINVAL (duplicate),
@@ -87,6 +87,17 @@ int ub_mkfs(struct ub_dev *const *devs, int ndevs, const struct ub_mkfs_opts *op
 /* What mkfs --rootdir copied. */
 struct ub_rootdir_stats {
 	uint64_t inodes, links, xattrs, data_bytes, commits;
+	/*
+	 * What the last commit holds, which is what a failed copy leaves on disk:
+	 * the counts above as they were at that commit (all 0 before the first:
+	 * the filesystem is then as mkfs made it, empty), and the path of the
+	 * entry the copy was at then. Every entry before it in the copy's order
+	 * (depth first, each directory's entries in readdir order) is whole; that
+	 * entry may be missing or partial, and a directory still open may lack its
+	 * times, owner and mode.
+	 */
+	uint64_t kept_inodes, kept_links, kept_xattrs, kept_data_bytes;
+	char kept_at[8192];
 };
 
 /*

@@ -74,12 +74,20 @@ static void add_ref(struct cstate *s, const struct chk_dref *r)
 	s->dref_sum += r->count;
 }
 
+/* The open extent's file extent items (NULL when there are none: no array may be there to index). */
+static struct chk_fext *open_fexts(struct cstate *s)
+{
+	return s->fext_n ? s->c->fext + s->fext_first : NULL;
+}
+
 /* Mark the open extent's unmatched file extent items that `r` stands for; how many. */
 static uint64_t match(struct cstate *s, const struct chk_dref *r)
 {
-	struct chk_fext *f = s->c->fext + s->fext_first;
+	struct chk_fext *f = open_fexts(s);
 	uint64_t m = 0;
 
+	if (!s->fext_n)
+		return 0; /* nothing to match, nor a first item to take the extent's address from */
 	if (r->shared) {
 		for (size_t i = 0; i < s->fext_n; i++)
 			if (!f[i].used && f[i].leaf == r->parent)
@@ -109,7 +117,7 @@ static uint64_t match(struct cstate *s, const struct chk_dref *r)
 /* Each reference against the file extent items that make it; then the items no reference stands for. */
 static void match_files(struct cstate *s, struct ub_chk_problem *p)
 {
-	struct chk_fext *f = s->c->fext + s->fext_first;
+	struct chk_fext *f = open_fexts(s);
 
 	/* a leaf's items are taken by its SHARED_DATA_REF first: its own root's leaf may make the same triple */
 	for (int shared = 1; shared >= 0; shared--)
@@ -210,7 +218,7 @@ void chk_data_refs_item(struct cstate *s, const struct ub_key *k, const uint8_t 
 		while (s->fext_cursor < s->c->nfext && s->c->fext[s->fext_cursor].bytenr == k->objectid)
 			s->fext_cursor++;
 		s->fext_n = s->fext_cursor - s->fext_first;
-		chk_qgroup_data(s->c, k->objectid, k->offset, s->c->fext + s->fext_first, s->fext_n);
+		chk_qgroup_data(s->c, k->objectid, k->offset, open_fexts(s), s->fext_n);
 		s->dref_open = true;
 		s->dref_unknown = false;
 		s->drefs_nomem = false;

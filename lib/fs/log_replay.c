@@ -419,12 +419,18 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 	return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
-/* Drop (or trim) extents of `s` within [start, end). */
-static int drop_extents(struct ub_itemset *s, uint64_t start, uint64_t end, uint32_t sectorsize)
+/*
+ * Drop (or trim) extents of `s` within [start, end). *found gets the bytes
+ * that leave the inode's nbytes, counted as the kernel's btrfs_drop_extents
+ * counts them: the part of each extent with data (disk_bytenr set, so not a
+ * hole) inside the range, and an inline extent's ram_bytes.
+ */
+static int drop_extents(struct ub_itemset *s, uint64_t start, uint64_t end, uint32_t sectorsize, uint64_t *found)
 {
 	struct ub_key k = { s->ino, BTRFS_EXTENT_DATA_KEY, 0 };
 	size_t i = ub_itemset_lower(s, &k);
 
+	*found = 0;
 	while (i < s->n && s->items[i].key.type == BTRFS_EXTENT_DATA_KEY) {
 		struct ub_item *it = &s->items[i];
 		uint64_t es = it->key.offset, ee, len;
@@ -440,6 +446,11 @@ static int drop_extents(struct ub_itemset *s, uint64_t start, uint64_t end, uint
 			i++;
 			continue;
 		}
+		/* nbytes is the kernel's running count, not checked here: wrapping is what it would do too */
+		if (is_inline)
+			*found += FE(ram_bytes, it->data);
+		else if (FE(disk_bytenr, it->data))
+			*found += (ee < end ? ee : end) - (es > start ? es : start);
 		if (is_inline || (es >= start && ee <= end)) {
 			ub_itemset_del(s, i);
 			continue;
@@ -468,6 +479,45 @@ static int drop_extents(struct ub_itemset *s, uint64_t start, uint64_t end, uint
 			ub_itemset_del(s, i);
 		}
 	}
+	return 0;
+}
+
+/*
+ * One logged file extent item over [li's offset, end) of set `s`, with the
+ * inode's nbytes kept as the kernel's replay_one_extent keeps it: an extent
+ * the inode has already, byte for byte, changes nothing; otherwise what the
+ * item covers is dropped (less nbytes) and the item added (more nbytes: its
+ * num_bytes if it has data, an inline extent's ram_bytes, a hole nothing).
+ */
+static int replay_extent(struct replay_ctx *rc, struct ub_itemset *s, const struct ub_item *li, uint64_t end)
+{
+	const size_t fesz = sizeof(struct btrfs_file_extent_item);
+	struct ub_key ik = { s->ino, BTRFS_INODE_ITEM_KEY, 0 };
+	const struct ub_item *same = ub_itemset_find(s, &li->key);
+	struct ub_item *ii;
+	uint8_t type = (uint8_t)FE(type, li->data);
+	uint64_t found, added = 0;
+	int ret;
+
+	if (same && type != BTRFS_FILE_EXTENT_INLINE && same->size >= fesz && !memcmp(same->data, li->data, fesz))
+		return 0;
+	ret = drop_extents(s, li->key.offset, end, rc->fs->vol->sectorsize, &found);
+	if (ret)
+		return ret;
+	if (type == BTRFS_FILE_EXTENT_INLINE)
+		added = FE(ram_bytes, li->data);
+	else if (FE(disk_bytenr, li->data))
+		added = FE(num_bytes, li->data);
+	/* the log names holes; with no-holes the kernel's replay only punches them */
+	if (!((rc->fs->incompat & BTRFS_FEATURE_INCOMPAT_NO_HOLES) && type == BTRFS_FILE_EXTENT_REG &&
+	      !FE(disk_bytenr, li->data))) {
+		ret = ub_itemset_put(s, &li->key, li->data, li->size);
+		if (ret)
+			return ret;
+	}
+	ii = ub_itemset_find(s, &ik);
+	if (ii && ii->size >= sizeof(struct btrfs_inode_item))
+		UB_SET(btrfs_inode_item, nbytes, ii->data, UB_GET(btrfs_inode_item, nbytes, ii->data) + added - found);
 	return 0;
 }
 
@@ -533,16 +583,26 @@ static int replay_inode(struct replay_ctx *rc, const struct ub_itemset *log)
 		if (S_ISREG(mode) && S_ISREG(UB_GET(btrfs_inode_item, mode, existing->data)) && lsize)
 			UB_SET(btrfs_inode_item, size, existing->data, lsize);
 	} else {
+		/*
+		 * The log's nbytes is not kept up to date by the kernel (0, or stale
+		 * bytes): its replay keeps the committed inode's nbytes, or starts a
+		 * new inode at 0, and then counts every extent it drops or adds.
+		 */
+		uint64_t nbytes = existing && existing->size >= sizeof(struct btrfs_inode_item)
+					  ? UB_GET(btrfs_inode_item, nbytes, existing->data) : 0;
 		ret = ub_itemset_put(s, &k, li->data, li->size);
 		if (ret)
 			return ret;
+		UB_SET(btrfs_inode_item, nbytes, ub_itemset_find(s, &k)->data, nbytes);
 	}
 	existing = ub_itemset_find(s, &k);
 	if (S_ISREG(mode) && existing) {
-		uint64_t size = UB_GET(btrfs_inode_item, size, existing->data), ss = rc->fs->vol->sectorsize;
-		ret = drop_extents(s, sat_add(size, ss - 1) / ss * ss, UINT64_MAX, rc->fs->vol->sectorsize);
+		uint64_t size = UB_GET(btrfs_inode_item, size, existing->data), ss = rc->fs->vol->sectorsize, found;
+		ret = drop_extents(s, sat_add(size, ss - 1) / ss * ss, UINT64_MAX, rc->fs->vol->sectorsize, &found);
 		if (ret)
 			return ret;
+		existing = ub_itemset_find(s, &k);
+		UB_SET(btrfs_inode_item, nbytes, existing->data, UB_GET(btrfs_inode_item, nbytes, existing->data) - found);
 	}
 	/* xattrs the log does not carry were removed */
 	k = (struct ub_key){ log->ino, BTRFS_XATTR_ITEM_KEY, 0 };
@@ -816,11 +876,7 @@ static int replay_items(struct replay_ctx *rc, const struct ub_itemset *log)
 			}
 			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, NULL);
 			if (!ret)
-				ret = drop_extents(s, li->key.offset, end, ss);
-			/* the log names holes; with no-holes the kernel's replay only punches them */
-			if (!ret && !((rc->fs->incompat & BTRFS_FEATURE_INCOMPAT_NO_HOLES) &&
-				      FE(type, li->data) == BTRFS_FILE_EXTENT_REG && !FE(disk_bytenr, li->data)))
-				ret = ub_itemset_put(s, &li->key, li->data, li->size);
+				ret = replay_extent(rc, s, li, end);
 			break;
 		}
 		case BTRFS_XATTR_ITEM_KEY:

@@ -87,7 +87,9 @@ static int read_block_groups(struct ub_fs *fs, uint64_t tree, struct space *sp)
 
 		ub_path_init(&p);
 		ret = ub_tree_search(tc, &root, &key, &p);
-		while (ret == 0 || ret == 1) {
+		/* 0: at an item (the search's 0 and 1), 1: past the last (the search's 2, the step's 1) */
+		ret = ret == 2 ? 1 : ret < 0 ? ret : 0;
+		while (ret == 0) {
 			const uint8_t *d;
 			uint32_t size;
 

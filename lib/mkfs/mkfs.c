@@ -589,7 +589,11 @@ static int write_all(struct mk *m, struct ub_dev *const *devs, const uint8_t *sb
 	/*
 	 * The reserved first MiB: wipe what an earlier filesystem or partition
 	 * table left there so no prober finds two signatures (the volume layer
-	 * never writes there itself).
+	 * never writes there itself). And every superblock copy of an earlier
+	 * btrfs, made durable before a byte of the new one is written, as
+	 * mkfs.btrfs does: otherwise an mkfs stopped before its own superblocks
+	 * land leaves the old filesystem readable through its mirror at 64 MiB,
+	 * over blocks the new one has begun to overwrite.
 	 */
 	zero = calloc(1, UB_DEV_RESERVED);
 	if (!zero) {
@@ -602,6 +606,11 @@ static int write_all(struct mk *m, struct ub_dev *const *devs, const uint8_t *sb
 		ret = ub_dev_write(devs[i], zero, UB_DEV_RESERVED, 0);
 		if (!ret)
 			ret = ub_dev_write(devs[i], zero, UB_DEV_RESERVED, m->dev_size[i] - UB_DEV_RESERVED);
+		for (int c = 1; c < UB_SUPER_MIRROR_MAX && !ret; c++)
+			if (ub_super_offset(c) + UB_SUPER_INFO_SIZE <= m->dev_size[i])
+				ret = ub_dev_write(devs[i], zero, UB_SUPER_INFO_SIZE, ub_super_offset(c));
+		if (!ret)
+			ret = ub_dev_flush(devs[i]);
 		if (ret) {
 			ub_err(m->log, "mkfs: cannot write to %s: %s", devs[i]->path, strerror(-ret));
 			for (int j = 0; j < m->ndevs; j++)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What mkfs refuses before it writes a byte: a device given twice, a device
- * in use by a mounted filesystem, a device that already holds something.
+ * What mkfs refuses before it writes a byte: a device given twice (also as a
+ * loop device and the file behind it), a device in use by a mounted
+ * filesystem, a device that already holds something.
  *
  * "In use" is decided by device number, not by name: mountinfo's source and
  * major:minor (btrfs shows an anonymous 0:N there, hence the source path too),
@@ -13,9 +14,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/loop.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -331,14 +334,63 @@ static int probe_signature(const char *path, char *what, size_t len)
 	return ret;
 }
 
+/*
+ * The file behind a loop device, by its inode (the path the kernel shows may
+ * name another file by now): false when `path` is no loop device or has no
+ * backing file.
+ */
+static bool loop_backing(const char *path, dev_t *dev, ino_t *ino)
+{
+	struct loop_info64 li;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = ioctl(fd, LOOP_GET_STATUS64, &li) == 0;
+	close(fd);
+	if (ok) {
+		/* the kernel encodes the device number as stat(2) does */
+		*dev = (dev_t)li.lo_device;
+		*ino = (ino_t)li.lo_inode;
+	}
+	return ok;
+}
+
+/*
+ * Do two paths name the same storage? A device by its number, a file by its
+ * inode, and a loop device is also the file behind it: writing both would
+ * write one file twice, as two devices of one filesystem.
+ */
+static bool same_storage(const struct stat *a, const struct stat *b, const bool *aloop, const struct stat *aback,
+			 const bool *bloop, const struct stat *bback)
+{
+	if (S_ISBLK(a->st_mode) && S_ISBLK(b->st_mode) && a->st_rdev == b->st_rdev)
+		return true;
+	if (S_ISREG(a->st_mode) && S_ISREG(b->st_mode))
+		return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+	/* file and loop device, or two loop devices of one file */
+	if (*aloop && S_ISREG(b->st_mode))
+		return aback->st_dev == b->st_dev && aback->st_ino == b->st_ino;
+	if (*bloop && S_ISREG(a->st_mode))
+		return bback->st_dev == a->st_dev && bback->st_ino == a->st_ino;
+	return *aloop && *bloop && aback->st_dev == bback->st_dev && aback->st_ino == bback->st_ino;
+}
+
 int ub_mkfs_check_paths(const char *const *paths, int npaths, bool force, char *why, size_t whylen)
 {
 	struct devset busy = { 0 };
-	struct stat *st = calloc((size_t)(npaths > 0 ? npaths : 1), sizeof(*st));
+	const size_t n = (size_t)(npaths > 0 ? npaths : 1);
+	struct stat *st = calloc(n, sizeof(*st)), *back = calloc(n, sizeof(*back));
+	bool *loop = calloc(n, sizeof(*loop));
 	int ret;
 
-	if (!st)
+	if (!st || !back || !loop) {
+		free(st);
+		free(back);
+		free(loop);
 		return -ENOMEM;
+	}
 	for (int i = 0; i < npaths; i++) {
 		/* a network device: no local mount or holder to look for; the same URI twice is refused */
 		if (ub_dev_is_uri(paths[i])) {
@@ -361,15 +413,23 @@ int ub_mkfs_check_paths(const char *const *paths, int npaths, bool force, char *
 			ret = -EINVAL;
 			goto out;
 		}
+		if (S_ISBLK(st[i].st_mode))
+			loop[i] = loop_backing(paths[i], &back[i].st_dev, &back[i].st_ino);
 		for (int j = 0; j < i; j++) {
-			bool same = ub_dev_is_uri(paths[j]) ? false : S_ISBLK(st[i].st_mode) ? S_ISBLK(st[j].st_mode) && st[i].st_rdev == st[j].st_rdev
-							   : S_ISREG(st[j].st_mode) && st[i].st_dev == st[j].st_dev &&
-								     st[i].st_ino == st[j].st_ino;
-			if (same) {
+			if (ub_dev_is_uri(paths[j]) ||
+			    !same_storage(&st[i], &st[j], &loop[i], &back[i], &loop[j], &back[j]))
+				continue;
+			if (loop[i] && !S_ISBLK(st[j].st_mode))
+				snprintf(why, whylen, "%s is given twice: %s is a loop device over it", paths[j], paths[i]);
+			else if (loop[j] && !S_ISBLK(st[i].st_mode))
+				snprintf(why, whylen, "%s is given twice: %s is a loop device over it", paths[i], paths[j]);
+			else if (loop[i] && loop[j] && st[i].st_rdev != st[j].st_rdev)
+				snprintf(why, whylen, "%s and %s are loop devices over one file: it is given twice", paths[j],
+					 paths[i]);
+			else
 				snprintf(why, whylen, "%s is given twice (also as %s)", paths[i], paths[j]);
-				ret = -EINVAL;
-				goto out;
-			}
+			ret = -EINVAL;
+			goto out;
 		}
 	}
 
@@ -445,5 +505,7 @@ int ub_mkfs_check_paths(const char *const *paths, int npaths, bool force, char *
 out:
 	free(busy.v);
 	free(st);
+	free(back);
+	free(loop);
 	return ret;
 }

@@ -89,8 +89,17 @@ static int commit(struct rd *r)
 	}
 	ret = ub_txn_commit(r->t);
 	r->t = NULL;
-	if (!ret && r->stats)
-		r->stats->commits++;
+	if (!ret && r->stats) {
+		struct ub_rootdir_stats *st = r->stats;
+
+		/* what a copy that fails from here on leaves */
+		st->commits++;
+		st->kept_inodes = st->inodes;
+		st->kept_links = st->links;
+		st->kept_xattrs = st->xattrs;
+		st->kept_data_bytes = st->data_bytes;
+		snprintf(st->kept_at, sizeof(st->kept_at), "%s", r->path);
+	}
 	return ret;
 }
 

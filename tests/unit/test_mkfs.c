@@ -18,8 +18,11 @@
 #include <cmocka.h>
 
 #include "mkfs/mkfs_internal.h"
+#include "ubtrfs/devinfo.h"
 #include "ubtrfs/fs.h"
+#include "ubtrfs/fsinfo.h"
 #include "ubtrfs/mkfs.h"
+#include "ubtrfs/volume.h"
 
 #define MiB (1024ULL * 1024)
 
@@ -234,6 +237,92 @@ static void made_and_read_back(void **state)
 		free(bufs[i]);
 }
 
+/* Whether an open of the devices finds a filesystem with this fsid. */
+static bool opens_as(uint8_t *buf, uint64_t size, const uint8_t *fsid)
+{
+	struct ub_fs_opts fo = { .writable = false, .super_mirror = -1, .no_log = true };
+	struct ub_fs *fs = NULL;
+	struct ub_dev *dev;
+	bool same;
+
+	assert_int_equal(ub_dev_open_mem("crash", buf, size, false, &dev), 0);
+	if (ub_fs_open_devs(&dev, 1, &fo, &quiet, &fs))
+		return false;
+	same = !memcmp(UB_PTR(ub_disk_super, fsid, ub_volume_super(ub_fs_volume(fs))), fsid, UB_FSID_SIZE);
+	ub_fs_close(fs);
+	return same;
+}
+
+/*
+ * mkfs over an old btrfs, stopped just before its first superblock write (the
+ * writes before it on disk; of those not flushed yet, none or all): the old
+ * filesystem must not be readable any more, through its primary or its
+ * mirror at 64 MiB, since the new trees have begun to overwrite its blocks.
+ */
+static void remade_over_old_stopped_before_supers(void **state)
+{
+	const uint64_t size = 120 * MiB;
+	uint8_t *buf = calloc(1, size), *old = malloc(size), *crash = malloc(size), first[UB_FSID_SIZE];
+	struct ub_rec_log *log;
+	struct ub_dev *dev, *rec, *target;
+	struct ub_mkfs_opts o;
+	struct ub_rec_entry e;
+	uint64_t k, n;
+
+	(void)state;
+	assert_non_null(buf);
+	assert_non_null(old);
+	assert_non_null(crash);
+	/* laid out otherwise than the new one, so that its trees survive the new one's first writes */
+	ub_mkfs_opts_init(&o);
+	o.meta_profile = 0; /* single */
+	o.data_profile = 0;
+	o.nodesize = 4096;
+	o.fsid_given = true;
+	memset(o.fsid, 0x11, sizeof(o.fsid));
+	memcpy(first, o.fsid, sizeof(first));
+	open_mem(&buf, 1, size, &dev);
+	assert_int_equal(ub_mkfs(&dev, 1, &o, &quiet, NULL), 0);
+	assert_int_equal(UB_GET(ub_disk_super, magic, buf + 64 * MiB), UB_MAGIC);
+	assert_true(opens_as(buf, size, first));
+	memcpy(old, buf, size);
+
+	ub_mkfs_opts_init(&o);
+	o.fsid_given = true;
+	memset(o.fsid, 0x22, sizeof(o.fsid));
+	assert_int_equal(ub_rec_log_new(&log), 0);
+	open_mem(&buf, 1, size, &dev);
+	assert_int_equal(ub_dev_open_recorder(dev, log, 0, &rec), 0);
+	assert_int_equal(ub_mkfs(&rec, 1, &o, &quiet, NULL), 0);
+	n = ub_rec_log_count(log);
+	for (k = 0; k < n; k++) {
+		assert_int_equal(ub_rec_log_entry(log, k, &e), 0);
+		if (e.kind == UB_REC_WRITE && e.len >= UB_SUPER_INFO_SIZE && UB_GET(ub_disk_super, magic, e.data) == UB_MAGIC)
+			break;
+	}
+	assert_true(k < n);
+	for (uint64_t seed = 0; seed < 2; seed++) {
+		memcpy(crash, old, size);
+		assert_int_equal(ub_dev_open_mem("crash", crash, size, true, &target), 0);
+		if (seed == 0)
+			assert_int_equal(ub_rec_log_apply_variant(log, k, 0, &target, 1), 0);
+		else
+			assert_int_equal(ub_rec_log_apply(log, k, &target, 1), 0);
+		ub_dev_close(target);
+		assert_false(opens_as(crash, size, first));
+		/* nor does any copy name it: probers and btrfs rescue super-recover look at each */
+		for (int c = 0; c < UB_SUPER_MIRROR_MAX; c++)
+			if (ub_super_offset(c) + UB_SUPER_INFO_SIZE <= size)
+				assert_false(UB_GET(ub_disk_super, magic, crash + ub_super_offset(c)) == UB_MAGIC &&
+					     !memcmp(crash + ub_super_offset(c) + offsetof(struct ub_disk_super, fsid), first,
+						     UB_FSID_SIZE));
+	}
+	ub_rec_log_put(log);
+	free(buf);
+	free(old);
+	free(crash);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -243,6 +332,7 @@ int main(void)
 		cmocka_unit_test(min_sizes),
 		cmocka_unit_test(refusals_write_nothing),
 		cmocka_unit_test(made_and_read_back),
+		cmocka_unit_test(remade_over_old_stopped_before_supers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
