@@ -35,22 +35,12 @@ void ub_mkfs_opts_init(struct ub_mkfs_opts *o)
 	o->features = UB_MKFS_F_DEFAULT;
 }
 
-/* fewest devices each profile takes for mkfs (RAID10: two pairs, as the issue asks) */
+/* fewest devices each profile takes for mkfs (the profile table's) */
 static int profile_min_devs(uint64_t prof)
 {
-	switch (prof) {
-	case BTRFS_BLOCK_GROUP_RAID1:
-	case BTRFS_BLOCK_GROUP_RAID5:
-		return 2;
-	case BTRFS_BLOCK_GROUP_RAID1C3:
-	case BTRFS_BLOCK_GROUP_RAID6:
-		return 3;
-	case BTRFS_BLOCK_GROUP_RAID1C4:
-	case BTRFS_BLOCK_GROUP_RAID10:
-		return 4;
-	default:
-		return 1;
-	}
+	const struct ub_profile *p = ub_profile_of(prof);
+
+	return p ? p->mkfs_devs_min : 1;
 }
 
 uint64_t ub_mkfs_min_dev_size(uint64_t meta_profile, uint64_t data_profile)
@@ -444,10 +434,10 @@ static void build_super(struct mk *m, uint8_t *sb, uint64_t total)
 		incompat |= BTRFS_FEATURE_INCOMPAT_SKINNY_METADATA;
 	if (m->o->features & UB_MKFS_F_NO_HOLES)
 		incompat |= BTRFS_FEATURE_INCOMPAT_NO_HOLES;
-	if (profiles & (BTRFS_BLOCK_GROUP_RAID5 | BTRFS_BLOCK_GROUP_RAID6))
-		incompat |= BTRFS_FEATURE_INCOMPAT_RAID56;
-	if (profiles & (BTRFS_BLOCK_GROUP_RAID1C3 | BTRFS_BLOCK_GROUP_RAID1C4))
-		incompat |= BTRFS_FEATURE_INCOMPAT_RAID1C34;
+	/* what the profiles in use need the kernel to know */
+	for (int i = 0; i < ub_profile_count(); i++)
+		if (ub_profile_at(i)->flag & profiles)
+			incompat |= ub_profile_at(i)->incompat;
 	/* the kernel refuses lzo / zstd extents on a filesystem without their bit (zlib has none) */
 	if (m->o->compress == UB_COMPRESS_LZO)
 		incompat |= BTRFS_FEATURE_INCOMPAT_COMPRESS_LZO;

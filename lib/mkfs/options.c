@@ -7,30 +7,16 @@
 #include <strings.h>
 
 #include "ubtrfs/mkfs.h"
+#include "volume/volume_priv.h"
 
 int ub_mkfs_parse_profile(const char *s, uint64_t *out)
 {
-	static const struct {
-		const char *name;
-		uint64_t flag;
-	} t[] = {
-		{ "single", 0 },
-		{ "dup", BTRFS_BLOCK_GROUP_DUP },
-		{ "raid0", BTRFS_BLOCK_GROUP_RAID0 },
-		{ "raid1", BTRFS_BLOCK_GROUP_RAID1 },
-		{ "raid1c3", BTRFS_BLOCK_GROUP_RAID1C3 },
-		{ "raid1c4", BTRFS_BLOCK_GROUP_RAID1C4 },
-		{ "raid10", BTRFS_BLOCK_GROUP_RAID10 },
-		{ "raid5", BTRFS_BLOCK_GROUP_RAID5 },
-		{ "raid6", BTRFS_BLOCK_GROUP_RAID6 },
-	};
+	const struct ub_profile *p = ub_profile_named(s);
 
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
-		if (!strcasecmp(s, t[i].name)) {
-			*out = t[i].flag;
-			return 0;
-		}
-	return -EINVAL;
+	if (!p)
+		return -EINVAL;
+	*out = p->flag;
+	return 0;
 }
 
 int ub_mkfs_parse_csum(const char *s, unsigned *out)

@@ -16,12 +16,11 @@
  * owns the transaction; without them (UBTRFS_ROOTDIR_THREADS=-1) it reads
  * here, and both ways make the same calls' worth of items.
  *
- * Space: the file API allocates from the block groups that exist; this code
- * asks the chunk allocator first (ub_chunk_prepare before every operation,
- * ub_chunk_reserve_data before data), so chunks are added as the kernel would
- * add them. The engine keeps every dirty block in memory until the commit, so
- * a transaction is committed once its dirty memory reaches the engine's
- * budget (lib/txn/txn.h "dirty budget").
+ * Space and commits: every call is one operation of the public write API
+ * (ub_fsw_begin / ub_fsw_end), which asks for its room first, adds chunks as
+ * the kernel would, and commits once the transaction's dirty memory reaches
+ * the engine's budget (lib/txn/txn.h "dirty budget"); a write asks for its
+ * data room itself. Nothing here reaches below the public API.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,9 +33,9 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-#include "alloc/chunk_alloc.h"
 #include "mkfs/rootdir_pipe.h"
-#include "txn/txn.h"
+#include "ubtrfs/devinfo.h"
+#include "ubtrfs/fsinfo.h"
 #include "ubtrfs/fswrite.h"
 #include "ubtrfs/mkfs.h"
 
@@ -56,9 +55,9 @@ struct link_ent {
 
 struct rd {
 	struct ub_engine *e;
-	struct ub_txn *t;
-	struct ub_eroot *dev_root;
-	struct ub_chunk_ctx cc;
+	struct ub_txn *t;         /* the running transaction of the operation in progress (held: in_op) */
+	bool in_op;
+	uint64_t gen;             /* the generation last seen committed */
 	const struct ub_log *log;
 	uint8_t *buf;
 	struct link_ent *links;
@@ -69,104 +68,62 @@ struct rd {
 	char path[8192];          /* the entry being copied, for messages */
 };
 
-/* the running transaction's pieces for chunk allocation (every tree counts in the commit reserve) */
-static int fill_cc(struct rd *r)
+/* A commit happened (the engine's, at its dirty budget, or ours): what a copy that fails from here on leaves. */
+static void note_commits(struct rd *r)
 {
-	return ub_txn_chunk_ctx(r->t, &r->cc);
-}
+	uint64_t gen = ub_fs_view_generation(ub_engine_fs(r->e));
+	struct ub_rootdir_stats *st = r->stats;
 
-static int commit(struct rd *r)
-{
-	int ret;
-
-	if (!r->t)
-		return 0;
-	/* an empty transaction is not committed (the kernel skips it too) */
-	if (!r->t->blocks_allocated && !r->t->blocks_cowed && !ub_dref_count(r->t->refs)) {
-		ub_txn_abort(r->t);
-		r->t = NULL;
-		return 0;
-	}
-	ret = ub_txn_commit(r->t);
-	r->t = NULL;
-	if (!ret && r->stats) {
-		struct ub_rootdir_stats *st = r->stats;
-
-		/* what a copy that fails from here on leaves */
-		st->commits++;
+	if (gen == r->gen)
+		return;
+	if (st) {
+		st->commits += gen - r->gen;
 		st->kept_inodes = st->inodes;
 		st->kept_links = st->links;
 		st->kept_xattrs = st->xattrs;
 		st->kept_data_bytes = st->data_bytes;
 		snprintf(st->kept_at, sizeof(st->kept_at), "%s", r->path);
 	}
-	return ret;
+	r->gen = gen;
 }
 
-static int start(struct rd *r)
+static void end_op(struct rd *r)
+{
+	if (r->in_op)
+		ub_fsw_end(r->e);
+	r->in_op = false;
+	r->t = NULL;
+}
+
+/*
+ * Before one file API call: the operation begins through the public write
+ * API (ub_fsw_begin reserves its room, commits at the dirty budget, and
+ * retries from a fresh transaction when a commit may give space back), the
+ * last one ended. The counts note every commit that happened before it.
+ */
+static int begin_op(struct rd *r, int kind, uint64_t len)
 {
 	int ret;
 
-	if (r->t)
-		return 0;
-	ret = ub_txn_start(r->e, &r->t);
+	end_op(r);
+	ret = ub_fsw_begin(r->e, kind, len, &r->t);
 	if (ret)
 		return ret;
-	return fill_cc(r);
-}
-
-/* Before one file API call that may add about `items` item changes: room for its metadata. */
-static int prepare(struct rd *r, unsigned items)
-{
-	struct ub_eroot *fs;
-	uint64_t bytes;
-	int ret;
-
-	if (r->t && ub_txn_dirty_bytes(r->t) >= ub_engine_dirty_budget(r->e)) {
-		ret = commit(r);
-		if (ret)
-			return ret;
-	}
-	ret = start(r);
-	if (ret)
-		return ret;
-	ret = ub_engine_root(r->e, FS_TREE, &fs);
-	if (ret)
-		return ret;
-	bytes = (uint64_t)r->e->fs.vol->nodesize * ub_chunk_op_blocks(fs->root.level) * items;
-	for (int tries = 0;; tries++) {
-		ret = fill_cc(r);
-		if (!ret)
-			ret = ub_chunk_prepare(&r->cc, bytes, UB_CHUNK_OP_ADD);
-		if ((ret != -EAGAIN && ret != -ENOSPC) || tries > 0)
-			break;
-		/* space this transaction freed (pinned) or will free comes back with a commit */
-		ret = commit(r);
-		if (!ret)
-			ret = start(r);
-		if (ret)
-			return ret;
-	}
-	return ret;
-}
-
-/* Data chunks for len more bytes: reserved (adding chunks as needed) and given back for the file API. */
-static int prepare_data(struct rd *r, uint64_t len)
-{
-	const uint64_t piece = 64ULL << 20;
-	uint64_t start_ = 0;
-	int ret;
-
-	while (len) {
-		uint64_t n = len < piece ? len : piece;
-
-		ret = ub_chunk_reserve_data(&r->cc, n, 0, &start_);
-		if (ret)
-			return ret;
-		ub_alloc_unreserve(r->e->alloc, start_, n);
-		len -= n;
-	}
+	r->in_op = true;
+	note_commits(r);
 	return 0;
+}
+
+static int commit(struct rd *r)
+{
+	int ret;
+
+	end_op(r);
+	/* an empty transaction gets no new generation (as the kernel skips it) */
+	ret = ub_engine_commit(r->e);
+	if (!ret)
+		note_commits(r);
+	return ret;
 }
 
 static void report(struct rd *r, const char *what, int err)
@@ -211,7 +168,7 @@ static int set_attrs(struct rd *r, uint64_t ino, const struct stat *st, bool mod
 		.mtime_sec = st->st_mtim.tv_sec, .mtime_nsec = (uint32_t)st->st_mtim.tv_nsec,
 		.ctime_sec = st->st_ctim.tv_sec, .ctime_nsec = (uint32_t)st->st_ctim.tv_nsec,
 	};
-	int ret = prepare(r, 1);
+	int ret = begin_op(r, UB_FSW_OP_SETATTR, 0);
 
 	if (!ret)
 		ret = ub_fsw_setattr(r->t, FS_TREE, ino, &a);
@@ -286,7 +243,7 @@ static int copy_xattrs(struct rd *r, int dfd, const char *name, uint64_t ino)
 					strerror(errno));
 				goto out_full;
 			}
-			ret = prepare(r, 2);
+			ret = begin_op(r, UB_FSW_OP_XATTR, 0);
 			if (!ret)
 				ret = ub_fsw_setxattr(r->t, FS_TREE, ino, p, strlen(p), val, (size_t)vlen, 0);
 			if (ret) {
@@ -305,15 +262,10 @@ out_full:
 	return ret;
 }
 
-/* Room for a data write of len bytes at the file's offset: its metadata, then its data chunks. */
+/* Room for a data write of len bytes (the write itself asks for its data room before it changes anything). */
 static int prepare_write(struct rd *r, uint64_t len)
 {
-	/* a compressed extent holds at most 128 KiB: an item and a csum change each */
-	int ret = prepare(r, 4 + 2 * (unsigned)(len / (128 << 10)));
-
-	if (!ret)
-		ret = prepare_data(r, (len + 2 * 4096 - 1) / 4096 * 4096);
-	return ret;
+	return begin_op(r, UB_FSW_OP_WRITE, len);
 }
 
 static void count_data(struct rd *r, uint64_t len)
@@ -366,7 +318,7 @@ static int copy_range(void *arg, uint64_t dstart, uint64_t dend)
 
 static int set_size(struct rd *r, uint64_t ino, uint64_t size)
 {
-	int ret = prepare(r, 2);
+	int ret = begin_op(r, UB_FSW_OP_TRUNCATE, 0);
 
 	if (!ret)
 		ret = ub_fsw_truncate(r->t, FS_TREE, ino, size);
@@ -486,7 +438,7 @@ static int copy_entry(struct rd *r, int dfd, uint64_t dino, struct dent *de, siz
 			/* two names of one file in a directory: its data went with the first (held pieces
 			 * would stop the readers) */
 			drop_pieces(r, de);
-			ret = prepare(r, 4);
+			ret = begin_op(r, UB_FSW_OP_LINK, 0);
 			if (!ret)
 				ret = ub_fsw_link(r->t, FS_TREE, le->bino, dino, name, nlen);
 			if (ret)
@@ -496,7 +448,7 @@ static int copy_entry(struct rd *r, int dfd, uint64_t dino, struct dent *de, siz
 			return ret;
 		}
 	}
-	ret = prepare(r, 6);
+	ret = begin_op(r, UB_FSW_OP_CREATE, 0);
 	if (ret) {
 		report(r, "making room", ret);
 		return ret;
@@ -751,6 +703,7 @@ static int start_readers(struct rd *r)
 {
 	const char *env = getenv("UBTRFS_ROOTDIR_THREADS");
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	struct ub_volume_info vi;
 	int ret;
 
 	if (env && *env)
@@ -759,8 +712,10 @@ static int start_readers(struct rd *r)
 		n = 8;
 	if (n <= 0)
 		return 0;
-	ret = rd_pipe_start((int)n, UB_ROOTDIR_INFLIGHT, r->e->fs.vol->sectorsize, (int)r->e->fs.vol->csum_type, r->compress,
-			    r->level, &r->pipe);
+	ret = ub_volume_get_info(ub_fs_volume(ub_engine_fs(r->e)), &vi);
+	if (!ret)
+		ret = rd_pipe_start((int)n, UB_ROOTDIR_INFLIGHT, vi.sectorsize, (int)vi.csum_type, r->compress, r->level,
+				    &r->pipe);
 	if (ret == -EAGAIN)
 		return 0; /* no thread: the copy reads on this one */
 	if (ret)
@@ -796,11 +751,7 @@ int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int c
 		ub_logf(log, UB_LOG_ERROR, "cannot open the new filesystem for writing: %s", strerror(-ret));
 		goto out;
 	}
-	ret = ub_engine_root(r.e, 4, &r.dev_root);
-	if (ret) {
-		ub_logf(log, UB_LOG_ERROR, "new filesystem: no device tree: %s", strerror(-ret));
-		goto out;
-	}
+	r.gen = ub_fs_view_generation(ub_engine_fs(r.e));
 	ret = start_readers(&r);
 	if (ret)
 		goto out;
@@ -808,7 +759,7 @@ int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int c
 	if (!ret) {
 		struct ub_fsw_attr a = { .valid = UB_FSW_ATTR_UID | UB_FSW_ATTR_GID, .uid = st.st_uid, .gid = st.st_gid };
 
-		ret = prepare(&r, 1);
+		ret = begin_op(&r, UB_FSW_OP_SETATTR, 0);
 		if (!ret)
 			ret = ub_fsw_setattr(r.t, FS_TREE, ROOT_INO, &a);
 	}
@@ -829,8 +780,8 @@ int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int c
 	}
 out:
 	rd_pipe_stop(r.pipe);
-	if (r.t)
-		ub_txn_abort(r.t);
+	end_op(&r);
+	/* closing forgets what a failed copy left uncommitted: the disk keeps the last commit */
 	if (r.e)
 		ub_engine_close(r.e);
 	free(r.links);

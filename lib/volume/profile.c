@@ -15,17 +15,17 @@
 static const struct ub_profile profiles[] = {
 	/*
 	 * flag, name, opt, ncopies, nparity, sub_stripes, devs_min, tolerated_failures,
-	 * dev_stripes, devs_max, devs_increment, striped, incompat, raid_index, statfs_stripes, layout
+	 * dev_stripes, devs_max, devs_increment, striped, incompat, raid_index, statfs_stripes, mkfs_devs_min, layout
 	 */
-	{ BTRFS_BLOCK_GROUP_RAID1C4, "RAID1C4", "raid1c4", 4, 0, 1, 4, 3, 1, 4, 4, false, C34, 8, 4, &ub_layout_mirror },
-	{ BTRFS_BLOCK_GROUP_RAID6, "RAID6", "raid6", 1, 2, 1, 3, 2, 1, 0, 1, true, R56, 6, 1, &ub_layout_parity },
-	{ BTRFS_BLOCK_GROUP_RAID1C3, "RAID1C3", "raid1c3", 3, 0, 1, 3, 2, 1, 3, 3, false, C34, 7, 3, &ub_layout_mirror },
-	{ BTRFS_BLOCK_GROUP_RAID5, "RAID5", "raid5", 1, 1, 1, 2, 1, 1, 0, 1, true, R56, 5, 1, &ub_layout_parity },
-	{ BTRFS_BLOCK_GROUP_RAID10, "RAID10", "raid10", 2, 0, 2, 2, 1, 1, 0, 2, true, 0, 0, 4, &ub_layout_raid10 },
-	{ BTRFS_BLOCK_GROUP_RAID1, "RAID1", "raid1", 2, 0, 1, 2, 1, 1, 2, 2, false, 0, 1, 2, &ub_layout_mirror },
-	{ BTRFS_BLOCK_GROUP_DUP, "DUP", "dup", 2, 0, 1, 1, 0, 2, 1, 1, false, 0, 2, 1, &ub_layout_mirror },
-	{ BTRFS_BLOCK_GROUP_RAID0, "RAID0", "raid0", 1, 0, 1, 1, 0, 1, 0, 1, true, 0, 3, 0, &ub_layout_raid0 },
-	{ 0, "single", "single", 1, 0, 1, 1, 0, 1, 1, 1, false, 0, 4, 1, &ub_layout_mirror },
+	{ BTRFS_BLOCK_GROUP_RAID1C4, "RAID1C4", "raid1c4", 4, 0, 1, 4, 3, 1, 4, 4, false, C34, 8, 4, 4, &ub_layout_mirror },
+	{ BTRFS_BLOCK_GROUP_RAID6, "RAID6", "raid6", 1, 2, 1, 3, 2, 1, 0, 1, true, R56, 6, 1, 3, &ub_layout_parity },
+	{ BTRFS_BLOCK_GROUP_RAID1C3, "RAID1C3", "raid1c3", 3, 0, 1, 3, 2, 1, 3, 3, false, C34, 7, 3, 3, &ub_layout_mirror },
+	{ BTRFS_BLOCK_GROUP_RAID5, "RAID5", "raid5", 1, 1, 1, 2, 1, 1, 0, 1, true, R56, 5, 1, 2, &ub_layout_parity },
+	{ BTRFS_BLOCK_GROUP_RAID10, "RAID10", "raid10", 2, 0, 2, 2, 1, 1, 0, 2, true, 0, 0, 4, 4, &ub_layout_raid10 },
+	{ BTRFS_BLOCK_GROUP_RAID1, "RAID1", "raid1", 2, 0, 1, 2, 1, 1, 2, 2, false, 0, 1, 2, 2, &ub_layout_mirror },
+	{ BTRFS_BLOCK_GROUP_DUP, "DUP", "dup", 2, 0, 1, 1, 0, 2, 1, 1, false, 0, 2, 1, 1, &ub_layout_mirror },
+	{ BTRFS_BLOCK_GROUP_RAID0, "RAID0", "raid0", 1, 0, 1, 1, 0, 1, 0, 1, true, 0, 3, 0, 1, &ub_layout_raid0 },
+	{ 0, "single", "single", 1, 0, 1, 1, 0, 1, 1, 1, false, 0, 4, 1, 1, &ub_layout_mirror },
 };
 
 const struct ub_profile *ub_profile_at(int i)

@@ -139,6 +139,7 @@ struct ub_profile {
 	uint64_t incompat;     /* the incompat feature a filesystem using it must carry, or 0 */
 	int raid_index;        /* the kernel's enum btrfs_raid_types (its order of profiles) */
 	int statfs_stripes;    /* the kernel's statfs counts chunks of this many stripes (0: one per device) */
+	int mkfs_devs_min;     /* fewest devices mkfs makes it on (RAID10: two mirrored pairs) */
 	const struct ub_layout *layout;
 };
 /*
