@@ -57,6 +57,9 @@ int open_fs(struct open_args *oa, char **devs, int ndevs, struct ub_fs **out);
 /* The library's open options that the shared command-line options give (read-only). */
 struct ub_fs_opts open_args_fs_opts(const struct open_args *oa);
 /* open_fs with the caller's options and log sink (the mount's); the devices are found as open_fs finds them. */
+/* The same for writing: the write engine over the devices found as open_fs_with finds them (messages said). */
+struct ub_engine;
+int open_engine_with(struct open_args *oa, char **devs, int ndevs, const struct ub_log *log, struct ub_engine **out);
 int open_fs_with(struct open_args *oa, char **devs, int ndevs, const struct ub_fs_opts *opts,
 		 const struct ub_log *log, struct ub_fs **out);
 /* The exit code once the command is done: `rc`, raised to 1 if the library reported errors. */

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <uuid/uuid.h>
 #include "ubtrfs/dev.h"
+#include "ubtrfs/engine.h"
 #include "ubtrfs/scan.h"
 #include "cmd.h"
 
@@ -236,6 +237,23 @@ int open_fs_with(struct open_args *oa, char **devs, int ndevs, const struct ub_f
 		fprintf(stderr, "ubtrfs: error: out of memory\n");
 	else if (ret)
 		fprintf(stderr, "ubtrfs: error: no usable btrfs filesystem on %s%s\n", devs[0], ndevs > 1 ? " ..." : "");
+	free(l.paths);
+	ub_scan_free(l.scan);
+	return ret;
+}
+
+int open_engine_with(struct open_args *oa, char **devs, int ndevs, const struct ub_log *log, struct ub_engine **out)
+{
+	struct dev_list l = { NULL, 0, NULL };
+	int ret = devices_to_open(oa, devs, ndevs, &l);
+
+	if (ret == 0)
+		ret = ub_engine_open((const char *const *)l.paths, l.n, log, out);
+	if (ret == -ENOMEM)
+		fprintf(stderr, "ubtrfs: error: out of memory\n");
+	else if (ret)
+		fprintf(stderr, "ubtrfs: error: cannot open %s%s for writing (the messages above say why)\n", devs[0],
+			ndevs > 1 ? " ..." : "");
 	free(l.paths);
 	ub_scan_free(l.scan);
 	return ret;

@@ -10,36 +10,54 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include "cmd.h"
 #include "mount.h"
 #include "ubtrfs/devinfo.h"
+#include "ubtrfs/engine.h"
+#include "ubtrfs/fswrite.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/fsinfo.h"
 
 static const char mount_help[] =
 	"usage: ubtrfs mount [-o OPTIONS] [-f] DEV... MOUNTPOINT\n\n"
-	"Mount a btrfs filesystem read-only through FUSE. Without -f the command returns once the\n"
-	"filesystem is open and mounted (an open failure is reported here, exit 2); the daemon then\n"
-	"logs to syslog. 'ubtrfs umount MOUNTPOINT' unmounts.\n\n"
+	"Mount a btrfs filesystem through FUSE, read-write (as the kernel mounts it) or with -o ro\n"
+	"read-only. Without -f the command returns once the filesystem is open and mounted (an open\n"
+	"failure is reported here, exit 2); the daemon then logs to syslog. 'ubtrfs umount\n"
+	"MOUNTPOINT' unmounts, after a last commit.\n\n"
 	"  -f                 stay in the foreground, errors to stderr\n"
 	"  -o OPTIONS         comma-separated:\n"
+	"       ro, rw        read-only, or read-write (the default)\n"
 	"       subvol=PATH   mount this subvolume (a path from the top level)\n"
 	"       subvolid=N    mount subvolume N\n"
-	"       nologreplay   ignore the fsync log tree\n"
-	"       degraded      mount even with devices missing\n"
-	"       generation=N  mount the older root of generation N (a backup root; as --generation)\n"
+	"       commit=N      commit every N seconds (default 30); fsync, sync and the unmount commit\n"
+	"       compress[=ALGO[:LEVEL]], compress-force[=ALGO[:LEVEL]]\n"
+	"                     compress new data: zlib (1-9, the default), lzo, zstd (1-15), no\n"
+	"       nodatacow, nodatasum\n"
+	"                     new files without copy-on-write (and checksums) / without checksums\n"
+	"       max_inline=SIZE  files up to SIZE live in their leaf (default 2048)\n"
+	"       noatime, relatime, strictatime\n"
+	"                     when a read updates the access time (relatime: the default)\n"
+	"       acl, noacl    POSIX ACLs enforced (the default), or not\n"
+	"       nosuid, nodev, noexec  as for any mount\n"
+	"       dirty=SIZE    dirty metadata a transaction may hold before it commits (default 64M)\n"
+	"       nologreplay   ignore the fsync log tree (read-only only)\n"
+	"       degraded      mount even with devices missing (read-only only)\n"
+	"       generation=N  mount the older root of generation N (a backup root; as --generation;\n"
+	"                     read-only)\n"
 	"       usebackuproot if the current root cannot be read, the newest backup root that can\n"
-	"                     (as --backup; also rescue=usebackuproot)\n"
-	"       root=BYTENR   mount the root tree at logical address BYTENR (as --root)\n"
+	"                     (as --backup; also rescue=usebackuproot; read-only)\n"
+	"       root=BYTENR   mount the root tree at logical address BYTENR (as --root; read-only)\n"
 	"       cache=SIZE    the memory budget, mostly tree blocks (default 256M, at least 16M;\n"
 	"                     K, M, G suffixes)\n"
 	"       readahead=SIZE\n"
 	"                     the kernel's read-ahead window (default 4M, what btrfs gives its\n"
 	"                     mounts; 0 keeps FUSE's 128K; only root can widen it)\n"
-	"       ro, noatime, relatime, nodev, nosuid, noexec: accepted, nothing to do\n"
+	"       space_cache=v2, ssd, nossd, ...: accepted, nothing to do; discard and space_cache=v1\n"
+	"                     are refused with the reason\n"
 	OPEN_ARGS_HELP;
 
 /* Where serving errors go: stderr until the daemon has left the terminal, then syslog. */
@@ -178,9 +196,61 @@ static void start_readahead(const char *mnt, uint64_t bytes, int verbosity)
 	pthread_detach(tid);
 }
 
+/* The commit thread: every commit= seconds, what the running transaction holds becomes durable. */
+struct committer {
+	struct mount_ctx *mc;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop;
+	pthread_t tid;
+	bool started;
+};
+
+static void *commit_loop(void *arg)
+{
+	struct committer *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stop) {
+		struct timespec until;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += (time_t)c->mc->mo->commit_secs;
+		while (!c->stop && pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT)
+			;
+		if (c->stop)
+			break;
+		pthread_mutex_unlock(&c->lock);
+		mount_sync(c->mc);
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+static void committer_start(struct committer *c, struct mount_ctx *mc)
+{
+	c->mc = mc;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	c->started = mc->e && pthread_create(&c->tid, NULL, commit_loop, c) == 0;
+}
+
+static void committer_stop(struct committer *c)
+{
+	if (!c->started)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->tid, NULL);
+}
+
 static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosity, const char *dev, const char *mnt,
 		 bool foreground)
 {
+	struct committer cm = { 0 };
 	char fsopts[4200];
 	char *fargv[] = { "ubtrfs", "-o", fsopts, NULL };
 	struct fuse_args args = FUSE_ARGS_INIT(3, fargv);
@@ -192,8 +262,9 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 	int ret = EXIT_FATAL;
 
 	/* commas in a device name would split the option list */
-	snprintf(fsopts, sizeof(fsopts), "ro,default_permissions,subtype=ubtrfs,fsname=%s%s",
-		 strchr(dev, ',') ? "ubtrfs" : dev, geteuid() == 0 ? ",allow_other" : "");
+	snprintf(fsopts, sizeof(fsopts), "%s,default_permissions,subtype=ubtrfs,fsname=%s%s%s%s%s",
+		 mc->e ? "rw" : "ro", strchr(dev, ',') ? "ubtrfs" : dev, geteuid() == 0 ? ",allow_other" : "",
+		 mo->nosuid ? ",nosuid" : "", mo->nodev ? ",nodev" : "", mo->noexec ? ",noexec" : "");
 	se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), mc);
 	fuse_opt_free_args(&args);
 	if (!se) {
@@ -215,7 +286,12 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 	/* after fuse_daemonize: threads do not cross its fork */
 	if (ra)
 		start_readahead(canon ? canon : mnt, ra, verbosity);
+	committer_start(&cm, mc);
 	ret = fuse_session_loop_mt(se, &cfg) ? EXIT_FATAL : EXIT_OK;
+	committer_stop(&cm);
+	/* the session's destroy committed; a loop that ended otherwise (a signal) commits here */
+	if (mount_sync(mc))
+		ret = EXIT_FATAL;
 	fuse_remove_signal_handlers(se);
 out_unmount:
 	fuse_session_unmount(se);
@@ -230,7 +306,7 @@ int cmd_mount(int argc, char **argv)
 	static const struct option longopts[] = { { "help", no_argument, NULL, 'h' }, OPEN_ARGS_LONGOPTS,
 						  { NULL, 0, NULL, 0 } };
 	struct open_args oa;
-	struct mount_opts mo = { .readahead_bytes = MOUNT_READAHEAD_DEFAULT };
+	struct mount_opts mo = { .readahead_bytes = MOUNT_READAHEAD_DEFAULT, .max_inline = MOUNT_MAX_INLINE_UNSET };
 	struct mount_ctx mc = { 0 };
 	bool foreground = false;
 	uint64_t subvol, ino;
@@ -270,15 +346,47 @@ int cmd_mount(int argc, char **argv)
 	struct ub_log log = { .fn = mount_log, .arg = &oa.verbosity, .verbosity = oa.verbosity };
 	char **devs = argv + optind;
 	int ndevs = argc - optind - 1;
+	/* what only a read-only open gives: an older root, the log left alone, devices missing */
+	const char *ro_only = fo.root_generation ? "generation" : fo.root_bytenr ? "root" : fo.backup ? "usebackuproot"
+			      : fo.no_log ? "nologreplay" : mo.degraded ? "degraded" : oa.super_mirror >= 0 ? "--super"
+			      : NULL;
 
 	if (fo.root_generation && fo.root_bytenr) {
 		usage_error("mount", "generation and root name two roots: give one");
 		goto out;
 	}
-	ret = open_fs_with(&oa, devs, ndevs, &fo, &log, &mc.fs);
-	if (ret)
+	if (ro_only && mo.rw) {
+		usage_error("mount", "%s opens read-only only: give ro (or leave rw out)", ro_only);
 		goto out;
-	ret = check_devices(mc.fs, mo.degraded);
+	}
+	if (ro_only)
+		mo.ro = true;
+	if (!mo.commit_secs)
+		mo.commit_secs = MOUNT_COMMIT_DEFAULT;
+	mc.mo = &mo;
+	if (mo.ro) {
+		ret = open_fs_with(&oa, devs, ndevs, &fo, &log, &mc.fs);
+		if (!ret)
+			ret = check_devices(mc.fs, mo.degraded);
+	} else {
+		ret = open_engine_with(&oa, devs, ndevs, &log, &mc.e);
+		if (!ret) {
+			uint64_t gone = 0;
+
+			/* unlinked files stay while the kernel holds them; what the last session left goes now */
+			ub_engine_keep_orphans(mc.e, true);
+			if (mo.max_inline != MOUNT_MAX_INLINE_UNSET)
+				ub_engine_set_max_inline(mc.e, mo.max_inline > UINT32_MAX ? UINT32_MAX : (uint32_t)mo.max_inline);
+			if (mo.dirty_bytes)
+				ub_engine_set_dirty_budget(mc.e, mo.dirty_bytes);
+			ret = ub_fsw_orphan_cleanup(mc.e, &gone);
+			if (ret)
+				fprintf(stderr, "ubtrfs mount: error: removing the orphans the last session left: %s\n",
+					strerror(-ret));
+		}
+		if (!ret)
+			ret = ub_engine_view(mc.e, &mc.fs);
+	}
 	if (!ret)
 		ret = find_root(mc.fs, &mo, &subvol, &ino);
 	if (!ret)
@@ -296,12 +404,14 @@ int cmd_mount(int argc, char **argv)
 	ret = serve(&mc, &mo, oa.verbosity, devs[0], argv[argc - 1], foreground);
 	mount_map_free(mc.map);
 	ub_fs_close(mc.fs);
+	ub_engine_close(mc.e);
 	free((char *)mo.subvol);
 	return ret;
 out:
 	mount_map_free(mc.map);
 	if (mc.fs)
 		ub_fs_close(mc.fs);
+	ub_engine_close(mc.e);
 	free((char *)mo.subvol);
 	return EXIT_FATAL;
 }

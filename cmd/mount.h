@@ -21,7 +21,24 @@ struct mount_opts {
 	bool usebackuproot;   /* -o usebackuproot (or rescue=usebackuproot): as --backup */
 	uint64_t root_bytenr; /* -o root=BYTENR: as --root, 0 if not given */
 	uint64_t readahead_bytes; /* -o readahead=SIZE; 0 leaves FUSE's own; MOUNT_READAHEAD_DEFAULT if not given */
+	/* ---- writing ---- */
+	bool ro;              /* -o ro (an older root implies it) */
+	bool rw;              /* -o rw given */
+	uint64_t commit_secs; /* -o commit=N: seconds between commits (30) */
+	int compress;         /* -o compress[-force]=ALGO[:LEVEL]: UB_COMPRESS_*, 0 none */
+	int compress_level;
+	bool compress_force;  /* compress-force: also what does not shrink by the first bytes (btrfs's heuristic) */
+	bool nodatacow, nodatasum;
+	uint64_t max_inline;  /* -o max_inline=SIZE, MOUNT_MAX_INLINE_UNSET if not given */
+	int atime;            /* MOUNT_RELATIME (default), MOUNT_NOATIME, MOUNT_STRICTATIME */
+	bool noacl;           /* -o noacl: POSIX ACLs not enforced (acl is the default, as btrfs's) */
+	bool nosuid, nodev, noexec;
+	uint64_t dirty_bytes; /* -o dirty=SIZE: the dirty memory a transaction may hold, 0 the engine's default */
 };
+
+enum { MOUNT_RELATIME, MOUNT_NOATIME, MOUNT_STRICTATIME };
+#define MOUNT_MAX_INLINE_UNSET UINT64_MAX
+#define MOUNT_COMMIT_DEFAULT 30
 
 /* what the kernel's btrfs gives its own mounts at least (4 MiB), so that large reads come in large requests */
 #define MOUNT_READAHEAD_DEFAULT (4ULL << 20)
@@ -33,9 +50,11 @@ int mount_opts_parse(struct mount_opts *mo, const char *list);
  * FUSE node ids. btrfs inode numbers repeat across subvolumes, the kernel's
  * st_dev tells them apart; one FUSE mount has one st_dev, so every (subvolume,
  * inode) pair met gets its own node id, handed out in order of first lookup and
- * shown as st_ino. Hard links are one pair, hence one id. Ids are never reused
- * (a read-only mount meets each pair at most once per id): forget is a no-op.
- * Thread rule: every call takes the map's mutex; a node never moves once made.
+ * shown as st_ino. Hard links are one pair, hence one id. A node counts the
+ * lookups the kernel holds on it (mount_map_ref for every reply that hands it
+ * out: lookup, readdirplus, create, link...) and goes when the kernel forgets
+ * them all; its id is never handed out again. Node 1, the mount's root, stays.
+ * Thread rule: every call takes the map's mutex.
  */
 struct mount_node {
 	uint64_t subvol, ino;
@@ -55,14 +74,28 @@ void mount_map_free(struct mount_map *m);
  */
 uint64_t mount_map_get(struct mount_map *m, uint64_t subvol, uint64_t ino, uint64_t dir_ino, uint64_t parent,
 		       uint64_t name, bool *first);
-/* The node of `id`: 0, or -ENOENT if no such id was handed out. */
+/* The node of `id`: 0, or -ENOENT if no such id was handed out (or it was forgotten). */
 int mount_map_node(struct mount_map *m, uint64_t id, struct mount_node *out);
+/* One more lookup the kernel holds on `id`. */
+void mount_map_ref(struct mount_map *m, uint64_t id);
+/* The kernel forgets n lookups of `id`: 1 and the node in *gone when that was its last, else 0. */
+int mount_map_forget(struct mount_map *m, uint64_t id, uint64_t n, struct mount_node *gone);
+/* (subvol, ino) now lives under `parent` as the name of hash `name` (a rename). */
+void mount_map_moved(struct mount_map *m, uint64_t subvol, uint64_t ino, uint64_t parent, uint64_t name);
+/* The id of (subvol, ino) if the map has a node for it, else 0. */
+uint64_t mount_map_find(struct mount_map *m, uint64_t subvol, uint64_t ino);
+
+struct ub_engine;
 
 struct mount_ctx {
-	struct ub_fs *fs;
+	struct ub_fs *fs;      /* what reads see: the engine's live view (read-write), or the filesystem (ro) */
+	struct ub_engine *e;   /* the write engine; NULL on a read-only mount */
 	struct mount_map *map;
 	uint32_t sectorsize;
 	uint64_t total_bytes, bytes_used;
+	const struct mount_opts *mo;
+	/* set when a write failed for good: the engine is read-only, the mount answers EROFS to changes */
+	int broken;
 };
 
 
@@ -90,6 +123,57 @@ int mount_readlink(struct mount_ctx *mc, uint64_t id, char *buf, size_t size);
 int mount_getxattr(struct mount_ctx *mc, uint64_t id, const char *name, char *buf, size_t size, size_t *len);
 int mount_listxattr(struct mount_ctx *mc, uint64_t id, char *buf, size_t size, size_t *len);
 void mount_statfs(struct mount_ctx *mc, struct statvfs *sv);
+/* lseek's SEEK_DATA / SEEK_HOLE from `off`: *out, or -ENXIO past the data (or the end) */
+int mount_lseek(struct mount_ctx *mc, uint64_t id, uint64_t off, int whence, uint64_t *out);
+/* The inode's flags (UB_INODE_*), for FS_IOC_GETFLAGS. */
+int mount_get_flags(struct mount_ctx *mc, uint64_t id, uint64_t *flags);
+
+/* ---- changes (mount_write.c): each one engine operation, or an errno having changed nothing ---- */
+
+/* Who asks (the FUSE request's caller): the owner of what it makes. */
+struct mount_caller {
+	uint32_t uid, gid;
+};
+
+/* what mount_setattr changes: FUSE_SET_ATTR_*'s values */
+#define MOUNT_SET_MODE (1U << 0)
+#define MOUNT_SET_UID (1U << 1)
+#define MOUNT_SET_GID (1U << 2)
+#define MOUNT_SET_SIZE (1U << 3)
+#define MOUNT_SET_ATIME (1U << 4)
+#define MOUNT_SET_MTIME (1U << 5)
+#define MOUNT_SET_ATIME_NOW (1U << 7)
+#define MOUNT_SET_MTIME_NOW (1U << 8)
+#define MOUNT_SET_CTIME (1U << 10)
+
+/* A new inode named `name` in directory `parent` (mode with its type): its node (one lookup held) and attributes. */
+int mount_mknod(struct mount_ctx *mc, const struct mount_caller *c, uint64_t parent, const char *name, uint32_t mode,
+		dev_t rdev, uint64_t *id, struct stat *st);
+int mount_symlink(struct mount_ctx *mc, const struct mount_caller *c, uint64_t parent, const char *name,
+		  const char *target, uint64_t *id, struct stat *st);
+/* A new name for node `id`: its attributes (one more lookup held). */
+int mount_link(struct mount_ctx *mc, uint64_t id, uint64_t newparent, const char *newname, struct stat *st);
+/* unlink (dir false) or rmdir */
+int mount_remove(struct mount_ctx *mc, uint64_t parent, const char *name, bool dir);
+/* renameat2's flags: UB_FSW_RENAME_NOREPLACE / EXCHANGE / WHITEOUT */
+int mount_rename(struct mount_ctx *mc, const struct mount_caller *c, uint64_t parent, const char *name,
+		 uint64_t newparent, const char *newname, unsigned flags);
+int mount_setattr(struct mount_ctx *mc, uint64_t id, const struct stat *attr, unsigned to_set, struct stat *st);
+int mount_write(struct mount_ctx *mc, uint64_t id, uint64_t off, const void *buf, size_t size);
+int mount_fallocate(struct mount_ctx *mc, uint64_t id, int mode, uint64_t off, uint64_t len);
+int mount_setxattr(struct mount_ctx *mc, uint64_t id, const char *name, const void *value, size_t size, int flags);
+int mount_removexattr(struct mount_ctx *mc, uint64_t id, const char *name);
+/* Everything so far durable: a commit (fsync, sync, the unmount). */
+int mount_sync(struct mount_ctx *mc);
+/* The kernel forgets nlookup lookups of `id`; an inode without names goes with its node. */
+void mount_forget(struct mount_ctx *mc, uint64_t id, uint64_t nlookup);
+/* copy_file_range as a clone; -EOPNOTSUPP where it cannot share (the kernel then copies). */
+int mount_copy_range(struct mount_ctx *mc, uint64_t in_id, uint64_t off_in, uint64_t out_id, uint64_t off_out,
+		     uint64_t len);
+/* chattr's flags (UB_INODE_*) */
+int mount_set_flags(struct mount_ctx *mc, uint64_t id, uint64_t set, uint64_t clear);
+/* A read of `id` happened: its atime moves as the mount's atime option says. */
+void mount_read_atime(struct mount_ctx *mc, uint64_t id);
 
 /* The low-level operations table (mount_ops.c). */
 struct fuse_lowlevel_ops;

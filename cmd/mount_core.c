@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 #include "mount.h"
 #include "ubtrfs/fsinfo.h"
 #include "ubtrfs/log.h"
@@ -365,4 +366,48 @@ void mount_statfs(struct mount_ctx *mc, struct statvfs *sv)
 		sv->f_bfree = sv->f_bavail = (mc->total_bytes - mc->bytes_used) / mc->sectorsize;
 		sv->f_namemax = 255;
 	}
+}
+
+int mount_lseek(struct mount_ctx *mc, uint64_t id, uint64_t off, int whence, uint64_t *out)
+{
+	struct mount_node n;
+	struct ub_inode in;
+	uint64_t start, end;
+	int ret = node_inode(mc, id, &n, &in);
+
+	if (ret)
+		return fuse_errno(ret);
+	if (whence != SEEK_DATA && whence != SEEK_HOLE)
+		return -EINVAL;
+	if (off >= in.size)
+		return -ENXIO;
+	if (!S_ISREG(in.mode)) {
+		/* no extents to speak of: all data, as the kernel's generic answer */
+		*out = whence == SEEK_DATA ? off : in.size;
+		return 0;
+	}
+	ret = ub_file_next_data_inode(mc->fs, &in, off, &start, &end);
+	if (ret < 0)
+		return fuse_errno(ret);
+	if (whence == SEEK_DATA) {
+		if (ret == 1)
+			return -ENXIO; /* only holes from off on */
+		*out = start > off ? start : off;
+		return 0;
+	}
+	/* SEEK_HOLE: off itself when it is in a hole, else where its run of data ends (the size at the latest) */
+	*out = ret == 1 || start > off ? off : (end < in.size ? end : in.size);
+	return 0;
+}
+
+int mount_get_flags(struct mount_ctx *mc, uint64_t id, uint64_t *flags)
+{
+	struct mount_node n;
+	struct ub_inode in;
+	int ret = node_inode(mc, id, &n, &in);
+
+	if (ret)
+		return fuse_errno(ret);
+	*flags = in.flags;
+	return 0;
 }

@@ -1,16 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The FUSE low-level operations of the read-only mount: each hands its request
- * to the FUSE-free operation of mount_core.c and puts the answer in a reply.
+ * The FUSE low-level operations of the mount: each hands its request to the
+ * FUSE-free operation of mount_core.c (reads) or mount_write.c (changes) and
+ * puts the answer in a reply. Every reply that hands a node to the kernel
+ * counts one lookup on it (mount_map_ref); forget gives them back.
  */
 #define FUSE_USE_VERSION 35
 #include <errno.h>
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <linux/fs.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "mount.h"
+#include "ubtrfs/format.h"
+#include "ubtrfs/fswrite.h"
 
-/* Nothing changes under a read-only mount: the kernel may keep names and attributes as long as it likes. */
+/*
+ * Nothing changes under the mount but through it, and the kernel updates or
+ * drops what it caches for every change it sends: it may keep names and
+ * attributes as long as it likes.
+ */
 #define MOUNT_TIMEOUT 86400.0
 
 static struct mount_ctx *ctx_of(fuse_req_t req)
@@ -37,11 +48,25 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	e.ino = id;
 	e.attr_timeout = e.entry_timeout = MOUNT_TIMEOUT;
+	mount_map_ref(ctx_of(req)->map, id);
 	fuse_reply_entry(req, &e);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
+	struct mount_ctx *mc = ctx_of(req);
+
+	/* answered first: the kernel waits for nothing, and an orphan's eviction may take a while */
+	fuse_reply_none(req);
+	mount_forget(mc, ino, nlookup);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct mount_ctx *mc = ctx_of(req);
+
+	for (size_t i = 0; i < count; i++)
+		mount_forget(mc, forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -83,6 +108,9 @@ static bool dir_add(void *arg, const char *name, const struct stat *st, uint64_t
 	if (need > df->size - df->used)
 		return true;
 	df->used += need;
+	/* an entry with attributes is a lookup the kernel now holds */
+	if (df->plus && node)
+		mount_map_ref(ctx_of(df->req)->map, node);
 	return false;
 }
 
@@ -118,11 +146,11 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+	if (!ctx_of(req)->e && ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	/* the file cannot change under us: keep the page cache across opens */
+	/* the file changes only through this kernel's page cache: keep it across opens */
 	fi->keep_cache = 1;
 	fuse_reply_open(req, fi);
 }
@@ -137,12 +165,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ret = mount_read(ctx_of(req), ino, (uint64_t)off, size, buf, &got);
+	struct mount_ctx *mc = ctx_of(req); /* the reply frees req */
+
+	ret = mount_read(mc, ino, (uint64_t)off, size, buf, &got);
 	if (ret)
 		reply_err(req, ret);
 	else
 		fuse_reply_buf(req, buf, got);
 	free(buf);
+	if (!ret)
+		mount_read_atime(mc, ino);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -195,8 +227,299 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/* ---- changes ---- */
+
+static void caller_of(fuse_req_t req, struct mount_caller *c)
+{
+	const struct fuse_ctx *fc = fuse_req_ctx(req);
+
+	c->uid = fc->uid;
+	c->gid = fc->gid;
+}
+
+static void reply_new(fuse_req_t req, int ret, uint64_t id, const struct stat *st)
+{
+	struct mount_ctx *mc = ctx_of(req); /* the reply frees req */
+	struct fuse_entry_param e;
+
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	e.ino = id;
+	e.attr = *st;
+	e.attr_timeout = e.entry_timeout = MOUNT_TIMEOUT;
+	/* the lookup the kernel now holds was counted by the operation */
+	if (fuse_reply_entry(req, &e))
+		mount_forget(mc, id, 1);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct mount_caller c;
+	struct stat st;
+	uint64_t id = 0;
+	int ret;
+
+	caller_of(req, &c);
+	ret = mount_mknod(ctx_of(req), &c, parent, name, mode, rdev, &id, &st);
+	reply_new(req, ret, id, &st);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	op_mknod(req, parent, name, S_IFDIR | (mode & 07777), 0);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct mount_caller c;
+	struct stat st;
+	uint64_t id = 0;
+	int ret;
+
+	caller_of(req, &c);
+	ret = mount_symlink(ctx_of(req), &c, parent, name, link, &id, &st);
+	reply_new(req, ret, id, &st);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct stat st;
+	int ret = mount_link(ctx_of(req), ino, newparent, newname, &st);
+
+	reply_new(req, ret, ino, &st);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -mount_remove(ctx_of(req), parent, name, false));
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -mount_remove(ctx_of(req), parent, name, true));
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
+{
+	struct mount_caller c;
+
+	caller_of(req, &c);
+	/* renameat2's RENAME_NOREPLACE, EXCHANGE and WHITEOUT have the file API's values */
+	if (flags & ~(UB_FSW_RENAME_NOREPLACE | UB_FSW_RENAME_EXCHANGE | UB_FSW_RENAME_WHITEOUT)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	fuse_reply_err(req, -mount_rename(ctx_of(req), &c, parent, name, newparent, newname, flags));
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi)
+{
+	struct stat st;
+	int ret = mount_setattr(ctx_of(req), ino, attr, (unsigned)to_set, &st);
+
+	if (ret)
+		reply_err(req, ret);
+	else
+		fuse_reply_attr(req, &st, MOUNT_TIMEOUT);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
+{
+	struct mount_ctx *mc = ctx_of(req); /* the reply frees req */
+	struct fuse_entry_param e;
+	struct mount_caller c;
+	uint64_t id = 0;
+	int ret;
+
+	caller_of(req, &c);
+	memset(&e, 0, sizeof(e));
+	ret = mount_mknod(ctx_of(req), &c, parent, name, S_IFREG | (mode & 07777), 0, &id, &e.attr);
+	if (ret) {
+		reply_err(req, ret);
+		return;
+	}
+	e.ino = id;
+	e.attr_timeout = e.entry_timeout = MOUNT_TIMEOUT;
+	fi->keep_cache = 1;
+	if (fuse_reply_create(req, &e, fi))
+		mount_forget(mc, id, 1);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	int ret = off < 0 ? -EINVAL : mount_write(ctx_of(req), ino, (uint64_t)off, buf, size);
+
+	if (ret)
+		reply_err(req, ret);
+	else
+		fuse_reply_write(req, size);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+/* fsync, fdatasync, fsyncdir: until the log tree, a commit makes it durable */
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, -mount_sync(ctx_of(req)));
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags)
+{
+	fuse_reply_err(req, -mount_setxattr(ctx_of(req), ino, name, value, size, flags));
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	fuse_reply_err(req, -mount_removexattr(ctx_of(req), ino, name));
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+			 struct fuse_file_info *fi)
+{
+	/* the modes btrfs has; the others (collapse, insert, unshare) are not, as on its own mount */
+	if (offset < 0 || length <= 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	fuse_reply_err(req, -mount_fallocate(ctx_of(req), ino, mode, (uint64_t)offset, (uint64_t)length));
+}
+
+static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
+			       fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len, int flags)
+{
+	int ret = flags || off_in < 0 || off_out < 0 ? -EINVAL
+		  : mount_copy_range(ctx_of(req), ino_in, (uint64_t)off_in, ino_out, (uint64_t)off_out, len);
+
+	if (ret)
+		reply_err(req, ret);
+	else
+		fuse_reply_write(req, len);
+}
+
+static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
+{
+	uint64_t out = 0;
+	int ret = off < 0 ? -ENXIO : mount_lseek(ctx_of(req), ino, (uint64_t)off, whence, &out);
+
+	if (ret)
+		reply_err(req, ret);
+	else
+		fuse_reply_lseek(req, (off_t)out);
+}
+
+/* FS_IOC_GETFLAGS / SETFLAGS: chattr's flags as btrfs maps them onto its inode flags */
+static const struct {
+	uint32_t fs;
+	uint64_t ub;
+} flag_map[] = {
+	{ FS_NOCOW_FL, UB_INODE_NODATACOW }, { FS_COMPR_FL, UB_INODE_COMPRESS }, { FS_NOCOMP_FL, UB_INODE_NOCOMPRESS },
+	{ FS_NOATIME_FL, UB_INODE_NOATIME }, { FS_SYNC_FL, UB_INODE_SYNC },      { FS_NODUMP_FL, UB_INODE_NODUMP },
+	{ FS_APPEND_FL, UB_INODE_APPEND },   { FS_IMMUTABLE_FL, UB_INODE_IMMUTABLE }, { FS_DIRSYNC_FL, UB_INODE_DIRSYNC },
+};
+
+#define BTRFS_IOC_SYNC_NR _IO(0x94, 8)
+
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg, struct fuse_file_info *fi,
+		     unsigned flags, const void *in_buf, size_t in_bufsz, size_t out_bufsz)
+{
+	struct mount_ctx *mc = ctx_of(req);
+	uint64_t iflags = 0;
+	int ret;
+
+	if (flags & FUSE_IOCTL_COMPAT) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	switch (cmd) {
+	case FS_IOC_GETFLAGS: {
+		unsigned int out = 0;
+
+		if (out_bufsz < sizeof(out)) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		ret = mount_get_flags(mc, ino, &iflags);
+		if (ret) {
+			reply_err(req, ret);
+			return;
+		}
+		for (size_t i = 0; i < sizeof(flag_map) / sizeof(flag_map[0]); i++)
+			if (iflags & flag_map[i].ub)
+				out |= flag_map[i].fs;
+		fuse_reply_ioctl(req, 0, &out, sizeof(out));
+		return;
+	}
+	case FS_IOC_SETFLAGS: {
+		unsigned int want;
+		uint64_t set = 0, clear = 0;
+
+		if (in_bufsz < sizeof(want)) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		memcpy(&want, in_buf, sizeof(want));
+		for (size_t i = 0; i < sizeof(flag_map) / sizeof(flag_map[0]); i++) {
+			if (want & flag_map[i].fs)
+				set |= flag_map[i].ub;
+			else
+				clear |= flag_map[i].ub;
+			want &= ~flag_map[i].fs;
+		}
+		ret = want ? -EOPNOTSUPP : mount_set_flags(mc, ino, set, clear);
+		if (ret)
+			reply_err(req, ret);
+		else
+			fuse_reply_ioctl(req, 0, NULL, 0);
+		return;
+	}
+	case BTRFS_IOC_SYNC_NR:
+		ret = mount_sync(mc);
+		if (ret)
+			reply_err(req, ret);
+		else
+			fuse_reply_ioctl(req, 0, NULL, 0);
+		return;
+	default:
+		fuse_reply_err(req, ENOTTY);
+	}
+}
+
+static void op_destroy(void *userdata)
+{
+	/* the unmount: what was written is committed, as the kernel's unmount commits */
+	mount_sync(userdata);
+}
+
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
+	struct mount_ctx *mc = userdata;
+
+	/* the kernel clears set-id bits itself and sends the new mode with the change (btrfs's rules) */
+	conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+	if (mc->e) {
+		/* large writes in one request: fewer, larger extents */
+		if (conn->max_write < (1U << 20))
+			conn->max_write = 1U << 20;
+		/* the kernel keeps the page cache: the file changes only through it */
+		conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	}
 	/* let the kernel check POSIX ACLs too, as on its own mount (default_permissions checks the mode) */
 	if (conn->capable & FUSE_CAP_POSIX_ACL)
 		conn->want |= FUSE_CAP_POSIX_ACL;
@@ -210,8 +533,30 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 const struct fuse_lowlevel_ops mount_ops = {
 	.init = op_init,
+	.destroy = op_destroy,
 	.lookup = op_lookup,
 	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.symlink = op_symlink,
+	.link = op_link,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.rename = op_rename,
+	.setattr = op_setattr,
+	.create = op_create,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.fsyncdir = op_fsync,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
+	.fallocate = op_fallocate,
+	.copy_file_range = op_copy_file_range,
+	.lseek = op_lseek,
+	.ioctl = op_ioctl,
 	.getattr = op_getattr,
 	.readdir = op_readdir,
 	.readdirplus = op_readdirplus,

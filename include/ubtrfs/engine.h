@@ -60,6 +60,12 @@ void ub_txn_abort(struct ub_txn *t);
 /* Commit the running transaction if there is one (the one ub_fsw_begin hands out). */
 int ub_engine_commit(struct ub_engine *e);
 
+/*
+ * The dirty memory a transaction may hold before an operation's start commits
+ * it (0: the default, 64 MiB and at most RAM / 8).
+ */
+void ub_engine_set_dirty_budget(struct ub_engine *e, uint64_t bytes);
+
 /* The filesystem the engine writes, for the read calls of ubtrfs/fs.h (valid until ub_engine_close). */
 struct ub_fs *ub_engine_fs(struct ub_engine *e);
 /*

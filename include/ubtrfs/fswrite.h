@@ -219,6 +219,8 @@ int ub_fsw_clone_range(struct ub_txn *t, uint64_t src_subvol, uint64_t src_ino, 
  * (the inode goes at once); the FUSE mount turns it on.
  */
 void ub_engine_keep_orphans(struct ub_engine *e, bool keep);
+/* The largest file content kept inline from now on (max_inline=; 0: none; default UB_FSW_MAX_INLINE_DEFAULT). */
+void ub_engine_set_max_inline(struct ub_engine *e, uint32_t bytes);
 /* An inode with no name (O_TMPFILE): a regular file, nlink 0, an orphan; dir gives the flags it inherits. */
 int ub_fsw_tmpfile(struct ub_txn *t, uint64_t subvol, uint64_t dir, uint32_t mode, uint32_t uid, uint32_t gid,
 		   uint64_t *ino);

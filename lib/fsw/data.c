@@ -49,8 +49,8 @@ static uint32_t max_inline(const struct fsw *w)
 {
 	uint32_t m = w->e->fs.vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - INLINE_HDR;
 
-	if (m > UB_FSW_MAX_INLINE_DEFAULT)
-		m = UB_FSW_MAX_INLINE_DEFAULT;
+	if (m > w->e->max_inline)
+		m = w->e->max_inline;
 	if (m > w->e->fs.vol->sectorsize - 1)
 		m = w->e->fs.vol->sectorsize - 1;
 	return m;

@@ -36,6 +36,12 @@ void ub_engine_keep_orphans(struct ub_engine *e, bool keep)
 	e->keep_orphans = keep;
 }
 
+void ub_engine_set_max_inline(struct ub_engine *e, uint32_t bytes)
+{
+	/* the kernel's ceiling: a sector less one (and what a leaf holds, which max_inline() checks too) */
+	e->max_inline = bytes;
+}
+
 int ub_fsw_tmpfile(struct ub_txn *t, uint64_t subvol, uint64_t dir, uint32_t mode, uint32_t uid, uint32_t gid,
 		   uint64_t *ino)
 {

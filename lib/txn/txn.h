@@ -59,6 +59,8 @@ struct ub_engine {
 	bool cleaning;           /* inside ub_engine_clean: its own commits do not recurse */
 	/* an inode that loses its last name stays, nlink 0 with an ORPHAN item, until ub_fsw_evict (fswrite.h) */
 	bool keep_orphans;
+	/* the largest file kept inline (the mount's max_inline; UB_FSW_MAX_INLINE_DEFAULT) */
+	uint32_t max_inline;
 };
 
 struct ub_txn {
