@@ -251,9 +251,11 @@ int open_engine_with(struct open_args *oa, char **devs, int ndevs, const struct 
 		ret = ub_engine_open((const char *const *)l.paths, l.n, log, out);
 	if (ret == -ENOMEM)
 		fprintf(stderr, "ubtrfs: error: out of memory\n");
+	else if (ret == -EOPNOTSUPP || ret == -EROFS || ret == -EBUSY)
+		fprintf(stderr, "ubtrfs: error: cannot open %s%s for writing (the messages above say why; -o ro "
+			"mounts it read-only)\n", devs[0], ndevs > 1 ? " ..." : "");
 	else if (ret)
-		fprintf(stderr, "ubtrfs: error: cannot open %s%s for writing (the messages above say why)\n", devs[0],
-			ndevs > 1 ? " ..." : "");
+		fprintf(stderr, "ubtrfs: error: no usable btrfs filesystem on %s%s\n", devs[0], ndevs > 1 ? " ..." : "");
 	free(l.paths);
 	ub_scan_free(l.scan);
 	return ret;

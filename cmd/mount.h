@@ -125,6 +125,8 @@ int mount_listxattr(struct mount_ctx *mc, uint64_t id, char *buf, size_t size, s
 void mount_statfs(struct mount_ctx *mc, struct statvfs *sv);
 /* lseek's SEEK_DATA / SEEK_HOLE from `off`: *out, or -ENXIO past the data (or the end) */
 int mount_lseek(struct mount_ctx *mc, uint64_t id, uint64_t off, int whence, uint64_t *out);
+/* BTRFS_IOC_SUBVOL_GETFLAGS of the subvolume `id` is in (its read-only bit). */
+int mount_subvol_flags(struct mount_ctx *mc, uint64_t id, uint64_t *flags);
 /* The inode's flags (UB_INODE_*), for FS_IOC_GETFLAGS. */
 int mount_get_flags(struct mount_ctx *mc, uint64_t id, uint64_t *flags);
 

@@ -411,3 +411,17 @@ int mount_get_flags(struct mount_ctx *mc, uint64_t id, uint64_t *flags)
 	*flags = in.flags;
 	return 0;
 }
+
+int mount_subvol_flags(struct mount_ctx *mc, uint64_t id, uint64_t *flags)
+{
+	struct ub_subvol_info si;
+	struct mount_node n;
+	int ret = mount_map_node(mc->map, id, &n);
+
+	if (!ret)
+		ret = ub_subvol_info(mc->fs, n.subvol, &si);
+	if (ret)
+		return fuse_errno(ret);
+	*flags = si.readonly ? 1ULL << 1 : 0; /* BTRFS_SUBVOL_RDONLY */
+	return 0;
+}

@@ -24,7 +24,12 @@ NOT_COMPARED = ("ino", "subvol")
 def fuse_mounted(ubtrfs_bin, devices, mnt, options="", foreground=True, log=None):
     """ubtrfs mount, always unmounted afterwards, also when the test fails. In the foreground
     (the default) its stderr is kept: a sanitizer report or a logged error fails the test; given
-    a list as `log`, logged errors are expected and the daemon's stderr is appended to it."""
+    a list as `log`, logged errors are expected and the daemon's stderr is appended to it.
+    Read-only unless `options` says rw: the tests of reading must leave their images as they were
+    (a read-write mount updates access times and commits at the unmount)."""
+    opts = options.split(",") if options else []
+    if "rw" not in opts and "ro" not in opts:
+        options = ",".join(["ro"] + opts)
     mnt = str(mnt)
     os.makedirs(mnt, exist_ok=True)
     args = [str(ubtrfs_bin), "mount"] + (["-o", options] if options else []) + [str(d) for d in devices] + [mnt]
@@ -124,7 +129,7 @@ def test_mount_subvol(ubtrfs_bin, factory):
         problems = _compare(exp, entries, exp_h, hashes)
         assert not problems, "-o %s:\n  %s" % (opts, "\n  ".join(problems[:40]))
     for opts, why in (("subvolid=987654", "no such subvolume"), ("subvol=/snap_ro/d0", "not a subvolume|No such"),
-                      ("rw", "read-only"), ("bogus", "unknown option"), ("cache=1M", "bad cache size"),
+                      ("rw,usebackuproot", "read-only only"), ("bogus", "unknown option"), ("cache=1M", "bad cache size"),
                       ("cache=lots", "bad cache size")):
         cp = T.run([str(ubtrfs_bin), "mount", "-o", opts, *map(str, image.devices), str(factory.mountpoint())],
                    check=False, timeout=60)

@@ -294,9 +294,9 @@ class Workload:
         except OSError as e:
             if e.errno not in EXPECTED_ERRNOS:
                 raise
-            self.log("  -> %s" % errno.errorcode.get(e.errno, e.errno))
+            self.log("  %s -> %s" % (op, errno.errorcode.get(e.errno, e.errno)))
         except OpFailed as e:
-            self.log("  -> failed: %s" % str(e)[:200])
+            self.log("  %s -> failed: %s" % (op, str(e)[:200]))
 
     def btrfs(self, *args):
         cp = subprocess.run(["btrfs", *[str(a) for a in args]], stdout=subprocess.PIPE,
