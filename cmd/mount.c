@@ -389,6 +389,7 @@ int cmd_mount(int argc, char **argv)
 	}
 	if (!ret)
 		ret = find_root(mc.fs, &mo, &subvol, &ino);
+	mc.root_subvol = subvol;
 	if (!ret)
 		ret = mount_map_new(&mc.map);
 	if (!ret && mount_map_get(mc.map, subvol, ino, 0, 1, 0, NULL) != 1)

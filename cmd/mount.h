@@ -94,6 +94,7 @@ struct mount_ctx {
 	uint32_t sectorsize;
 	uint64_t total_bytes, bytes_used;
 	const struct mount_opts *mo;
+	uint64_t root_subvol;  /* the subvolume mounted: its inodes show their own numbers (mount_st_ino) */
 	/* set when a write failed for good: the engine is read-only, the mount answers EROFS to changes */
 	int broken;
 };
@@ -106,6 +107,8 @@ struct mount_ctx {
  */
 int mount_lookup(struct mount_ctx *mc, uint64_t parent, const char *name, uint64_t *id, struct stat *st);
 int mount_getattr(struct mount_ctx *mc, uint64_t id, struct stat *st);
+/* What stat shows as st_ino for (subvol, ino). */
+uint64_t mount_st_ino(const struct mount_ctx *mc, uint64_t subvol, uint64_t ino);
 /*
  * One directory entry for readdir: `st` holds at least st_ino and the type in
  * st_mode; `node` is its node id with full attributes in `st`, or 0 where the

@@ -27,12 +27,25 @@
 /* an escaped name: up to four bytes out per byte in, and room to say it was cut */
 #define ESC_SIZE (UB_NAME_LEN * 4 + 8)
 
+uint64_t mount_st_ino(const struct mount_ctx *mc, uint64_t subvol, uint64_t ino)
+{
+	/*
+	 * The mounted subvolume's inodes show their btrfs numbers, as on the
+	 * kernel's mount; one FUSE mount has one st_dev, so the others' numbers
+	 * are made unique by their subvolume id in the high bits.
+	 */
+	if (subvol == mc->root_subvol)
+		return ino;
+	return subvol << 40 | (ino & ((1ULL << 40) - 1));
+}
+
 static void fill_stat(const struct mount_ctx *mc, uint64_t id, const struct ub_inode *in, struct stat *st)
 {
 	uint64_t bs = mc->sectorsize;
 
+	(void)id;
 	memset(st, 0, sizeof(*st));
-	st->st_ino = id;
+	st->st_ino = mount_st_ino(mc, in->subvol, in->ino);
 	st->st_mode = in->mode;
 	st->st_nlink = in->nlink;
 	st->st_uid = in->uid;
@@ -237,7 +250,7 @@ static int dir_entry_cb(void *arg, const struct ub_dirent *de)
 		fill_stat(w->mc, id, &in, &st);
 	} else {
 		memset(&st, 0, sizeof(st));
-		st.st_ino = id;
+		st.st_ino = mount_st_ino(w->mc, de->subvol, de->ino);
 		st.st_mode = ft_mode(de->type);
 	}
 	/* without attributes, no node is handed out with the entry: a stat of it is a lookup of its own */
@@ -256,10 +269,14 @@ int mount_readdir(struct mount_ctx *mc, uint64_t id, off_t off, bool plus, mount
 	/* offsets: 1 ".", 2 "..", then DIR_INDEX + 1 (indexes start at 2, so they never collide) */
 	memset(&st, 0, sizeof(st));
 	st.st_mode = S_IFDIR;
-	st.st_ino = id;
+	st.st_ino = mount_st_ino(mc, n.subvol, n.ino);
 	if (off < 1 && fn(arg, ".", &st, 0, 1))
 		return 0;
-	st.st_ino = n.parent;
+	{
+		struct mount_node pn;
+
+		st.st_ino = mount_map_node(mc->map, n.parent, &pn) == 0 ? mount_st_ino(mc, pn.subvol, pn.ino) : 0;
+	}
 	if (off < 2 && fn(arg, "..", &st, 0, 2))
 		return 0;
 	/* offset o was DIR_INDEX o - 1: the next entry has an index of at least o */

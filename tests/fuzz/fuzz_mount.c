@@ -213,7 +213,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (mc.bytes_used > mc.total_bytes)
 			mc.bytes_used = mc.total_bytes;
 		/* as cmd_mount: the top-level directory is node 1 */
-		if (ub_path_lookup(mc.fs, "/", &subvol, &ino) == 0 && mount_map_new(&mc.map) == 0 &&
+		if (ub_path_lookup(mc.fs, "/", &subvol, &ino) == 0 && (mc.root_subvol = subvol) != 0 &&
+		    mount_map_new(&mc.map) == 0 &&
 		    mount_map_get(mc.map, subvol, ino, 0, 1, 0, NULL) == 1) {
 			st_mounted++;
 			ws->mc = &mc;
