@@ -74,10 +74,10 @@ int ub_fsw_setxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
 		return ret;
 	if (!value && vlen)
 		return -EINVAL;
-	/* the kernel's BTRFS_MAX_XATTR_SIZE: one record alone in a leaf */
+	/* the kernel's BTRFS_MAX_XATTR_SIZE: one record alone in a leaf (and its answer, ENOSPC) */
 	max = w.e->fs.vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - UB_DI_SIZE;
 	if (nlen + vlen > max)
-		return -E2BIG;
+		return -ENOSPC;
 	ret = find(&w, ino, name, nlen, NULL, NULL);
 	if (ret && ret != -ENODATA)
 		return ret;
@@ -86,6 +86,12 @@ int ub_fsw_setxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
 	if (ret == -ENODATA && (flags & UB_FSW_XATTR_REPLACE))
 		return -ENODATA;
 	if (ret == 0) {
+		/*
+		 * The kernel replaces a value in place and refuses (ENOSPC) a larger
+		 * one that its leaf has no room for; which leaf that is, and how full,
+		 * depends on how its leaves were split, which is not ours: here the
+		 * old record goes and the new one is added, a leaf split as needed.
+		 */
 		ret = fsw_dir_item_del(&w, &key, name, nlen);
 		if (ret)
 			return ret;

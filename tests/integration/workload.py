@@ -125,7 +125,8 @@ class Workload:
     copy).
     """
 
-    def __init__(self, mnt, seed, nodesize=16384, max_bytes=64 * MiB, max_file=4 * MiB, salt=""):
+    def __init__(self, mnt, seed, nodesize=16384, max_bytes=64 * MiB, max_file=4 * MiB, salt="",
+                 xattr_grow=True):
         self.mnt = str(mnt)
         # the salt (the configuration's name) keeps one seed from replaying the
         # same operations on every configuration
@@ -134,6 +135,10 @@ class Workload:
         self.nodesize = nodesize
         self.max_bytes = max_bytes
         self.max_file = max_file
+        # False: a value replacing an existing one is never longer than it (the
+        # kernel refuses a longer one with ENOSPC when the leaf holding it is
+        # full, which depends on how its leaves were split)
+        self.xattr_grow = xattr_grow
         self.written = 0
         self.op_log = []
         self.counts = {}
@@ -682,6 +687,8 @@ class Workload:
             n = rng.randint(100, 2000)
         else:
             n = rng.randint(2000, min(16000, self.nodesize - 200))
+        if not self.xattr_grow and name in existing:
+            n = min(n, len(os.getxattr(path, name, follow_symlinks=False)))
         value = self.data(n)
         try:
             os.setxattr(path, name, value, follow_symlinks=False)
