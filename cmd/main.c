@@ -13,7 +13,7 @@ static const struct {
 	{ "cat", cmd_cat, "write a file's contents to stdout without mounting" },
 	{ "filesystem", cmd_filesystem, "show: the devices of a filesystem, present and missing" },
 	{ "mkfs", cmd_mkfs, "make a new filesystem on one or more devices" },
-	{ "mount", cmd_mount, "mount read-only through FUSE" },
+	{ "mount", cmd_mount, "mount through FUSE, read-write (or -o ro)" },
 	{ "umount", cmd_umount, "unmount what 'ubtrfs mount' mounted" },
 	{ "check", cmd_check, "verify a filesystem read-only and report every problem found" },
 	{ "find-root", cmd_find_root, "list the root trees still on disk (for --root BYTENR)" },
@@ -25,7 +25,7 @@ static const struct {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: ubtrfs COMMAND [OPTIONS] DEV... [TARGET]\n\n"
-		   "btrfs in userspace: read (and soon write) btrfs filesystems on devices or image files.\n\n"
+		   "btrfs in userspace: read and write btrfs filesystems on devices or image files.\n\n"
 		   "Commands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);

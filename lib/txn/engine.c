@@ -109,6 +109,7 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
 			ub_dev_close(devs[i]);
 		return -ENOMEM;
 	}
+	e->ram_budget = ub_engine_ram_budget();
 	e->max_inline = 2048; /* UB_FSW_MAX_INLINE_DEFAULT, the kernel's */
 	pthread_mutex_init(&e->commit_lock, NULL);
 	pthread_cond_init(&e->commit_cond, NULL);

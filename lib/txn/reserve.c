@@ -85,18 +85,21 @@ void ub_engine_set_dirty_budget(struct ub_engine *e, uint64_t bytes)
 	e->dirty_budget = bytes;
 }
 
-uint64_t ub_engine_dirty_budget(const struct ub_engine *e)
+uint64_t ub_engine_ram_budget(void)
 {
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 	uint64_t cap;
 
-	if (e->dirty_budget)
-		return e->dirty_budget;
 	if (pages <= 0 || psize <= 0)
 		return UB_ENGINE_DIRTY_BUDGET;
 	/* a small machine must not spend more than an eighth of its memory on one transaction */
 	cap = (uint64_t)pages * (uint64_t)psize / 8;
 	return cap < UB_ENGINE_DIRTY_BUDGET ? cap : UB_ENGINE_DIRTY_BUDGET;
+}
+
+uint64_t ub_engine_dirty_budget(const struct ub_engine *e)
+{
+	return e->dirty_budget ? e->dirty_budget : e->ram_budget;
 }
 
 static int begin_op_locked(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out);

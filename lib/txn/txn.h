@@ -52,6 +52,7 @@ struct ub_engine {
 	int broken;              /* 0, or the error that made the engine read-only (atomics) */
 	/* ---- dirty budget (reserve.c) ---- */
 	uint64_t dirty_budget;   /* 0: the default (UB_ENGINE_DIRTY_BUDGET, at most RAM / 8) */
+	uint64_t ram_budget;     /* that default for this machine, found once at open (sysconf is a syscall) */
 	uint64_t auto_commits;   /* commits ub_engine_begin_op made because the budget was passed */
 	/* ---- cleaning after commits (cleaner.c) ---- */
 	uint64_t clean_step;     /* tree blocks ub_engine_commit lets the cleaner drop after a commit; 0: off */
@@ -174,6 +175,8 @@ uint64_t ub_txn_dirty_bytes(const struct ub_txn *t);
 void ub_engine_set_dirty_budget(struct ub_engine *e, uint64_t bytes);
 /* The budget in force. */
 uint64_t ub_engine_dirty_budget(const struct ub_engine *e);
+/* The default dirty budget on this machine (UB_ENGINE_DIRTY_BUDGET, at most RAM / 8). */
+uint64_t ub_engine_ram_budget(void);
 
 /* ---- dropping trees (cleaner.c) ---- */
 /* change_child_refs for the drop walk: eb's references to its children (by root_id, or by eb when full) change by delta. */
