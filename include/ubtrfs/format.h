@@ -11,6 +11,7 @@
 #ifndef UBTRFS_FORMAT_H
 #define UBTRFS_FORMAT_H
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -154,20 +155,68 @@ _Static_assert(sizeof(struct btrfs_file_extent_item) == 53, "file extent item is
 
 /* ---- little-endian access ------------------------------------------------ */
 
+/*
+ * The loads and stores below are the hottest code of every tree walk: for the
+ * sizes fields have (n is a constant at every call) they are one unaligned
+ * load or store and a byte swap where the host is big-endian, not a loop.
+ */
 static inline uint64_t ub_get_le(const void *p, size_t n)
 {
 	const uint8_t *b = (const uint8_t *)p;
 	uint64_t v = 0;
-	for (size_t i = n; i-- > 0;)
-		v = (v << 8) | b[i];
-	return v;
+
+	switch (n) {
+	case 1:
+		return b[0];
+	case 2: {
+		uint16_t x;
+		memcpy(&x, b, 2);
+		return le16toh(x);
+	}
+	case 4: {
+		uint32_t x;
+		memcpy(&x, b, 4);
+		return le32toh(x);
+	}
+	case 8: {
+		uint64_t x;
+		memcpy(&x, b, 8);
+		return le64toh(x);
+	}
+	default:
+		for (size_t i = n; i-- > 0;)
+			v = (v << 8) | b[i];
+		return v;
+	}
 }
 
 static inline void ub_put_le(void *p, size_t n, uint64_t v)
 {
 	uint8_t *b = (uint8_t *)p;
-	for (size_t i = 0; i < n; i++, v >>= 8)
-		b[i] = (uint8_t)v;
+
+	switch (n) {
+	case 1:
+		b[0] = (uint8_t)v;
+		return;
+	case 2: {
+		uint16_t x = htole16((uint16_t)v);
+		memcpy(b, &x, 2);
+		return;
+	}
+	case 4: {
+		uint32_t x = htole32((uint32_t)v);
+		memcpy(b, &x, 4);
+		return;
+	}
+	case 8: {
+		uint64_t x = htole64(v);
+		memcpy(b, &x, 8);
+		return;
+	}
+	default:
+		for (size_t i = 0; i < n; i++, v >>= 8)
+			b[i] = (uint8_t)v;
+	}
 }
 
 static inline uint16_t ub_le16(const void *p) { return (uint16_t)ub_get_le(p, 2); }
