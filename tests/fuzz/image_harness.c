@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -618,14 +619,42 @@ static void put_bytes(int fd, const uint8_t *p, uint64_t off, uint64_t len)
 	}
 }
 
+/* Folders of earlier runs of `target` that crashed (their atexit never ran): the process is gone. */
+static void remove_stale(const char *tmp, const char *target)
+{
+	char prefix[128], path[4600];
+	struct dirent *de;
+	DIR *d = opendir(tmp);
+
+	if (!d)
+		return;
+	snprintf(prefix, sizeof(prefix), "ubtrfs-%s-", target);
+	while ((de = readdir(d))) {
+		long pid;
+
+		if (strncmp(de->d_name, prefix, strlen(prefix)) ||
+		    sscanf(de->d_name + strlen(prefix), "%ld-", &pid) != 1 || pid <= 0)
+			continue;
+		/* a run still going (or not ours to ask about) keeps its folder */
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", tmp, de->d_name);
+		fuzz_rm_tree(path);
+	}
+	closedir(d);
+}
+
 const char *fuzz_files_init(const char *target)
 {
 	static const uint8_t zero[4096];
 	const char *tmp = getenv("TMPDIR");
 
-	snprintf(workdir, sizeof(workdir), "%s/ubtrfs-%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", target);
+	if (!tmp || !*tmp)
+		tmp = "/tmp";
+	remove_stale(tmp, target);
+	snprintf(workdir, sizeof(workdir), "%s/ubtrfs-%s-%ld-XXXXXX", tmp, target, (long)getpid());
 	if (!mkdtemp(workdir)) {
-		fprintf(stderr, "%s: cannot make a folder under %s: %s\n", target, tmp ? tmp : "/tmp", strerror(errno));
+		fprintf(stderr, "%s: cannot make a folder under %s: %s\n", target, tmp, strerror(errno));
 		exit(1);
 	}
 	atexit(files_cleanup);

@@ -82,7 +82,8 @@ void fuzz_undo(struct fimage *img);
 /*
  * For what opens devices by name (check's superblock pass, restore): every
  * image also as a sparse file in a new folder under $TMPDIR (or /tmp),
- * removed at exit; the folder's path is returned. fuzz_file_sync writes the
+ * removed at exit (and by the next run, when a crash left it); the folder's
+ * path is returned. fuzz_file_sync writes the
  * input's changes into the image's file and returns its path.
  */
 const char *fuzz_files_init(const char *target);
