@@ -439,8 +439,9 @@ static void describe_ref(const struct ub_expect *exp, char *buf, size_t len)
 static int find_cached(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, struct ub_eb **out)
 {
 	struct ub_eb *eb;
-	char why[320] = "", ref[160];
+	char why[320], ref[160];
 
+	why[0] = '\0'; /* not "" as an initializer: that zeroes all of it, for every block of every walk */
 	for (eb = *bucket(tc->cache, bytenr); eb; eb = eb->hnext) {
 		if (eb->start != bytenr)
 			continue;
@@ -558,9 +559,11 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	struct ub_volume *vol = tc->vol;
 	struct ub_eb *eb;
 	uint8_t *buf = NULL;
-	char why[320] = "", where[256], ref[160];
+	char why[320], where[256], ref[160];
 	int copies, ret = -EIO, bad_mirror = 0;
 	bool intrinsic_only = true;
+
+	why[0] = '\0'; /* not "" as an initializer: that zeroes all of it, on every cached read */
 
 	pthread_mutex_lock(&tc->cache->lock);
 	ret = find_cached(tc, bytenr, exp, out);

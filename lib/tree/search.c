@@ -25,19 +25,35 @@ void ub_path_release(struct ub_path *p)
 	}
 }
 
-/* First slot whose key is >= `key` (nritems if none). */
+/* The on-disk key at `d` against `key`, read field by field: no copy of the whole key per probe. */
+static inline int disk_key_cmp(const uint8_t *d, const struct ub_key *key)
+{
+	uint64_t v = UB_GET(btrfs_disk_key, objectid, d);
+	uint8_t t;
+
+	if (v != key->objectid)
+		return v < key->objectid ? -1 : 1;
+	t = (uint8_t)UB_GET(btrfs_disk_key, type, d);
+	if (t != key->type)
+		return t < key->type ? -1 : 1;
+	v = UB_GET(btrfs_disk_key, offset, d);
+	if (v != key->offset)
+		return v < key->offset ? -1 : 1;
+	return 0;
+}
+
+/* First slot whose key is >= `key` (nritems if none). The binary search of every tree walk. */
 int ub_eb_lower_bound(const struct ub_eb *eb, const struct ub_key *key, bool *exact)
 {
+	const uint8_t *base = eb->data + UB_HEADER_SIZE;
+	uint32_t step = ub_eb_level(eb) ? UB_KEY_PTR_SIZE : UB_ITEM_SIZE;
 	int lo = 0, hi = (int)ub_eb_nritems(eb);
 
 	*exact = false;
 	while (lo < hi) {
 		int mid = lo + (hi - lo) / 2;
-		struct ub_key k;
-		int c;
+		int c = disk_key_cmp(base + (uint32_t)mid * step, key);
 
-		ub_eb_item_key(eb, mid, &k);
-		c = ub_key_cmp(&k, key);
 		if (c < 0) {
 			lo = mid + 1;
 		} else {

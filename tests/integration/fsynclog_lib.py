@@ -159,10 +159,11 @@ def make_crash(workdir, baseline, action, mount_options="", mkfs_options=(), tri
             baseline(mnt)
             fs_sync(mnt)
             action(mnt)
-            T.copy_sparse(img, crash)
+            # a copy taken while a commit ran is no crash state: made again
+            quiet = T.copy_quiet([img], [crash]) is not None
         os.unlink(img)
         fields = dump_super(crash)
-        if int(fields.get("log_root", "0")) != 0 or attempt + 1 == tries:
+        if (quiet and int(fields.get("log_root", "0")) != 0) or attempt + 1 == tries:
             return Crash(workdir, crash, fields)
         os.unlink(crash)
 

@@ -835,6 +835,45 @@ def copy_sparse(src, dst):
     run(["cp", "--sparse=always", str(src), str(dst)])
 
 
+SUPER_OFFSETS = (64 << 10, 64 << 20, 256 << 30)
+
+
+def super_generations(path):
+    """The generation of every superblock copy of a device or image that has one (the field at
+    byte 72 of the superblock), by copy; a copy past the end or without the magic is left out."""
+    gens = {}
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        for i, off in enumerate(SUPER_OFFSETS):
+            if off + 4096 > size:
+                break
+            f.seek(off)
+            sb = f.read(4096)
+            if len(sb) == 4096 and sb[64:72] == b"_BHRfS_M":
+                gens[i] = int.from_bytes(sb[72:80], "little")
+    return gens
+
+
+def copy_quiet(srcs, dsts, tries=5):
+    """Copies of the live devices `srcs` of one mounted filesystem, taken while no commit ran: the
+    superblock generations of every device are the same before and after the copies, and every
+    copy's superblocks all show that generation. A copy taken while the kernel was committing
+    holds a state no crash leaves (its superblock copies from two commits, cp reading the primary
+    before the commit wrote it and the mirror after). Returns the number of tries it took, or
+    None when every try saw a commit."""
+    for attempt in range(1, tries + 1):
+        before = [super_generations(s) for s in srcs]
+        for s, d in zip(srcs, dsts):
+            copy_sparse(s, d)
+        after = [super_generations(s) for s in srcs]
+        copies = [super_generations(d) for d in dsts]
+        gens = {g for m in before + after + copies for g in m.values()}
+        if before == after and len(gens) == 1:
+            return attempt
+        time.sleep(0.2 * attempt)
+    return None
+
+
 def mentions_number(text, n):
     """Does `text` name the number n (decimal, or 0x hex)?"""
     return (re.search(r"(?<![0-9])%d(?![0-9])" % n, text) is not None
