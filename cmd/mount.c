@@ -430,11 +430,24 @@ int cmd_mount(int argc, char **argv)
 	struct ub_log log = { .fn = mount_log, .arg = &oa.verbosity, .verbosity = oa.verbosity };
 	char **devs = argv + optind;
 	int ndevs = argc - optind - 1;
+	char **absdevs = calloc((size_t)ndevs + 1, sizeof(*absdevs));
 	/* what only a read-only open gives: an older root, the log left alone, devices missing */
 	const char *ro_only = fo.root_generation ? "generation" : fo.root_bytenr ? "root" : fo.backup ? "usebackuproot"
 			      : fo.no_log ? "nologreplay" : mo.degraded ? "degraded" : oa.super_mirror >= 0 ? "--super"
 			      : NULL;
 
+	if (!absdevs) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	/* the daemon leaves its directory: devices by absolute path, as DEV_INFO reports them */
+	for (int i = 0; i < ndevs; i++) {
+		struct stat st;
+
+		absdevs[i] = devs[i][0] != '/' && stat(devs[i], &st) == 0 ? realpath(devs[i], NULL) : NULL;
+		if (absdevs[i])
+			devs[i] = absdevs[i];
+	}
 	if (fo.root_generation && fo.root_bytenr) {
 		usage_error("mount", "generation and root name two roots: give one");
 		goto out;
@@ -493,6 +506,9 @@ int cmd_mount(int argc, char **argv)
 	ub_fs_close(mc.fs);
 	ub_engine_close(mc.e);
 	free((char *)mo.subvol);
+	for (int i = 0; i < ndevs; i++)
+		free(absdevs[i]);
+	free(absdevs);
 	return ret;
 out:
 	mount_map_free(mc.map);
@@ -500,5 +516,8 @@ out:
 		ub_fs_close(mc.fs);
 	ub_engine_close(mc.e);
 	free((char *)mo.subvol);
+	for (int i = 0; absdevs && i < ndevs; i++)
+		free(absdevs[i]);
+	free(absdevs);
 	return EXIT_FATAL;
 }

@@ -548,6 +548,23 @@ static int subvol_ioctl(fuse_req_t req, struct mount_ctx *mc, fuse_ino_t ino, un
 		fuse_reply_ioctl(req, 0, &a, sizeof(a));
 		return 0;
 	}
+	case UBTRFS_IOC_FIEMAP: {
+		struct ubtrfs_ioctl_fiemap_args *a;
+		uint32_t n = 0;
+
+		if (in_bufsz < sizeof(*a) || out_bufsz < sizeof(*a))
+			return -EINVAL;
+		a = calloc(1, sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		memcpy(&a->start, in_buf, sizeof(a->start));
+		ret = mount_fiemap(mc, ino, a->start, a->extents, UBTRFS_FIEMAP_EXTENTS, &n);
+		a->count = n;
+		if (!ret)
+			fuse_reply_ioctl(req, 0, a, sizeof(*a));
+		free(a);
+		return ret;
+	}
 	case BTRFS_IOC_START_SYNC: {
 		/* the kernel starts a commit and says its transaction; ours is done when this returns */
 		uint64_t transid;

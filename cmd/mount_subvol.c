@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include "mount.h"
 #include "mount_subvol.h"
+#include "ubtrfs_ioctl.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/engine.h"
 #include "ubtrfs/fsinfo.h"
@@ -798,5 +799,36 @@ int mount_space_info(struct mount_ctx *mc, struct btrfs_ioctl_space_info *out, i
 		out[i].used_bytes = v[i].used_bytes;
 	}
 	*n = count;
+	return 0;
+}
+
+struct fiemap_fill {
+	struct ubtrfs_fiemap_extent *out;
+	uint32_t n, max;
+};
+
+static int fiemap_fill_cb(void *arg, const struct ub_fiemap_extent *x)
+{
+	struct fiemap_fill *f = arg;
+
+	if (f->n == f->max)
+		return 1;
+	f->out[f->n++] = (struct ubtrfs_fiemap_extent){ x->logical, x->physical, x->length, x->flags, 0 };
+	return 0;
+}
+
+int mount_fiemap(struct mount_ctx *mc, uint64_t node, uint64_t start, struct ubtrfs_fiemap_extent *out, uint32_t max,
+		 uint32_t *count)
+{
+	struct fiemap_fill f = { out, 0, max };
+	uint64_t subvol, ino;
+	int ret = mount_subvol_of(mc, node, &subvol, &ino);
+
+	if (ret)
+		return ret;
+	ret = ub_file_fiemap(mc->fs, subvol, ino, start, fiemap_fill_cb, &f);
+	if (ret < 0)
+		return sv_errno(ret);
+	*count = f.n;
 	return 0;
 }

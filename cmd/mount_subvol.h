@@ -60,4 +60,9 @@ int mount_dev_info(struct mount_ctx *mc, struct btrfs_ioctl_dev_info_args *a);
 /* BTRFS_IOC_SPACE_INFO: up to max entries into out, *n how many there are */
 int mount_space_info(struct mount_ctx *mc, struct btrfs_ioctl_space_info *out, int max, int *n);
 
+/* UBTRFS_IOC_FIEMAP: the extents of file node from `start` on, at most max (ub_file_fiemap) */
+struct ubtrfs_fiemap_extent;
+int mount_fiemap(struct mount_ctx *mc, uint64_t node, uint64_t start, struct ubtrfs_fiemap_extent *out, uint32_t max,
+		 uint32_t *count);
+
 #endif

@@ -57,4 +57,20 @@ struct ub_space_info {
 };
 int ub_fs_space_info(struct ub_fs *fs, struct ub_space_info *out, int max, int *n);
 
+/*
+ * FS_IOC_FIEMAP as the kernel's btrfs answers it: the extents of file `ino`
+ * of `subvol` that reach past file offset `start`, in order, holes left out,
+ * with FIEMAP_EXTENT_* flags: DATA_INLINE | NOT_ALIGNED for an inline extent,
+ * ENCODED (compressed: physical is the compressed extent's start), UNWRITTEN
+ * (preallocated), SHARED (something else reaches the data: another file or
+ * subvolume, a clone, a snapshot sharing the tree blocks), LAST on the last.
+ * fn returns 0 to go on; anything else stops and is returned.
+ */
+struct ub_fiemap_extent {
+	uint64_t logical, physical, length;
+	uint32_t flags;
+};
+typedef int (*ub_fiemap_fn)(void *arg, const struct ub_fiemap_extent *x);
+int ub_file_fiemap(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t start, ub_fiemap_fn fn, void *arg);
+
 #endif
