@@ -176,6 +176,30 @@ static int dir_of(struct mount_ctx *mc, uint64_t dir, struct mount_node *n, stru
 	return S_ISDIR(in->mode) ? 0 : -ENOTDIR;
 }
 
+/*
+ * The kernel's order for a new name in `dir`: the name exists (EEXIST), the
+ * subvolume is read-only (EROFS, btrfs_permission), the caller may not write
+ * there (EACCES).
+ */
+static int may_create_in(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uint64_t dir,
+			 const struct mount_node *n, const struct ub_inode *din, const char *name)
+{
+	struct ub_subvol_info si;
+	struct ub_dirent de;
+	int ret = ub_dir_lookup(mc->fs, n->subvol, n->ino, name, strlen(name), &de);
+
+	if (ret == 0)
+		return -EEXIST;
+	if (ret != -ENOENT)
+		return sv_errno(ret);
+	ret = ub_subvol_info(mc->fs, n->subvol, &si);
+	if (ret)
+		return sv_errno(ret);
+	if (si.readonly)
+		return -EROFS;
+	return may_write_dir(mc, c, dir, din);
+}
+
 /* The kernel's name rules of the snapshot and subvolume ioctls (__btrfs_ioctl_snap_create, lookup_one_len). */
 static int new_name_check(const char *name)
 {
@@ -205,7 +229,7 @@ int mount_subvol_create(struct mount_ctx *mc, const struct mount_ioctl_caller *c
 	if (!ret)
 		ret = dir_of(mc, dir, &n, &din);
 	if (!ret)
-		ret = may_write_dir(mc, c, dir, &din);
+		ret = may_create_in(mc, c, dir, &n, &din, name);
 	if (ret)
 		return ret;
 	ret = ub_fsw_begin(mc->e, UB_FSW_OP_SUBVOL, 0, &t);
@@ -254,7 +278,7 @@ int mount_snapshot(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uin
 	if (!ret)
 		ret = dir_of(mc, dir, &n, &din);
 	if (!ret)
-		ret = may_write_dir(mc, c, dir, &din);
+		ret = may_create_in(mc, c, dir, &n, &din, name);
 	if (!ret)
 		ret = sv_errno(ub_inode_read(mc->fs, src_subvol, src_ino, &sin));
 	/* snapshots of one's own subvolumes only, and by their top directory */

@@ -36,7 +36,13 @@ static int next_root_id(struct fsw *w, uint64_t *id)
 	if (ret < 0)
 		return ret;
 	*id = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID;
-	return *id > BTRFS_LAST_FREE_OBJECTID ? -EOVERFLOW : 0;
+	/* never one handed out before in this session, though the cleaner dropped it since */
+	if (*id < w->e->next_root_id)
+		*id = w->e->next_root_id;
+	if (*id > BTRFS_LAST_FREE_OBJECTID)
+		return -EOVERFLOW;
+	w->e->next_root_id = *id + 1;
+	return 0;
 }
 
 static int uuid_tree_change(struct fsw *w, const uint8_t *uuid, uint8_t type, uint64_t id, bool add)
@@ -198,9 +204,12 @@ int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	uuid_t uuid;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	/* as the kernel: a name that exists (EEXIST) before a read-only parent (EROFS) */
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = check_new_name(&w, dir, name, len);
+	if (!ret)
+		ret = fsw_init(&w, t, subvol);
 	if (!ret)
 		ret = next_root_id(&w, &id);
 	if (!ret)
@@ -331,9 +340,11 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 	uuid_t uuid;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = check_new_name(&w, dir, name, len);
+	if (!ret)
+		ret = fsw_init(&w, t, subvol);
 	if (!ret)
 		ret = ub_engine_root(w.e, src, &ser);
 	if (!ret)
