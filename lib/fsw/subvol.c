@@ -36,13 +36,10 @@ static int next_root_id(struct fsw *w, uint64_t *id)
 	if (ret < 0)
 		return ret;
 	*id = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID;
-	/* never one handed out before in this session, though the cleaner dropped it since */
+	/* never the id of a subvolume deleted in this session, though the cleaner dropped it since */
 	if (*id < w->e->next_root_id)
 		*id = w->e->next_root_id;
-	if (*id > BTRFS_LAST_FREE_OBJECTID)
-		return -EOVERFLOW;
-	w->e->next_root_id = *id + 1;
-	return 0;
+	return *id > BTRFS_LAST_FREE_OBJECTID ? -EOVERFLOW : 0;
 }
 
 static int uuid_tree_change(struct fsw *w, const uint8_t *uuid, uint8_t type, uint64_t id, bool add)
@@ -540,8 +537,11 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 		static const uint8_t none[1];
 		ret = ub_tree_insert_item(w.tc, w.ta, &w.e->fs.root_tree->root, &key, none, 0);
 	}
-	if (!ret)
+	if (!ret) {
 		w.e->dead_roots = true; /* the commits that follow drop it (txn/cleaner.h) */
+		if (w.e->next_root_id <= id)
+			w.e->next_root_id = id + 1;
+	}
 	return ret;
 }
 
