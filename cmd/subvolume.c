@@ -343,10 +343,13 @@ static void json_ts(const char *key, const struct ub_timespec *ts)
 	printf(", \"%s\": %lld.%09u", key, (long long)ts->sec, ts->nsec);
 }
 
+#define JSON_UUID(u) strcmp(u, "-") ? "\"" : "", strcmp(u, "-") ? u : "null", strcmp(u, "-") ? "\"" : ""
+
 static void print_json(const struct sv *s, bool first)
 {
 	char u[37], pu[37], ru[37];
 
+	/* JSON says "none" as null, not as btrfs-progs' "-" */
 	fmt_uuid(s->uuid, u);
 	fmt_uuid(s->puuid, pu);
 	fmt_uuid(s->ruuid, ru);
@@ -356,9 +359,9 @@ static void print_json(const struct sv *s, bool first)
 	json_str(stdout, s->full ? s->full : "", s->full ? strlen(s->full) : 0);
 	printf(", \"name\": ");
 	json_str(stdout, s->name, strlen(s->name));
-	printf(", \"uuid\": \"%s\", \"parent_uuid\": \"%s\", \"received_uuid\": \"%s\", \"readonly\": %s, "
+	printf(", \"uuid\": %s%s%s, \"parent_uuid\": %s%s%s, \"received_uuid\": %s%s%s, \"readonly\": %s, "
 	       "\"snapshot\": %s, \"deleted\": %s, \"ctransid\": %llu, \"stransid\": %llu, \"rtransid\": %llu",
-	       u, pu, ru, s->flags & BTRFS_ROOT_SUBVOL_RDONLY ? "true" : "false", s->root_offset ? "true" : "false",
+	       JSON_UUID(u), JSON_UUID(pu), JSON_UUID(ru), s->flags & BTRFS_ROOT_SUBVOL_RDONLY ? "true" : "false", s->root_offset ? "true" : "false",
 	       s->deleted ? "true" : "false", (unsigned long long)s->ctransid, (unsigned long long)s->stransid,
 	       (unsigned long long)s->rtransid);
 	json_ts("otime", &s->otime);
