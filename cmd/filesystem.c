@@ -240,7 +240,7 @@ static int cmd_df(int argc, char **argv)
 	struct units u = { UNITS_HUMAN, false };
 	struct open_args oa;
 	struct target t;
-	struct ub_space_info *v;
+	struct ub_space_entry *v;
 	bool json = false;
 	int opt, r, n, ret;
 
@@ -381,7 +381,7 @@ static int space_rank(uint64_t flags)
 
 static int space_cmp(const void *pa, const void *pb)
 {
-	const struct ub_space_info *a = pa, *b = pb;
+	const struct ub_space_entry *a = pa, *b = pb;
 	int ra = space_rank(a->flags), rb = space_rank(b->flags);
 
 	if (ra != rb)
@@ -434,7 +434,7 @@ static int cmd_usage(int argc, char **argv)
 	struct units u = { UNITS_HUMAN, false };
 	struct open_args oa;
 	struct target t;
-	struct ub_space_info *sp = NULL;
+	struct ub_space_entry *sp = NULL;
 	struct target_devinfo *dev = NULL;
 	struct chunks ch = { NULL, 0, 0 };
 	struct statvfs sv;
@@ -608,7 +608,7 @@ static int cmd_usage(int argc, char **argv)
 	printf("    Multiple profiles:\t\t%*s\n", width, multiple ? "yes" : "no");
 	printf("\n");
 	for (int i = 0; i < nsp; i++) {
-		const struct ub_space_info *s = &sp[i];
+		const struct ub_space_entry *s = &sp[i];
 
 		if (s->flags & BTRFS_SPACE_INFO_GLOBAL_RSV)
 			continue;

@@ -249,9 +249,9 @@ int target_subvol_of(struct target *t, uint64_t *id, bool *is_top)
 	return 0;
 }
 
-int target_space_info(struct target *t, struct ub_space_info **out, int *n)
+int target_space_info(struct target *t, struct ub_space_entry **out, int *n)
 {
-	struct ub_space_info *v = NULL;
+	struct ub_space_entry *v = NULL;
 	int ret = 0, count = 0;
 
 	if (!t->online) {
@@ -275,7 +275,7 @@ int target_space_info(struct target *t, struct ub_space_info **out, int *n)
 		if (!v)
 			return -ENOMEM;
 		for (int i = 0; i < count; i++)
-			v[i] = (struct ub_space_info){ a.spaces[i].flags, a.spaces[i].total_bytes, a.spaces[i].used_bytes };
+			v[i] = (struct ub_space_entry){ a.spaces[i].flags, a.spaces[i].total_bytes, a.spaces[i].used_bytes };
 	} else {
 		struct btrfs_ioctl_space_args head = { 0 }, *a;
 
@@ -294,7 +294,7 @@ int target_space_info(struct target *t, struct ub_space_info **out, int *n)
 		v = calloc((size_t)count + 1, sizeof(*v));
 		if (v)
 			for (int i = 0; i < count; i++)
-				v[i] = (struct ub_space_info){ a->spaces[i].flags, a->spaces[i].total_bytes,
+				v[i] = (struct ub_space_entry){ a->spaces[i].flags, a->spaces[i].total_bytes,
 							       a->spaces[i].used_bytes };
 		free(a);
 		if (!v)

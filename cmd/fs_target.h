@@ -57,7 +57,7 @@ int target_ino_lookup(struct target *t, uint64_t tree, uint64_t ino, char *buf, 
 /* The subvolume the opened path (online) or --path (offline) is in, and whether it is that subvolume's top. */
 int target_subvol_of(struct target *t, uint64_t *id, bool *is_top);
 /* SPACE_INFO: malloc'd entries (the global reserve last), *n of them */
-int target_space_info(struct target *t, struct ub_space_info **out, int *n);
+int target_space_info(struct target *t, struct ub_space_entry **out, int *n);
 
 struct target_fsinfo {
 	uint8_t fsid[16];

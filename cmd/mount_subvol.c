@@ -810,7 +810,7 @@ int mount_dev_info(struct mount_ctx *mc, struct btrfs_ioctl_dev_info_args *a)
 
 int mount_space_info(struct mount_ctx *mc, struct btrfs_ioctl_space_info *out, int max, int *n)
 {
-	struct ub_space_info v[64];
+	struct ub_space_entry v[64];
 	int count = 0, ret = ub_fs_space_info(mc->fs, v, 64, &count);
 
 	if (ret)

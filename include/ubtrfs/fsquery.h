@@ -52,10 +52,10 @@ int ub_default_subvol(struct ub_fs *fs, uint64_t *id);
  * (more than max: only max were written).
  */
 #define UB_SPACE_GLOBAL_RSV BTRFS_SPACE_INFO_GLOBAL_RSV
-struct ub_space_info {
+struct ub_space_entry {
 	uint64_t flags, total_bytes, used_bytes;
 };
-int ub_fs_space_info(struct ub_fs *fs, struct ub_space_info *out, int max, int *n);
+int ub_fs_space_info(struct ub_fs *fs, struct ub_space_entry *out, int max, int *n);
 
 /*
  * FS_IOC_FIEMAP as the kernel's btrfs answers it: the extents of file `ino`

@@ -131,7 +131,7 @@ static const uint64_t space_types[] = {
 #define TYPE_MASK (BTRFS_BLOCK_GROUP_DATA | BTRFS_BLOCK_GROUP_SYSTEM | BTRFS_BLOCK_GROUP_METADATA)
 
 struct space_acc {
-	struct ub_space_info slot[NTYPES][NRAID];
+	struct ub_space_entry slot[NTYPES][NRAID];
 	bool present[NTYPES][NRAID];
 };
 
@@ -273,7 +273,7 @@ static int global_reserve(struct ub_fs *fs, uint64_t *size)
 	return 0;
 }
 
-static int space_impl(struct ub_fs *fs, struct ub_space_info *out, int max, int *n)
+static int space_impl(struct ub_fs *fs, struct ub_space_entry *out, int max, int *n)
 {
 	const uint8_t *sb = ub_volume_super(fs->vol);
 	uint64_t compat_ro = UB_GET(ub_disk_super, compat_ro_flags, sb);
@@ -297,7 +297,7 @@ static int space_impl(struct ub_fs *fs, struct ub_space_info *out, int max, int 
 				count++;
 			}
 		if (count < max)
-			out[count] = (struct ub_space_info){ UB_SPACE_GLOBAL_RSV, rsv, 0 };
+			out[count] = (struct ub_space_entry){ UB_SPACE_GLOBAL_RSV, rsv, 0 };
 		count++;
 		*n = count;
 	}
@@ -305,7 +305,7 @@ static int space_impl(struct ub_fs *fs, struct ub_space_info *out, int max, int 
 	return ret;
 }
 
-int ub_fs_space_info(struct ub_fs *fs, struct ub_space_info *out, int max, int *n)
+int ub_fs_space_info(struct ub_fs *fs, struct ub_space_entry *out, int max, int *n)
 {
 	int in = ub_view_enter(fs);
 	int ret = space_impl(fs, out, max, n);
