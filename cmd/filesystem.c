@@ -787,9 +787,10 @@ static int du_fiemap_fd(struct du *du, int fd, bool fuse, struct du_file *f)
 			}
 		} else {
 			enum { N = 32 };
-			struct {
+			/* struct fiemap ends in its extents: room for N of them after it */
+			union {
 				struct fiemap fm;
-				struct fiemap_extent ext[N];
+				uint8_t room[sizeof(struct fiemap) + N * sizeof(struct fiemap_extent)];
 			} a;
 
 			memset(&a, 0, sizeof(a));
@@ -800,8 +801,10 @@ static int du_fiemap_fd(struct du *du, int fd, bool fuse, struct du_file *f)
 				return -errno;
 			n = a.fm.fm_mapped_extents > N ? N : a.fm.fm_mapped_extents;
 			for (uint32_t i = 0; i < n; i++) {
-				x = (struct ub_fiemap_extent){ a.ext[i].fe_logical, a.ext[i].fe_physical,
-							       a.ext[i].fe_length, a.ext[i].fe_flags };
+				const struct fiemap_extent *fe = &a.fm.fm_extents[i];
+
+				x = (struct ub_fiemap_extent){ fe->fe_logical, fe->fe_physical, fe->fe_length,
+							       fe->fe_flags };
 				if (du_extent(f, &x))
 					return -ENOMEM;
 				start = x.logical + x.length;
