@@ -695,7 +695,8 @@ static uint64_t du_shared_union(struct du *du)
 	uint64_t total = 0, cur_s = 0, cur_e = 0;
 	bool open_range = false;
 
-	qsort(du->shared, du->nshared, sizeof(*du->shared), range_cmp);
+	if (du->nshared)
+		qsort(du->shared, du->nshared, sizeof(*du->shared), range_cmp);
 	for (size_t i = 0; i < du->nshared; i++) {
 		const struct range *r = &du->shared[i];
 

@@ -209,8 +209,9 @@ static int resolve(struct svlist *l, struct sv *s, uint64_t top, char **out)
 	char *full = NULL, *tmp;
 	struct sv *f = s;
 
-	for (;;) {
-		if (!f->has_ref || !f->path) {
+	for (size_t depth = 0;; depth++) {
+		/* parents that lead round in a circle (a damaged root tree) name nothing */
+		if (!f->has_ref || !f->path || depth > l->n) {
 			free(full);
 			return -ENOENT;
 		}
