@@ -409,3 +409,99 @@ def rights(ubtrfs_bin, d, img):
         assert cp.returncode == 0, T.describe(cp)
         st = os.stat(um + "/mine")
         assert (st.st_uid, st.st_gid) == (65534, 65534)
+
+
+def _ioc(direction, nr, size):
+    return (direction << 30) | (size << 16) | (0x94 << 8) | nr
+
+
+SUBVOL_GETFLAGS = _ioc(2, 25, 8)
+SUBVOL_SETFLAGS = _ioc(1, 26, 8)
+GET_SUBVOL_INFO = _ioc(2, 60, 504)
+INO_LOOKUP = _ioc(3, 18, 4096)
+
+
+def ioctl_steps(mnt):
+    """SUBVOL_GETFLAGS/SETFLAGS, GET_SUBVOL_INFO and INO_LOOKUP, as a script of results."""
+    import fcntl
+    import struct
+
+    out = []
+
+    def call(path, req, buf, who=None):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if who:
+                pid = os.fork()
+                if pid == 0:
+                    code = 0
+                    try:
+                        os.setgroups([])
+                        os.setresgid(who, who, who)
+                        os.setresuid(who, who, who)
+                        fcntl.ioctl(fd, req, buf, True)
+                    except OSError as e:
+                        code = e.errno
+                    os._exit(code)
+                _, status = os.waitpid(pid, 0)
+                code = os.waitstatus_to_exitcode(status)
+                return errno.errorcode.get(code, code) if code else "ok"
+            fcntl.ioctl(fd, req, buf, True)
+            return "ok"
+        except OSError as e:
+            return errno.errorcode.get(e.errno, e.errno)
+        finally:
+            os.close(fd)
+
+    m = str(mnt)
+    assert T.ubtrfs("subvolume", "create", m + "/sv").returncode == 0
+    os.mkdir(m + "/sv/dir")
+    with open(m + "/sv/f", "wb") as f:
+        f.write(b"x" * 5000)
+    ro = struct.pack("<Q", 2)
+    rw = struct.pack("<Q", 0)
+    flags = bytearray(8)
+    out.append(("getflags", call(m + "/sv", SUBVOL_GETFLAGS, flags), bytes(flags)))
+    out.append(("setflags ro", call(m + "/sv", SUBVOL_SETFLAGS, bytearray(ro))))
+    out.append(("getflags", call(m + "/sv", SUBVOL_GETFLAGS, flags), bytes(flags)))
+    try:
+        with open(m + "/sv/g", "wb") as f:
+            f.write(b"y")
+        out.append(("write in ro", "written"))
+    except OSError as e:
+        out.append(("write in ro", errno.errorcode[e.errno]))
+    out.append(("setflags on a directory", call(m + "/sv/dir", SUBVOL_SETFLAGS, bytearray(rw))))
+    out.append(("setflags unknown flag", call(m + "/sv", SUBVOL_SETFLAGS, bytearray(struct.pack("<Q", 8)))))
+    out.append(("setflags by another user", call(m + "/sv", SUBVOL_SETFLAGS, bytearray(rw), who=65534)))
+    out.append(("setflags rw", call(m + "/sv", SUBVOL_SETFLAGS, bytearray(rw))))
+    with open(m + "/sv/g", "wb") as f:
+        f.write(b"y")
+    info = bytearray(504)
+    out.append(("subvol info", call(m + "/sv/dir", GET_SUBVOL_INFO, info)))
+    treeid, = struct.unpack_from("<Q", info, 0)
+    name = bytes(info[8:8 + 256]).split(b"\0")[0]
+    parent, dirid, _gen, fl = struct.unpack_from("<QQQQ", info, 264)
+    out.append(("subvol info fields", treeid, name, parent, dirid, fl))
+    look = bytearray(4096)
+    struct.pack_into("<QQ", look, 0, 0, 257)
+    out.append(("ino lookup", call(m + "/sv", INO_LOOKUP, look), struct.unpack_from("<Q", look)[0],
+                bytes(look[16:80]).split(b"\0")[0]))
+    out.append(("ino lookup by another user", call(m + "/sv", INO_LOOKUP, look, who=65534)))
+    return out
+
+
+def test_ioctls_like_the_kernel(ubtrfs_bin, scratch):
+    """The subvolume ioctls btrfs-progs' property and show use, answered as the kernel answers them."""
+    d = Path(scratch) / "subvol-ioctl"
+    d.mkdir()
+    kimg, uimg = d / "k.img", d / "u.img"
+    make_image(kimg)
+    make_image(uimg)
+    with T.mounted([kimg], d / "kmnt", readonly=False) as km:
+        os.chmod(km, 0o755)
+        want = ioctl_steps(km)
+    with fuse_mounted(ubtrfs_bin, [uimg], d / "umnt", "rw") as um:
+        got = ioctl_steps(um)
+    assert got == want
+    progs_check(uimg)
+    T.rmtree(d)
