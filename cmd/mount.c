@@ -21,6 +21,8 @@
 #include "ubtrfs/fswrite.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/fsinfo.h"
+#include "ubtrfs/fsquery.h"
+#include "ubtrfs/log.h"
 
 static const char mount_help[] =
 	"usage: ubtrfs mount [-o OPTIONS] [-f] DEV... MOUNTPOINT\n\n"
@@ -127,6 +129,13 @@ static int find_root(struct ub_fs *fs, const struct mount_opts *mo, uint64_t *su
 		}
 	} else if (mo->subvolid) {
 		*subvol = mo->subvolid;
+	} else {
+		/* as the kernel: without subvol= the default subvolume (set-default) */
+		ret = ub_default_subvol(fs, subvol);
+		if (ret) {
+			fprintf(stderr, "ubtrfs mount: error: cannot find the default subvolume: %s\n", strerror(-ret));
+			return ret;
+		}
 	}
 	ret = ub_inode_read(fs, *subvol, *ino, &in);
 	if (ret)
@@ -196,36 +205,102 @@ static void start_readahead(const char *mnt, uint64_t bytes, int verbosity)
 	pthread_detach(tid);
 }
 
-/* The commit thread: every commit= seconds, what the running transaction holds becomes durable. */
+/*
+ * The commit thread: every commit= seconds, what the running transaction
+ * holds becomes durable; and while deleted subvolumes wait (a delete through
+ * the ioctls, or left by the last session), it drops them in steps of
+ * MOUNT_CLEAN_STEP tree blocks, each a committed transaction of its own, as
+ * the kernel's cleaner thread does. Between steps the writer lock is free,
+ * so the mount's operations go on; the pause lets them take it.
+ */
+#define MOUNT_CLEAN_STEP 1024
+#define MOUNT_CLEAN_PAUSE_NS 1000000
+
 struct committer {
 	struct mount_ctx *mc;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool stop;
+	bool clean;         /* dead roots may wait */
+	uint64_t kicks;     /* deletes since start: a step that finds nothing left ends cleaning only if none came */
 	pthread_t tid;
 	bool started;
 };
 
+static bool ts_reached(const struct timespec *now, const struct timespec *when)
+{
+	return now->tv_sec > when->tv_sec || (now->tv_sec == when->tv_sec && now->tv_nsec >= when->tv_nsec);
+}
+
 static void *commit_loop(void *arg)
 {
 	struct committer *c = arg;
+	struct timespec next, now;
 
+	clock_gettime(CLOCK_REALTIME, &next);
+	next.tv_sec += (time_t)c->mc->mo->commit_secs;
 	pthread_mutex_lock(&c->lock);
 	while (!c->stop) {
-		struct timespec until;
+		uint64_t seen;
+		bool due, clean, more = false;
 
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += (time_t)c->mc->mo->commit_secs;
-		while (!c->stop && pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT)
-			;
+		if (c->clean) {
+			/* a short pause between cleaning steps, cut short by a stop */
+			struct timespec pause;
+
+			clock_gettime(CLOCK_REALTIME, &pause);
+			pause.tv_nsec += MOUNT_CLEAN_PAUSE_NS;
+			if (pause.tv_nsec >= 1000000000L) {
+				pause.tv_sec++;
+				pause.tv_nsec -= 1000000000L;
+			}
+			if (!c->stop)
+				pthread_cond_timedwait(&c->cond, &c->lock, &pause);
+		} else {
+			while (!c->stop && !c->clean && pthread_cond_timedwait(&c->cond, &c->lock, &next) != ETIMEDOUT)
+				;
+		}
 		if (c->stop)
 			break;
+		clock_gettime(CLOCK_REALTIME, &now);
+		due = ts_reached(&now, &next);
+		clean = c->clean;
+		seen = c->kicks;
 		pthread_mutex_unlock(&c->lock);
-		mount_sync(c->mc);
+		if (due) {
+			mount_sync(c->mc);
+			clock_gettime(CLOCK_REALTIME, &next);
+			next.tv_sec += (time_t)c->mc->mo->commit_secs;
+		}
+		if (clean) {
+			int ret = __atomic_load_n(&c->mc->broken, __ATOMIC_ACQUIRE) ? -EROFS
+				  : ub_engine_clean(c->mc->e, MOUNT_CLEAN_STEP, &more);
+
+			if (ret && ret != -EROFS)
+				ub_err(ub_fs_log(c->mc->fs), "dropping a deleted subvolume failed (%s): the rest waits for "
+				       "the next mount", strerror(-ret));
+			if (ret)
+				more = false;
+		}
 		pthread_mutex_lock(&c->lock);
+		if (clean && !more && c->kicks == seen)
+			c->clean = false;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
+}
+
+static void wake_cleaner(struct mount_ctx *mc)
+{
+	struct committer *c = mc->committer;
+
+	if (!c || !c->started)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->clean = true;
+	c->kicks++;
+	pthread_cond_signal(&c->cond);
+	pthread_mutex_unlock(&c->lock);
 }
 
 static void committer_start(struct committer *c, struct mount_ctx *mc)
@@ -233,7 +308,12 @@ static void committer_start(struct committer *c, struct mount_ctx *mc)
 	c->mc = mc;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
+	/* what the last session (or the kernel) left to drop */
+	c->clean = mc->e && ub_engine_has_dead_roots(mc->e) > 0;
+	mc->committer = c;
 	c->started = mc->e && pthread_create(&c->tid, NULL, commit_loop, c) == 0;
+	if (c->started)
+		mc->wake_cleaner = wake_cleaner;
 }
 
 static void committer_stop(struct committer *c)
@@ -245,6 +325,8 @@ static void committer_stop(struct committer *c)
 	pthread_cond_signal(&c->cond);
 	pthread_mutex_unlock(&c->lock);
 	pthread_join(c->tid, NULL);
+	c->mc->wake_cleaner = NULL;
+	c->mc->committer = NULL;
 }
 
 static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosity, const char *dev, const char *mnt,
@@ -258,7 +340,7 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 	struct fuse_session *se;
 	const uint64_t ra = mo->readahead_bytes;
 	/* fuse_daemonize moves to "/": a relative mount point is resolved now, before the mount covers it */
-	char *canon = ra ? realpath(mnt, NULL) : NULL;
+	char *canon = realpath(mnt, NULL);
 	int ret = EXIT_FATAL;
 
 	/* commas in a device name would split the option list */
@@ -271,6 +353,8 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 		free(canon);
 		return EXIT_FATAL;
 	}
+	mc->se = se;
+	mc->mountpoint = canon;
 	if (fuse_session_mount(se, mnt)) {
 		fprintf(stderr, "ubtrfs mount: error: cannot mount on %s\n", mnt);
 		goto out_destroy;
@@ -309,7 +393,7 @@ int cmd_mount(int argc, char **argv)
 	struct mount_opts mo = { .readahead_bytes = MOUNT_READAHEAD_DEFAULT, .max_inline = MOUNT_MAX_INLINE_UNSET };
 	struct mount_ctx mc = { 0 };
 	bool foreground = false;
-	uint64_t subvol, ino;
+	uint64_t subvol = 0, ino = 0;
 	int opt, ret;
 
 	open_args_init(&oa);
@@ -346,11 +430,24 @@ int cmd_mount(int argc, char **argv)
 	struct ub_log log = { .fn = mount_log, .arg = &oa.verbosity, .verbosity = oa.verbosity };
 	char **devs = argv + optind;
 	int ndevs = argc - optind - 1;
+	char **absdevs = calloc((size_t)ndevs + 1, sizeof(*absdevs));
 	/* what only a read-only open gives: an older root, the log left alone, devices missing */
 	const char *ro_only = fo.root_generation ? "generation" : fo.root_bytenr ? "root" : fo.backup ? "usebackuproot"
 			      : fo.no_log ? "nologreplay" : mo.degraded ? "degraded" : oa.super_mirror >= 0 ? "--super"
 			      : NULL;
 
+	if (!absdevs) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	/* the daemon leaves its directory: devices by absolute path, as DEV_INFO reports them */
+	for (int i = 0; i < ndevs; i++) {
+		struct stat st;
+
+		absdevs[i] = devs[i][0] != '/' && stat(devs[i], &st) == 0 ? realpath(devs[i], NULL) : NULL;
+		if (absdevs[i])
+			devs[i] = absdevs[i];
+	}
 	if (fo.root_generation && fo.root_bytenr) {
 		usage_error("mount", "generation and root name two roots: give one");
 		goto out;
@@ -375,6 +472,8 @@ int cmd_mount(int argc, char **argv)
 
 			/* unlinked files stay while the kernel holds them; what the last session left goes now */
 			ub_engine_keep_orphans(mc.e, true);
+			/* deleted subvolumes are the commit thread's to drop, not every fsync's */
+			ub_engine_set_clean_step(mc.e, 0);
 			if (mo.max_inline != MOUNT_MAX_INLINE_UNSET)
 				ub_engine_set_max_inline(mc.e, mo.max_inline > UINT32_MAX ? UINT32_MAX : (uint32_t)mo.max_inline);
 			if (mo.dirty_bytes)
@@ -407,6 +506,9 @@ int cmd_mount(int argc, char **argv)
 	ub_fs_close(mc.fs);
 	ub_engine_close(mc.e);
 	free((char *)mo.subvol);
+	for (int i = 0; i < ndevs; i++)
+		free(absdevs[i]);
+	free(absdevs);
 	return ret;
 out:
 	mount_map_free(mc.map);
@@ -414,5 +516,8 @@ out:
 		ub_fs_close(mc.fs);
 	ub_engine_close(mc.e);
 	free((char *)mo.subvol);
+	for (int i = 0; absdevs && i < ndevs; i++)
+		free(absdevs[i]);
+	free(absdevs);
 	return EXIT_FATAL;
 }

@@ -11,6 +11,8 @@
 #include <sys/types.h>
 #include "ubtrfs/fs.h"
 
+struct fuse_session;
+
 struct mount_opts {
 	const char *subvol;  /* -o subvol=PATH */
 	uint64_t subvolid;   /* -o subvolid=N, 0 if not given */
@@ -97,6 +99,12 @@ struct mount_ctx {
 	uint64_t root_subvol;  /* the subvolume mounted: its inodes show their own numbers (mount_st_ino) */
 	/* set when a write failed for good: the engine is read-only, the mount answers EROFS to changes */
 	int broken;
+	/* ---- for the btrfs ioctls (mount_ioctl.c) ---- */
+	struct fuse_session *se; /* to tell the kernel of changes it did not make itself (a subvolume deleted) */
+	const char *mountpoint;  /* absolute: a snapshot's source is one of ours when it has our st_dev */
+	/* a subvolume was deleted: mount.c's commit thread drops it in the background (NULL: nobody does) */
+	void (*wake_cleaner)(struct mount_ctx *mc);
+	void *committer;
 };
 
 

@@ -48,7 +48,8 @@ static int writable(struct mount_ctx *mc)
 /* A failure that broke the engine (a device refused a write): said once, the mount read-only from now on. */
 static int op_failed(struct mount_ctx *mc, int ret)
 {
-	if (ret == -EROFS || ret == -EIO) {
+	/* EROFS from a whole engine is a refusal (a read-only subvolume), not a failure */
+	if (ret == -EIO || (ret == -EROFS && mc->e && ub_engine_error(mc->e))) {
 		int none = 0;
 
 		if (__atomic_compare_exchange_n(&mc->broken, &none, ret, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))

@@ -66,6 +66,24 @@ int ub_engine_commit(struct ub_engine *e);
  */
 void ub_engine_set_dirty_budget(struct ub_engine *e, uint64_t bytes);
 
+/*
+ * Deleted subvolumes (lib/txn/cleaner.h): by default a few steps of their
+ * drop follow each commit; a caller that paces the cleaner itself (the
+ * mount's commit thread) sets the step to 0 and calls ub_engine_clean: one
+ * committed transaction dropping at most budget_blocks tree blocks, *more
+ * when work is left. ub_engine_has_dead_roots: 1, 0 or <0.
+ */
+void ub_engine_set_clean_step(struct ub_engine *e, uint64_t blocks);
+int ub_engine_clean(struct ub_engine *e, uint64_t budget_blocks, bool *more);
+int ub_engine_has_dead_roots(struct ub_engine *e);
+
+/*
+ * The error that broke the engine (a failed write or commit), 0 while it is
+ * whole: tells an -EROFS of a broken engine from a refusal (a read-only
+ * subvolume's). Any thread.
+ */
+int ub_engine_error(struct ub_engine *e);
+
 /* The filesystem the engine writes, for the read calls of ubtrfs/fs.h (valid until ub_engine_close). */
 struct ub_fs *ub_engine_fs(struct ub_engine *e);
 /*

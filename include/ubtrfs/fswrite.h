@@ -169,6 +169,28 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
  * subvolumes, -ENOTDIR if the name is not a subvolume.
  */
 int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len);
+/*
+ * The same, by the subvolume's id (BTRFS_IOC_SNAP_DESTROY_V2 with
+ * BTRFS_SUBVOL_SPEC_BY_ID): its name is the one its ROOT_BACKREF gives.
+ * -EINVAL for the top level (5), -ENOENT for no such (live) subvolume. Both
+ * refuse the default subvolume with -EPERM, as the kernel does.
+ */
+int ub_fsw_subvol_delete_id(struct ub_txn *t, uint64_t id);
+/*
+ * BTRFS_IOC_DEFAULT_SUBVOL: the subvolume a mount without subvol= shows
+ * (the root tree's "default" entry, and the DEFAULT_SUBVOL incompat bit).
+ * -ENOENT for no such (live) subvolume, or a filesystem without the entry
+ * (mkfs makes it).
+ */
+int ub_fsw_set_default_subvol(struct ub_txn *t, uint64_t id);
+/* BTRFS_IOC_SUBVOL_SETFLAGS: the ROOT_ITEM's read-only flag (-ENOENT for no such subvolume). */
+int ub_fsw_subvol_set_readonly(struct ub_txn *t, uint64_t id, bool readonly);
+/*
+ * The label (at most 255 bytes, no NUL: -EINVAL), in every device's
+ * superblock from the next commit on (commit at once for the kernel's
+ * SET_FSLABEL behaviour); readers of the engine's filesystem see it at once.
+ */
+int ub_fsw_set_label(struct ub_txn *t, const char *label, size_t len);
 /* like ub_fsw_lookup, crossing into a subvolume: *sub_out is the tree the name's inode lives in */
 int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint64_t *sub_out,
 		     uint64_t *ino, uint8_t *type);

@@ -36,6 +36,9 @@ static int next_root_id(struct fsw *w, uint64_t *id)
 	if (ret < 0)
 		return ret;
 	*id = ret == 0 && key.objectid >= BTRFS_FIRST_FREE_OBJECTID ? key.objectid + 1 : BTRFS_FIRST_FREE_OBJECTID;
+	/* never the id of a subvolume deleted in this session, though the cleaner dropped it since */
+	if (*id < w->e->next_root_id)
+		*id = w->e->next_root_id;
 	return *id > BTRFS_LAST_FREE_OBJECTID ? -EOVERFLOW : 0;
 }
 
@@ -145,6 +148,47 @@ static int check_new_name(struct fsw *w, uint64_t dir, const char *name, size_t 
 	return ret == 0 ? -EEXIST : ret == -ENOENT ? 0 : ret;
 }
 
+/*
+ * The "default" entry of the root tree's directory (dir BTRFS_ROOT_TREE_DIR_OBJECTID):
+ * the subvolume it names in *id; with a path `p` (a cow search of the
+ * transaction) p is left at the item and *pos at the record. -ENOENT when
+ * there is none, -EUCLEAN when it names no subvolume.
+ */
+static int default_entry(struct fsw *w, struct ub_path *p, uint64_t *id, uint32_t *pos)
+{
+	static const char name[] = "default";
+	const size_t nlen = sizeof(name) - 1;
+	struct ub_key key = { BTRFS_ROOT_TREE_DIR_OBJECTID, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, nlen) };
+	struct ub_path own;
+	struct ub_key loc;
+	const uint8_t *d;
+	uint32_t size, at, esize;
+	int ret;
+
+	if (!p) {
+		p = &own;
+		ub_path_init(p);
+		ret = ub_tree_lookup(w->tc, &w->e->fs.root_tree->root, &key, p, &d, &size);
+	} else {
+		ret = ub_tree_search_slot(w->tc, w->ta, &w->e->fs.root_tree->root, &key, p, 0, true);
+		ret = ret > 0 ? -ENOENT : ret;
+		d = ret ? NULL : ub_path_data(p, &size);
+	}
+	if (!ret)
+		ret = fsw_dir_item_find(d, size, name, nlen, &at, &esize);
+	if (!ret) {
+		ub_key_read(&loc, UB_PTR(btrfs_dir_item, location, d + at));
+		if (loc.type != BTRFS_ROOT_ITEM_KEY)
+			ret = -EUCLEAN;
+		*id = loc.objectid;
+		if (pos)
+			*pos = at;
+	}
+	if (p == &own)
+		ub_path_release(p);
+	return ret;
+}
+
 int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
 			 uint64_t *new_id)
 {
@@ -157,9 +201,12 @@ int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	uuid_t uuid;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	/* as the kernel: a name that exists (EEXIST) before a read-only parent (EROFS) */
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = check_new_name(&w, dir, name, len);
+	if (!ret)
+		ret = fsw_init(&w, t, subvol);
 	if (!ret)
 		ret = next_root_id(&w, &id);
 	if (!ret)
@@ -290,9 +337,11 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 	uuid_t uuid;
 	int ret;
 
-	ret = fsw_init(&w, t, subvol);
+	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = check_new_name(&w, dir, name, len);
+	if (!ret)
+		ret = fsw_init(&w, t, subvol);
 	if (!ret)
 		ret = ub_engine_root(w.e, src, &ser);
 	if (!ret)
@@ -418,6 +467,16 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	ret = ub_engine_root(w.e, id, &er);
 	if (ret)
 		return ret == -ENOENT ? -EUCLEAN : ret;
+	/* as the kernel's may_destroy_subvol: never the default subvolume (a mount without subvol= shows it) */
+	{
+		uint64_t def;
+
+		ret = default_entry(&w, NULL, &def, NULL);
+		if (ret < 0 && ret != -ENOENT)
+			return ret;
+		if (ret == 0 && def == id)
+			return -EPERM;
+	}
 	/* subvolumes inside it must go first */
 	from = (struct ub_key){ id, BTRFS_ROOT_REF_KEY, 0 };
 	to = (struct ub_key){ id, BTRFS_ROOT_REF_KEY, UINT64_MAX };
@@ -478,8 +537,11 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 		static const uint8_t none[1];
 		ret = ub_tree_insert_item(w.tc, w.ta, &w.e->fs.root_tree->root, &key, none, 0);
 	}
-	if (!ret)
+	if (!ret) {
 		w.e->dead_roots = true; /* the commits that follow drop it (txn/cleaner.h) */
+		if (w.e->next_root_id <= id)
+			w.e->next_root_id = id + 1;
+	}
 	return ret;
 }
 
@@ -502,4 +564,145 @@ int ub_fsw_lookup_at(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char
 	if (type)
 		*type = ty;
 	return 0;
+}
+
+/*
+ * Is `id` a subvolume a name may lead to (the top level or a live one):
+ * its root object in *er, 0; -ENOENT for none, or a deleted one.
+ */
+static int live_subvol(struct fsw *w, uint64_t id, struct ub_eroot **er, uint8_t *ri)
+{
+	int ret;
+
+	if (id != BTRFS_FS_TREE_OBJECTID && (id < BTRFS_FIRST_FREE_OBJECTID || id > BTRFS_LAST_FREE_OBJECTID))
+		return -ENOENT;
+	ret = ub_engine_root(w->e, id, er);
+	if (!ret)
+		ret = root_item_get(w, id, (*er)->item_offset, ri);
+	if (!ret && (RI_GET(refs, ri) == 0 || (RI_GET(flags, ri) & BTRFS_ROOT_SUBVOL_DEAD)))
+		ret = -ENOENT;
+	return ret;
+}
+
+int ub_fsw_set_default_subvol(struct ub_txn *t, uint64_t id)
+{
+	uint8_t ri[RI_SIZE];
+	struct ub_eroot *er;
+	struct ub_path p;
+	struct ub_key loc;
+	uint64_t old;
+	uint32_t pos, size;
+	uint8_t *d;
+	struct fsw w;
+	int ret;
+
+	ret = fsw_init_ro(&w, t, BTRFS_FS_TREE_OBJECTID);
+	if (!ret)
+		ret = live_subvol(&w, id, &er, ri);
+	if (ret)
+		return ret;
+	ub_path_init(&p);
+	/* the kernel changes the entry mkfs made and refuses when there is none */
+	ret = default_entry(&w, &p, &old, &pos);
+	if (ret == 0) {
+		d = ub_path_data_mut(&p, &size);
+		if (d) {
+			loc = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, er->item_offset };
+			ub_key_write(d + pos + offsetof(struct btrfs_dir_item, location), &loc);
+			ub_path_mark_dirty(&p);
+		} else {
+			ret = -EUCLEAN;
+		}
+	}
+	ub_path_release(&p);
+	if (ret)
+		return ret;
+	if (!(w.e->incompat & BTRFS_FEATURE_INCOMPAT_DEFAULT_SUBVOL)) {
+		w.e->incompat |= BTRFS_FEATURE_INCOMPAT_DEFAULT_SUBVOL;
+		UB_SET(ub_disk_super, incompat_flags, w.e->fs.vol->super, w.e->incompat);
+	}
+	return 0;
+}
+
+int ub_fsw_subvol_set_readonly(struct ub_txn *t, uint64_t id, bool readonly)
+{
+	uint8_t ri[RI_SIZE];
+	struct ub_eroot *er;
+	struct ub_path p;
+	struct ub_key key;
+	uint64_t flags;
+	uint32_t size;
+	uint8_t *d;
+	struct fsw w;
+	int ret;
+
+	ret = fsw_init_ro(&w, t, BTRFS_FS_TREE_OBJECTID);
+	if (!ret)
+		ret = live_subvol(&w, id, &er, ri);
+	if (ret)
+		return ret;
+	flags = RI_GET(flags, ri);
+	if (!!(flags & BTRFS_ROOT_SUBVOL_RDONLY) == readonly)
+		return 0;
+	key = (struct ub_key){ id, BTRFS_ROOT_ITEM_KEY, er->item_offset };
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(w.tc, w.ta, &w.e->fs.root_tree->root, &key, &p, 0, true);
+	if (ret == 0) {
+		d = ub_path_data_mut(&p, &size);
+		if (d && size >= offsetof(struct btrfs_root_item, flags) + 8) {
+			flags = UB_GET(btrfs_root_item, flags, d);
+			flags = readonly ? flags | BTRFS_ROOT_SUBVOL_RDONLY : flags & ~(uint64_t)BTRFS_ROOT_SUBVOL_RDONLY;
+			UB_SET(btrfs_root_item, flags, d, flags);
+			ub_path_mark_dirty(&p);
+		} else {
+			ret = -EUCLEAN;
+		}
+	}
+	ub_path_release(&p);
+	return ret > 0 ? -EUCLEAN : ret;
+}
+
+int ub_fsw_subvol_delete_id(struct ub_txn *t, uint64_t id)
+{
+	struct ub_key key = { id, BTRFS_ROOT_BACKREF_KEY, 0 }, found;
+	char name[UB_NAME_LEN];
+	uint64_t parent = 0, dirid = 0;
+	size_t len = 0;
+	struct ub_path p;
+	struct fsw w;
+	int ret;
+
+	if (id == BTRFS_FS_TREE_OBJECTID || id < BTRFS_FIRST_FREE_OBJECTID || id > BTRFS_LAST_FREE_OBJECTID)
+		return id == BTRFS_FS_TREE_OBJECTID ? -EINVAL : -ENOENT;
+	ret = fsw_init_ro(&w, t, BTRFS_FS_TREE_OBJECTID);
+	if (ret)
+		return ret;
+	/* its one name: the first ROOT_BACKREF (the parent, the directory and the name in it) */
+	ub_path_init(&p);
+	ret = ub_tree_search(w.tc, &w.e->fs.root_tree->root, &key, &p);
+	if (ret == 0 || ret == 1) {
+		const uint8_t *d;
+		uint32_t size;
+
+		ub_path_key(&p, &found);
+		d = ub_path_data(&p, &size);
+		if (found.objectid != id || found.type != BTRFS_ROOT_BACKREF_KEY) {
+			ret = -ENOENT;
+		} else if (size < RREF_SIZE || UB_GET(btrfs_root_ref, name_len, d) + RREF_SIZE > size ||
+			   UB_GET(btrfs_root_ref, name_len, d) == 0 || UB_GET(btrfs_root_ref, name_len, d) > UB_NAME_LEN) {
+			ret = -EUCLEAN;
+		} else {
+			parent = found.offset;
+			dirid = UB_GET(btrfs_root_ref, dirid, d);
+			len = (size_t)UB_GET(btrfs_root_ref, name_len, d);
+			memcpy(name, d + RREF_SIZE, len);
+			ret = 0;
+		}
+	} else if (ret == 2) {
+		ret = -ENOENT;
+	}
+	ub_path_release(&p);
+	if (ret)
+		return ret;
+	return ub_fsw_subvol_delete(t, parent, dirid, name, len);
 }

@@ -6,3 +6,8 @@ struct ub_fs *ub_engine_fs(struct ub_engine *e)
 {
 	return &e->fs;
 }
+
+int ub_engine_error(struct ub_engine *e)
+{
+	return ub_engine_broken(e);
+}

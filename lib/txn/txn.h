@@ -62,6 +62,12 @@ struct ub_engine {
 	bool keep_orphans;
 	/* the largest file kept inline (the mount's max_inline; UB_FSW_MAX_INLINE_DEFAULT) */
 	uint32_t max_inline;
+	/*
+	 * The next subvolume id at least (lib/fsw/subvol.c): above every subvolume
+	 * deleted while the engine is open, as the kernel's in-memory counter, so
+	 * a dropped subvolume's id is not handed out again during the session.
+	 */
+	uint64_t next_root_id;
 };
 
 struct ub_txn {

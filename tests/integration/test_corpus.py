@@ -59,6 +59,10 @@ COMMANDS = [
     dict(name="ls-long", argv=["ls", "-R", "-l", "{img}"]),
     dict(name="filesystem-show", argv=["filesystem", "show", "{img}"]),
     dict(name="find-root", argv=["find-root", "--backups-only", "{img}"]),
+    # the root tree's items and paths, the space per profile and device, every file's extents and sharing
+    dict(name="subvolume-list", argv=["subvolume", "list", "-a", "-pcguqR", "{img}"]),
+    dict(name="filesystem-usage", argv=["filesystem", "usage", "{img}"]),
+    dict(name="filesystem-du", argv=["filesystem", "du", "--path", "/", "{img}"]),
     # "{out}": a fresh folder for the command's output, removed after the run
     dict(name="restore", argv=["restore", "-q", "{img}", "{out}"]),
 ]
