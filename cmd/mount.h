@@ -176,8 +176,10 @@ int mount_write(struct mount_ctx *mc, uint64_t id, uint64_t off, const void *buf
 int mount_fallocate(struct mount_ctx *mc, uint64_t id, int mode, uint64_t off, uint64_t len);
 int mount_setxattr(struct mount_ctx *mc, uint64_t id, const char *name, const void *value, size_t size, int flags);
 int mount_removexattr(struct mount_ctx *mc, uint64_t id, const char *name);
-/* Everything so far durable: a commit (fsync, sync, the unmount). */
+/* Everything so far durable: a commit (fsyncdir, sync, the unmount). */
 int mount_sync(struct mount_ctx *mc);
+/* File `id` durable as it is now: through the fsync log where it can say it, else a commit (ub_fsw_fsync). */
+int mount_fsync(struct mount_ctx *mc, uint64_t id, bool datasync);
 /* The kernel forgets nlookup lookups of `id`; an inode without names goes with its node. */
 void mount_forget(struct mount_ctx *mc, uint64_t id, uint64_t nlookup);
 /* copy_file_range as a clone; -EOPNOTSUPP where it cannot share (the kernel then copies). */

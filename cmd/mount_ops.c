@@ -372,8 +372,14 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
-/* fsync, fdatasync, fsyncdir: until the log tree, a commit makes it durable */
+/* fsync, fdatasync: through the fsync log (a commit where the log cannot say it) */
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, -mount_fsync(ctx_of(req), ino, datasync != 0));
+}
+
+/* fsyncdir: a commit makes the directory durable */
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	fuse_reply_err(req, -mount_sync(ctx_of(req)));
 }
@@ -475,7 +481,7 @@ const struct fuse_lowlevel_ops mount_ops = {
 	.flush = op_flush,
 	.release = op_release,
 	.fsync = op_fsync,
-	.fsyncdir = op_fsync,
+	.fsyncdir = op_fsyncdir,
 	.setxattr = op_setxattr,
 	.removexattr = op_removexattr,
 	.fallocate = op_fallocate,

@@ -428,6 +428,28 @@ int mount_removexattr(struct mount_ctx *mc, uint64_t id, const char *name)
 	return ret ? op_failed(mc, ret) : 0;
 }
 
+int mount_fsync(struct mount_ctx *mc, uint64_t id, bool datasync)
+{
+	struct mount_node n;
+	struct ub_txn *t;
+	int ret;
+
+	if (!mc->e)
+		return 0;
+	ret = writable(mc);
+	if (!ret)
+		ret = mount_map_node(mc->map, id, &n);
+	if (ret)
+		return ret;
+	/* the room of a small change: the log's blocks, or the commit it falls back to */
+	ret = begin(mc, UB_FSW_OP_SETATTR, 0, &t);
+	if (ret)
+		return ret;
+	ret = ub_fsw_fsync(t, n.subvol, n.ino, datasync);
+	end(mc);
+	return ret ? op_failed(mc, ret) : 0;
+}
+
 int mount_sync(struct mount_ctx *mc)
 {
 	int ret;

@@ -233,6 +233,19 @@ void ub_fsw_end(struct ub_engine *e);
 int ub_fsw_clone_range(struct ub_txn *t, uint64_t src_subvol, uint64_t src_ino, uint64_t src_off,
 		       uint64_t dst_subvol, uint64_t dst_ino, uint64_t dst_off, uint64_t len);
 
+/* ---- fsync (lib/fsw/fsync.c) ---- */
+/*
+ * Make inode `ino` of `subvol` durable as it is in t, without a full commit
+ * where the fsync log can say it (a regular file with its one name: its items
+ * and this transaction's checksums into the log tree, then one flush and the
+ * primary superblock pointing at the log; the kernel's mount and ubtrfs
+ * replay it). Otherwise (directories, renamed or linked files, ...) t is
+ * committed and goes on as the next transaction, as ub_txn_commit_keep. An
+ * inode unchanged since the last commit only waits for that commit to be
+ * durable. `datasync`: fdatasync (the same here).
+ */
+int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync);
+
 /* ---- orphans (lib/fsw/orphan.c) ---- */
 /*
  * Keep orphans: from now on an inode that loses its last name (unlink,

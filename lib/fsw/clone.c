@@ -136,6 +136,7 @@ int ub_fsw_clone_range(struct ub_txn *t, uint64_t src_subvol, uint64_t src_ino, 
 	ret = collect(&sw, src_ino, src_off, src_off + alen, &v, &n);
 	if (ret)
 		return ret;
+	fsw_note_change(&dw, dst_ino, dii, dst_off, dst_off + alen);
 	ret = fsw_drop_extents(&dw, dst_ino, dii, dst_off, dst_off + alen);
 	for (size_t i = 0; !ret && i < n; i++) {
 		uint8_t *fe = v[i].fe;

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "fsw/fsw.h"
+#include "txn/log_tree.h"
 #include "fs/compress.h"
 #include "txn/backref.h"
 
@@ -54,6 +55,17 @@ static uint32_t max_inline(const struct fsw *w)
 	if (m > w->e->fs.vol->sectorsize - 1)
 		m = w->e->fs.vol->sectorsize - 1;
 	return m;
+}
+
+void fsw_note_change(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t start, uint64_t end)
+{
+	/* a small file's one inline extent is rewritten whole (or becomes regular): from 0 */
+	if (!ii || II_GET(size, ii) <= max_inline(w) + ss_of(w))
+		start = 0;
+	start = round_down_ss(w, start);
+	if (end != UINT64_MAX)
+		end = end > UINT64_MAX - ss_of(w) ? UINT64_MAX : round_up_ss(w, end);
+	ub_log_note(w->t, w->subvol, ino, start, end);
 }
 
 /* the file extent item whose range holds `pos`, or the first one after it: 0 (key, copy of the item), 1 none */
@@ -899,6 +911,7 @@ int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t of
 		return 0;
 	if (!buf || off + len < off || off + len > (1ULL << 62))
 		return -EFBIG;
+	fsw_note_change(&w, ino, ii, off, off + len);
 	ret = do_write(&w, ino, ii, off, buf, len);
 	if (ret)
 		return ret;
@@ -919,6 +932,7 @@ int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
 		return ret;
 	if (size > (1ULL << 62))
 		return -EFBIG;
+	fsw_note_change(w, ino, ii, size < isize ? size : isize, UINT64_MAX);
 	if (inl) {
 		if (size <= max_inline(w))
 			ret = rewrite_inline(w, ino, ii, size, 0, NULL, 0);
@@ -1077,11 +1091,13 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 		return -EINVAL;
 	if (off + len < off || off + len > (1ULL << 62))
 		return -EFBIG;
+	fsw_note_change(&w, ino, ii, off, off + len);
 	ret = has_inline(&w, ino, &inl);
 	if (ret)
 		return ret;
 	a0 = round_down_ss(&w, off);
 	a1 = round_up_ss(&w, off + len);
+	fsw_note_change(&w, ino, ii, a0, a1);
 	/* the room for every hole first: nothing changes unless all of it fits */
 	ret = hole_room(&w, ino, a0, a1, inl);
 	if (!ret && inl)
@@ -1143,6 +1159,7 @@ int ub_fsw_punch_hole(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 	end = off + len < isize ? off + len : isize;
 	if (off >= end)
 		return 0;
+	fsw_note_change(&w, ino, ii, off, end);
 	ret = has_inline(&w, ino, &inl);
 	if (ret)
 		return ret;
@@ -1198,6 +1215,7 @@ static int zero_range(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 		return -EINVAL;
 	if (off + len < off || off + len > (1ULL << 62))
 		return -EFBIG;
+	fsw_note_change(&w, ino, ii, off, off + len);
 	a0 = round_down_ss(&w, off);
 	a1 = round_up_ss(&w, off + len);
 	sizes = malloc(((a1 - a0) / MAX_EXTENT + 3) * sizeof(*sizes));
@@ -1310,6 +1328,7 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
 		return ret;
 	if (nsize <= max_inline(&w) && (inl || isize == 0))
 		return -EINVAL;
+	fsw_note_change(&w, ino, ii, off, off + total);
 	{
 		/* every extent's room first, and a sector for an inline extent's, before anything changes */
 		uint64_t *sizes = malloc((n + 1) * sizeof(*sizes));

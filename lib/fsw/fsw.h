@@ -81,6 +81,13 @@ int fsw_del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uin
 int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
 		    const char *newname, size_t newlen, uint64_t id);
 
+/*
+ * data.c: the file extent items of [start, end) of ino are about to change
+ * (end UINT64_MAX: to the end of the file): noted for the fsync log
+ * (ub_log_note), widened to whole sectors and, for a small file whose data
+ * may be or become inline, to the file's start. ii: the inode item as it is.
+ */
+void fsw_note_change(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t start, uint64_t end);
 /* data.c: the file extent item whose range holds `pos`, or the first one after it: 0 (key, copy of the item), 1 none */
 int fsw_extent_at(struct fsw *w, uint64_t ino, uint64_t pos, struct ub_key *key, uint8_t *fe, uint32_t *fsize);
 /* a change to the data of regular file ino (no-holes filesystems): w set up, its inode item in ii */

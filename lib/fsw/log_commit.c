@@ -6,7 +6,9 @@
  * inode's items in its subvolume tree, data back references follow the file
  * extent items (an extent written after the last commit has no extent item
  * yet: it gets one, as the kernel's replay inserts it), the logged checksums
- * replace the csum tree's for their ranges, and the commit clears log_root.
+ * of the data those items reference replace the csum tree's (the kernel's
+ * replay takes each replayed extent's, no others), and the commit clears
+ * log_root.
  *
  * The log trees' blocks were never in the extent tree (the kernel allocates
  * them without back references and gives them back after the replay's
@@ -170,16 +172,90 @@ static int apply_set(struct ub_txn *t, const struct ub_itemset *s)
 struct csum_ctx {
 	struct fsw w;
 	uint64_t runs;
+	/* the data the replayed file extent items reference, sorted and merged: [s, e) */
+	struct { uint64_t s, e; } *r;
+	size_t n;
 };
 
+static int range_cmp(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+/*
+ * What the replayed inodes' regular file extent items reference (the
+ * compressed extent whole, else the part the item uses), as the kernel's
+ * replay takes the logged checksums of each extent it replays, and no other:
+ * a log may hold the checksums of an extent it no longer points at (written,
+ * logged, then replaced before the crash).
+ */
+static int collect_ranges(struct ub_fs *fs, struct csum_ctx *c)
+{
+	size_t nsets = ub_replay_nsets(fs), cap = 0, m = 0;
+
+	for (size_t i = 0; i < nsets; i++) {
+		const struct ub_itemset *set = ub_replay_set(fs, i);
+
+		for (size_t j = 0; j < set->n; j++) {
+			const struct ub_item *it = &set->items[j];
+			const uint8_t *d = it->data;
+			uint64_t ds, dl;
+
+			if (it->key.type != BTRFS_EXTENT_DATA_KEY || it->size < UB_FE_SIZE ||
+			    FE(type, d) != BTRFS_FILE_EXTENT_REG || !FE(disk_bytenr, d))
+				continue;
+			ds = FE(disk_bytenr, d);
+			dl = FE(disk_num_bytes, d);
+			if (!FE(compression, d)) {
+				ds += FE(offset, d);
+				dl = FE(num_bytes, d);
+			}
+			if (c->n == cap) {
+				void *v = realloc(c->r, (cap = cap ? cap * 2 : 64) * sizeof(c->r[0]));
+
+				if (!v)
+					return -ENOMEM;
+				c->r = v;
+			}
+			c->r[c->n].s = ds;
+			c->r[c->n].e = ds + dl;
+			c->n++;
+		}
+	}
+	qsort(c->r, c->n, sizeof(c->r[0]), range_cmp);
+	for (size_t i = 0; i < c->n; i++) {
+		if (m && c->r[i].s <= c->r[m - 1].e) {
+			if (c->r[i].e > c->r[m - 1].e)
+				c->r[m - 1].e = c->r[i].e;
+			continue;
+		}
+		c->r[m++] = c->r[i];
+	}
+	c->n = m;
+	return 0;
+}
+
+/* A logged checksum run: the parts inside data the replayed items reference replace the csum tree's. */
 static int put_csums(void *arg, uint64_t start, const uint8_t *csums, uint32_t bytes)
 {
 	struct csum_ctx *c = arg;
-	uint64_t n = bytes / c->w.e->fs.vol->csum_size;
-	int ret = fsw_csum_delete(&c->w, start, n * c->w.e->fs.vol->sectorsize);
+	uint32_t cs = c->w.e->fs.vol->csum_size, ss = c->w.e->fs.vol->sectorsize;
+	uint64_t end = start + (uint64_t)(bytes / cs) * ss;
+	int ret = 0;
 
 	c->runs++;
-	return ret ? ret : fsw_csum_put(&c->w, start, csums, n);
+	for (size_t i = 0; i < c->n && !ret; i++) {
+		uint64_t a = c->r[i].s > start ? c->r[i].s : start, b = c->r[i].e < end ? c->r[i].e : end;
+
+		if (a >= b)
+			continue;
+		ret = fsw_csum_delete(&c->w, a, b - a);
+		if (!ret)
+			ret = fsw_csum_put(&c->w, a, csums + (a - start) / ss * cs, (b - a) / ss);
+	}
+	return ret;
 }
 
 /* Each log tree block in or out of the allocator's reservations. */
@@ -239,6 +315,8 @@ int ub_log_commit(struct ub_engine *e)
 	if (!ret)
 		ret = fsw_init_ro(&cc.w, t, BTRFS_FS_TREE_OBJECTID);
 	if (!ret)
+		ret = collect_ranges(fs, &cc);
+	if (!ret)
 		ret = ub_replay_for_each_csum(fs, put_csums, &cc);
 	if (t) {
 		transid = t->transid;
@@ -256,6 +334,7 @@ int ub_log_commit(struct ub_engine *e)
 	ub_info(&e->fs.log, "replayed the fsync log into the trees: %zu inodes, %llu checksum runs, committed as "
 		"transaction %llu", nsets, (unsigned long long)cc.runs, (unsigned long long)transid);
 out:
+	free(cc.r);
 	ub_fs_drop_replay(fs);
 	ub_block_set_free(&blocks);
 	return ret;

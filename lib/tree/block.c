@@ -1020,6 +1020,41 @@ int ub_tree_seal_dirty(struct ub_tree_ctx *tc, struct ub_eb **out)
 	return 0;
 }
 
+int ub_tree_seal_dirty_owner(struct ub_tree_ctx *tc, uint64_t owner, struct ub_eb **out)
+{
+	struct ub_eb *list = NULL, *eb, *next;
+	int ret = 0;
+
+	for (eb = tc->cache->dirty_head; eb && !ret; eb = eb->dirty_next)
+		if (HDR(owner, eb->data) == owner)
+			ret = seal_block(tc, eb);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&tc->cache->lock);
+	for (eb = tc->cache->dirty_head; eb; eb = next) {
+		next = eb->dirty_next;
+		if (HDR(owner, eb->data) != owner)
+			continue;
+		dirty_unlink(tc, eb);
+		eb->dirty_next = list;
+		list = eb;
+	}
+	pthread_mutex_unlock(&tc->cache->lock);
+	*out = list;
+	return 0;
+}
+
+void ub_tree_drop_dirty_owner(struct ub_tree_ctx *tc, uint64_t owner)
+{
+	struct ub_eb *eb = tc->cache->dirty_head, *next;
+
+	for (; eb; eb = next) {
+		next = eb->dirty_next;
+		if (HDR(owner, eb->data) == owner)
+			ub_tree_forget_block(tc, eb);
+	}
+}
+
 int ub_tree_write_sealed(struct ub_tree_ctx *tc, struct ub_eb *list)
 {
 	for (struct ub_eb *eb = list; eb; eb = eb->dirty_next) {

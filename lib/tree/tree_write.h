@@ -127,6 +127,13 @@ int ub_tree_write_dirty(struct ub_tree_ctx *tc);
 int ub_tree_seal_dirty(struct ub_tree_ctx *tc, struct ub_eb **list);
 int ub_tree_write_sealed(struct ub_tree_ctx *tc, struct ub_eb *list);
 void ub_tree_release_sealed(struct ub_tree_ctx *tc, struct ub_eb *list, bool forget);
+/*
+ * The same for the dirty blocks of one owner only (the fsync log's, written
+ * between commits while the transaction's other blocks stay dirty), and
+ * forgetting them: the rest of the dirty list is left as it is.
+ */
+int ub_tree_seal_dirty_owner(struct ub_tree_ctx *tc, uint64_t owner, struct ub_eb **list);
+void ub_tree_drop_dirty_owner(struct ub_tree_ctx *tc, uint64_t owner);
 /* abort: forget every dirty block (their addresses are the allocator's to give back) */
 void ub_tree_drop_dirty(struct ub_tree_ctx *tc);
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "txn.h"
+#include "txn/log_tree.h"
 #include "cleaner.h"
 #include "fs/fs_embed.h"
 
@@ -223,6 +224,7 @@ void ub_engine_close(struct ub_engine *e)
 			ub_txn_abort(e->running);
 		ub_fs_live_write_release(&e->fs);
 	}
+	ub_log_free(e);
 	ub_alloc_free(e->alloc);
 	ub_fs_fini(&e->fs);
 	pthread_cond_destroy(&e->commit_cond);

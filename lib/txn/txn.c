@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include "txn.h"
 #include "cleaner.h"
+#include "txn/log_tree.h"
 
 #define RI(field, p) UB_GET(btrfs_root_item, field, p)
 #define FE(field, p) UB_GET(btrfs_file_extent_item, field, p)
@@ -363,6 +364,7 @@ void ub_txn_abort(struct ub_txn *t)
 	bool owned = t->owned;
 
 	if (e->running == t) {
+		ub_log_abort(e);
 		ub_tree_drop_dirty(&e->fs.tc);
 		ub_alloc_abort(e->alloc);
 		roots_back(e);
@@ -488,13 +490,16 @@ static int txn_seal(struct ub_txn *t, struct sealed **out)
 	uint8_t sb[UB_SUPER_INFO_SIZE];
 	struct ub_commit_roots c = { 0 };
 	int ret = t->error, rounds = 0;
+	bool had_log = false;
 	struct sealed *s;
 	size_t n = 0;
 
 	*out = NULL;
 	if (!ret && ub_engine_broken(e))
 		ret = -EROFS; /* an earlier commit failed on its way to the disk */
-	if (ret)
+	if (!ret)
+		ret = ub_log_discard(e, &had_log);
+	if (ret < 0)
 		return ret;
 	for (;;) {
 		int roots_changed;
@@ -511,8 +516,12 @@ static int txn_seal(struct ub_txn *t, struct sealed **out)
 			return ret;
 		/* settled: nothing new was copied, no root moved, nothing left queued */
 		if (!roots_changed && before == t->blocks_allocated && ub_dref_count(t->refs) == 0) {
-			/* nothing changed at all: no new generation, the last commit stays the truth */
-			if (e->fs.tc.ndirty == 0) {
+			/*
+			 * nothing changed at all: no new generation, the last commit stays the
+			 * truth (unless a log is on disk: a commit must say the log is gone
+			 * before its space is used again)
+			 */
+			if (e->fs.tc.ndirty == 0 && !had_log) {
 				ub_alloc_seal_pins(e->alloc, t->transid); /* ends the allocator's transaction (open stripes) */
 				release_pins(e);
 				return 0;

@@ -68,6 +68,10 @@ struct ub_engine {
 	 * a dropped subvolume's id is not handed out again during the session.
 	 */
 	uint64_t next_root_id;
+	/* the fsync log trees of the running transaction (log_tree.h); NULL when it has none */
+	struct ub_log_trees *log;
+	/* what changed in each file during the running transaction (log_tree.h, ub_log_note) */
+	struct ub_log_marks *marks;
 };
 
 struct ub_txn {

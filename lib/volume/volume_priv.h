@@ -238,6 +238,12 @@ int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb);
 struct ub_super_images;
 int ub_volume_super_images(struct ub_volume *vol, const uint8_t *sb, struct ub_super_images **out);
 int ub_volume_write_super_images(struct ub_volume *vol, struct ub_super_images *ims);
+/*
+ * The same, the primary copy of each device only: a log sync's superblock (the
+ * last commit's, pointing at the fsync log), as the kernel writes it. The
+ * volume's generation is unchanged (it is the same commit's).
+ */
+int ub_volume_write_super_images_primary(struct ub_volume *vol, struct ub_super_images *ims);
 void ub_super_images_free(struct ub_super_images *ims);
 /*
  * mkfs: a writable volume over blank devices (devs[i] gets devid i+1, total

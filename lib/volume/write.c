@@ -206,7 +206,7 @@ void ub_super_images_free(struct ub_super_images *ims)
 	free(ims);
 }
 
-int ub_volume_write_super_images(struct ub_volume *vol, struct ub_super_images *ims)
+static int write_super_images(struct ub_volume *vol, struct ub_super_images *ims, int mirrors)
 {
 	int ret, written = 0;
 
@@ -218,7 +218,7 @@ int ub_volume_write_super_images(struct ub_volume *vol, struct ub_super_images *
 		struct ub_super_image *im = &ims->im[i];
 		unsigned csum_type = (unsigned)UB_GET(ub_disk_super, csum_type, im->sb);
 
-		for (int m = 0; m < UB_SUPER_MIRROR_MAX; m++) {
+		for (int m = 0; m < mirrors; m++) {
 			uint64_t off = ub_super_offset(m);
 			uint8_t csum[UB_CSUM_SIZE_MAX];
 
@@ -246,6 +246,16 @@ int ub_volume_write_super_images(struct ub_volume *vol, struct ub_super_images *
 	if (!ret && ims->n)
 		__atomic_store_n(&vol->generation, UB_GET(ub_disk_super, generation, ims->im[0].sb), __ATOMIC_RELEASE);
 	return ret;
+}
+
+int ub_volume_write_super_images(struct ub_volume *vol, struct ub_super_images *ims)
+{
+	return write_super_images(vol, ims, UB_SUPER_MIRROR_MAX);
+}
+
+int ub_volume_write_super_images_primary(struct ub_volume *vol, struct ub_super_images *ims)
+{
+	return write_super_images(vol, ims, 1);
 }
 
 int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb)

@@ -9,7 +9,8 @@
  *   fileapi_driver [--recipe NAME] SEED NOPS COMMIT_EVERY MODEL.json DEV...
  *   fileapi_driver --script FILE [--crash-dir DIR --crash-cuts K [--crash-supers S]] DEV...
  *
- * --script: one operation per line (script_line); with --crash-dir the run is
+ * --script: one operation per line (script_line: mkdir, create, write, ..., commit,
+ * fsync PATH, crash: the process ends without a commit); with --crash-dir the run is
  * recorded and crash images are made afterwards (crash_cuts.h).
  *
  * Every call's result is checked against what the model expects (success,
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <openssl/evp.h>
 
 #include "ubtrfs/format.h"
@@ -774,7 +776,17 @@ static int script_line(char *line)
 		commit();
 		return 0;
 	}
+	if (strcmp(argv[0], "crash") == 0) {
+		/* the process dies here: the disk holds the last commit and what fsync logged */
+		fflush(stdout);
+		fflush(stderr);
+		_exit(0);
+	}
 	NEED(2);
+	if (strcmp(argv[0], "fsync") == 0) {
+		ret = resolve(argv[1], &dir, last, &ino);
+		return ret ? ret : ub_fsw_fsync(g_t, g_isv, ino, false);
+	}
 	if (strcmp(argv[0], "mkdir") == 0 || strcmp(argv[0], "create") == 0) {
 		NEED(3);
 		ret = resolve(argv[1], &dir, last, NULL);

@@ -1,0 +1,328 @@
+# SPDX-License-Identifier: MIT
+"""fsync through the log tree (issue 31): ubtrfs writes the fsync log, the kernel replays it.
+
+tests/tools/fileapi_driver.c runs a script through the file API on an image made by `ubtrfs
+mkfs`: files written (plain and compressed), punched, truncated, preallocated, committed now and
+then, fsynced through ub_fsw_fsync (which logs a regular file changed since the last commit,
+range by range, without a commit), and then `crash`: the process ends without a commit, so the
+disk holds the last commit plus the log. The model (Python) knows each file's bytes at the last
+commit and at each fsync. Then:
+  - the superblock points at a log (log_root) when the last fsync logged;
+  - `btrfs check` is clean with the log pending, and again after each replay;
+  - the kernel's read-write mount of a copy replays the log and shows every fsynced file with the
+    bytes it had at its fsync, every other file as the last commit had it;
+  - ubtrfs shows the same, replaying the log in memory (`mount -o ro`) and into the trees (the
+    read-write mount).
+Seeded random scripts (several files, ranges that split, merge and punch extents, holes, truncates
+across logged ranges, fsync after fsync in one transaction, commits in between) and named recipes.
+
+Budget: about 40 s under ASan; UBTRFS_LONG_TESTS runs more seeds and longer scripts.
+"""
+
+import hashlib
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+import ubtrfs_testlib as T
+from test_mount import fuse_mounted
+
+MiB = T.MiB
+M64 = (1 << 64) - 1
+LONG = T.LONG_TESTS
+SEEDS = list(range(1, 25)) if LONG else list(range(1, 7))
+NOPS = 160 if LONG else 60
+
+
+@pytest.fixture(scope="module")
+def driver():
+    return T.test_tool("fileapi_driver")
+
+
+def stream(n, seed):
+    """The bytes fileapi_driver's `write PATH OFF LEN SEED` writes (its xorshift stream)."""
+    st = (seed | 1) & M64
+    out = bytearray(n)
+    for i in range(n):
+        st ^= (st << 13) & M64
+        st ^= st >> 7
+        st ^= (st << 17) & M64
+        out[i] = (st >> 24) & 0xFF
+    return bytes(out)
+
+
+def cstream(n, seed):
+    """The bytes of `writec PATH OFF LEN SEED ALGO` (compressible)."""
+    return bytes(ord("a") + (i // 11 + seed) % 26 for i in range(n))
+
+
+class Script:
+    """A driver script and the model: every file's bytes now, at the last commit, and as durable."""
+
+    def __init__(self):
+        self.lines = []
+        self.now = {}        # path -> bytearray
+        self.durable = {}    # path -> bytes: what must be there after the crash
+        self.seed = 1000
+
+    def op(self, line):
+        self.lines.append(line)
+
+    def mkdir(self, path):
+        self.op("mkdir %s 755" % path)
+
+    def create(self, path):
+        self.op("create %s 644" % path)
+        self.now[path] = bytearray()
+
+    def _put(self, path, off, data):
+        b = self.now[path]
+        if len(b) < off:
+            b.extend(bytes(off - len(b)))
+        b[off:off + len(data)] = data
+
+    def write(self, path, off, n, compressed=False):
+        self.seed += 1
+        if compressed:
+            self.op("writec %s %d %d %d zstd" % (path, off, n, self.seed))
+            self._put(path, off, cstream(n, self.seed))
+        else:
+            self.op("write %s %d %d %d" % (path, off, n, self.seed))
+            self._put(path, off, stream(n, self.seed))
+
+    def punch(self, path, off, n):
+        self.op("punch %s %d %d" % (path, off, n))
+        b = self.now[path]
+        end = min(off + n, len(b))
+        if off < end:
+            b[off:end] = bytes(end - off)
+
+    def truncate(self, path, size):
+        self.op("truncate %s %d" % (path, size))
+        b = self.now[path]
+        if size < len(b):
+            del b[size:]
+        else:
+            b.extend(bytes(size - len(b)))
+
+    def fallocate(self, path, off, n, keep=False):
+        self.op("fallocate %s %d %d%s" % (path, off, n, " keep" if keep else ""))
+        b = self.now[path]
+        if not keep and off + n > len(b):
+            b.extend(bytes(off + n - len(b)))
+
+    def commit(self):
+        self.op("commit")
+        self.durable = {p: bytes(b) for p, b in self.now.items()}
+
+    def fsync(self, path):
+        self.op("fsync %s" % path)
+        self.durable[path] = bytes(self.now[path])
+
+    def crash(self):
+        self.op("crash")
+
+
+def random_script(seed, nops):
+    rng = random.Random(seed)
+    s = Script()
+    s.mkdir("/d")
+    s.mkdir("/e")
+    files = ["/d/a", "/d/b", "/e/c"]
+    for f in files:
+        s.create(f)
+        s.write(f, 0, rng.choice((0, 3000, 40000, 200000)) or 1)
+    s.commit()
+    # a file born after the commit, in a directory the commit has
+    s.create("/e/new")
+    files.append("/e/new")
+    for _ in range(nops):
+        f = rng.choice(files)
+        size = len(s.now[f])
+        r = rng.random()
+        if r < 0.40:
+            off = rng.randrange(0, size + 65536) if rng.random() < 0.6 else rng.randrange(0, 1 << 20)
+            off -= off % rng.choice((1, 512, 4096))
+            s.write(f, off, rng.choice((1, 100, 4096, 5000, 65536, 150000)), compressed=rng.random() < 0.15)
+        elif r < 0.50 and size:
+            off = rng.randrange(0, size)
+            s.punch(f, off, rng.choice((1, 4096, 12288, 100000)))
+        elif r < 0.58:
+            s.truncate(f, rng.choice((0, size // 2, size + 5000, rng.randrange(0, 300000))))
+        elif r < 0.64:
+            s.fallocate(f, rng.randrange(0, size + 8192), rng.choice((4096, 20000, 70000)), keep=rng.random() < 0.5)
+        elif r < 0.90:
+            s.fsync(f)
+        elif r < 0.95:
+            s.commit()
+    # the last step logs for sure: a change, then its fsync
+    f = rng.choice(files)
+    s.write(f, rng.randrange(0, len(s.now[f]) + 4096), 3000)
+    s.fsync(f)
+    s.crash()
+    return s
+
+
+def run_script(driver, ubtrfs_bin, d, s):
+    img = d / "ub.img"
+    with open(img, "wb") as fh:
+        fh.truncate(512 * MiB)
+    T.run([str(ubtrfs_bin), "mkfs", "-q", str(img)])
+    script = d / "script"
+    script.write_text("\n".join(s.lines) + "\n")
+    cp = T.run([driver, "--script", str(script), str(img)], check=False, timeout=600)
+    assert cp.returncode == 0, "fileapi_driver --script failed:\n" + cp.stderr.decode("utf-8", "replace")[-4000:]
+    return img
+
+
+def progs_check(img, what):
+    cp = T.run(["btrfs", "check", "--readonly", str(img)], check=False, timeout=600)
+    assert cp.returncode == 0, "btrfs check %s:\n%s" % (what, T.describe(cp))
+
+
+def tree_of(mnt):
+    """path -> sha256 of every regular file under mnt (relative paths)."""
+    out = {}
+    for root, dirs, files in os.walk(mnt):
+        for n in files:
+            p = os.path.join(root, n)
+            with open(p, "rb") as f:
+                out["/" + os.path.relpath(p, mnt)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def expect_tree(s):
+    return {p: hashlib.sha256(b).hexdigest() for p, b in s.durable.items()}
+
+
+def judge(ubtrfs_bin, d, img, s):
+    """The log on disk, then every replay against the model."""
+    sup = T.parse_dump_super(T.run(["btrfs", "inspect-internal", "dump-super", str(img)]).stdout.decode())
+    assert int(sup.get("log_root", "0")) != 0, "the last fsync logged nothing (log_root 0)"
+    progs_check(img, "with the log pending")
+    want = expect_tree(s)
+    # the kernel replays a copy
+    kimg = d / "kernel.img"
+    T.copy_sparse(img, kimg)
+    with T.mounted([kimg], d / "kmnt", readonly=False) as m:
+        got = tree_of(m)
+    assert got == want, "kernel replay: %s" % diff(want, got)
+    progs_check(kimg, "after the kernel's replay")
+    # ubtrfs in memory (read-only mount replays the log without writing)
+    with fuse_mounted(ubtrfs_bin, [img], d / "umnt", "ro") as m:
+        got = tree_of(m)
+    assert got == want, "ubtrfs in-memory replay: %s" % diff(want, got)
+    # ubtrfs into the trees (the read-write mount's open replays and commits)
+    wimg = d / "ubtrfs.img"
+    T.copy_sparse(img, wimg)
+    with fuse_mounted(ubtrfs_bin, [wimg], d / "wmnt", "rw") as m:
+        got = tree_of(m)
+    assert got == want, "ubtrfs replay into the trees: %s" % diff(want, got)
+    progs_check(wimg, "after ubtrfs's replay")
+
+
+def diff(want, got):
+    lines = []
+    for p in sorted(set(want) | set(got)):
+        if want.get(p) != got.get(p):
+            lines.append("%s: want %s got %s" % (p, (want.get(p) or "-")[:12], (got.get(p) or "-")[:12]))
+    return "; ".join(lines[:10])
+
+
+@pytest.fixture
+def casedir(scratch, request):
+    d = Path(scratch) / ("fsyncw-" + request.node.name.replace("/", "_").replace("[", "-").replace("]", ""))
+    d.mkdir(parents=True, exist_ok=True)
+    yield d
+    if os.environ.get("UBTRFS_KEEP_IMAGES") != "1":
+        T.rmtree(d)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_fsyncs_replayed(driver, ubtrfs_bin, casedir, seed):
+    s = random_script(seed, NOPS)
+    img = run_script(driver, ubtrfs_bin, casedir, s)
+    judge(ubtrfs_bin, casedir, img, s)
+
+
+def test_new_file_and_append(driver, ubtrfs_bin, casedir):
+    """A file made after the commit in an old directory, and an append to an old file: both logged."""
+    s = Script()
+    s.mkdir("/d")
+    s.create("/d/old")
+    s.write("/d/old", 0, 20000)
+    s.commit()
+    s.create("/d/f")
+    s.write("/d/f", 0, 30000)
+    s.write("/d/old", 20000, 5000)
+    s.fsync("/d/f")
+    s.fsync("/d/old")
+    s.crash()
+    img = run_script(driver, ubtrfs_bin, casedir, s)
+    judge(ubtrfs_bin, casedir, img, s)
+
+
+def test_punch_truncate_and_relog(driver, ubtrfs_bin, casedir):
+    """A hole punched in committed data, a truncate below logged data, fsync after fsync of one file."""
+    s = Script()
+    s.mkdir("/d")
+    s.create("/d/a")
+    s.write("/d/a", 0, 200000)
+    s.create("/d/b")
+    s.write("/d/b", 0, 100000)
+    s.commit()
+    s.punch("/d/a", 8192, 65536)
+    s.write("/d/a", 150000, 4000)
+    s.truncate("/d/b", 50000)
+    s.fsync("/d/a")
+    s.fsync("/d/b")
+    s.write("/d/a", 190000, 30000)
+    s.truncate("/d/a", 100000)
+    s.write("/d/a", 300000, 1000)
+    s.fsync("/d/a")
+    s.crash()
+    img = run_script(driver, ubtrfs_bin, casedir, s)
+    judge(ubtrfs_bin, casedir, img, s)
+
+
+def test_not_fsynced_stays_committed(driver, ubtrfs_bin, casedir):
+    """Changes after the commit that nobody fsynced are not in the log: the commit's bytes come back."""
+    s = Script()
+    s.mkdir("/d")
+    for n in ("x", "y"):
+        s.create("/d/" + n)
+        s.write("/d/" + n, 0, 50000)
+    s.commit()
+    s.write("/d/x", 1000, 2000)
+    s.write("/d/y", 1000, 2000)
+    s.fsync("/d/x")
+    s.write("/d/x", 40000, 20000)  # after its fsync: not durable
+    s.crash()
+    img = run_script(driver, ubtrfs_bin, casedir, s)
+    judge(ubtrfs_bin, casedir, img, s)
+
+
+def test_many_files_one_log(driver, ubtrfs_bin, casedir):
+    """Hundreds of fsyncs in one transaction: the log tree grows past one leaf and its blocks are
+    copied, written and given back as it changes; a commit in the middle forgets the first log."""
+    s = Script()
+    s.mkdir("/d")
+    s.create("/d/keep")
+    s.write("/d/keep", 0, 10000)
+    s.commit()
+    for i in range(200):
+        p = "/d/f%03d" % i
+        s.create(p)
+        s.write(p, 0, 3000 + i * 37)
+        s.fsync(p)
+        if i == 100:
+            s.commit()
+    for i in range(0, 200, 7):
+        p = "/d/f%03d" % i
+        s.write(p, 100, 5000)
+        s.fsync(p)
+    s.crash()
+    img = run_script(driver, ubtrfs_bin, casedir, s)
+    judge(ubtrfs_bin, casedir, img, s)
