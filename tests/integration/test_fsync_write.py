@@ -8,7 +8,8 @@ range by range, without a commit), and then `crash`: the process ends without a 
 disk holds the last commit plus the log. The model (Python) knows each file's bytes at the last
 commit and at each fsync. Then:
   - the superblock points at a log (log_root) when the last fsync logged;
-  - `btrfs check` is clean with the log pending, and again after each replay;
+  - `btrfs check` and `ubtrfs check` are clean with the log pending, btrfs check again after
+    each replay;
   - the kernel's read-write mount of a copy replays the log and shows every fsynced file with the
     bytes it had at its fsync, every other file as the last commit had it;
   - ubtrfs shows the same, replaying the log in memory (`mount -o ro`) and into the trees (the
@@ -202,6 +203,8 @@ def judge(ubtrfs_bin, d, img, s):
     sup = T.parse_dump_super(T.run(["btrfs", "inspect-internal", "dump-super", str(img)]).stdout.decode())
     assert int(sup.get("log_root", "0")) != 0, "the last fsync logged nothing (log_root 0)"
     progs_check(img, "with the log pending")
+    cp = T.run([str(ubtrfs_bin), "check", str(img)], check=False, timeout=600)
+    assert cp.returncode == 0, "ubtrfs check with the log pending:\n" + T.describe(cp)
     want = expect_tree(s)
     # the kernel replays a copy
     kimg = d / "kernel.img"
