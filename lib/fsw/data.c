@@ -897,7 +897,7 @@ int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t of
 		return ret;
 	if (len == 0)
 		return 0;
-	if (!buf || off + len < off || off + len > (1ULL << 62))
+	if (!buf || off + len < off || off + len > FSW_MAX_FILE_SIZE)
 		return -EFBIG;
 	ret = do_write(&w, ino, ii, off, buf, len);
 	if (ret)
@@ -917,7 +917,7 @@ int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
 		ret = has_inline(w, ino, &inl);
 	if (ret || size == isize)
 		return ret;
-	if (size > (1ULL << 62))
+	if (size > FSW_MAX_FILE_SIZE)
 		return -EFBIG;
 	if (inl) {
 		if (size <= max_inline(w))
@@ -1075,7 +1075,7 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 		return ret;
 	if (len == 0)
 		return -EINVAL;
-	if (off + len < off || off + len > (1ULL << 62))
+	if (off + len < off || off + len > FSW_MAX_FILE_SIZE)
 		return -EFBIG;
 	ret = has_inline(&w, ino, &inl);
 	if (ret)
@@ -1196,7 +1196,7 @@ static int zero_range(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 		return ret;
 	if (len == 0)
 		return -EINVAL;
-	if (off + len < off || off + len > (1ULL << 62))
+	if (off + len < off || off + len > FSW_MAX_FILE_SIZE)
 		return -EFBIG;
 	a0 = round_down_ss(&w, off);
 	a1 = round_up_ss(&w, off + len);
@@ -1301,7 +1301,7 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
 			return -EINVAL;
 		total += x[i].ram_bytes;
 	}
-	if (!len || off % ss_of(&w) || total != round_up_ss(&w, len) || off + total < off || off + total > (1ULL << 62))
+	if (!len || off % ss_of(&w) || total != round_up_ss(&w, len) || off + total < off || off + total > FSW_MAX_FILE_SIZE)
 		return -EINVAL;
 	isize = II_GET(size, ii);
 	nsize = off + len > isize ? off + len : isize;
