@@ -16,6 +16,7 @@ test_mount_options_like_the_kernel runs the cases the mount options change (atim
 limits) with noatime / strictatime / noacl, each against the kernel's mount with the same option.
 """
 
+import errno
 import importlib
 import os
 from pathlib import Path
@@ -80,7 +81,7 @@ def _side_by_side(ubtrfs_bin, d, cases, kopts="", uopts="", mkfs_args=(), links=
         ures = C.run_all(cases, um)
     bad = [ln for ln in log[0].splitlines() if ": error:" in ln or "Sanitizer" in ln or "runtime error" in ln]
     assert not bad, "the daemon logged errors:\n" + "\n".join(bad[:20])
-    return uimg, C.compare(cases, kres, ures)
+    return uimg, C.compare(cases, kres, ures), kres
 
 
 def progs_check(img):
@@ -93,7 +94,7 @@ def test_conformance_like_the_kernel(ubtrfs_bin, scratch):
     d = Path(scratch) / "conform"
     d.mkdir()
     cases = list(C.CASES)
-    uimg, (matched, diffs, stale) = _side_by_side(ubtrfs_bin, d, cases)
+    uimg, (matched, diffs, stale), _ = _side_by_side(ubtrfs_bin, d, cases)
     report = _report("conformance", cases, matched, diffs, stale)
     print("\n" + report.splitlines()[0])
     assert not diffs and not stale, report
@@ -136,9 +137,37 @@ def test_mount_options_like_the_kernel(ubtrfs_bin, scratch, opt):
              if cs.name.startswith(OPTION_CASES[opt])]
     assert cases
     mkfs_args = MKFS_ARGS.get(opt)
-    uimg, (matched, diffs, stale) = _side_by_side(ubtrfs_bin, d, cases, kopts="" if mkfs_args else opt,
-                                                  uopts="" if mkfs_args else opt, mkfs_args=mkfs_args or ())
+    uimg, (matched, diffs, stale), kres = _side_by_side(ubtrfs_bin, d, cases, kopts="" if mkfs_args else opt,
+                                                        uopts="" if mkfs_args else opt, mkfs_args=mkfs_args or ())
+    if opt == "noextref":
+        # the kernel must have run out of room in the ref item, or the case says nothing of EMLINK
+        got = dict(kres["names.link_fill_ref_item"])["links in ."]
+        assert got[1] == os.strerror(errno.EMLINK), got
     report = _report("-o " + opt, cases, matched, diffs, stale)
     print("\n" + report.splitlines()[0])
     assert not diffs and not stale, report
+    T.rmtree(d)
+
+
+def _link_limit(c):
+    """A file with 65535 names (btrfs's BTRFS_LINK_MAX): one more is EMLINK, on both."""
+    many = "../links/many"
+    c.st("many", many)
+    c.ok("link 65536th", os.link, many, "over")
+    c.ok("unlink one", os.unlink, "../links/l00001")
+    c.ok("link again", os.link, many, "again")
+    c.st("many after", many)
+    c.ok("link over again", os.link, many, "over2")
+
+
+@pytest.mark.skipif(not T.LONG_TESTS, reason="65535 links take the kernel ~10 s per image: UBTRFS_LONG_TESTS")
+def test_link_count_limit_like_the_kernel(ubtrfs_bin, scratch):
+    d = Path(scratch) / "conform-links"
+    d.mkdir()
+    cases = [C.Case("limits.link_count", _link_limit, {})]
+    uimg, (matched, diffs, stale), kres = _side_by_side(ubtrfs_bin, d, cases, links=65535)
+    # the kernel must have reached the limit, or the case says nothing
+    assert ("link 65536th", "EMLINK") in kres["limits.link_count"], kres["limits.link_count"]
+    assert not diffs and not stale, _report("link count", cases, matched, diffs, stale)
+    progs_check(uimg)
     T.rmtree(d)
