@@ -479,17 +479,26 @@ int mount_setattr(struct mount_ctx *mc, const struct mount_caller *c, uint64_t i
 	ret = writable(mc);
 	if (!ret)
 		ret = mount_map_node(mc->map, id, &n);
-	if (!ret)
-		ret = ub_inode_read(mc->fs, n.subvol, n.ino, &in);
 	if (ret)
+		return ret;
+	ret = begin(mc, (to_set & MOUNT_SET_SIZE) ? UB_FSW_OP_TRUNCATE : UB_FSW_OP_SETATTR, 0, &t);
+	if (ret)
+		return ret;
+	/* what the change starts from is read inside the operation: nothing changes it meanwhile */
+	ret = ub_inode_read(mc->fs, n.subvol, n.ino, &in);
+	if (ret) {
+		end(mc);
 		return wr_errno(mc, ret);
+	}
 	/*
 	 * truncate(2) to the size the file has changes nothing, not even ctime
 	 * (btrfs_setattr); ftruncate(2) moves mtime and ctime whatever the size
 	 * (FUSE sends neither as times to set).
 	 */
-	if (to_set == MOUNT_SET_SIZE && S_ISREG(in.mode) && (uint64_t)attr->st_size == in.size)
+	if (to_set == MOUNT_SET_SIZE && S_ISREG(in.mode) && (uint64_t)attr->st_size == in.size) {
+		end(mc);
 		return mount_getattr(mc, id, st);
+	}
 	if ((to_set & (MOUNT_SET_SIZE | MOUNT_SET_THROUGH_FILE)) == (MOUNT_SET_SIZE | MOUNT_SET_THROUGH_FILE) &&
 	    !(to_set & MOUNT_SET_MTIME))
 		to_set |= MOUNT_SET_MTIME_NOW;
@@ -542,9 +551,6 @@ int mount_setattr(struct mount_ctx *mc, const struct mount_caller *c, uint64_t i
 	a.valid |= UB_FSW_ATTR_CTIME;
 	a.ctime_sec = to_set & MOUNT_SET_CTIME ? attr->st_ctim.tv_sec : now;
 	a.ctime_nsec = to_set & MOUNT_SET_CTIME ? (uint32_t)attr->st_ctim.tv_nsec : nsec;
-	ret = begin(mc, (to_set & MOUNT_SET_SIZE) ? UB_FSW_OP_TRUNCATE : UB_FSW_OP_SETATTR, 0, &t);
-	if (ret)
-		return ret;
 	ret = mc->acl && (to_set & MOUNT_SET_MODE) && !S_ISLNK(in.mode) ? acl_follow_chmod(mc, t, &n, mode) : 0;
 	if (!ret)
 		ret = ub_fsw_setattr(t, n.subvol, n.ino, &a);
@@ -585,13 +591,17 @@ int mount_open_trunc(struct mount_ctx *mc, const struct mount_caller *c, uint64_
 	ret = writable(mc);
 	if (!ret)
 		ret = mount_map_node(mc->map, id, &n);
-	if (!ret)
-		ret = ub_inode_read(mc->fs, n.subvol, n.ino, &in);
 	if (ret)
-		return wr_errno(mc, ret);
+		return ret;
+	ret = begin(mc, UB_FSW_OP_TRUNCATE, 0, &t);
+	if (ret)
+		return ret;
+	ret = ub_inode_read(mc->fs, n.subvol, n.ino, &in);
 	/* only a regular file is truncated by its open (the VFS's rule) */
-	if (!S_ISREG(in.mode))
-		return 0;
+	if (ret || !S_ISREG(in.mode)) {
+		end(mc);
+		return ret ? wr_errno(mc, ret) : 0;
+	}
 	/*
 	 * The VFS's handle_truncate: the set-user-ID bit goes, and the set-group-ID
 	 * bit with group execute or for a caller outside the group; not for root
@@ -607,9 +617,6 @@ int mount_open_trunc(struct mount_ctx *mc, const struct mount_caller *c, uint64_
 	now_ts(&a.mtime_sec, &a.mtime_nsec);
 	a.ctime_sec = a.mtime_sec;
 	a.ctime_nsec = a.mtime_nsec;
-	ret = begin(mc, UB_FSW_OP_TRUNCATE, in.size, &t);
-	if (ret)
-		return ret;
 	ret = ub_fsw_setattr(t, n.subvol, n.ino, &a);
 	end(mc);
 	return ret ? op_failed(mc, ret) : 0;
@@ -699,11 +706,20 @@ static int set_acl(struct mount_ctx *mc, const struct mount_caller *c, const str
 
 	if (!ret)
 		ret = mount_acl_parse(value, size, acl);
-	if (!ret)
-		ret = ub_inode_read(mc->fs, n->subvol, n->ino, &in);
 	if (ret)
 		goto out;
+	ret = begin(mc, UB_FSW_OP_XATTR, 0, &t);
+	if (ret)
+		goto out;
+	/* the mode the ACL changes is read inside the operation: nothing changes it meanwhile */
+	ret = ub_inode_read(mc->fs, n->subvol, n->ino, &in);
+	if (ret) {
+		end(mc);
+		ret = wr_errno(mc, ret);
+		goto out;
+	}
 	if (!access && !S_ISDIR(in.mode)) {
+		end(mc);
 		ret = acl->count ? -EACCES : 0;
 		goto out;
 	}
@@ -716,9 +732,6 @@ static int set_acl(struct mount_ctx *mc, const struct mount_caller *c, const str
 		a.valid |= UB_FSW_ATTR_MODE;
 		a.mode = mode;
 	}
-	ret = begin(mc, UB_FSW_OP_XATTR, 0, &t);
-	if (ret)
-		goto out;
 	if (acl->count && keep) {
 		/* the VFS takes no flags for an ACL (setxattr's are not passed on) */
 		ret = ub_fsw_setxattr(t, n->subvol, n->ino, name, strlen(name), buf, mount_acl_encode(acl, buf), 0);
