@@ -182,10 +182,12 @@ CFLAGS_BASE += -fsanitize=thread -fno-omit-frame-pointer
 LDFLAGS_BASE += -fsanitize=thread
 endif
 .PHONY: integration-tsan
-# make TSAN=1 integration-tsan: the mount's parallel tests (many readers, a stalled device) under it
+# make TSAN=1 integration-tsan: the mount's parallel tests (many readers, a stalled device, several
+# writing processes) under it
 integration-tsan: $(BUILD)/ubtrfs tools
 	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1} /usr/bin/pytest-3 -q \
-		tests/integration/test_mount_parallel.py tests/integration/test_engine_threads.py $(PYTEST_ARGS)
+		tests/integration/test_mount_parallel.py tests/integration/test_engine_threads.py \
+		tests/integration/test_mount_multiproc.py $(PYTEST_ARGS)
 # ---- end of the ThreadSanitizer block ----
 
 # ---- NBD devices: libnbd for lib/dev/nbd.c ----

@@ -45,6 +45,8 @@ static const char mount_help[] =
 	"                     when a read updates the access time (relatime: the default)\n"
 	"       acl, noacl    POSIX ACLs enforced (the default), or not\n"
 	"       nosuid, nodev, noexec  as for any mount\n"
+	"       suid, dev     set-id programs and device nodes work (a FUSE mount has neither\n"
+	"                     unless asked; root only)\n"
 	"       dirty=SIZE    dirty metadata a transaction may hold before it commits (default 64M)\n"
 	"       nologreplay   ignore the fsync log tree (read-only only)\n"
 	"       degraded      mount even with devices missing (read-only only)\n"
@@ -344,9 +346,11 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 	int ret = EXIT_FATAL;
 
 	/* commas in a device name would split the option list */
-	snprintf(fsopts, sizeof(fsopts), "%s,default_permissions,subtype=ubtrfs,fsname=%s%s%s%s%s",
+	/* FUSE mounts nosuid,nodev unless told suid / dev (which only root may ask for) */
+	snprintf(fsopts, sizeof(fsopts), "%s,default_permissions,subtype=ubtrfs,fsname=%s%s%s%s%s%s%s",
 		 mc->e ? "rw" : "ro", strchr(dev, ',') ? "ubtrfs" : dev, geteuid() == 0 ? ",allow_other" : "",
-		 mo->nosuid ? ",nosuid" : "", mo->nodev ? ",nodev" : "", mo->noexec ? ",noexec" : "");
+		 mo->nosuid ? ",nosuid" : "", mo->nodev ? ",nodev" : "", mo->noexec ? ",noexec" : "",
+		 mo->suid ? ",suid" : "", mo->dev ? ",dev" : "");
 	se = fuse_session_new(&args, &mount_ops, sizeof(mount_ops), mc);
 	fuse_opt_free_args(&args);
 	if (!se) {
@@ -358,6 +362,11 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 	if (fuse_session_mount(se, mnt)) {
 		fprintf(stderr, "ubtrfs mount: error: cannot mount on %s\n", mnt);
 		goto out_destroy;
+	}
+	/* requests libfuse has no operation for (O_TMPFILE) are ours to read (mount_io.c) */
+	if (mount_session_io(se)) {
+		fprintf(stderr, "ubtrfs mount: error: cannot read the FUSE device of %s\n", mnt);
+		goto out_unmount;
 	}
 	if (!foreground) {
 		openlog("ubtrfs", LOG_PID, LOG_DAEMON);

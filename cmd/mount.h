@@ -35,6 +35,7 @@ struct mount_opts {
 	int atime;            /* MOUNT_RELATIME (default), MOUNT_NOATIME, MOUNT_STRICTATIME */
 	bool noacl;           /* -o noacl: POSIX ACLs not enforced (acl is the default, as btrfs's) */
 	bool nosuid, nodev, noexec;
+	bool suid, dev;       /* -o suid / dev: asked for (FUSE mounts nosuid,nodev unless told) */
 	uint64_t dirty_bytes; /* -o dirty=SIZE: the dirty memory a transaction may hold, 0 the engine's default */
 };
 
@@ -105,6 +106,8 @@ struct mount_ctx {
 	/* a subvolume was deleted: mount.c's commit thread drops it in the background (NULL: nobody does) */
 	void (*wake_cleaner)(struct mount_ctx *mc);
 	void *committer;
+	/* POSIX ACLs are ours to keep (the kernel took FUSE_CAP_POSIX_ACL): inheritance, mode sync (mount_acl.c) */
+	bool acl;
 };
 
 
@@ -125,8 +128,18 @@ uint64_t mount_st_ino(const struct mount_ctx *mc, uint64_t subvol, uint64_t ino)
  * when the caller's buffer is full (the entry did not go in).
  */
 typedef bool (*mount_dir_fn)(void *arg, const char *name, const struct stat *st, uint64_t node, off_t off);
-/* The entries of directory `id` after offset `off`, with their attributes if `plus`; an entry that cannot be shown is skipped (said in the log). */
-int mount_readdir(struct mount_ctx *mc, uint64_t id, off_t off, bool plus, mount_dir_fn fn, void *arg);
+/*
+ * The entries of directory `id` after offset `off` whose index is at most
+ * `last` (UINT64_MAX: all), with their attributes if `plus`; an entry that
+ * cannot be shown is skipped (said in the log).
+ */
+int mount_readdir(struct mount_ctx *mc, uint64_t id, off_t off, bool plus, uint64_t last, mount_dir_fn fn, void *arg);
+/*
+ * The highest index among the entries of directory `id` now (1 when it has
+ * none). The kernel's btrfs notes it at opendir and at rewinddir and lists no
+ * entry above it: a name made while a directory is being read is not listed.
+ */
+int mount_dir_last_index(struct mount_ctx *mc, uint64_t id, uint64_t *last);
 int mount_read(struct mount_ctx *mc, uint64_t id, uint64_t off, size_t size, void *buf, uint64_t *got);
 /* The target, NUL-terminated, into buf[size]. */
 int mount_readlink(struct mount_ctx *mc, uint64_t id, char *buf, size_t size);
@@ -143,10 +156,20 @@ int mount_get_flags(struct mount_ctx *mc, uint64_t id, uint64_t *flags);
 
 /* ---- changes (mount_write.c): each one engine operation, or an errno having changed nothing ---- */
 
-/* Who asks (the FUSE request's caller): the owner of what it makes. */
+/* Who asks (the FUSE request's caller): the owner of what it makes, and whose rights some rules weigh. */
 struct mount_caller {
 	uint32_t uid, gid;
+	uint32_t umask;  /* what creation masks out where the directory has no default ACL */
+	/*
+	 * The caller's supplementary groups, asked for only where a rule needs
+	 * them (reading them costs a look into /proc): how many there are (at
+	 * most `max` go into `list`), or -errno. NULL: none but gid.
+	 */
+	int (*groups)(void *arg, uint32_t *list, int max);
+	void *arg;
 };
+/* The kernel's in_group_or_capable: root, or gid among the caller's groups. */
+bool mount_caller_in_group(const struct mount_caller *c, uint32_t gid);
 
 /* what mount_setattr changes: FUSE_SET_ATTR_*'s values */
 #define MOUNT_SET_MODE (1U << 0)
@@ -158,10 +181,15 @@ struct mount_caller {
 #define MOUNT_SET_ATIME_NOW (1U << 7)
 #define MOUNT_SET_MTIME_NOW (1U << 8)
 #define MOUNT_SET_CTIME (1U << 10)
+/* ours: the change came through an open file (ftruncate), not a path (truncate) */
+#define MOUNT_SET_THROUGH_FILE (1U << 31)
 
 /* A new inode named `name` in directory `parent` (mode with its type): its node (one lookup held) and attributes. */
 int mount_mknod(struct mount_ctx *mc, const struct mount_caller *c, uint64_t parent, const char *name, uint32_t mode,
 		dev_t rdev, uint64_t *id, struct stat *st);
+/* O_TMPFILE: a regular file of `mode` with no name, in directory `parent`'s subvolume: its node (one lookup held). */
+int mount_tmpfile(struct mount_ctx *mc, const struct mount_caller *c, uint64_t parent, uint32_t mode, uint64_t *id,
+		  struct stat *st);
 int mount_symlink(struct mount_ctx *mc, const struct mount_caller *c, uint64_t parent, const char *name,
 		  const char *target, uint64_t *id, struct stat *st);
 /* A new name for node `id`: its attributes (one more lookup held). */
@@ -171,11 +199,23 @@ int mount_remove(struct mount_ctx *mc, uint64_t parent, const char *name, bool d
 /* renameat2's flags: UB_FSW_RENAME_NOREPLACE / EXCHANGE / WHITEOUT */
 int mount_rename(struct mount_ctx *mc, const struct mount_caller *c, uint64_t parent, const char *name,
 		 uint64_t newparent, const char *newname, unsigned flags);
-int mount_setattr(struct mount_ctx *mc, uint64_t id, const struct stat *attr, unsigned to_set, struct stat *st);
-int mount_write(struct mount_ctx *mc, uint64_t id, uint64_t off, const void *buf, size_t size);
-int mount_fallocate(struct mount_ctx *mc, uint64_t id, int mode, uint64_t off, uint64_t len);
-int mount_setxattr(struct mount_ctx *mc, uint64_t id, const char *name, const void *value, size_t size, int flags);
+int mount_setattr(struct mount_ctx *mc, const struct mount_caller *c, uint64_t id, const struct stat *attr,
+		  unsigned to_set, struct stat *st);
+/* open(2)'s O_TRUNC of a regular file: emptied, mtime and ctime moved, set-id bits dropped as the VFS drops them */
+int mount_open_trunc(struct mount_ctx *mc, const struct mount_caller *c, uint64_t id);
+int mount_write(struct mount_ctx *mc, const struct mount_caller *c, uint64_t id, uint64_t off, const void *buf,
+		size_t size);
+int mount_fallocate(struct mount_ctx *mc, const struct mount_caller *c, uint64_t id, int mode, uint64_t off,
+		    uint64_t len);
+int mount_setxattr(struct mount_ctx *mc, const struct mount_caller *c, uint64_t id, const char *name,
+		   const void *value, size_t size, int flags);
 int mount_removexattr(struct mount_ctx *mc, uint64_t id, const char *name);
+/*
+ * Whether reads through an open of `id` may come from the kernel's page cache:
+ * false when the next read has to move the atime (the mount's atime rule), so
+ * that it reaches the daemon (FUSE inodes never update their atime themselves).
+ */
+bool mount_open_keep_cache(struct mount_ctx *mc, uint64_t id);
 /* Everything so far durable: a commit (fsyncdir, sync, the unmount). */
 int mount_sync(struct mount_ctx *mc);
 /* File `id` durable as it is now: through the fsync log where it can say it, else a commit (ub_fsw_fsync). */
@@ -190,8 +230,50 @@ int mount_set_flags(struct mount_ctx *mc, uint64_t id, uint64_t set, uint64_t cl
 /* A read of `id` happened: its atime moves as the mount's atime option says. */
 void mount_read_atime(struct mount_ctx *mc, uint64_t id);
 
+/* ---- POSIX ACLs (mount_acl.c): the system.posix_acl_* values and the kernel's rules on them ---- */
+
+#define MOUNT_ACL_ACCESS "system.posix_acl_access"
+#define MOUNT_ACL_DEFAULT "system.posix_acl_default"
+#define MOUNT_ACL_MAX 1024
+struct mount_acl_entry {
+	uint16_t tag, perm;
+	uint32_t id;
+};
+struct mount_acl {
+	size_t count; /* 0: no ACL (a value with no entries removes one) */
+	struct mount_acl_entry e[MOUNT_ACL_MAX];
+};
+/* An xattr value as the kernel checks one (posix_acl_valid): 0, -EINVAL, -E2BIG. */
+int mount_acl_parse(const void *value, size_t len, struct mount_acl *out);
+/* The xattr value into buf (4 + 8 * count bytes); its length. */
+size_t mount_acl_encode(const struct mount_acl *acl, void *buf);
+/* The permission bits the ACL gives into *mode (the rest kept): true if the ACL says no more than they do. */
+bool mount_acl_equiv_mode(const struct mount_acl *acl, uint32_t *mode);
+/* chmod's new permission bits into the ACL (owner, group or mask, other); -EINVAL if it has no group entry. */
+int mount_acl_chmod(struct mount_acl *acl, uint32_t mode);
+/*
+ * A default ACL made the access ACL of a new inode of *mode: both masked by
+ * each other; 1 if the ACL says more than the mode (it is kept), 0 if not,
+ * -EINVAL for an ACL without a group entry.
+ */
+int mount_acl_create_masq(struct mount_acl *acl, uint32_t *mode);
+
+/* What kind of xattr a name is, as the kernel's btrfs sorts names by its handlers. */
+enum {
+	MOUNT_XA_PLAIN,       /* user., trusted., security.: kept as they are */
+	MOUNT_XA_ACL_ACCESS,  /* system.posix_acl_access (when ACLs are on) */
+	MOUNT_XA_ACL_DEFAULT, /* system.posix_acl_default */
+	MOUNT_XA_PROP,        /* btrfs.compression */
+	MOUNT_XA_PROP_OTHER,  /* another btrfs. name: no such property (reads find nothing, changes are refused) */
+};
+/* A MOUNT_XA_*, or -EOPNOTSUPP (a namespace btrfs has not; ACLs under noacl), -EINVAL (a prefix alone). */
+int mount_xattr_kind(const struct mount_ctx *mc, const char *name);
+
 /* The low-level operations table (mount_ops.c). */
 struct fuse_lowlevel_ops;
 extern const struct fuse_lowlevel_ops mount_ops;
+/* Requests read from the session's device by us (mount_io.c), for the ones libfuse has no operation for. */
+struct fuse_session;
+int mount_session_io(struct fuse_session *se);
 
 #endif

@@ -143,6 +143,9 @@ int mount_lookup(struct mount_ctx *mc, uint64_t parent, const char *name, uint64
 	size_t len = strlen(name);
 	int ret = mount_map_node(mc->map, parent, &pn);
 
+	/* FUSE passes names up to 1024 bytes: longer than btrfs's are the kernel's ENAMETOOLONG */
+	if (!ret && len > UB_NAME_LEN)
+		ret = -ENAMETOOLONG;
 	if (!ret)
 		ret = ub_dir_lookup(mc->fs, pn.subvol, pn.ino, name, len, &de);
 	if (ret)
@@ -191,6 +194,7 @@ struct dir_walk {
 	struct mount_ctx *mc;
 	uint64_t dir;
 	off_t from;   /* entries at offsets up to this were handed out already */
+	uint64_t last; /* entries of a higher index came after the directory was opened: not shown */
 	bool plus;
 	mount_dir_fn fn;
 	void *arg;
@@ -221,6 +225,8 @@ static int dir_entry_cb(void *arg, const struct ub_dirent *de)
 		       (unsigned long long)de->index);
 		return 0;
 	}
+	if (de->index > w->last)
+		return 1;
 	off = (off_t)de->index + 1;
 	if (off <= w->from)
 		return 0;
@@ -257,9 +263,66 @@ static int dir_entry_cb(void *arg, const struct ub_dirent *de)
 	return w->fn(w->arg, name, &st, attrs ? id : 0, off) ? 1 : 0;
 }
 
-int mount_readdir(struct mount_ctx *mc, uint64_t id, off_t off, bool plus, mount_dir_fn fn, void *arg)
+static int any_entry_cb(void *arg, const struct ub_dirent *de)
 {
-	struct dir_walk w = { .mc = mc, .dir = id, .from = off, .plus = plus, .fn = fn, .arg = arg };
+	*(uint64_t *)arg = de->index;
+	return 1;
+}
+
+/* 1 and the index of the first entry at or above `from`, 0 when there is none */
+static int entry_from(struct mount_ctx *mc, const struct mount_node *n, uint64_t from, uint64_t *index)
+{
+	int ret = ub_dir_iterate_from(mc->fs, n->subvol, n->ino, from, any_entry_cb, index);
+
+	return ret < 0 ? fuse_errno(ret) : ret;
+}
+
+int mount_dir_last_index(struct mount_ctx *mc, uint64_t id, uint64_t *last)
+{
+	struct mount_node n;
+	uint64_t lo = 2, hi, idx = 0;
+	int ret = mount_map_node(mc->map, id, &n);
+
+	*last = 1;
+	if (!ret)
+		ret = entry_from(mc, &n, lo, &idx);
+	if (ret <= 0)
+		return ret;
+	/*
+	 * Indexes only grow (a new name takes the highest + 1), so the highest is
+	 * found by probing "any entry at or above x?": doubling past it, then
+	 * halving the gap. A few tree searches, however large the directory.
+	 */
+	lo = idx;
+	for (hi = lo < (1ULL << 62) ? lo * 2 : UINT64_MAX;; hi = hi < (1ULL << 62) ? hi * 2 : UINT64_MAX) {
+		ret = entry_from(mc, &n, hi, &idx);
+		if (ret < 0)
+			return ret;
+		if (!ret || hi == UINT64_MAX)
+			break;
+		lo = idx;
+	}
+	if (ret)
+		lo = idx;
+	/* an entry at lo, none at hi or above */
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		ret = entry_from(mc, &n, mid, &idx);
+		if (ret < 0)
+			return ret;
+		if (ret)
+			lo = idx;
+		else
+			hi = mid;
+	}
+	*last = lo;
+	return 0;
+}
+
+int mount_readdir(struct mount_ctx *mc, uint64_t id, off_t off, bool plus, uint64_t last, mount_dir_fn fn, void *arg)
+{
+	struct dir_walk w = { .mc = mc, .dir = id, .from = off, .last = last, .plus = plus, .fn = fn, .arg = arg };
 	struct mount_node n;
 	struct stat st;
 	int ret = mount_map_node(mc->map, id, &n);
@@ -359,11 +422,40 @@ static int xattr_walk(struct mount_ctx *mc, uint64_t id, struct xattr_find *xf,
 	return xf->cap && xf->len > xf->cap ? -ERANGE : 0;
 }
 
+static bool prefixed(const char *name, const char *prefix, bool *alone)
+{
+	size_t n = strlen(prefix);
+
+	if (strncmp(name, prefix, n))
+		return false;
+	*alone = name[n] == '\0';
+	return true;
+}
+
+int mount_xattr_kind(const struct mount_ctx *mc, const char *name)
+{
+	bool alone = false;
+
+	/* the kernel's xattr_resolve_name: a handler's prefix with nothing after it is EINVAL */
+	if (prefixed(name, "user.", &alone) || prefixed(name, "trusted.", &alone) || prefixed(name, "security.", &alone))
+		return alone ? -EINVAL : MOUNT_XA_PLAIN;
+	if (!strcmp(name, MOUNT_ACL_ACCESS) || !strcmp(name, MOUNT_ACL_DEFAULT)) {
+		/* without ACLs (noacl), btrfs has no handler for them */
+		if (!mc->acl)
+			return -EOPNOTSUPP;
+		return !strcmp(name, MOUNT_ACL_ACCESS) ? MOUNT_XA_ACL_ACCESS : MOUNT_XA_ACL_DEFAULT;
+	}
+	if (prefixed(name, "btrfs.", &alone))
+		return alone ? -EINVAL : !strcmp(name, "btrfs.compression") ? MOUNT_XA_PROP : MOUNT_XA_PROP_OTHER;
+	return -EOPNOTSUPP;
+}
+
 int mount_getxattr(struct mount_ctx *mc, uint64_t id, const char *name, char *buf, size_t size, size_t *len)
 {
 	struct xattr_find xf = { .name = name, .name_len = strlen(name), .out = buf, .cap = size };
+	int kind = mount_xattr_kind(mc, name);
 
-	return xattr_walk(mc, id, &xf, xattr_get_cb, len);
+	return kind < 0 ? kind : xattr_walk(mc, id, &xf, xattr_get_cb, len);
 }
 
 int mount_listxattr(struct mount_ctx *mc, uint64_t id, char *buf, size_t size, size_t *len)

@@ -36,6 +36,8 @@ static void reply_err(fuse_req_t req, int ret)
 	fuse_reply_err(req, -ret);
 }
 
+static void caller_of(fuse_req_t req, struct mount_caller *c);
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
@@ -116,18 +118,70 @@ static bool dir_add(void *arg, const char *name, const struct stat *st, uint64_t
 	return false;
 }
 
-/* One buffer of entries from `off` on. */
-static void dir_reply(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus)
+/*
+ * An open directory of a read-write mount: as the kernel's btrfs, a listing
+ * shows the entries there were at opendir (or at the last rewinddir), none
+ * made while it is read.
+ */
+struct dir_handle {
+	uint64_t last;  /* the highest index to show */
+	bool started;   /* read from already: a read from offset 0 is a rewinddir */
+};
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct dir_fill df = { .req = req, .plus = plus, .size = size };
+	struct mount_ctx *mc = ctx_of(req);
+	struct dir_handle *h;
 	int ret;
 
-	df.buf = malloc(size);
-	if (!df.buf) {
+	fi->fh = 0;
+	if (!mc->e) {
+		fuse_reply_open(req, fi);
+		return;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ret = mount_readdir(ctx_of(req), ino, off, plus, dir_add, &df);
+	ret = mount_dir_last_index(mc, ino, &h->last);
+	if (ret) {
+		free(h);
+		reply_err(req, ret);
+		return;
+	}
+	fi->fh = (uintptr_t)h;
+	if (fuse_reply_open(req, fi))
+		free(h);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	free((struct dir_handle *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* One buffer of entries from `off` on. */
+static void dir_reply(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus, struct fuse_file_info *fi)
+{
+	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
+	struct mount_ctx *mc = ctx_of(req); /* the reply frees req */
+	struct dir_fill df = { .req = req, .plus = plus, .size = size };
+	int ret = 0;
+
+	/* the kernel reads a directory on one file serially: the handle is this call's alone */
+	if (h && off == 0 && h->started)
+		ret = mount_dir_last_index(mc, ino, &h->last);
+	if (h)
+		h->started = true;
+	df.buf = ret ? NULL : malloc(size);
+	if (!ret && !df.buf)
+		ret = -ENOMEM;
+	if (!ret)
+		ret = mount_readdir(mc, ino, off, plus, h ? h->last : UINT64_MAX, dir_add, &df);
+	/* reading a directory moves its atime, as the kernel's iterate_dir does (before the reply, as for read) */
+	if (!ret)
+		mount_read_atime(mc, ino);
 	/* an error after some entries went in still gives the caller those */
 	if (ret && !df.used)
 		reply_err(req, ret);
@@ -138,22 +192,38 @@ static void dir_reply(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bo
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	dir_reply(req, ino, size, off, false);
+	dir_reply(req, ino, size, off, false, fi);
 }
 
 static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	dir_reply(req, ino, size, off, true);
+	dir_reply(req, ino, size, off, true, fi);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	if (!ctx_of(req)->e && ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))) {
+	struct mount_ctx *mc = ctx_of(req);
+
+	if (!mc->e && ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	/* the file changes only through this kernel's page cache: keep it across opens */
-	fi->keep_cache = 1;
+	if (fi->flags & O_TRUNC) {
+		struct mount_caller c;
+		int ret;
+
+		caller_of(req, &c);
+		ret = mount_open_trunc(mc, &c, ino);
+		if (ret) {
+			reply_err(req, ret);
+			return;
+		}
+	}
+	/*
+	 * The file changes only through this kernel's page cache: keep it across
+	 * opens, unless the next read must reach us to move the atime.
+	 */
+	fi->keep_cache = mount_open_keep_cache(mc, ino);
 	fuse_reply_open(req, fi);
 }
 
@@ -170,20 +240,25 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	struct mount_ctx *mc = ctx_of(req); /* the reply frees req */
 
 	ret = mount_read(mc, ino, (uint64_t)off, size, buf, &got);
+	/* the atime moves before the reply: the kernel drops its atime then, and may stat us at once */
+	if (!ret)
+		mount_read_atime(mc, ino);
 	if (ret)
 		reply_err(req, ret);
 	else
 		fuse_reply_buf(req, buf, got);
 	free(buf);
-	if (!ret)
-		mount_read_atime(mc, ino);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
+	struct mount_ctx *mc = ctx_of(req); /* the reply frees req */
 	char buf[4096];
-	int ret = mount_readlink(ctx_of(req), ino, buf, sizeof(buf));
+	int ret = mount_readlink(mc, ino, buf, sizeof(buf));
 
+	/* following or reading a symlink moves its atime (the kernel's touch_atime in pick_link / readlink) */
+	if (!ret)
+		mount_read_atime(mc, ino);
 	if (ret)
 		reply_err(req, ret);
 	else
@@ -231,12 +306,21 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 /* ---- changes ---- */
 
+static int caller_groups(void *arg, uint32_t *list, int max)
+{
+	/* gid_t is 32 bits on Linux: the list is the kernel's as it is */
+	return fuse_req_getgroups(arg, max, (gid_t *)list);
+}
+
 static void caller_of(fuse_req_t req, struct mount_caller *c)
 {
 	const struct fuse_ctx *fc = fuse_req_ctx(req);
 
 	c->uid = fc->uid;
 	c->gid = fc->gid;
+	c->umask = fc->umask;
+	c->groups = caller_groups;
+	c->arg = req;
 }
 
 static void reply_new(fuse_req_t req, int ret, uint64_t id, const struct stat *st)
@@ -320,8 +404,13 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set, struct fuse_file_info *fi)
 {
+	struct mount_caller c;
 	struct stat st;
-	int ret = mount_setattr(ctx_of(req), ino, attr, (unsigned)to_set, &st);
+	int ret;
+
+	caller_of(req, &c);
+	/* a change through an open file (ftruncate) comes with its handle: it always moves the times */
+	ret = mount_setattr(ctx_of(req), &c, ino, attr, (unsigned)to_set | (fi ? MOUNT_SET_THROUGH_FILE : 0), &st);
 
 	if (ret)
 		reply_err(req, ret);
@@ -354,7 +443,11 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	int ret = off < 0 ? -EINVAL : mount_write(ctx_of(req), ino, (uint64_t)off, buf, size);
+	struct mount_caller c;
+	int ret;
+
+	caller_of(req, &c);
+	ret = off < 0 ? -EINVAL : mount_write(ctx_of(req), &c, ino, (uint64_t)off, buf, size);
 
 	if (ret)
 		reply_err(req, ret);
@@ -386,7 +479,10 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags)
 {
-	fuse_reply_err(req, -mount_setxattr(ctx_of(req), ino, name, value, size, flags));
+	struct mount_caller c;
+
+	caller_of(req, &c);
+	fuse_reply_err(req, -mount_setxattr(ctx_of(req), &c, ino, name, value, size, flags));
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
@@ -406,7 +502,10 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
-	fuse_reply_err(req, -mount_fallocate(ctx_of(req), ino, mode, (uint64_t)offset, (uint64_t)length));
+	struct mount_caller c;
+
+	caller_of(req, &c);
+	fuse_reply_err(req, -mount_fallocate(ctx_of(req), &c, ino, mode, (uint64_t)offset, (uint64_t)length));
 }
 
 static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
@@ -451,15 +550,30 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		/* the kernel keeps the page cache: the file changes only through it */
 		conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	}
-	/* let the kernel check POSIX ACLs too, as on its own mount (default_permissions checks the mode) */
-	if (conn->capable & FUSE_CAP_POSIX_ACL)
-		conn->want |= FUSE_CAP_POSIX_ACL;
+	/*
+	 * O_TRUNC comes with the open (mount_open_trunc): as a setattr of its own
+	 * it would look like a truncate(2), which leaves a file of that size as it
+	 * is, where O_TRUNC always moves mtime and ctime.
+	 */
+	conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	/*
+	 * POSIX ACLs (unless noacl): the kernel checks them, as on its own mount
+	 * (default_permissions checks the mode); inheritance, the umask where no
+	 * default ACL applies (so the mode comes unmasked) and the mode following
+	 * an ACL are ours (mount_acl.c).
+	 */
+	if (!mc->mo->noacl && (conn->capable & FUSE_CAP_POSIX_ACL) && (conn->capable & FUSE_CAP_DONT_MASK)) {
+		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+		mc->acl = true;
+	}
 	/*
 	 * readdirplus for every listing call, not only the first: a walk that lists a
 	 * directory and then stats its entries (find, ls -l, du) then needs no lookup per
 	 * entry, and attributes never go stale on a read-only mount.
 	 */
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	/* requests come through mount_io_read (O_TMPFILE): a splice from the device would go around it */
+	conn->want &= ~FUSE_CAP_SPLICE_READ;
 }
 
 const struct fuse_lowlevel_ops mount_ops = {
@@ -489,6 +603,8 @@ const struct fuse_lowlevel_ops mount_ops = {
 	.lseek = op_lseek,
 	.ioctl = mount_op_ioctl,
 	.getattr = op_getattr,
+	.opendir = op_opendir,
+	.releasedir = op_releasedir,
 	.readdir = op_readdir,
 	.readdirplus = op_readdirplus,
 	.open = op_open,

@@ -13,7 +13,7 @@
  */
 static const char *const harmless[] = { "defaults", "ssd", "nossd", "ssd_spread", "nossd_spread", "noautodefrag",
 					"space_cache=v2", "nodiscard", "datacow", "datasum", "norecovery", "exec",
-					"suid", "dev", "async", "nobarrier", "barrier", "flushoncommit",
+					"async", "nobarrier", "barrier", "flushoncommit",
 					"noflushoncommit", "treelog", "notreelog", "skip_balance", NULL };
 /* Options the kernel's btrfs takes that this mount does not do: refused with a reason. */
 static const struct {
@@ -199,12 +199,15 @@ static int one_opt(struct mount_opts *mo, char *opt)
 		mo->noacl = opt[0] == 'n';
 		return 0;
 	}
-	if (!val && !strcmp(opt, "nosuid")) {
-		mo->nosuid = true;
+	/* the last of nosuid / suid (nodev / dev) given wins, as for mount(8) */
+	if (!val && (!strcmp(opt, "nosuid") || !strcmp(opt, "suid"))) {
+		mo->nosuid = opt[0] == 'n';
+		mo->suid = !mo->nosuid;
 		return 0;
 	}
-	if (!val && !strcmp(opt, "nodev")) {
-		mo->nodev = true;
+	if (!val && (!strcmp(opt, "nodev") || !strcmp(opt, "dev"))) {
+		mo->nodev = opt[0] == 'n';
+		mo->dev = !mo->nodev;
 		return 0;
 	}
 	if (!val && !strcmp(opt, "noexec")) {

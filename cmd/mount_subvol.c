@@ -850,6 +850,17 @@ int mount_fiemap(struct mount_ctx *mc, uint64_t node, uint64_t start, struct ubt
 
 	if (ret)
 		return ret;
+	/*
+	 * Sharing is read from the extent items and back references, which the
+	 * running transaction keeps queued until its commit (an atime moved by a
+	 * read copies a leaf, a write makes extents): commit first, as the kernel's
+	 * fiemap sees its delayed references. Nothing changed: nothing written.
+	 */
+	if (mc->e) {
+		ret = ub_engine_commit(mc->e);
+		if (ret)
+			return sv_errno(ret);
+	}
 	ret = ub_file_fiemap(mc->fs, subvol, ino, start, fiemap_fill_cb, &f);
 	if (ret < 0)
 		return sv_errno(ret);

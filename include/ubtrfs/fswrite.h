@@ -47,6 +47,20 @@
  */
 int ub_fsw_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint32_t mode,
 		  uint32_t uid, uint32_t gid, uint64_t rdev, uint64_t *ino);
+/* an xattr a new inode is born with (ub_fsw_create_ex) */
+struct ub_fsw_xattr {
+	const char *name;
+	size_t nlen;
+	const void *value;
+	size_t vlen;
+};
+/*
+ * ub_fsw_create with xattrs that come with the inode (the ACLs and properties
+ * it inherits from its directory): set as part of its creation, so its times
+ * are all those of its birth, as the kernel's.
+ */
+int ub_fsw_create_ex(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint32_t mode,
+		     uint32_t uid, uint32_t gid, uint64_t rdev, const struct ub_fsw_xattr *xa, size_t nxa, uint64_t *ino);
 int ub_fsw_mkdir(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint32_t mode,
 		 uint32_t uid, uint32_t gid, uint64_t *ino);
 /* a symlink whose target is kept as an inline extent (the kernel's limit: it must fit one) */
@@ -89,6 +103,12 @@ int ub_fsw_setattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const struct
 
 #define UB_FSW_XATTR_CREATE  1 /* the values of XATTR_CREATE / XATTR_REPLACE */
 #define UB_FSW_XATTR_REPLACE 2
+/*
+ * "btrfs.compression" is the kernel's property: "zlib", "lzo", "zstd" (any
+ * value they begin, "zstd:3"), "no" / "none", or empty (removes it); -EINVAL
+ * for another value or an inode without checksums; ignored (0) on inodes but
+ * files and directories; the inode's COMPRESS / NOCOMPRESS flags follow it.
+ */
 int ub_fsw_setxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char *name, size_t nlen,
 		    const void *value, size_t vlen, int flags);
 int ub_fsw_removexattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char *name, size_t nlen);
@@ -259,6 +279,9 @@ void ub_engine_set_max_inline(struct ub_engine *e, uint32_t bytes);
 /* An inode with no name (O_TMPFILE): a regular file, nlink 0, an orphan; dir gives the flags it inherits. */
 int ub_fsw_tmpfile(struct ub_txn *t, uint64_t subvol, uint64_t dir, uint32_t mode, uint32_t uid, uint32_t gid,
 		   uint64_t *ino);
+/* The same, born with xattrs (the ACLs it inherits), as ub_fsw_create_ex. */
+int ub_fsw_tmpfile_ex(struct ub_txn *t, uint64_t subvol, uint64_t dir, uint32_t mode, uint32_t uid, uint32_t gid,
+		      const struct ub_fsw_xattr *xa, size_t nxa, uint64_t *ino);
 /* An orphan's last user is gone: its items and data go (nothing happens to an inode that has a name). */
 int ub_fsw_evict(struct ub_txn *t, uint64_t subvol, uint64_t ino);
 /*

@@ -103,7 +103,7 @@ int ub_fsw_clone_range(struct ub_txn *t, uint64_t src_subvol, uint64_t src_ino, 
 	dsize = II_GET(size, dii);
 	if (len == 0)
 		len = src_off < ssize ? ssize - src_off : 0; /* to the source's end, as FICLONERANGE's 0 */
-	if (src_off + len < src_off || dst_off + len < dst_off || dst_off + len > (1ULL << 62))
+	if (src_off + len < src_off || dst_off + len < dst_off || dst_off + len > FSW_MAX_FILE_SIZE)
 		return -EINVAL;
 	if (src_off + len > ssize)
 		return -EINVAL;

@@ -909,7 +909,7 @@ int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t of
 		return ret;
 	if (len == 0)
 		return 0;
-	if (!buf || off + len < off || off + len > (1ULL << 62))
+	if (!buf || off + len < off || off + len > FSW_MAX_FILE_SIZE)
 		return -EFBIG;
 	fsw_note_change(&w, ino, ii, off, off + len);
 	ret = do_write(&w, ino, ii, off, buf, len);
@@ -930,7 +930,7 @@ int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
 		ret = has_inline(w, ino, &inl);
 	if (ret || size == isize)
 		return ret;
-	if (size > (1ULL << 62))
+	if (size > FSW_MAX_FILE_SIZE)
 		return -EFBIG;
 	fsw_note_change(w, ino, ii, size < isize ? size : isize, UINT64_MAX);
 	if (inl) {
@@ -1089,7 +1089,7 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 		return ret;
 	if (len == 0)
 		return -EINVAL;
-	if (off + len < off || off + len > (1ULL << 62))
+	if (off + len < off || off + len > FSW_MAX_FILE_SIZE)
 		return -EFBIG;
 	fsw_note_change(&w, ino, ii, off, off + len);
 	ret = has_inline(&w, ino, &inl);
@@ -1213,7 +1213,7 @@ static int zero_range(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 		return ret;
 	if (len == 0)
 		return -EINVAL;
-	if (off + len < off || off + len > (1ULL << 62))
+	if (off + len < off || off + len > FSW_MAX_FILE_SIZE)
 		return -EFBIG;
 	fsw_note_change(&w, ino, ii, off, off + len);
 	a0 = round_down_ss(&w, off);
@@ -1319,7 +1319,7 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
 			return -EINVAL;
 		total += x[i].ram_bytes;
 	}
-	if (!len || off % ss_of(&w) || total != round_up_ss(&w, len) || off + total < off || off + total > (1ULL << 62))
+	if (!len || off % ss_of(&w) || total != round_up_ss(&w, len) || off + total < off || off + total > FSW_MAX_FILE_SIZE)
 		return -EINVAL;
 	isize = II_GET(size, ii);
 	nsize = off + len > isize ? off + len : isize;

@@ -15,6 +15,9 @@
 #define UB_FE_SIZE ((uint32_t)sizeof(struct btrfs_file_extent_item))
 
 /* One call's view: the transaction and the subvolume tree it changes. */
+/* the largest file: the kernel's MAX_LFS_FILESIZE (s_maxbytes of btrfs, and of FUSE) */
+#define FSW_MAX_FILE_SIZE ((uint64_t)INT64_MAX)
+
 struct fsw {
 	struct ub_txn *t;
 	struct ub_engine *e;
@@ -56,6 +59,9 @@ int fsw_alloc_inode(struct fsw *w, const uint8_t *dii, uint32_t mode, uint32_t u
 		    uint32_t nlink, uint64_t *out);
 /* every item of an inode that lost its last name, with its data */
 int fsw_evict(struct fsw *w, uint64_t ino, uint8_t *ii);
+/* one xattr set, the inode's times untouched (its creation, or ub_fsw_setxattr before its touch) */
+int fsw_xattr_set(struct fsw *w, uint64_t ino, const char *name, size_t nlen, const void *value, size_t vlen,
+		  int flags);
 /* orphan.c: the subvolume's ORPHAN item for ino, added / deleted (-ENOENT when there is none) */
 int fsw_orphan_add(struct fsw *w, uint64_t ino);
 int fsw_orphan_del(struct fsw *w, uint64_t ino);

@@ -611,7 +611,7 @@ int fsw_alloc_inode(struct fsw *w, const uint8_t *dii, uint32_t mode, uint32_t u
 }
 
 static int new_inode(struct fsw *w, uint64_t dir, const char *name, size_t len, uint32_t mode, uint32_t uid,
-		     uint32_t gid, uint64_t rdev, uint64_t *out)
+		     uint32_t gid, uint64_t rdev, const struct ub_fsw_xattr *xa, size_t nxa, uint64_t *out)
 {
 	uint8_t dii[UB_II_SIZE];
 	struct ub_key loc;
@@ -630,6 +630,9 @@ static int new_inode(struct fsw *w, uint64_t dir, const char *name, size_t len, 
 	if (ret != -ENOENT)
 		return ret;
 	ret = fsw_alloc_inode(w, dii, mode, uid, gid, rdev, 1, &ino);
+	/* its xattrs are part of its birth (inherited ACLs, properties): no ctime of their own */
+	for (size_t i = 0; !ret && i < nxa; i++)
+		ret = fsw_xattr_set(w, ino, xa[i].name, xa[i].nlen, xa[i].value, xa[i].vlen, UB_FSW_XATTR_CREATE);
 	if (!ret)
 		ret = add_name(w, dir, name, len, ino, mode);
 	if (!ret && out)
@@ -639,6 +642,12 @@ static int new_inode(struct fsw *w, uint64_t dir, const char *name, size_t len, 
 
 int ub_fsw_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint32_t mode,
 		  uint32_t uid, uint32_t gid, uint64_t rdev, uint64_t *ino)
+{
+	return ub_fsw_create_ex(t, subvol, dir, name, len, mode, uid, gid, rdev, NULL, 0, ino);
+}
+
+int ub_fsw_create_ex(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint32_t mode,
+		     uint32_t uid, uint32_t gid, uint64_t rdev, const struct ub_fsw_xattr *xa, size_t nxa, uint64_t *ino)
 {
 	struct fsw w;
 	int ret;
@@ -658,7 +667,26 @@ int ub_fsw_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *n
 	ret = fsw_init(&w, t, subvol);
 	if (ret)
 		return ret;
-	return new_inode(&w, dir, name, len, mode & (S_IFMT | 07777), uid, gid, rdev, ino);
+	return new_inode(&w, dir, name, len, mode & (S_IFMT | 07777), uid, gid, rdev, xa, nxa, ino);
+}
+
+int ub_fsw_tmpfile_ex(struct ub_txn *t, uint64_t subvol, uint64_t dir, uint32_t mode, uint32_t uid, uint32_t gid,
+		      const struct ub_fsw_xattr *xa, size_t nxa, uint64_t *ino)
+{
+	uint8_t dii[UB_II_SIZE];
+	struct fsw w;
+	int ret;
+
+	if ((mode & S_IFMT) && (mode & S_IFMT) != S_IFREG)
+		return -EINVAL;
+	ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = fsw_get_dir(&w, dir, dii);
+	if (!ret)
+		ret = fsw_alloc_inode(&w, dii, S_IFREG | (mode & 07777), uid, gid, 0, 0, ino);
+	for (size_t i = 0; !ret && i < nxa; i++)
+		ret = fsw_xattr_set(&w, *ino, xa[i].name, xa[i].nlen, xa[i].value, xa[i].vlen, UB_FSW_XATTR_CREATE);
+	return ret ? ret : fsw_orphan_add(&w, *ino);
 }
 
 int ub_fsw_mkdir(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len, uint32_t mode,
@@ -690,7 +718,7 @@ int ub_fsw_symlink(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *
 		return -ENAMETOOLONG;
 	if (memchr(target, 0, tlen))
 		return -EINVAL;
-	ret = new_inode(&w, dir, name, len, S_IFLNK | 0777, uid, gid, 0, &ino);
+	ret = new_inode(&w, dir, name, len, S_IFLNK | 0777, uid, gid, 0, NULL, 0, &ino);
 	if (ret)
 		return ret;
 	memset(fe, 0, UB_FE_SIZE);
@@ -884,7 +912,7 @@ int ub_fsw_rename2(struct ub_txn *t, uint64_t subvol, uint64_t olddir, const cha
 				    flags & ~UB_FSW_RENAME_WHITEOUT);
 	/* RENAME_WHITEOUT: the old name becomes a whiteout, a character device 0:0 of no permissions (overlayfs') */
 	if (!ret && (flags & UB_FSW_RENAME_WHITEOUT))
-		ret = new_inode(&w, olddir, oldname, oldlen, S_IFCHR, uid, gid, 0, NULL);
+		ret = new_inode(&w, olddir, oldname, oldlen, S_IFCHR, uid, gid, 0, NULL, 0, NULL);
 	return ret;
 }
 

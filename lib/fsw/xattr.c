@@ -4,10 +4,15 @@
  * records (zero location key, type XATTR, name then value), several records
  * in one item when names share a hash, as the kernel keeps them. Setting or
  * removing one changes the inode's ctime, transid and sequence.
+ *
+ * "btrfs.compression" is a property, with the kernel's rules: its value is
+ * checked, an empty one removes it, and the inode's COMPRESS / NOCOMPRESS
+ * flags follow it.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fsw/fsw.h"
 
@@ -20,15 +25,51 @@ static int check(const char *name, size_t nlen)
 	return nlen > UB_NAME_LEN ? -ERANGE : 0;
 }
 
-static int touch(struct fsw *w, uint64_t ino)
+/* ctime, transid and sequence; and the inode flags a compression property stands for (set: its value) */
+static int touch_flags(struct fsw *w, uint64_t ino, bool prop, const char *value, size_t vlen)
 {
 	uint8_t ii[UB_II_SIZE];
 	int ret = fsw_inode_get(w, ino, ii);
 
 	if (ret)
 		return ret;
+	if (prop) {
+		uint64_t flags = II_GET(flags, ii) & ~(UB_INODE_COMPRESS | UB_INODE_NOCOMPRESS);
+
+		if ((vlen == 2 && !memcmp(value, "no", 2)) || (vlen == 4 && !memcmp(value, "none", 4)))
+			flags |= UB_INODE_NOCOMPRESS;
+		else if (vlen)
+			flags |= UB_INODE_COMPRESS;
+		UB_SET(btrfs_inode_item, flags, ii, flags);
+	}
 	fsw_inode_touch(w, ii, false, true);
 	return fsw_inode_put(w, ino, ii);
+}
+
+#define PROP_COMPRESSION "btrfs.compression"
+
+static bool is_compression_prop(const char *name, size_t nlen)
+{
+	return nlen == strlen(PROP_COMPRESSION) && !memcmp(name, PROP_COMPRESSION, nlen);
+}
+
+/*
+ * The kernel's rules for the compression property (btrfs props): a value
+ * naming an algorithm (its prefix: "zstd:3" is zstd), "no" or "none", or
+ * empty; refused on an inode without checksums (it could not compress); taken
+ * and ignored on anything but a file or a directory. 1: ignore it.
+ */
+static int compression_prop_check(const uint8_t *ii, const char *value, size_t vlen)
+{
+	uint32_t fmt = (uint32_t)II_GET(mode, ii) & S_IFMT;
+	static const char *const algs[] = { "zlib", "lzo", "zstd" };
+	bool ok = vlen == 0 || (vlen == 2 && !memcmp(value, "no", 2)) || (vlen == 4 && !memcmp(value, "none", 4));
+
+	for (size_t i = 0; i < sizeof(algs) / sizeof(algs[0]) && !ok; i++)
+		ok = vlen >= strlen(algs[i]) && !memcmp(value, algs[i], strlen(algs[i]));
+	if (!ok || (II_GET(flags, ii) & (UB_INODE_NODATACOW | UB_INODE_NODATASUM)))
+		return -EINVAL;
+	return fmt != S_IFREG && fmt != S_IFDIR ? 1 : 0;
 }
 
 /* 0 and the record copied into rec (if set), -ENODATA */
@@ -56,29 +97,24 @@ static int find(struct fsw *w, uint64_t ino, const char *name, size_t nlen, uint
 	return ret == -ENOENT ? -ENODATA : ret;
 }
 
-int ub_fsw_setxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char *name, size_t nlen,
-		    const void *value, size_t vlen, int flags)
+/* The record of one xattr set (replacing one of that name), the inode's times left alone. */
+int fsw_xattr_set(struct fsw *w, uint64_t ino, const char *name, size_t nlen, const void *value, size_t vlen,
+		  int flags)
 {
 	struct ub_key key = { ino, BTRFS_XATTR_ITEM_KEY, ub_name_hash(name, nlen) };
-	uint8_t ii[UB_II_SIZE], *rec;
+	uint8_t *rec;
 	uint32_t rsize, max;
-	struct fsw w;
-	int ret;
+	int ret = check(name, nlen);
 
-	ret = check(name, nlen);
-	if (!ret)
-		ret = fsw_init(&w, t, subvol);
-	if (!ret)
-		ret = fsw_inode_get(&w, ino, ii);
 	if (ret)
 		return ret;
 	if (!value && vlen)
 		return -EINVAL;
 	/* the kernel's BTRFS_MAX_XATTR_SIZE: one record alone in a leaf (and its answer, ENOSPC) */
-	max = w.e->fs.vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - UB_DI_SIZE;
+	max = w->e->fs.vol->nodesize - UB_HEADER_SIZE - UB_ITEM_SIZE - UB_DI_SIZE;
 	if (nlen + vlen > max)
 		return -ENOSPC;
-	ret = find(&w, ino, name, nlen, NULL, NULL);
+	ret = find(w, ino, name, nlen, NULL, NULL);
 	if (ret && ret != -ENODATA)
 		return ret;
 	if (ret == 0 && (flags & UB_FSW_XATTR_CREATE))
@@ -92,7 +128,7 @@ int ub_fsw_setxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
 		 * depends on how its leaves were split, which is not ours: here the
 		 * old record goes and the new one is added, a leaf split as needed.
 		 */
-		ret = fsw_dir_item_del(&w, &key, name, nlen);
+		ret = fsw_dir_item_del(w, &key, name, nlen);
 		if (ret)
 			return ret;
 	}
@@ -100,18 +136,56 @@ int ub_fsw_setxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char 
 	rec = calloc(1, rsize);
 	if (!rec)
 		return -ENOMEM;
-	UB_SET(btrfs_dir_item, transid, rec, t->transid);
+	UB_SET(btrfs_dir_item, transid, rec, w->t->transid);
 	UB_SET(btrfs_dir_item, data_len, rec, vlen);
 	UB_SET(btrfs_dir_item, name_len, rec, nlen);
 	UB_SET(btrfs_dir_item, type, rec, BTRFS_FT_XATTR);
 	memcpy(rec + UB_DI_SIZE, name, nlen);
 	if (vlen)
 		memcpy(rec + UB_DI_SIZE + nlen, value, vlen);
-	ret = fsw_dir_item_add(&w, &key, rec, rsize);
+	ret = fsw_dir_item_add(w, &key, rec, rsize);
 	free(rec);
 	if (ret == -EOVERFLOW)
 		ret = -ENOSPC; /* names sharing a hash do not fit one leaf together: the kernel's answer */
-	return ret ? ret : touch(&w, ino);
+	return ret;
+}
+
+int ub_fsw_setxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char *name, size_t nlen,
+		    const void *value, size_t vlen, int flags)
+{
+	uint8_t ii[UB_II_SIZE];
+	struct fsw w;
+	int ret;
+
+	bool prop = is_compression_prop(name, nlen);
+
+	ret = check(name, nlen);
+	if (!ret)
+		ret = fsw_init(&w, t, subvol);
+	if (!ret)
+		ret = fsw_inode_get(&w, ino, ii);
+	if (ret)
+		return ret;
+	if (prop) {
+		if (!value && vlen)
+			return -EINVAL;
+		ret = compression_prop_check(ii, value, vlen);
+		if (ret)
+			return ret < 0 ? ret : 0;
+	}
+	if (prop && vlen == 0) {
+		/* an empty value takes the property away (nothing to take is fine, unless asked to replace) */
+		struct ub_key key = { ino, BTRFS_XATTR_ITEM_KEY, ub_name_hash(name, nlen) };
+
+		ret = find(&w, ino, name, nlen, NULL, NULL);
+		if (ret == 0)
+			ret = fsw_dir_item_del(&w, &key, name, nlen);
+		else if (ret == -ENODATA && !(flags & UB_FSW_XATTR_REPLACE))
+			ret = 0;
+	} else {
+		ret = fsw_xattr_set(&w, ino, name, nlen, value, vlen, flags);
+	}
+	return ret ? ret : touch_flags(&w, ino, prop, value, vlen);
 }
 
 int ub_fsw_removexattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char *name, size_t nlen)
@@ -126,6 +200,12 @@ int ub_fsw_removexattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const ch
 		ret = fsw_init(&w, t, subvol);
 	if (!ret)
 		ret = fsw_inode_get(&w, ino, ii);
+	if (!ret && is_compression_prop(name, nlen)) {
+		/* as setting it empty: refused where it could not apply, ignored on other kinds of inode */
+		ret = compression_prop_check(ii, NULL, 0);
+		if (ret)
+			return ret < 0 ? ret : 0;
+	}
 	if (!ret)
 		ret = find(&w, ino, name, nlen, NULL, NULL); /* before any copy-on-write: a miss changes nothing */
 	if (ret)
@@ -133,7 +213,8 @@ int ub_fsw_removexattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const ch
 	ret = fsw_dir_item_del(&w, &key, name, nlen);
 	if (ret)
 		return ret == -ENOENT ? -EUCLEAN : ret;
-	return touch(&w, ino);
+	/* the property gone, its flags go with it */
+	return touch_flags(&w, ino, is_compression_prop(name, nlen), NULL, 0);
 }
 
 int ub_fsw_getxattr(struct ub_txn *t, uint64_t subvol, uint64_t ino, const char *name, size_t nlen, void *buf,

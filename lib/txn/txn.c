@@ -637,11 +637,12 @@ static int sealed_finish(struct ub_engine *e, struct sealed *s)
 /*
  * Commit (or, failed, forget) t and end it; then the cleaner's share
  * (cleaner.h). Called with the writer lock; when the caller took it once
- * only (not inside an operation), it is given back while the commit is
+ * only and `may_release` (a commit for its own sake, not one in the middle of
+ * an operation that goes on after it), it is given back while the commit is
  * written, so the next transaction's operations and live readers go on, and
  * taken again before the return.
  */
-static int commit_end(struct ub_txn *t)
+static int commit_end(struct ub_txn *t, bool may_release)
 {
 	struct ub_engine *e = t->e;
 	struct sealed *s = NULL;
@@ -662,7 +663,7 @@ static int commit_end(struct ub_txn *t)
 	}
 	txn_end(t);
 	if (s) {
-		bool release = ub_fs_live_write_depth(&e->fs) == 1;
+		bool release = may_release && ub_fs_live_write_depth(&e->fs) == 1;
 
 		if (release)
 			ub_fs_live_write_unlock(&e->fs);
@@ -698,7 +699,7 @@ int ub_txn_commit(struct ub_txn *t)
 {
 	struct ub_engine *e = t->e;
 	bool owned = t->owned;
-	int ret = commit_end(t);
+	int ret = commit_end(t, true);
 
 	free(t);
 	if (owned)
@@ -717,7 +718,12 @@ int ub_txn_commit_keep(struct ub_txn *t)
 	ret = ub_dref_queue_new(&refs);
 	if (ret)
 		return fail(t, ret);
-	ret = commit_end(t);
+	/*
+	 * The writer lock stays held while the commit is written: the caller is in
+	 * the middle of an operation and goes on in the next transaction, which
+	 * no other operation may have started meanwhile.
+	 */
+	ret = commit_end(t, false);
 	if (e->running) {
 		/* the cleaner cannot leave one running; were it so, t is a shell the caller frees by aborting */
 		ub_dref_queue_free(refs);

@@ -154,7 +154,7 @@ static void list_dir(struct walk_state *ws, uint64_t dir, bool plus)
 
 	for (int calls = 0; calls < 256; calls++) {
 		struct listing l = { 0 };
-		int ret = mount_readdir(ws->mc, dir, off, plus, list_add, &l);
+		int ret = mount_readdir(ws->mc, dir, off, plus, UINT64_MAX, list_add, &l);
 
 		for (int i = 0; i < l.n; i++) {
 			if (l.v[i].off <= off)
