@@ -41,6 +41,8 @@ static const char mount_help[] =
 	"       nodatacow, nodatasum\n"
 	"                     new files without copy-on-write (and checksums) / without checksums\n"
 	"       max_inline=SIZE  files up to SIZE live in their leaf (default 2048)\n"
+	"       notreelog, treelog\n"
+	"                     fsync commits / writes the fsync log (the default)\n"
 	"       noatime, relatime, strictatime\n"
 	"                     when a read updates the access time (relatime: the default)\n"
 	"       acl, noacl    POSIX ACLs enforced (the default), or not\n"

@@ -31,6 +31,7 @@ struct mount_opts {
 	int compress_level;
 	bool compress_force;  /* compress-force: also what does not shrink by the first bytes (btrfs's heuristic) */
 	bool nodatacow, nodatasum;
+	bool notreelog;       /* -o notreelog: fsync commits instead of writing the fsync log */
 	uint64_t max_inline;  /* -o max_inline=SIZE, MOUNT_MAX_INLINE_UNSET if not given */
 	int atime;            /* MOUNT_RELATIME (default), MOUNT_NOATIME, MOUNT_STRICTATIME */
 	bool noacl;           /* -o noacl: POSIX ACLs not enforced (acl is the default, as btrfs's) */

@@ -14,7 +14,7 @@
 static const char *const harmless[] = { "defaults", "ssd", "nossd", "ssd_spread", "nossd_spread", "noautodefrag",
 					"space_cache=v2", "nodiscard", "datacow", "datasum", "norecovery", "exec",
 					"async", "nobarrier", "barrier", "flushoncommit",
-					"noflushoncommit", "treelog", "notreelog", "skip_balance", NULL };
+					"noflushoncommit", "skip_balance", NULL };
 /* Options the kernel's btrfs takes that this mount does not do: refused with a reason. */
 static const struct {
 	const char *opt, *why;
@@ -168,6 +168,11 @@ static int one_opt(struct mount_opts *mo, char *opt)
 			return -EINVAL;
 		}
 		mo->compress_force = opt[8] == '-' && mo->compress;
+		return 0;
+	}
+	if (!val && (!strcmp(opt, "treelog") || !strcmp(opt, "notreelog"))) {
+		/* notreelog: every fsync is a full commit, as the kernel's option makes it */
+		mo->notreelog = opt[0] == 'n';
 		return 0;
 	}
 	if (!val && (!strcmp(opt, "nodatacow") || !strcmp(opt, "nodatasum"))) {

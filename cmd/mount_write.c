@@ -819,6 +819,8 @@ int mount_fsync(struct mount_ctx *mc, uint64_t id, bool datasync)
 
 	if (!mc->e)
 		return 0;
+	if (mc->mo->notreelog)
+		return mount_sync(mc);
 	ret = writable(mc);
 	if (!ret)
 		ret = mount_map_node(mc->map, id, &n);

@@ -62,6 +62,13 @@ void fsw_note_change(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t st
 	/* a small file's one inline extent is rewritten whole (or becomes regular): from 0 */
 	if (!ii || II_GET(size, ii) <= max_inline(w) + ss_of(w))
 		start = 0;
+	/*
+	 * past the end: the gap from the old end becomes a hole of the file, which
+	 * the log must say (the last commit may have data there, from before a
+	 * truncate)
+	 */
+	else if (start > II_GET(size, ii))
+		start = II_GET(size, ii);
 	start = round_down_ss(w, start);
 	if (end != UINT64_MAX)
 		end = end > UINT64_MAX - ss_of(w) ? UINT64_MAX : round_up_ss(w, end);

@@ -373,118 +373,511 @@ static int committed_has(struct fsw *w, const struct ub_key *key, uint8_t *buf, 
 	return ret == -ENOENT ? 1 : ret;
 }
 
+/* One name of an inode: its directory, the name, its index there. */
+struct name {
+	uint64_t dir, index;
+	uint32_t len;
+	char name[UB_NAME_LEN];
+};
+
 /*
- * Why this inode cannot be logged (NULL: it can): the log holds what the
- * replay can apply to the last commit's tree without other inodes' help.
+ * The names of ino in `root` (INODE_REF items only): up to `max` of them in
+ * out, their count in *n. -EOPNOTSUPP for an extended reference (the log
+ * leaves those to a commit).
  */
-static const char *no_log_reason(struct fsw *w, uint64_t ino, const uint8_t *ii, int *err)
+static int names_of(struct fsw *w, const struct ub_root *root, uint64_t ino, struct name *out, int max, int *n)
 {
 	struct ub_key from = { ino, BTRFS_INODE_REF_KEY, 0 }, to = { ino, BTRFS_INODE_EXTREF_KEY, UINT64_MAX }, k;
 	struct ub_tree_iter it;
 	const uint8_t *d;
 	uint32_t size;
-	int ret, names = 0;
-	const char *why = NULL;
+	int ret;
 
-	*err = 0;
-	if (!S_ISREG(II(mode, ii)))
-		return "not a regular file";
-	if (II(nlink, ii) != 1)
-		return II(nlink, ii) ? "a file of several names" : "an unlinked file";
-	if (w->e->incompat & BTRFS_FEATURE_INCOMPAT_RAID56)
-		return "RAID5/6 (stripes are written whole at the commit)";
-	if (!w->fs->committed.bytenr || w->fs->committed.generation >= w->t->transid)
-		return "a subvolume the last commit does not have";
-	/* its one name: as the last commit has it, or new in a directory the last commit has */
-	ret = ub_tree_iter_start(&it, w->tc, &w->fs->root, &from, &to);
-	while (!ret && !why && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
-		uint8_t old[512];
-		uint32_t osize = 0;
-		int r;
-
-		names++;
+	*n = 0;
+	if (!root->bytenr)
+		return 0;
+	ret = ub_tree_iter_start(&it, w->tc, root, &from, &to);
+	while (!ret && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
 		if (k.type != BTRFS_INODE_REF_KEY) {
-			why = "a name in an extended reference";
+			ret = -EOPNOTSUPP;
 			break;
 		}
-		r = committed_has(w, &k, old, sizeof(old), &osize);
-		if (r < 0) {
-			ret = r;
-			break;
-		}
-		if (r == 0) {
-			if (osize != size || memcmp(old, d, size))
-				why = "a name changed in this transaction";
-			continue;
-		}
-		/* a new name: its directory must be the last commit's, the name free there */
-		{
-			struct ub_key dk = { k.offset, BTRFS_INODE_ITEM_KEY, 0 };
-			uint8_t dii[UB_II_SIZE];
-			uint32_t dsz;
+		for (uint32_t pos = 0; pos + sizeof(struct btrfs_inode_ref) <= size;) {
+			uint32_t nl = (uint32_t)UB_GET(btrfs_inode_ref, name_len, d + pos);
 
-			r = committed_has(w, &dk, dii, sizeof(dii), &dsz);
-			if (r < 0) {
-				ret = r;
+			if (pos + sizeof(struct btrfs_inode_ref) + nl > size || nl > UB_NAME_LEN) {
+				ret = -EUCLEAN;
 				break;
 			}
-			if (r > 0) {
-				why = "a new name in a directory the last commit does not have";
-				break;
+			if (*n < max) {
+				out[*n].dir = k.offset;
+				out[*n].index = UB_GET(btrfs_inode_ref, index, d + pos);
+				out[*n].len = nl;
+				memcpy(out[*n].name, d + pos + sizeof(struct btrfs_inode_ref), nl);
 			}
-			/* the inode itself must be new: an old inode with a new name was renamed or linked */
-			dk = (struct ub_key){ ino, BTRFS_INODE_ITEM_KEY, 0 };
-			r = committed_has(w, &dk, NULL, 0, NULL);
-			if (r < 0) {
-				ret = r;
-				break;
-			}
-			if (r == 0) {
-				why = "a name changed in this transaction";
-				break;
-			}
-			/* the name was free in the last commit (a replaced name needs the other inode's unlink) */
-			if (size >= sizeof(struct btrfs_inode_ref)) {
-				uint32_t nl = (uint32_t)UB_GET(btrfs_inode_ref, name_len, d);
-				const char *name = (const char *)d + sizeof(struct btrfs_inode_ref);
-				uint64_t hash;
-				struct ub_key nk;
-
-				if (sizeof(struct btrfs_inode_ref) + nl > size) {
-					ret = -EUCLEAN;
-					break;
-				}
-				hash = ub_name_hash(name, nl);
-				nk = (struct ub_key){ k.offset, BTRFS_DIR_ITEM_KEY, hash };
-				r = committed_has(w, &nk, NULL, 0, NULL);
-				if (r < 0) {
-					ret = r;
-					break;
-				}
-				if (r == 0)
-					why = "a name the last commit gave another inode";
-			}
+			(*n)++;
+			pos += (uint32_t)sizeof(struct btrfs_inode_ref) + nl;
 		}
 	}
 	ub_tree_iter_end(&it);
-	if (ret < 0) {
-		*err = ret;
-		return NULL;
-	}
-	if (!why && names != 1)
-		why = names ? "a file of several names" : "a file without a name";
-	return why;
+	return ret < 0 ? ret : 0;
 }
 
-/* Wait until the last sealed commit is durable (nothing of this transaction needs logging). */
+static bool same_name(const struct name *a, const struct name *b)
+{
+	return a->dir == b->dir && a->index == b->index && a->len == b->len && !memcmp(a->name, b->name, a->len);
+}
+
+/* What one fsync logs: the log tree, the inodes done so far, and why a commit is needed instead. */
+struct fsync_ctx {
+	struct logw l;
+	uint64_t *done;
+	size_t ndone, capdone;
+	const char *why;
+	int depth;
+};
+
+static int fs_exists_committed(struct fsw *w, uint64_t ino, uint8_t *ii)
+{
+	struct ub_key k = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+	uint32_t sz;
+
+	return committed_has(w, &k, ii, ii ? UB_II_SIZE : 0, &sz);
+}
+
+/*
+ * A directory's inode item in the log when the log has none: generation 0,
+ * "it exists" only (the replay keeps the committed item and applies the
+ * logged entries and index ranges to it), as the kernel's LOG_INODE_EXISTS.
+ */
+static int log_dir_exists(struct logw *l, uint64_t dir)
+{
+	struct ub_key k = { dir, BTRFS_INODE_ITEM_KEY, 0 };
+	uint8_t ii[UB_II_SIZE];
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_lookup(l->w->tc, l->root, &k, &p, &d, &size);
+	ub_path_release(&p);
+	if (ret != -ENOENT)
+		return ret;
+	ret = fsw_inode_get(l->w, dir, ii);
+	if (ret)
+		return ret;
+	UB_SET(btrfs_inode_item, generation, ii, 0);
+	UB_SET(btrfs_inode_item, size, ii, 0);
+	return log_put(l, &k, ii, sizeof(ii));
+}
+
+/*
+ * The entries of dir with index in [a, b) as the running transaction has
+ * them, and an index range item saying so: the replay deletes what the last
+ * commit has there and the log does not. Widened over the log's ranges it
+ * overlaps, whose entries it replaces.
+ */
+static int log_dir_range(struct logw *l, uint64_t dir, uint64_t *pa, uint64_t *pb)
+{
+	uint64_t a = *pa, b = *pb;
+	struct fsw *w = l->w;
+	struct ub_key from, to, k;
+	struct ub_tree_iter it;
+	const uint8_t *d;
+	uint32_t size;
+	uint8_t end[sizeof(struct btrfs_dir_log_item)];
+	int ret;
+
+	/* the log's ranges that meet [a, b): one range of them all */
+	for (bool again = true; again;) {
+		struct ub_path p;
+
+		again = false;
+		ub_path_init(&p);
+		k = (struct ub_key){ dir, BTRFS_DIR_LOG_INDEX_KEY, b ? b - 1 : 0 };
+		ret = ub_tree_search_le(w->tc, l->root, &k, &p);
+		while (ret == 0) {
+			uint64_t lo, hi;
+
+			ub_path_key(&p, &k);
+			if (k.objectid != dir || k.type != BTRFS_DIR_LOG_INDEX_KEY)
+				break;
+			d = ub_path_data(&p, &size);
+			if (size < sizeof(end)) {
+				ret = -EUCLEAN;
+				break;
+			}
+			lo = k.offset;
+			hi = UB_GET(btrfs_dir_log_item, end, d);
+			if (hi + 1 < a && hi != UINT64_MAX)
+				break;
+			if (lo < a || (hi != UINT64_MAX && hi + 1 > b) || hi == UINT64_MAX) {
+				if (lo < a)
+					a = lo;
+				if (hi == UINT64_MAX)
+					b = UINT64_MAX;
+				else if (hi + 1 > b)
+					b = hi + 1;
+				again = true;
+			}
+			ret = ub_tree_prev(&p);
+		}
+		ub_path_release(&p);
+		if (ret < 0)
+			return ret;
+	}
+	from = (struct ub_key){ dir, BTRFS_DIR_LOG_INDEX_KEY, a };
+	to = (struct ub_key){ dir, BTRFS_DIR_LOG_INDEX_KEY, b - 1 };
+	ret = log_del_range(l, &from, &to);
+	from.type = to.type = BTRFS_DIR_INDEX_KEY;
+	if (!ret)
+		ret = log_del_range(l, &from, &to);
+	if (ret)
+		return ret;
+	ret = ub_tree_iter_start(&it, w->tc, &w->fs->root, &from, &to);
+	while (!ret && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0)
+		ret = log_put(l, &k, d, size);
+	ub_tree_iter_end(&it);
+	if (ret < 0)
+		return ret;
+	UB_SET(btrfs_dir_log_item, end, end, b - 1);
+	k = (struct ub_key){ dir, BTRFS_DIR_LOG_INDEX_KEY, a };
+	*pa = a;
+	*pb = b;
+	return log_put(l, &k, end, sizeof(end));
+}
+
+static int log_entry_inode(struct fsync_ctx *c, uint64_t ino);
+static int entry_target(const uint8_t *d, uint32_t size, uint64_t *ino);
+
+/*
+ * A logged index range [a, b) of dir (log_dir_range, which widens it): every
+ * inode an entry there names now or named at the last commit must come out of
+ * the replay with the names it has now (log_entry_inode), or a commit is due.
+ */
+static int log_range_checked(struct fsync_ctx *c, uint64_t dir, uint64_t a, uint64_t b)
+{
+	struct fsw *w = c->l.w;
+	int ret = log_dir_range(&c->l, dir, &a, &b);
+
+	for (int side = 0; side < 2 && !ret && !c->why; side++) {
+		const struct ub_root *root = side ? &w->fs->committed : &w->fs->root;
+		struct ub_key from = { dir, BTRFS_DIR_INDEX_KEY, a };
+		struct ub_key to = { dir, BTRFS_DIR_INDEX_KEY, b ? b - 1 : 0 }, k;
+		struct ub_tree_iter it;
+		const uint8_t *d;
+		uint32_t size;
+
+		if (!root->bytenr)
+			continue;
+		ret = ub_tree_iter_start(&it, w->tc, root, &from, &to);
+		while (!ret && !c->why && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
+			uint64_t ino;
+			int r = entry_target(d, size, &ino);
+
+			if (r < 0)
+				ret = r;
+			else if (r > 0)
+				c->why = "a subvolume's entry";
+			else
+				ret = log_entry_inode(c, ino);
+		}
+		ub_tree_iter_end(&it);
+		if (ret > 0)
+			ret = 0;
+	}
+	return ret;
+}
+
+static int log_one(struct fsync_ctx *c, uint64_t ino);
+
+static int mark_done(struct fsync_ctx *c, uint64_t ino, bool *was)
+{
+	*was = false;
+	for (size_t i = 0; i < c->ndone; i++)
+		if (c->done[i] == ino) {
+			*was = true;
+			return 0;
+		}
+	if (c->ndone == c->capdone) {
+		size_t cap = c->capdone ? c->capdone * 2 : 16;
+		uint64_t *v = realloc(c->done, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		c->done = v;
+		c->capdone = cap;
+	}
+	c->done[c->ndone++] = ino;
+	return 0;
+}
+
+/*
+ * Names of ino the log holds from an earlier fsync of this transaction and
+ * that are not `keep` (NULL: none is kept): their directories' index ranges
+ * are logged again, now without them, so the replay adds no stale entry.
+ */
+static int forget_logged_names(struct fsync_ctx *c, uint64_t ino, const struct name *keep)
+{
+	struct name v[8];
+	int n, ret = names_of(c->l.w, c->l.root, ino, v, 8, &n);
+
+	if (ret == -EOPNOTSUPP || n > 8) {
+		c->why = "names in the log that cannot be followed";
+		return 0;
+	}
+	for (int i = 0; !ret && !c->why && i < n; i++) {
+		if (keep && same_name(&v[i], keep))
+			continue;
+		ret = log_dir_exists(&c->l, v[i].dir);
+		if (!ret)
+			ret = log_range_checked(c, v[i].dir, v[i].index, v[i].index + 1);
+	}
+	return ret;
+}
+
+/*
+ * The name of ino, as the replay must make it: its one name now (in a
+ * directory the last commit has; the replay adds the entry, unlinking what
+ * held the name), and each name the last commit had and it lost (a rename):
+ * the old directory's index range of that name, so the replay drops it.
+ */
+static int log_names(struct fsync_ctx *c, uint64_t ino)
+{
+	struct fsw *w = c->l.w;
+	struct name now[2], old[2];
+	int nnow, nold, ret;
+
+	if (ino == BTRFS_FIRST_FREE_OBJECTID)
+		return 0; /* a subvolume's top directory: its name is the subvolume's link */
+	ret = names_of(w, &w->fs->root, ino, now, 2, &nnow);
+	if (!ret)
+		ret = names_of(w, &w->fs->committed, ino, old, 2, &nold);
+	if (ret == -EOPNOTSUPP) {
+		c->why = "a name in an extended reference";
+		return 0;
+	}
+	if (ret)
+		return ret;
+	if (nnow != 1 || nold > 1) {
+		c->why = nnow ? "a file of several names" : "a file without a name";
+		return 0;
+	}
+	ret = forget_logged_names(c, ino, &now[0]);
+	if (ret || c->why)
+		return ret;
+	if (nold == 1 && same_name(&now[0], &old[0]))
+		return 0;
+	/* a new name: its directory must be the last commit's (the replay adds the entry there) */
+	ret = fs_exists_committed(w, now[0].dir, NULL);
+	if (ret < 0)
+		return ret;
+	if (ret) {
+		c->why = "a new name in a directory the last commit does not have";
+		return 0;
+	}
+	if (nold == 1) {
+		/* renamed: the old directory's range of the old name */
+		ret = log_dir_exists(&c->l, old[0].dir);
+		if (!ret)
+			ret = log_range_checked(c, old[0].dir, old[0].index, old[0].index + 1);
+	}
+	return ret;
+}
+
+/* A file, symlink or special file: its items, and the data ranges changed since it was last logged. */
+static int log_nondir(struct fsync_ctx *c, uint64_t ino, const uint8_t *ii)
+{
+	struct logw *l = &c->l;
+	struct fsw *w = l->w;
+	struct ub_log_changes ch = { 0 };
+	int ret, old;
+
+	if (II(nlink, ii) != 1) {
+		c->why = II(nlink, ii) ? "a file of several names" : "an unlinked file";
+		return 0;
+	}
+	ret = log_names(c, ino);
+	if (ret || c->why)
+		return ret;
+	ret = ub_log_take(w->t, w->subvol, ino, &ch);
+	if (!ret)
+		ret = log_meta(l, ino);
+	old = ret ? 0 : fs_exists_committed(w, ino, NULL);
+	if (old < 0)
+		ret = old;
+	if (!ret) {
+		/*
+		 * changes not noted range by range, or an inode new in this transaction
+		 * logged for the first time: all of it; else the ranges changed since it
+		 * was last logged (or since the transaction began)
+		 */
+		bool all = ch.whole || (old == 1 && !ch.logged) || !S_ISREG(II(mode, ii));
+
+		if (all)
+			ret = log_range(l, ino, ii, 0, UINT64_MAX);
+		for (size_t i = 0; !ret && !all && i < ch.n; i++)
+			ret = log_range(l, ino, ii, ch.r[i].s, ch.r[i].e);
+	}
+	ub_log_changes_free(&ch);
+	return ret;
+}
+
+/* Whether the entry `d` of a directory (a dir item) names an inode (not a subvolume): its number. */
+static int entry_target(const uint8_t *d, uint32_t size, uint64_t *ino)
+{
+	struct ub_key loc;
+
+	if (size < UB_DI_SIZE)
+		return -EUCLEAN;
+	ub_key_read(&loc, d + offsetof(struct btrfs_dir_item, location));
+	if (loc.type != BTRFS_INODE_ITEM_KEY)
+		return 1;
+	*ino = loc.objectid;
+	return 0;
+}
+
+/*
+ * An inode an entry of a logged directory range names (or named): it must
+ * exist after the replay with the names it has now. One the last commit has
+ * with the same one name needs nothing; another is logged too (a new or
+ * renamed file), and a new or moved directory is left to a commit.
+ */
+static int log_entry_inode(struct fsync_ctx *c, uint64_t ino)
+{
+	struct fsw *w = c->l.w;
+	uint8_t ii[UB_II_SIZE];
+	struct name now[2], old[2];
+	int nnow, nold, ret;
+
+	ret = fsw_inode_get(w, ino, ii);
+	if (ret == -ENOENT)
+		return 0; /* gone: the replay drops its entry, and the inode with its last name */
+	if (ret)
+		return ret;
+	if (II(nlink, ii) == 0)
+		return 0;
+	ret = names_of(w, &w->fs->root, ino, now, 2, &nnow);
+	if (!ret)
+		ret = names_of(w, &w->fs->committed, ino, old, 2, &nold);
+	if (ret == -EOPNOTSUPP) {
+		c->why = "an entry's inode has an extended reference";
+		return 0;
+	}
+	if (ret)
+		return ret;
+	if (nnow == nold && nnow == 1 && same_name(&now[0], &old[0]))
+		return 0;
+	if (S_ISDIR(II(mode, ii))) {
+		c->why = "a directory made or moved in this transaction";
+		return 0;
+	}
+	return log_one(c, ino);
+}
+
+/* A directory: its entries in the index ranges changed since it was last logged, and what they name. */
+static int log_dir(struct fsync_ctx *c, uint64_t dir, const uint8_t *ii)
+{
+	struct logw *l = &c->l;
+	struct fsw *w = l->w;
+	struct ub_log_changes ch = { 0 };
+	int ret;
+
+	ret = fs_exists_committed(w, dir, NULL);
+	if (ret < 0)
+		return ret;
+	if (ret) {
+		c->why = "a directory made in this transaction";
+		return 0;
+	}
+	ret = log_names(c, dir);
+	if (ret || c->why)
+		return ret;
+	ret = ub_log_take(w->t, w->subvol, dir, &ch);
+	if (!ret && ch.whole)
+		c->why = "a directory whose changes were not noted";
+	for (size_t i = 0; !ret && !c->why && i < ch.n; i++)
+		ret = log_range_checked(c, dir, ch.r[i].s, ch.r[i].e);
+	ub_log_changes_free(&ch);
+	if (!ret && !c->why)
+		ret = log_meta(l, dir);
+	return ret;
+}
+
+/* One inode into the log, once per fsync; c->why set when only a commit can make it durable. */
+static int log_one(struct fsync_ctx *c, uint64_t ino)
+{
+	struct fsw *w = c->l.w;
+	uint8_t ii[UB_II_SIZE];
+	bool was;
+	int ret;
+
+	ret = mark_done(c, ino, &was);
+	if (ret || was)
+		return ret;
+	if (++c->depth > 64) {
+		c->why = "too many inodes to log";
+		return 0;
+	}
+	ret = fsw_inode_get(w, ino, ii);
+	if (!ret)
+		ret = S_ISDIR(II(mode, ii)) ? log_dir(c, ino, ii) : log_nondir(c, ino, ii);
+	c->depth--;
+	return ret;
+}
+
+/*
+ * Logged inodes whose names changed since: logged again (their names now, and
+ * the old ones' ranges), or, gone or without a name, out of the log.
+ */
+static int relog_names(struct fsync_ctx *c, uint64_t subvol)
+{
+	struct fsw *w = c->l.w;
+	struct ub_log_inode *v;
+	size_t n;
+	int ret = ub_log_take_relog(w->t, &v, &n);
+
+	if (ret == -ENOMEM) {
+		c->why = "the names of logged inodes could not be tracked";
+		return 0;
+	}
+	for (size_t i = 0; !ret && !c->why && i < n; i++) {
+		uint8_t ii[UB_II_SIZE];
+
+		if (v[i].subvol != subvol) {
+			c->why = "a logged inode of another subvolume was renamed";
+			break;
+		}
+		ret = fsw_inode_get(w, v[i].ino, ii);
+		if (ret == -ENOENT || (!ret && II(nlink, ii) == 0)) {
+			/*
+			 * unlinked: what the log holds of it goes, and so do the entries
+			 * logged ranges hold of it (the last commit's name, if any, stays)
+			 */
+			struct ub_key from = { v[i].ino, 0, 0 }, to = { v[i].ino, UINT8_MAX, UINT64_MAX };
+			bool was;
+
+			ret = mark_done(c, v[i].ino, &was);
+			if (!ret)
+				ret = forget_logged_names(c, v[i].ino, NULL);
+			if (!ret && !c->why)
+				ret = log_del_range(&c->l, &from, &to);
+			continue;
+		}
+		if (!ret)
+			ret = log_one(c, v[i].ino);
+	}
+	free(v);
+	return ret;
+}
+
 int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 {
+	struct fsync_ctx c = { 0 };
 	struct fsw w;
 	uint8_t ii[UB_II_SIZE];
-	struct ub_log_changes ch = { 0 };
-	const char *why;
-	struct logw l;
-	int ret, err;
+	int ret;
 
 	ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
@@ -495,39 +888,23 @@ int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 	/* not changed since the last commit: durable once that commit is */
 	if (II(transid, ii) < t->transid)
 		return ub_log_wait_commits(t->e);
-	why = no_log_reason(&w, ino, ii, &err);
-	if (err)
-		return err;
-	if (why) {
+	if (w.e->incompat & BTRFS_FEATURE_INCOMPAT_RAID56)
+		c.why = "RAID5/6 (stripes are written whole at the commit)";
+	else if (!w.fs->committed.bytenr || w.fs->committed.generation >= t->transid)
+		c.why = "a subvolume the last commit does not have";
+	c.l.w = &w;
+	if (!c.why)
+		ret = ub_log_tree(t, subvol, &c.l.root, &c.l.ta);
+	if (!ret && !c.why)
+		ret = relog_names(&c, subvol);
+	if (!ret && !c.why)
+		ret = log_one(&c, ino);
+	free(c.done);
+	if (!ret && c.why) {
 		ub_logf(&t->e->fs.log, UB_LOG_DEBUG, "fsync of subvol %llu inode %llu: %s: a full commit instead of the log",
-			(unsigned long long)subvol, (unsigned long long)ino, why);
+			(unsigned long long)subvol, (unsigned long long)ino, c.why);
 		return ub_txn_commit_keep(t);
 	}
-	l.w = &w;
-	ret = ub_log_tree(t, subvol, &l.root, &l.ta);
-	if (!ret)
-		ret = ub_log_take(t, subvol, ino, &ch);
-	if (!ret)
-		ret = log_meta(&l, ino);
-	if (!ret) {
-		struct ub_key k = { ino, BTRFS_INODE_ITEM_KEY, 0 };
-		int old = committed_has(&w, &k, NULL, 0, NULL);
-
-		/*
-		 * changes not noted range by range, or a file new in this transaction
-		 * logged for the first time: all of it; else the ranges changed since it
-		 * was last logged (or since the transaction began)
-		 */
-		bool all = old < 0 ? false : ch.whole || (old == 1 && !ch.logged);
-
-		if (old < 0)
-			ret = old;
-		else if (all)
-			ret = log_range(&l, ino, ii, 0, UINT64_MAX);
-		for (size_t i = 0; !ret && !all && i < ch.n; i++)
-			ret = log_range(&l, ino, ii, ch.r[i].s, ch.r[i].e);
-	}
-	ub_log_changes_free(&ch);
 	if (!ret)
 		ret = ub_log_sync(t);
 	if (ret == -EROFS || ret == -ENOMEM)

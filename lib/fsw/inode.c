@@ -30,6 +30,7 @@
 #include <isa-l.h>
 
 #include "fsw/fsw.h"
+#include "txn/log_tree.h"
 
 #define II_GET(f, p) UB_GET(btrfs_inode_item, f, p)
 #define II_SET(f, p, v) UB_SET(btrfs_inode_item, f, p, v)
@@ -346,20 +347,45 @@ int fsw_next_ino(struct fsw *w, bool take, uint64_t *ino)
 	return 0;
 }
 
-int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index)
+/* One past the highest DIR_INDEX of dir in `root` (2 for none): 0 and *next, <0. */
+static int index_after(struct fsw *w, const struct ub_root *root, uint64_t dir, uint64_t *next)
 {
 	struct ub_key key = { dir, BTRFS_DIR_INDEX_KEY, UINT64_MAX };
 	struct ub_path p;
 	int ret;
 
+	*next = 2;
+	if (!root->bytenr)
+		return 0;
 	ub_path_init(&p);
-	ret = ub_tree_search_le(w->tc, &w->fs->root, &key, &p);
+	ret = ub_tree_search_le(w->tc, root, &key, &p);
 	if (ret == 0)
 		ub_path_key(&p, &key);
 	ub_path_release(&p);
 	if (ret < 0)
 		return ret;
-	*index = ret == 0 && key.objectid == dir && key.type == BTRFS_DIR_INDEX_KEY && key.offset >= 2 ? key.offset + 1 : 2;
+	if (ret == 0 && key.objectid == dir && key.type == BTRFS_DIR_INDEX_KEY && key.offset >= 2)
+		*next = key.offset + 1;
+	return 0;
+}
+
+int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index)
+{
+	uint64_t now, old;
+	int ret;
+
+	/*
+	 * Past every entry the directory has now and every one the last commit
+	 * has (one removed since would otherwise give its index to a new name, and
+	 * the replay of an fsync log would meet both), and never one handed out
+	 * before while the engine is open.
+	 */
+	ret = index_after(w, &w->fs->root, dir, &now);
+	if (!ret)
+		ret = index_after(w, &w->fs->committed, dir, &old);
+	if (ret)
+		return ret;
+	*index = ub_engine_dir_index(w->e, w->subvol, dir, now > old ? now : old);
 	return 0;
 }
 
@@ -493,6 +519,8 @@ int fsw_add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, con
 	struct ub_key key = { dir, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) };
 	int ret;
 
+	/* the fsync log of a directory logs the index ranges that changed */
+	ub_log_note(w->t, w->subvol, dir, index, index + 1);
 	memset(rec, 0, UB_DI_SIZE);
 	ub_key_write(rec + offsetof(struct btrfs_dir_item, location), loc);
 	UB_SET(btrfs_dir_item, transid, rec, w->t->transid);
@@ -521,6 +549,7 @@ int fsw_del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uin
 	uint8_t dii[UB_II_SIZE];
 	int ret;
 
+	ub_log_note(w->t, w->subvol, dir, index, index + 1);
 	ret = fsw_dir_item_del(w, &key, name, len);
 	if (ret)
 		return ret == -ENOENT ? -EUCLEAN : ret;
@@ -545,6 +574,7 @@ static int add_name(struct fsw *w, uint64_t dir, const char *name, size_t len, u
 	uint64_t index;
 	int ret;
 
+	ub_log_note_names(w->t, w->subvol, ino);
 	ret = fsw_next_index(w, dir, &index);
 	if (!ret)
 		ret = add_ref(w, ino, dir, name, len, index);
@@ -556,7 +586,10 @@ static int add_name(struct fsw *w, uint64_t dir, const char *name, size_t len, u
 static int del_name(struct fsw *w, uint64_t dir, const char *name, size_t len, uint64_t ino)
 {
 	uint64_t index = 0;
-	int ret = del_ref(w, ino, dir, name, len, &index);
+	int ret;
+
+	ub_log_note_names(w->t, w->subvol, ino);
+	ret = del_ref(w, ino, dir, name, len, &index);
 
 	if (ret)
 		return ret == -ENOENT ? -EUCLEAN : ret;

@@ -225,6 +225,7 @@ void ub_engine_close(struct ub_engine *e)
 		ub_fs_live_write_release(&e->fs);
 	}
 	ub_log_free(e);
+	ub_engine_dir_indexes_free(e);
 	ub_alloc_free(e->alloc);
 	ub_fs_fini(&e->fs);
 	pthread_cond_destroy(&e->commit_cond);

@@ -321,6 +321,7 @@ int ub_log_sync(struct ub_txn *t)
 struct mark {
 	uint64_t subvol, ino;
 	bool logged, whole;
+	bool relog;         /* logged, then a name of it changed: on ub_log_take_relog's list */
 	size_t n, cap;
 	struct { uint64_t s, e; } *r;
 };
@@ -329,6 +330,9 @@ struct ub_log_marks {
 	struct mark **slot; /* open addressing, linear probing; NULL empty */
 	size_t cap, used;
 	bool lost;          /* a note could not be kept: every file is logged whole */
+	struct ub_log_inode *relog; /* logged inodes whose names changed since */
+	size_t nrelog, caprelog;
+	bool relog_lost;    /* one could not be listed: the next fsync commits */
 };
 
 static size_t mark_hash(uint64_t subvol, uint64_t ino, size_t cap)
@@ -447,6 +451,51 @@ void ub_log_note(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t start
 	k->n++;
 }
 
+void ub_log_note_names(struct ub_txn *t, uint64_t subvol, uint64_t ino)
+{
+	struct ub_log_marks *m = t->e->marks;
+	struct mark *k = m ? mark_find(m, subvol, ino, false) : NULL;
+
+	if (!k || !k->logged || k->relog)
+		return;
+	if (m->nrelog == m->caprelog) {
+		size_t cap = m->caprelog ? m->caprelog * 2 : 16;
+		void *v = realloc(m->relog, cap * sizeof(m->relog[0]));
+
+		if (!v) {
+			m->relog_lost = true;
+			return;
+		}
+		m->relog = v;
+		m->caprelog = cap;
+	}
+	m->relog[m->nrelog++] = (struct ub_log_inode){ subvol, ino };
+	k->relog = true;
+}
+
+int ub_log_take_relog(struct ub_txn *t, struct ub_log_inode **list, size_t *n)
+{
+	struct ub_log_marks *m = t->e->marks;
+
+	*list = NULL;
+	*n = 0;
+	if (!m)
+		return 0;
+	if (m->relog_lost)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->nrelog; i++) {
+		struct mark *k = mark_find(m, m->relog[i].subvol, m->relog[i].ino, false);
+
+		if (k)
+			k->relog = false;
+	}
+	*list = m->relog;
+	*n = m->nrelog;
+	m->relog = NULL;
+	m->nrelog = m->caprelog = 0;
+	return 0;
+}
+
 int ub_log_take(struct ub_txn *t, uint64_t subvol, uint64_t ino, struct ub_log_changes *out)
 {
 	struct ub_log_marks *m = t->e->marks;
@@ -495,6 +544,7 @@ static void marks_forget(struct ub_engine *e)
 			free(m->slot[i]);
 		}
 	free(m->slot);
+	free(m->relog);
 	free(m);
 	e->marks = NULL;
 }

@@ -84,4 +84,18 @@ struct ub_log_changes {
 int ub_log_take(struct ub_txn *t, uint64_t subvol, uint64_t ino, struct ub_log_changes *out);
 void ub_log_changes_free(struct ub_log_changes *c);
 
+/*
+ * A name of (subvol, ino) was added or removed: if the inode is in the log,
+ * its names there are stale and the next fsync (of anything) must log them
+ * again before the log is synced, as the kernel logs the new names of every
+ * logged inode (else the replay would bring back an old name, and could take
+ * it from the file that holds it now).
+ */
+void ub_log_note_names(struct ub_txn *t, uint64_t subvol, uint64_t ino);
+struct ub_log_inode {
+	uint64_t subvol, ino;
+};
+/* The inodes to log again (a malloc'd list, cleared here); -ENOMEM when one was lost: commit instead. */
+int ub_log_take_relog(struct ub_txn *t, struct ub_log_inode **list, size_t *n);
+
 #endif

@@ -72,6 +72,8 @@ struct ub_engine {
 	struct ub_log_trees *log;
 	/* what changed in each file during the running transaction (log_tree.h, ub_log_note) */
 	struct ub_log_marks *marks;
+	/* the next index of each directory an entry was added to (dir_index.c) */
+	struct ub_dir_indexes *dir_indexes;
 };
 
 struct ub_txn {
@@ -122,6 +124,14 @@ static inline int ub_engine_broken(const struct ub_engine *e)
 {
 	return __atomic_load_n(&e->broken, __ATOMIC_ACQUIRE);
 }
+
+/*
+ * The index of a new entry of directory (subvol, dir): at least `floor` (what
+ * the trees say is free), and never one this engine handed out before
+ * (dir_index.c). Out of memory, `floor`.
+ */
+uint64_t ub_engine_dir_index(struct ub_engine *e, uint64_t subvol, uint64_t dir, uint64_t floor);
+void ub_engine_dir_indexes_free(struct ub_engine *e);
 
 /* What the tree layer's write calls take for this transaction. */
 static inline struct ub_tree_alloc *ub_txn_ta(struct ub_txn *t) { return &t->ta; }

@@ -17,7 +17,8 @@ commit and at each fsync. Then:
 Seeded random scripts (several files, ranges that split, merge and punch extents, holes, truncates
 across logged ranges, fsync after fsync in one transaction, commits in between) and named recipes.
 
-Budget: about 40 s under ASan; UBTRFS_LONG_TESTS runs more seeds and longer scripts.
+Budget: about 40 s under ASan; UBTRFS_LONG_TESTS runs more seeds and longer scripts,
+UBTRFS_FSYNC_SEEDS=A-B the seeds A to B.
 """
 
 import hashlib
@@ -34,6 +35,9 @@ MiB = T.MiB
 M64 = (1 << 64) - 1
 LONG = T.LONG_TESTS
 SEEDS = list(range(1, 25)) if LONG else list(range(1, 7))
+if os.environ.get("UBTRFS_FSYNC_SEEDS"):  # "A-B": seeds A to B, for long hunts
+    _a, _b = os.environ["UBTRFS_FSYNC_SEEDS"].split("-")
+    SEEDS = list(range(int(_a), int(_b) + 1))
 NOPS = 160 if LONG else 60
 
 
@@ -166,7 +170,7 @@ def random_script(seed, nops):
     return s
 
 
-def run_script(driver, ubtrfs_bin, d, s):
+def run_script(driver, ubtrfs_bin, d, s, out=None):
     img = d / "ub.img"
     with open(img, "wb") as fh:
         fh.truncate(512 * MiB)
@@ -175,6 +179,8 @@ def run_script(driver, ubtrfs_bin, d, s):
     script.write_text("\n".join(s.lines) + "\n")
     cp = T.run([driver, "--script", str(script), str(img)], check=False, timeout=600)
     assert cp.returncode == 0, "fileapi_driver --script failed:\n" + cp.stderr.decode("utf-8", "replace")[-4000:]
+    if out is not None:
+        out.append(cp.stdout.decode())
     return img
 
 
@@ -234,6 +240,191 @@ def diff(want, got):
     return "; ".join(lines[:10])
 
 
+class Obj:
+    """One inode of the names model: its bytes, and what an fsync made durable of it."""
+    _n = 0
+
+    def __init__(self):
+        Obj._n += 1
+        self.id = Obj._n
+        self.data = bytearray()
+        self.synced = None      # (path, bytes) at its last fsync, None after any later change
+
+
+class NamesScript(Script):
+    """Files that are created, renamed (over others too), unlinked and fsynced with their
+    directories; the model keeps what must survive a crash exactly (see judge_names)."""
+
+    def __init__(self):
+        super().__init__()
+        self.objs = {}          # path -> Obj
+        self.committed = {}     # path -> (Obj, bytes) at the last commit
+        self.untouched = set()  # committed paths nothing changed since
+        self.seen = set()       # every content any file ever had (sha256)
+
+    def _seen(self, o):
+        self.seen.add(hashlib.sha256(bytes(o.data)).hexdigest())
+
+    def create(self, path):
+        self.op("create %s 644" % path)
+        o = Obj()
+        self._replace(path, o)
+        self._seen(o)
+
+    def _replace(self, path, o):
+        old = self.objs.get(path)
+        if old is not None:
+            old.synced = None
+        self.untouched.discard(path)
+        self.objs[path] = o
+
+    def _touch(self, path):
+        o = self.objs[path]
+        o.synced = None
+        self.untouched.discard(path)
+        return o
+
+    def write(self, path, off, n, compressed=False):
+        o = self._touch(path)
+        self.seed += 1
+        data = cstream(n, self.seed) if compressed else stream(n, self.seed)
+        self.op(("writec %s %d %d %d zstd" if compressed else "write %s %d %d %d") % (path, off, n, self.seed))
+        if len(o.data) < off:
+            o.data.extend(bytes(off - len(o.data)))
+        o.data[off:off + n] = data
+        self._seen(o)
+
+    def truncate(self, path, size):
+        o = self._touch(path)
+        self.op("truncate %s %d" % (path, size))
+        if size < len(o.data):
+            del o.data[size:]
+        else:
+            o.data.extend(bytes(size - len(o.data)))
+        self._seen(o)
+
+    def rename(self, src, dst):
+        self.op("rename %s %s" % (src, dst))
+        o = self._touch(src)
+        del self.objs[src]
+        self._replace(dst, o)
+
+    def unlink(self, path):
+        self.op("unlink %s" % path)
+        self._touch(path)
+        del self.objs[path]
+
+    def fsync(self, path):
+        self.op("fsync %s" % path)
+        o = self.objs[path]
+        o.synced = (path, bytes(o.data))
+        self.fsyncs.append((path, o, o.synced[1]))
+
+    def fsync_dir(self, path):
+        self.op("fsync %s" % path)
+        self.fsyncs.append((path, None, None))
+
+    def commit(self):
+        self.op("commit")
+        self.commit_point()
+
+    def commit_point(self):
+        self.committed = {p: (o, bytes(o.data)) for p, o in self.objs.items()}
+        self.untouched = set(self.objs)
+        for o in self.objs.values():
+            o.synced = None
+
+
+def names_script(seed, nops):
+    rng = random.Random(seed)
+    s = NamesScript()
+    s.fsyncs = []
+    dirs = ["/d", "/e", "/f"]
+    for dname in dirs:
+        s.mkdir(dname)
+    n = 0
+    for dname in dirs:
+        for _ in range(4):
+            n += 1
+            p = "%s/c%d" % (dname, n)
+            s.create(p)
+            s.write(p, 0, rng.choice((1, 3000, 40000)))
+    s.commit()
+    for _ in range(nops):
+        paths = sorted(s.objs)
+        r = rng.random()
+        if r < 0.15 or not paths:
+            n += 1
+            p = "%s/n%d" % (rng.choice(dirs), n)
+            s.create(p)
+            s.write(p, 0, rng.choice((1, 2000, 30000)))
+        elif r < 0.40:
+            p = rng.choice(paths)
+            s.write(p, rng.randrange(0, len(s.objs[p].data) + 8192), rng.choice((100, 4096, 20000)))
+        elif r < 0.45:
+            p = rng.choice(paths)
+            s.truncate(p, rng.randrange(0, len(s.objs[p].data) + 1))
+        elif r < 0.57:
+            src = rng.choice(paths)
+            if rng.random() < 0.4 and len(paths) > 1:
+                dst = rng.choice([q for q in paths if q != src])  # over another file
+            else:
+                n += 1
+                dst = "%s/r%d" % (rng.choice(dirs), n)
+            s.rename(src, dst)
+        elif r < 0.63 and len(paths) > 3:
+            s.unlink(rng.choice(paths))
+        elif r < 0.85:
+            s.fsync(rng.choice(paths))
+        elif r < 0.96:
+            s.fsync_dir(rng.choice(dirs))
+        else:
+            s.commit()
+    p = rng.choice(sorted(s.objs))
+    s.write(p, 0, 3000)
+    s.fsync(p)
+    s.crash()
+    return s
+
+
+def judge_names(ubtrfs_bin, d, img, s, fsync_out):
+    """The crash image against what must hold whatever each fsync chose (log or commit):
+    the three replays agree, btrfs check is clean, every file's bytes are ones some file had,
+    a file fsynced and not changed after keeps its name and bytes, a file the last commit had
+    and nothing touched since is still there as it was."""
+    # replay the driver's answers: a fsync that committed made everything durable then
+    kinds = [ln.split()[-1] for ln in fsync_out.splitlines() if ln.startswith("fsync ")]
+    assert len(kinds) == len(s.fsyncs), "the driver answered %d fsyncs of %d" % (len(kinds), len(s.fsyncs))
+    # (the model's commit points by fsync are not replayed into `untouched`: a commit only adds
+    # durability, and the exact expectations below hold either way)
+    progs_check(img, "with the log pending")
+    kimg = d / "kernel.img"
+    T.copy_sparse(img, kimg)
+    with T.mounted([kimg], d / "kmnt", readonly=False) as m:
+        kernel = tree_of(m)
+    progs_check(kimg, "after the kernel's replay")
+    with fuse_mounted(ubtrfs_bin, [img], d / "umnt", "ro") as m:
+        mem = tree_of(m)
+    wimg = d / "ubtrfs.img"
+    T.copy_sparse(img, wimg)
+    with fuse_mounted(ubtrfs_bin, [wimg], d / "wmnt", "rw") as m:
+        rw = tree_of(m)
+    progs_check(wimg, "after ubtrfs's replay")
+    assert mem == kernel, "ubtrfs in-memory replay vs the kernel's: %s" % diff(kernel, mem)
+    assert rw == kernel, "ubtrfs replay into the trees vs the kernel's: %s" % diff(kernel, rw)
+    for p, h in kernel.items():
+        assert h in s.seen, "%s holds bytes no file ever had" % p
+    for p, o in s.objs.items():
+        if o.synced is not None and o.synced[0] == p:
+            want = hashlib.sha256(o.synced[1]).hexdigest()
+            assert kernel.get(p) == want, "%s: fsynced and unchanged since, but %s" % (p, (kernel.get(p) or "missing")[:12])
+    for p in s.untouched:
+        o, data = s.committed[p]
+        assert kernel.get(p) == hashlib.sha256(data).hexdigest(), "%s: untouched since the commit, but %s" % (
+            p, (kernel.get(p) or "missing")[:12])
+    return kinds
+
+
 @pytest.fixture
 def casedir(scratch, request):
     d = Path(scratch) / ("fsyncw-" + request.node.name.replace("/", "_").replace("[", "-").replace("]", ""))
@@ -248,6 +439,18 @@ def test_random_fsyncs_replayed(driver, ubtrfs_bin, casedir, seed):
     s = random_script(seed, NOPS)
     img = run_script(driver, ubtrfs_bin, casedir, s)
     judge(ubtrfs_bin, casedir, img, s)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_names_fsyncs(driver, ubtrfs_bin, casedir, seed):
+    """Creates, renames (over other files too), unlinks, writes, truncates, fsyncs of files and of
+    their directories, commits: see judge_names. Most fsyncs must have used the log."""
+    s = names_script(seed, NOPS)
+    out = []
+    img = run_script(driver, ubtrfs_bin, casedir, s, out)
+    kinds = judge_names(ubtrfs_bin, casedir, img, s, out[0])
+    assert kinds.count("log") * 2 >= len(kinds), "fsyncs: %d logged, %d committed" % (
+        kinds.count("log"), kinds.count("commit"))
 
 
 def test_new_file_and_append(driver, ubtrfs_bin, casedir):

@@ -784,8 +784,17 @@ static int script_line(char *line)
 	}
 	NEED(2);
 	if (strcmp(argv[0], "fsync") == 0) {
+		/* says on stdout whether the fsync wrote the log or committed (the test's model needs it) */
+		uint64_t before = g_e->sealed;
+
 		ret = resolve(argv[1], &dir, last, &ino);
-		return ret ? ret : ub_fsw_fsync(g_t, g_isv, ino, false);
+		if (!ret)
+			ret = ub_fsw_fsync(g_t, g_isv, ino, false);
+		if (!ret) {
+			printf("fsync %s %s\n", argv[1], g_e->sealed != before ? "commit" : "log");
+			fflush(stdout);
+		}
+		return ret;
 	}
 	if (strcmp(argv[0], "mkdir") == 0 || strcmp(argv[0], "create") == 0) {
 		NEED(3);
