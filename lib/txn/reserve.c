@@ -62,8 +62,13 @@ int ub_engine_commit(struct ub_engine *e)
 
 	if (ret)
 		return ret;
-	/* a transaction its owner left running is committed for it: the owner's lock goes with it */
-	ret = e->running ? ub_txn_commit(e->running) : 0;
+	/*
+	 * A transaction its owner left running is committed for it: the owner's
+	 * lock goes with it. With none running, a broken engine still answers
+	 * -EROFS: what was changed since the last commit was forgotten, so
+	 * "everything so far is durable" (fsync) would be a lie.
+	 */
+	ret = e->running ? ub_txn_commit(e->running) : ub_engine_broken(e) ? -EROFS : 0;
 	ub_fs_live_write_unlock(&e->fs);
 	return ret;
 }
