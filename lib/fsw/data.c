@@ -895,6 +895,13 @@ int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t of
 		ret = regular(&w, ino, ii);
 	if (ret)
 		return ret;
+	/*
+	 * The kernel never compresses a NODATACOW or NODATASUM file, whatever the
+	 * mount or the property asks (btrfs_inode_can_compress): a compressed
+	 * extent needs checksums, and btrfs check calls one without them bad.
+	 */
+	if (II_GET(flags, ii) & (UB_INODE_NODATACOW | UB_INODE_NODATASUM))
+		w.compress = 0;
 	if (len == 0)
 		return 0;
 	if (!buf || off + len < off || off + len > (1ULL << 62))
