@@ -11,6 +11,11 @@ still work: an fsync (a commit) succeeds, half of the files are deleted and thei
 deleted, without a single ENOSPC. After the unmount btrfs check is clean and the kernel's mount
 shows every file with the bytes the test wrote.
 
+Metadata fills too: threads create files with xattrs of a few KiB each (and now and then a small
+file's bytes, inline in the leaf) until ENOSPC, on one-device DUP metadata and on RAID1: again
+only ENOSPC, a commit works after it, deleting half of the files lets as many again be made, btrfs
+check is clean and the kernel's mount shows every file's xattrs.
+
 Budget: every profile, about half a minute under ASan;
 UBTRFS_LONG_TESTS=1 runs more threads.
 """
@@ -205,5 +210,130 @@ def test_enospc_through_the_mount(ubtrfs_bin, scratch, profile):
     assert got == w.files, "the kernel's mount shows other files: %r" % sorted(set(got.items()) ^ set(w.files.items()))[:6]
     print("%s: filled with %d MiB (the kernel %d MiB), %d ENOSPC answers, %d files kept" % (
         profile, full >> 20, kernel_full >> 20, w.enospc, len(w.files)))
+    T.run(["btrfs", "device", "scan", "--forget"], check=False)
+    T.rmtree(d)
+
+
+class MetaWriters:
+    """Threads making files with xattrs (and small inline bytes) until the metadata is full."""
+
+    def __init__(self, top, nthreads):
+        self.top = Path(top)
+        self.nthreads = nthreads
+        self.files = {}  # name -> (xattr values, bytes)
+        self.lock = threading.Lock()
+        self.surprises = []
+        self.enospc = 0
+        self.round = 0
+
+    def _thread(self, t, misses_max, budget):
+        rng = random.Random("meta:%d:%d" % (self.round, t))
+        misses = made = 0
+        n = 0
+        while misses < misses_max and (budget is None or made < budget):
+            name = "m%d-t%d-%d" % (self.round, t, n)
+            n += 1
+            path = self.top / name
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    self.surprises.append("create %s: %s" % (name, os.strerror(e.errno)))
+                    return
+                misses += 1
+                with self.lock:
+                    self.enospc += 1
+                continue
+            xattrs = {}
+            data = b""
+            try:
+                if rng.random() < 0.3:
+                    data = rng.randbytes(rng.randint(1, 1500))
+                    try:
+                        os.write(fd, data)
+                    except OSError as e:
+                        if e.errno != errno.ENOSPC:
+                            self.surprises.append("write %s: %s" % (name, os.strerror(e.errno)))
+                            return
+                        misses += 1
+                        data = b""
+                for i in range(rng.randint(2, 3)):
+                    v = rng.randbytes(rng.randint(2500, 3800))
+                    try:
+                        os.setxattr(fd, "user.x%d" % i, v)
+                    except OSError as e:
+                        if e.errno != errno.ENOSPC:
+                            self.surprises.append("setxattr %s: %s" % (name, os.strerror(e.errno)))
+                            return
+                        misses += 1
+                        with self.lock:
+                            self.enospc += 1
+                        break
+                    xattrs["user.x%d" % i] = v
+            finally:
+                os.close(fd)
+            made += 1
+            with self.lock:
+                self.files[name] = (xattrs, data)
+
+    def run(self, misses_max=3, budget=None):
+        ths = [threading.Thread(target=self._thread, args=(t, misses_max, budget)) for t in range(self.nthreads)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        self.round += 1
+        assert not self.surprises, "calls failed otherwise than with ENOSPC:\n  " + "\n  ".join(self.surprises[:10])
+
+    def check(self, top):
+        names = sorted(os.listdir(top))
+        assert names == sorted(self.files), "the files differ: %r" % sorted(set(names) ^ set(self.files))[:8]
+        for name, (xattrs, data) in self.files.items():
+            p = os.path.join(top, name)
+            got = {x: os.getxattr(p, x) for x in os.listxattr(p)}
+            assert got == xattrs, "%s: xattrs differ" % name
+            with open(p, "rb") as f:
+                assert f.read() == data, "%s: bytes differ" % name
+
+
+@pytest.mark.parametrize("profile", ["single", "raid1"])
+def test_metadata_enospc_through_the_mount(ubtrfs_bin, scratch, profile):
+    ndev, data, meta = PROFILES[profile]
+    d = Path(scratch) / ("mount-meta-enospc-" + profile)
+    d.mkdir()
+    imgs = make_images(d, ndev, 128 * MiB)
+    # metadata and data chunks apart, metadata nodes of 4 KiB: the metadata fills first
+    T.run(["mkfs.btrfs", "-f", "-q", "-n", "4096", "-d", data, "-m", meta, *imgs])
+    log = []
+    try:
+        with fuse_mounted(ubtrfs_bin, imgs, d / "mnt", "rw,commit=600,max_inline=2048", log=log) as mnt:
+            w = MetaWriters(mnt, THREADS)
+            w.run()
+            assert w.enospc > 0, "the metadata never filled"
+            made = len(w.files)
+            fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+            os.fsync(fd)
+            os.close(fd)
+            gone = sorted(w.files)[::2]
+            for name in gone:
+                os.unlink(os.path.join(mnt, name))
+                del w.files[name]
+            fd = os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)
+            os.fsync(fd)
+            os.close(fd)
+            before = w.enospc
+            # the freed room takes most of as many files again (the last ones of a fill vary, as in
+            # test_enospc.refill_count)
+            w.run(misses_max=1, budget=len(gone) * 9 // 10 // THREADS)
+            assert w.enospc == before, "ENOSPC after %d of %d files were deleted" % (len(gone), made)
+            w.check(mnt)
+    finally:
+        text = log[0] if log else ""
+    errors = [ln for ln in text.splitlines() if ": error:" in ln]
+    assert not errors, "the daemon logged errors:\n" + "\n".join(errors[:20])
+    progs_check(imgs)
+    with T.mounted(imgs, d / "kmnt", readonly=True) as km:
+        w.check(km)
+    print("%s: %d files made before ENOSPC, %d ENOSPC answers, %d files kept" % (profile, made, w.enospc, len(w.files)))
     T.run(["btrfs", "device", "scan", "--forget"], check=False)
     T.rmtree(d)
