@@ -52,7 +52,10 @@ MiB = T.MiB
 KiB = 1024
 LONG = T.LONG_TESTS
 
-KILL_SEEDS = list(range(1, 13)) if LONG else [1, 2, 3, 4]
+# (seed, profile): devices, data and metadata profile
+KILL_PROFILES = {"single": (1, "single", "dup"), "raid1": (2, "raid1", "raid1"), "raid5": (3, "raid5", "raid1"),
+                 "raid6": (4, "raid6", "raid1c3")}
+KILL_CASES = [(s, list(KILL_PROFILES)[(s - 1) % 4]) for s in (range(1, 13) if LONG else range(1, 5))]
 CUT_SEEDS = [1, 2, 3] if LONG else [1]
 CUT_OPS = 400 if LONG else 160
 CUT_SPREAD = 40 if LONG else 12        # cut points spread evenly over the recorded run
@@ -466,8 +469,8 @@ def explain(wl, got, candidates, what):
             [s for s, _ in wl.synced[-6:]], "\n  ".join(history(wl, got, odd)))
 
 
-def kernel_seen(img, mnt):
-    with T.mounted([img], mnt, readonly=True) as km:
+def kernel_seen(imgs, mnt):
+    with T.mounted(imgs, mnt, readonly=True) as km:
         return seen(km)
 
 
@@ -506,16 +509,20 @@ def take_away(mnt):
         T.run(["umount", "-l", str(mnt)], check=False)
 
 
-@pytest.mark.parametrize("seed", KILL_SEEDS)
-def test_kill9_leaves_the_last_fsync(ubtrfs_bin, scratch, seed):
+@pytest.mark.parametrize("seed,profile", KILL_CASES)
+def test_kill9_leaves_the_last_fsync(ubtrfs_bin, scratch, seed, profile):
     d = Path(scratch) / ("kill9-%d" % seed)
     d.mkdir()
-    img = d / "fs.img"
-    make_image(img)
+    ndev, data, meta = KILL_PROFILES[profile]
+    imgs = [d / ("dev%d.img" % i) for i in range(ndev)]
+    for img in imgs:
+        with open(img, "wb") as f:
+            f.truncate(256 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-d", data, "-m", meta, *imgs])
     mnt = d / "mnt"
     rng = random.Random("kill:%d" % seed)
     stop = threading.Event()
-    proc, errf = start_daemon(ubtrfs_bin, [img], mnt, "rw,commit=600")
+    proc, errf = start_daemon(ubtrfs_bin, imgs, mnt, "rw,commit=600")
     wl = CrashWorkload(mnt, seed, stop=stop)
     failure = []
 
@@ -553,17 +560,18 @@ def test_kill9_leaves_the_last_fsync(ubtrfs_bin, scratch, seed):
     # the states the image may hold: that of the last fsync that returned, or any later one (a commit
     # in flight at the kill, or one the engine made by itself to free pinned space)
     candidates = list(range(wl.synced[-1][0], len(wl.states)))
-    progs_check([img])
-    got = kernel_seen(img, d / "kmnt")
+    progs_check(imgs)
+    got = kernel_seen(imgs, d / "kmnt")
     j = matching_state(wl, got, candidates)
-    assert j is not None, "seed %d, killed after %d operations: %s" % (
-        seed, wl.nops, explain(wl, got, candidates, "the kernel's mount"))
-    got2 = ubtrfs_seen(ubtrfs_bin, [img], d / "umnt")
+    assert j is not None, "seed %d (%s), killed after %d operations: %s" % (
+        seed, profile, wl.nops, explain(wl, got, candidates, "the kernel's mount"))
+    got2 = ubtrfs_seen(ubtrfs_bin, imgs, d / "umnt")
     assert got2 == as_seen(wl.states[j]), "seed %d: the ubtrfs mount after the crash differs from state %d:\n  %s" % (
         seed, j, "\n  ".join(differences(as_seen(wl.states[j]), got2)))
-    progs_check([img])
-    print("seed %d: killed after %d operations, %d fsyncs; the image holds state %d of %d..%d" % (
-        seed, wl.nops, len(wl.synced) - 1, j, candidates[0], candidates[-1]))
+    progs_check(imgs)
+    print("seed %d (%s): killed after %d operations, %d fsyncs; the image holds state %d of %d..%d" % (
+        seed, profile, wl.nops, len(wl.synced) - 1, j, candidates[0], candidates[-1]))
+    T.run(["btrfs", "device", "scan", "--forget"], check=False)
     T.rmtree(d)
 
 
@@ -724,7 +732,7 @@ def test_cuts_of_recorded_writes(ubtrfs_bin, scratch, seed):
             what = "seed %d cut %d/%d variant %d (%d of %d pending writes landed)" % (
                 seed, k, len(entries), variant, nlanded, npending)
             progs_check([cut])
-            got = kernel_seen(cut, d / "kmnt")
+            got = kernel_seen([cut], d / "kmnt")
             j = matching_state(wl, got, candidates)
             assert j is not None, what + ": " + explain(wl, got, candidates, "the kernel's mount")
             got2 = ubtrfs_seen(ubtrfs_bin, [cut], d / "umnt")
