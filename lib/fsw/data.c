@@ -21,8 +21,11 @@
  *    references (its committed count plus this transaction's queued changes)
  *    reach zero, its checksums leave the csum tree: the commit frees the
  *    extent itself.
- *  - Bytes of the last sector past EOF are always zero on disk (truncate down
- *    rewrites that sector), so growing a file never shows old data.
+ *  - Bytes of the last sector past EOF are zero on disk after a truncate down
+ *    (it rewrites that sector), but a filesystem the kernel wrote may hold
+ *    old bytes there: growing a file rewrites that sector first, with zeros
+ *    past the old EOF (zero_past), as the kernel's btrfs_cont_expand does, so
+ *    growing never shows old data.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -796,11 +799,50 @@ static int data_room(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t po
 	return ret;
 }
 
+/*
+ * The bytes of the sector holding `size` past it become zeros on disk, when
+ * an extent covers that sector (a hole or a PREALLOC extent reads as zeros
+ * anyway, and an inline extent ends at the size): after a truncate down, and
+ * before a file grows past `size` (the kernel's btrfs_truncate_block from
+ * btrfs_cont_expand), since a filesystem the kernel wrote may hold old bytes
+ * there. ii's size must be at least `size`.
+ */
+static int zero_past(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
+{
+	uint64_t ss = ss_of(w), a0 = round_down_ss(w, size);
+	uint8_t *sec, *fe;
+	struct ub_key k;
+	uint32_t fsize;
+	int ret = 0;
+
+	if (size % ss == 0)
+		return 0;
+	sec = calloc(1, ss);
+	fe = malloc(UB_FE_SIZE + 4096);
+	if (!sec || !fe)
+		ret = -ENOMEM;
+	if (!ret)
+		ret = fsw_extent_at(w, ino, a0, &k, fe, &fsize);
+	if (ret == 0 && k.offset < a0 + ss && k.offset + FE_GET(num_bytes, fe) > a0 &&
+	    FE_GET(type, fe) == BTRFS_FILE_EXTENT_REG) {
+		ret = read_range(w, ino, ii, a0, sec, size - a0);
+		if (!ret)
+			ret = fsw_drop_extents(w, ino, ii, a0, a0 + ss);
+		if (!ret)
+			ret = write_extents(w, ino, ii, a0, sec, ss);
+	} else if (ret >= 0) {
+		ret = 0;
+	}
+	free(sec);
+	free(fe);
+	return ret;
+}
+
 /* the write itself; ii updated (size, nbytes), not stored */
 static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
 {
 	uint64_t isize = II_GET(size, ii), nsize = off + len > isize ? off + len : isize, a0, a1;
-	bool inl, inplace = false, whole;
+	bool inl, inplace = false, whole, tail;
 	uint8_t *win;
 	int ret;
 
@@ -815,12 +857,19 @@ static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, cons
 	}
 	a0 = round_down_ss(w, off);
 	a1 = round_up_ss(w, off + len);
+	/* a write that starts past the sector of the old EOF: that sector's bytes past it must not show */
+	tail = !inl && isize % ss_of(w) && a0 > round_down_ss(w, isize);
 	/* all the data room first: nothing changes unless the whole write fits */
-	ret = data_room(w, ino, ii, a0, a1 - a0 + (inl ? ss_of(w) : 0));
+	ret = data_room(w, ino, ii, a0, a1 - a0 + (inl || tail ? ss_of(w) : 0));
 	if (ret)
 		return ret;
 	if (inl) {
 		ret = uninline(w, ino, ii);
+		if (ret)
+			return ret;
+	}
+	if (tail) {
+		ret = zero_past(w, ino, ii, isize);
 		if (ret)
 			return ret;
 	}
@@ -933,30 +982,14 @@ int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
 			ret = uninline(w, ino, ii);
 	} else if (size < isize) {
 		ret = fsw_drop_extents(w, ino, ii, round_up_ss(w, size), UINT64_MAX);
-		if (!ret && size % ss) {
-			/* the last sector's bytes past the new EOF become zeros on disk */
-			uint64_t a0 = round_down_ss(w, size);
-			uint8_t *sec = calloc(1, ss);
-			struct ub_key k;
-			uint8_t *fe = malloc(UB_FE_SIZE + 4096);
-			uint32_t fsize;
-
-			if (!sec || !fe)
-				ret = -ENOMEM;
-			if (!ret)
-				ret = fsw_extent_at(w, ino, a0, &k, fe, &fsize);
-			if (ret == 0 && k.offset < a0 + ss) {
-				ret = read_range(w, ino, ii, a0, sec, size - a0);
-				if (!ret)
-					ret = fsw_drop_extents(w, ino, ii, a0, a0 + ss);
-				if (!ret)
-					ret = write_extents(w, ino, ii, a0, sec, ss);
-			} else if (ret > 0) {
-				ret = 0;
-			}
-			free(sec);
-			free(fe);
-		}
+		/* the last sector's bytes past the new EOF become zeros on disk */
+		if (!ret)
+			ret = zero_past(w, ino, ii, size);
+	} else if (isize % ss) {
+		/* growing: what lay past the old EOF in its sector must not show */
+		ret = data_room(w, ino, ii, round_down_ss(w, isize), ss);
+		if (!ret)
+			ret = zero_past(w, ino, ii, isize);
 	}
 	if (!ret)
 		II_SET(size, ii, size);
@@ -1059,9 +1092,9 @@ static int zero_range(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, int mode)
 {
 	uint8_t ii[UB_II_SIZE], *fe;
-	uint64_t a0, a1, pos;
+	uint64_t a0, a1, pos, isize;
 	struct fsw w;
-	bool inl;
+	bool inl, grow;
 	int ret;
 
 	/* the kernel's btrfs_fallocate: mode 0, KEEP_SIZE, PUNCH_HOLE (with KEEP_SIZE), ZERO_RANGE */
@@ -1089,10 +1122,17 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 		return ret;
 	a0 = round_down_ss(&w, off);
 	a1 = round_up_ss(&w, off + len);
+	isize = II_GET(size, ii);
+	/* growing: what lay past the old EOF in its sector must not show */
+	grow = !inl && !(mode & UB_FSW_FALLOC_KEEP_SIZE) && off + len > isize && isize % ss_of(&w);
 	/* the room for every hole first: nothing changes unless all of it fits */
 	ret = hole_room(&w, ino, a0, a1, inl);
+	if (!ret && grow)
+		ret = data_room(&w, ino, ii, round_down_ss(&w, isize), ss_of(&w));
 	if (!ret && inl)
 		ret = uninline(&w, ino, ii);
+	if (!ret && grow)
+		ret = zero_past(&w, ino, ii, isize);
 	if (ret)
 		return ret;
 	fe = malloc(UB_FE_SIZE + 4096);
