@@ -24,8 +24,8 @@
  *  - Bytes of the last sector past EOF are zero on disk after a truncate down
  *    (it rewrites that sector), but a filesystem the kernel wrote may hold
  *    old bytes there: growing a file rewrites that sector first, with zeros
- *    past the old EOF (zero_past), as the kernel's btrfs_cont_expand does, so
- *    growing never shows old data.
+ *    past the old EOF (fsw_zero_past), as the kernel's btrfs_cont_expand
+ *    does, so growing never shows old data.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -807,7 +807,7 @@ static int data_room(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t po
  * btrfs_cont_expand), since a filesystem the kernel wrote may hold old bytes
  * there. ii's size must be at least `size`.
  */
-static int zero_past(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
+int fsw_zero_past(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
 {
 	uint64_t ss = ss_of(w), a0 = round_down_ss(w, size);
 	uint8_t *sec, *fe;
@@ -869,7 +869,7 @@ static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, cons
 			return ret;
 	}
 	if (tail) {
-		ret = zero_past(w, ino, ii, isize);
+		ret = fsw_zero_past(w, ino, ii, isize);
 		if (ret)
 			return ret;
 	}
@@ -984,12 +984,12 @@ int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
 		ret = fsw_drop_extents(w, ino, ii, round_up_ss(w, size), UINT64_MAX);
 		/* the last sector's bytes past the new EOF become zeros on disk */
 		if (!ret)
-			ret = zero_past(w, ino, ii, size);
+			ret = fsw_zero_past(w, ino, ii, size);
 	} else if (isize % ss) {
 		/* growing: what lay past the old EOF in its sector must not show */
 		ret = data_room(w, ino, ii, round_down_ss(w, isize), ss);
 		if (!ret)
-			ret = zero_past(w, ino, ii, isize);
+			ret = fsw_zero_past(w, ino, ii, isize);
 	}
 	if (!ret)
 		II_SET(size, ii, size);
@@ -1132,7 +1132,7 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 	if (!ret && inl)
 		ret = uninline(&w, ino, ii);
 	if (!ret && grow)
-		ret = zero_past(&w, ino, ii, isize);
+		ret = fsw_zero_past(&w, ino, ii, isize);
 	if (ret)
 		return ret;
 	fe = malloc(UB_FE_SIZE + 4096);
