@@ -369,6 +369,8 @@ GROWS = {
     "truncate": lambda fd: os.ftruncate(fd, 3 * SECTOR + 100),
     "fallocate": lambda fd: T.fallocate(fd, 0, 2 * SECTOR, 2 * SECTOR),
     "zero_range": lambda fd: T.fallocate(fd, FALLOC_FL_ZERO_RANGE, 2 * SECTOR + 10, 3 * SECTOR),
+    # copy_file_range of whole sectors is a clone on both mounts
+    "clone": lambda fd, src: os.copy_file_range(src, fd, SECTOR, 0, 3 * SECTOR),
 }
 
 
@@ -377,7 +379,7 @@ def test_grow_hides_old_bytes_past_eof(ubtrfs_bin, scratch, how):
     """A file the kernel wrote may hold old bytes past EOF in its last sector (an older kernel, a
     crash): here the kernel writes two sectors of random bytes and the inode's size is then set to
     5000 on disk (craft.py). Growing the file through the mount (a write further on, truncate up,
-    fallocate, ZERO_RANGE) must show zeros from 5000 to the end of that sector, as the kernel's own
+    fallocate, ZERO_RANGE, a clone past the end) must show zeros from 5000 to the end of that sector, as the kernel's own
     mount of the same image does (its btrfs_cont_expand zeroes them); so must the kernel's mount of
     what ubtrfs left, and btrfs check is clean."""
     import craft as C
@@ -403,7 +405,13 @@ def test_grow_hides_old_bytes_past_eof(ubtrfs_bin, scratch, how):
         p = os.path.join(top, "f")
         fd = os.open(p, os.O_RDWR)
         try:
-            GROWS[how](fd)
+            if how == "clone":
+                with open(os.path.join(top, "g"), "w+b") as g:
+                    g.write(bytes(range(256)) * (SECTOR // 256))
+                    g.flush()
+                    assert GROWS[how](fd, g.fileno()) == SECTOR
+            else:
+                GROWS[how](fd)
         finally:
             os.close(fd)
         with open(p, "rb") as f:
