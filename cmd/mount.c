@@ -313,7 +313,7 @@ int cmd_mount(int argc, char **argv)
 	struct mount_opts mo = { .readahead_bytes = MOUNT_READAHEAD_DEFAULT, .max_inline = MOUNT_MAX_INLINE_UNSET };
 	struct mount_ctx mc = { 0 };
 	bool foreground = false;
-	uint64_t subvol, ino;
+	uint64_t subvol = 0, ino = 0;
 	int opt, ret;
 
 	open_args_init(&oa);
