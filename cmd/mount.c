@@ -384,9 +384,13 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 	committer_start(&cm, mc);
 	ret = fuse_session_loop_mt(se, &cfg) ? EXIT_FATAL : EXIT_OK;
 	committer_stop(&cm);
-	/* the session's destroy committed; a loop that ended otherwise (a signal) commits here */
-	if (mount_sync(mc))
-		ret = EXIT_FATAL;
+	/*
+	 * The session's destroy committed; a loop that ended otherwise (a signal)
+	 * commits here. A mount that a device failed (read-only since, said in the
+	 * log) lost what came after its last commit: problems, not a clean exit.
+	 */
+	if (mount_sync(mc) && ret == EXIT_OK)
+		ret = EXIT_PROBLEMS;
 	fuse_remove_signal_handlers(se);
 out_unmount:
 	fuse_session_unmount(se);

@@ -57,7 +57,11 @@ int ub_txn_start(struct ub_engine *e, struct ub_txn **out);
 int ub_txn_commit(struct ub_txn *t);
 /* Forget every change of the transaction: the disk keeps the last commit. */
 void ub_txn_abort(struct ub_txn *t);
-/* Commit the running transaction if there is one (the one ub_fsw_begin hands out). */
+/*
+ * Commit the running transaction if there is one (the one ub_fsw_begin hands
+ * out). -EROFS on a broken engine, also with nothing running: the changes
+ * since the last commit are lost.
+ */
 int ub_engine_commit(struct ub_engine *e);
 
 /*

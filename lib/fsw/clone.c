@@ -133,6 +133,12 @@ int ub_fsw_clone_range(struct ub_txn *t, uint64_t src_subvol, uint64_t src_ino, 
 		if (ret < 0)
 			return ret;
 	}
+	/* a clone past the destination's end: what lay past its old EOF in that sector must not show */
+	if (dst_off > dsize && dsize % ss) {
+		ret = fsw_zero_past(&dw, dst_ino, dii, dsize);
+		if (ret)
+			return ret;
+	}
 	ret = collect(&sw, src_ino, src_off, src_off + alen, &v, &n);
 	if (ret)
 		return ret;

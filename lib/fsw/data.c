@@ -21,8 +21,11 @@
  *    references (its committed count plus this transaction's queued changes)
  *    reach zero, its checksums leave the csum tree: the commit frees the
  *    extent itself.
- *  - Bytes of the last sector past EOF are always zero on disk (truncate down
- *    rewrites that sector), so growing a file never shows old data.
+ *  - Bytes of the last sector past EOF are zero on disk after a truncate down
+ *    (it rewrites that sector), but a filesystem the kernel wrote may hold
+ *    old bytes there: growing a file rewrites that sector first, with zeros
+ *    past the old EOF (fsw_zero_past), as the kernel's btrfs_cont_expand
+ *    does, so growing never shows old data.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -728,7 +731,27 @@ int fsw_regular_inode(struct fsw *w, struct ub_txn *t, uint64_t subvol, uint64_t
  * from taking the room meanwhile, and the layout of what follows is the one
  * the write would have had anyway.
  */
+static int room_for_once(struct fsw *w, const uint64_t *sizes, size_t npieces, bool halve);
+
+/*
+ * Room for these pieces: reserved to see that they fit, and given back. Space
+ * this transaction freed is pinned until its commit, so a refusal commits once
+ * and asks again (the kernel's data space flush commits the same way when a
+ * reservation fails); nothing was changed before this check.
+ */
 static int room_for(struct fsw *w, const uint64_t *sizes, size_t npieces, bool halve)
+{
+	int ret = room_for_once(w, sizes, npieces, halve);
+
+	if (ret == -ENOSPC) {
+		ret = ub_txn_commit_keep(w->t);
+		if (!ret)
+			ret = room_for_once(w, sizes, npieces, halve);
+	}
+	return ret;
+}
+
+static int room_for_once(struct fsw *w, const uint64_t *sizes, size_t npieces, bool halve)
 {
 	uint64_t ss = ss_of(w), hints[3];
 	struct { uint64_t start, len; } *got = NULL;
@@ -815,11 +838,50 @@ static int data_room(struct fsw *w, uint64_t ino, const uint8_t *ii, uint64_t po
 	return ret;
 }
 
+/*
+ * The bytes of the sector holding `size` past it become zeros on disk, when
+ * an extent covers that sector (a hole or a PREALLOC extent reads as zeros
+ * anyway, and an inline extent ends at the size): after a truncate down, and
+ * before a file grows past `size` (the kernel's btrfs_truncate_block from
+ * btrfs_cont_expand), since a filesystem the kernel wrote may hold old bytes
+ * there. ii's size must be at least `size`.
+ */
+int fsw_zero_past(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
+{
+	uint64_t ss = ss_of(w), a0 = round_down_ss(w, size);
+	uint8_t *sec, *fe;
+	struct ub_key k;
+	uint32_t fsize;
+	int ret = 0;
+
+	if (size % ss == 0)
+		return 0;
+	sec = calloc(1, ss);
+	fe = malloc(UB_FE_SIZE + 4096);
+	if (!sec || !fe)
+		ret = -ENOMEM;
+	if (!ret)
+		ret = fsw_extent_at(w, ino, a0, &k, fe, &fsize);
+	if (ret == 0 && k.offset < a0 + ss && k.offset + FE_GET(num_bytes, fe) > a0 &&
+	    FE_GET(type, fe) == BTRFS_FILE_EXTENT_REG) {
+		ret = read_range(w, ino, ii, a0, sec, size - a0);
+		if (!ret)
+			ret = fsw_drop_extents(w, ino, ii, a0, a0 + ss);
+		if (!ret)
+			ret = write_extents(w, ino, ii, a0, sec, ss);
+	} else if (ret >= 0) {
+		ret = 0;
+	}
+	free(sec);
+	free(fe);
+	return ret;
+}
+
 /* the write itself; ii updated (size, nbytes), not stored */
 static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, const uint8_t *buf, uint64_t len)
 {
 	uint64_t isize = II_GET(size, ii), nsize = off + len > isize ? off + len : isize, a0, a1;
-	bool inl, inplace = false, whole;
+	bool inl, inplace = false, whole, tail;
 	uint8_t *win;
 	int ret;
 
@@ -834,12 +896,19 @@ static int do_write(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t off, cons
 	}
 	a0 = round_down_ss(w, off);
 	a1 = round_up_ss(w, off + len);
+	/* a write that starts past the sector of the old EOF: that sector's bytes past it must not show */
+	tail = !inl && isize % ss_of(w) && a0 > round_down_ss(w, isize);
 	/* all the data room first: nothing changes unless the whole write fits */
-	ret = data_room(w, ino, ii, a0, a1 - a0 + (inl ? ss_of(w) : 0));
+	ret = data_room(w, ino, ii, a0, a1 - a0 + (inl || tail ? ss_of(w) : 0));
 	if (ret)
 		return ret;
 	if (inl) {
 		ret = uninline(w, ino, ii);
+		if (ret)
+			return ret;
+	}
+	if (tail) {
+		ret = fsw_zero_past(w, ino, ii, isize);
 		if (ret)
 			return ret;
 	}
@@ -914,6 +983,13 @@ int ub_fsw_write_ex(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t of
 		ret = regular(&w, ino, ii);
 	if (ret)
 		return ret;
+	/*
+	 * The kernel never compresses a NODATACOW or NODATASUM file, whatever the
+	 * mount or the property asks (btrfs_inode_can_compress): a compressed
+	 * extent needs checksums, and btrfs check calls one without them bad.
+	 */
+	if (II_GET(flags, ii) & (UB_INODE_NODATACOW | UB_INODE_NODATASUM))
+		w.compress = 0;
 	if (len == 0)
 		return 0;
 	if (!buf || off + len < off || off + len > FSW_MAX_FILE_SIZE)
@@ -947,30 +1023,14 @@ int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size)
 			ret = uninline(w, ino, ii);
 	} else if (size < isize) {
 		ret = fsw_drop_extents(w, ino, ii, round_up_ss(w, size), UINT64_MAX);
-		if (!ret && size % ss) {
-			/* the last sector's bytes past the new EOF become zeros on disk */
-			uint64_t a0 = round_down_ss(w, size);
-			uint8_t *sec = calloc(1, ss);
-			struct ub_key k;
-			uint8_t *fe = malloc(UB_FE_SIZE + 4096);
-			uint32_t fsize;
-
-			if (!sec || !fe)
-				ret = -ENOMEM;
-			if (!ret)
-				ret = fsw_extent_at(w, ino, a0, &k, fe, &fsize);
-			if (ret == 0 && k.offset < a0 + ss) {
-				ret = read_range(w, ino, ii, a0, sec, size - a0);
-				if (!ret)
-					ret = fsw_drop_extents(w, ino, ii, a0, a0 + ss);
-				if (!ret)
-					ret = write_extents(w, ino, ii, a0, sec, ss);
-			} else if (ret > 0) {
-				ret = 0;
-			}
-			free(sec);
-			free(fe);
-		}
+		/* the last sector's bytes past the new EOF become zeros on disk */
+		if (!ret)
+			ret = fsw_zero_past(w, ino, ii, size);
+	} else if (isize % ss) {
+		/* growing: what lay past the old EOF in its sector must not show */
+		ret = data_room(w, ino, ii, round_down_ss(w, isize), ss);
+		if (!ret)
+			ret = fsw_zero_past(w, ino, ii, isize);
 	}
 	if (!ret)
 		II_SET(size, ii, size);
@@ -1073,9 +1133,9 @@ static int zero_range(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t 
 int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t off, uint64_t len, int mode)
 {
 	uint8_t ii[UB_II_SIZE], *fe;
-	uint64_t a0, a1, pos;
+	uint64_t a0, a1, pos, isize;
 	struct fsw w;
-	bool inl;
+	bool inl, grow;
 	int ret;
 
 	/* the kernel's btrfs_fallocate: mode 0, KEEP_SIZE, PUNCH_HOLE (with KEEP_SIZE), ZERO_RANGE */
@@ -1104,11 +1164,17 @@ int ub_fsw_fallocate(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t o
 		return ret;
 	a0 = round_down_ss(&w, off);
 	a1 = round_up_ss(&w, off + len);
-	fsw_note_change(&w, ino, ii, a0, a1);
+	isize = II_GET(size, ii);
+	/* growing: what lay past the old EOF in its sector must not show */
+	grow = !inl && !(mode & UB_FSW_FALLOC_KEEP_SIZE) && off + len > isize && isize % ss_of(&w);
 	/* the room for every hole first: nothing changes unless all of it fits */
 	ret = hole_room(&w, ino, a0, a1, inl);
+	if (!ret && grow)
+		ret = data_room(&w, ino, ii, round_down_ss(&w, isize), ss_of(&w));
 	if (!ret && inl)
 		ret = uninline(&w, ino, ii);
+	if (!ret && grow)
+		ret = fsw_zero_past(&w, ino, ii, isize);
 	if (ret)
 		return ret;
 	fe = malloc(UB_FE_SIZE + 4096);

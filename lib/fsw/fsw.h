@@ -103,6 +103,12 @@ int fsw_drop_extents(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t start, u
 /* write_compress.c: -E2BIG when it does not save a sector */
 int fsw_compress(int type, int level, const uint8_t *in, size_t len, uint32_t sectorsize, uint8_t *out, size_t *olen);
 int fsw_truncate_locked(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size);
+/*
+ * The bytes of the sector holding `size` past it become zeros on disk (a
+ * regular extent's sector rewritten): before a file grows past `size`, as the
+ * kernel's btrfs_cont_expand, since old bytes may lie there (data.c).
+ */
+int fsw_zero_past(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size);
 
 /* checksums as given (n sectors from bytenr) into the csum tree; every checksum of a range out of it */
 int fsw_csum_put(struct fsw *w, uint64_t bytenr, const uint8_t *sums, uint64_t n);

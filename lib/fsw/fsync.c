@@ -907,7 +907,8 @@ int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 	}
 	if (!ret)
 		ret = ub_log_sync(t);
-	if (ret == -EROFS || ret == -ENOMEM)
+	/* a device that failed a write fails the commit too: the caller makes the mount read-only */
+	if (ret == -EIO || ret == -EROFS || ret == -ENOMEM)
 		return ret;
 	if (ret) {
 		/* the log could not be made or written: the commit makes it durable instead (its reason said) */

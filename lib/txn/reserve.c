@@ -8,6 +8,7 @@
  * the way the kernel's would.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <unistd.h>
 #include "txn.h"
 
@@ -62,8 +63,13 @@ int ub_engine_commit(struct ub_engine *e)
 
 	if (ret)
 		return ret;
-	/* a transaction its owner left running is committed for it: the owner's lock goes with it */
-	ret = e->running ? ub_txn_commit(e->running) : 0;
+	/*
+	 * A transaction its owner left running is committed for it: the owner's
+	 * lock goes with it. With none running, a broken engine still answers
+	 * -EROFS: what was changed since the last commit was forgotten, so
+	 * "everything so far is durable" (fsync) would be a lie.
+	 */
+	ret = e->running ? ub_txn_commit(e->running) : ub_engine_broken(e) ? -EROFS : 0;
 	ub_fs_live_write_unlock(&e->fs);
 	return ret;
 }
@@ -116,9 +122,27 @@ int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub
 	return ret;
 }
 
+/*
+ * Whether the running transaction holds so much data space that only its
+ * commit settles that writes would run out while the commit would give much of
+ * it back: space it freed (pinned until the commit) and space it reserved (an
+ * extent written and dropped again in the transaction is given back only when
+ * the commit folds its references), together more than what is still free. A
+ * transaction may last long (fsyncs go through the log, commit= may be long):
+ * the kernel commits when space runs short too. Called between operations,
+ * when no reservation of an operation is in flight.
+ */
+static bool pinned_data_pressing(const struct ub_engine *e)
+{
+	struct ub_space_info si;
+
+	ub_alloc_space_info(e->alloc, BTRFS_BLOCK_GROUP_DATA, &si);
+	return si.pinned + si.reserved >= (1ULL << 20) && si.pinned + si.reserved >= si.avail;
+}
+
 static int begin_op_locked(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out)
 {
-	if (e->running && ub_txn_dirty_bytes(e->running) >= ub_engine_dirty_budget(e)) {
+	if (e->running && (ub_txn_dirty_bytes(e->running) >= ub_engine_dirty_budget(e) || pinned_data_pressing(e))) {
 		int ret = ub_engine_commit(e);
 
 		if (ret)
