@@ -879,15 +879,23 @@ int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 	uint8_t ii[UB_II_SIZE];
 	int ret;
 
-	ret = fsw_init_ro(&w, t, subvol);
+	/*
+	 * A commit being written (it gave the writer lock back) first: the log
+	 * follows it, what it holds is "the last commit" below, and its roots
+	 * are published by then (read here without the roots lock: no other
+	 * commit can be sealed while this thread holds the writer lock).
+	 */
+	ret = ub_log_wait_commits(t->e);
+	if (!ret)
+		ret = fsw_init_ro(&w, t, subvol);
 	if (!ret)
 		ret = fsw_inode_get(&w, ino, ii);
 	if (ret)
 		return ret;
 	(void)datasync; /* what fdatasync may skip is small here: the same log */
-	/* not changed since the last commit: durable once that commit is */
+	/* not changed since the last commit: durable, as that commit is */
 	if (II(transid, ii) < t->transid)
-		return ub_log_wait_commits(t->e);
+		return 0;
 	if (w.e->incompat & BTRFS_FEATURE_INCOMPAT_RAID56)
 		c.why = "RAID5/6 (stripes are written whole at the commit)";
 	else if (!w.fs->committed.bytenr || w.fs->committed.generation >= t->transid)

@@ -371,7 +371,8 @@ static int index_after(struct fsw *w, const struct ub_root *root, uint64_t dir, 
 
 int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index)
 {
-	uint64_t now, old;
+	struct ub_root last;
+	uint64_t now, old = 2;
 	int ret;
 
 	/*
@@ -381,8 +382,9 @@ int fsw_next_index(struct fsw *w, uint64_t dir, uint64_t *index)
 	 * before while the engine is open.
 	 */
 	ret = index_after(w, &w->fs->root, dir, &now);
-	if (!ret)
-		ret = index_after(w, &w->fs->committed, dir, &old);
+	/* a copy: a commit being written (without the writer lock) publishes its roots meanwhile */
+	if (!ret && ub_roots_committed(w->e->fs.roots, w->fs, &last) == 0)
+		ret = index_after(w, &last, dir, &old);
 	if (ret)
 		return ret;
 	*index = ub_engine_dir_index(w->e, w->subvol, dir, now > old ? now : old);
