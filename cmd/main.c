@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <string.h>
 #include "cmd.h"
+#include "ubtrfs/version.h"
 
 static const struct {
 	const char *name;
@@ -45,7 +46,7 @@ int main(int argc, char **argv)
 		return EXIT_OK;
 	}
 	if (!strcmp(argv[1], "--version")) {
-		printf("ubtrfs 0.1\n");
+		printf("ubtrfs %s\n", ub_version());
 		return EXIT_OK;
 	}
 	for (size_t i = 0; i < NCOMMANDS; i++)
