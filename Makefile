@@ -188,11 +188,13 @@ bench-cache: $(BUILD)/bench/bench_cache
 	truncate -s 256M $$d/img; mkfs.btrfs -q -f -n 4096 --rootdir $$d/src $$d/img >/dev/null; \
 	$(BUILD)/bench/bench_cache $$d/img 4
 
-# ---- man pages: scdoc sources in man/, rendered with the version ----
-$(BUILD)/man/%: man/%.scd include/ubtrfs/version.h
+# ---- man pages: scdoc sources in man/, rendered with the version; a line @OPEN_OPTIONS@ takes
+# man/open-options.inc, the options every command that opens a filesystem shares ----
+$(BUILD)/man/%: man/%.scd man/open-options.inc include/ubtrfs/version.h
 	@mkdir -p $(dir $@)
 	@command -v scdoc >/dev/null || { echo "scdoc is needed for the man pages (apt install scdoc)" >&2; exit 2; }
-	sed 's/@VERSION@/$(VERSION)/g' $< | scdoc > $@.tmp && mv $@.tmp $@
+	sed -e 's/@VERSION@/$(VERSION)/g' -e '/^@OPEN_OPTIONS@$$/{r man/open-options.inc' -e 'd;}' $< | scdoc > $@.tmp
+	mv $@.tmp $@
 man: $(MAN_PAGES)
 
 # ---- install (PREFIX, DESTDIR and the directories below may be given on the command line) ----
