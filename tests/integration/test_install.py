@@ -61,8 +61,14 @@ def sanitizer_flags(build):
 
 
 def make_vars(build):
-    return ["SAN=1"] if build.name == "build-san" else ["TSAN=1"] if build.name == "build-tsan" else \
+    """make's variables for `build`, with the compiler it was built with (its .flags file begins
+    with it), so that installing does not rebuild it with another."""
+    out = ["SAN=1"] if build.name == "build-san" else ["TSAN=1"] if build.name == "build-tsan" else \
         ["BUILD=" + build.name]
+    flags = build / ".flags"
+    if flags.is_file() and flags.read_text().split():
+        out.append("CC=" + flags.read_text().split()[0])
+    return out
 
 
 def make(build, *targets, timeout=900):

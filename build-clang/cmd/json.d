@@ -1,0 +1,3 @@
+build-clang/cmd/json.o: cmd/json.c cmd/json.h
+
+cmd/json.h:

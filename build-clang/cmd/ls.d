@@ -1,0 +1,24 @@
+build-clang/cmd/ls.o: cmd/ls.c cmd/cmd.h include/ubtrfs/fs.h \
+  include/ubtrfs/tree.h include/ubtrfs/format.h include/ubtrfs/api.h \
+  include/ubtrfs/volume.h include/ubtrfs/dev.h include/ubtrfs/log.h \
+  cmd/dirlist.h cmd/json.h
+
+cmd/cmd.h:
+
+include/ubtrfs/fs.h:
+
+include/ubtrfs/tree.h:
+
+include/ubtrfs/format.h:
+
+include/ubtrfs/api.h:
+
+include/ubtrfs/volume.h:
+
+include/ubtrfs/dev.h:
+
+include/ubtrfs/log.h:
+
+cmd/dirlist.h:
+
+cmd/json.h:

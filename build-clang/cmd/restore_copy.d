@@ -1,0 +1,22 @@
+build-clang/cmd/restore_copy.o: cmd/restore_copy.c cmd/restore.h \
+  cmd/cmd.h include/ubtrfs/fs.h include/ubtrfs/tree.h \
+  include/ubtrfs/format.h include/ubtrfs/api.h include/ubtrfs/volume.h \
+  include/ubtrfs/dev.h include/ubtrfs/log.h
+
+cmd/restore.h:
+
+cmd/cmd.h:
+
+include/ubtrfs/fs.h:
+
+include/ubtrfs/tree.h:
+
+include/ubtrfs/format.h:
+
+include/ubtrfs/api.h:
+
+include/ubtrfs/volume.h:
+
+include/ubtrfs/dev.h:
+
+include/ubtrfs/log.h:

@@ -1,0 +1,19 @@
+build-clang/cmd/umount.o: cmd/umount.c cmd/cmd.h include/ubtrfs/fs.h \
+  include/ubtrfs/tree.h include/ubtrfs/format.h include/ubtrfs/api.h \
+  include/ubtrfs/volume.h include/ubtrfs/dev.h include/ubtrfs/log.h
+
+cmd/cmd.h:
+
+include/ubtrfs/fs.h:
+
+include/ubtrfs/tree.h:
+
+include/ubtrfs/format.h:
+
+include/ubtrfs/api.h:
+
+include/ubtrfs/volume.h:
+
+include/ubtrfs/dev.h:
+
+include/ubtrfs/log.h:

@@ -1,0 +1,34 @@
+build-clang/lib/fs/file.o: lib/fs/file.c lib/fs/compress.h \
+  include/ubtrfs/fs.h include/ubtrfs/tree.h include/ubtrfs/format.h \
+  include/ubtrfs/api.h include/ubtrfs/volume.h include/ubtrfs/dev.h \
+  include/ubtrfs/log.h lib/fs/decomp_pool.h lib/fs/fs_priv.h \
+  lib/tree/tree_priv.h lib/volume/volume_priv.h lib/dev/dev_priv.h \
+  lib/fs/items.h
+
+lib/fs/compress.h:
+
+include/ubtrfs/fs.h:
+
+include/ubtrfs/tree.h:
+
+include/ubtrfs/format.h:
+
+include/ubtrfs/api.h:
+
+include/ubtrfs/volume.h:
+
+include/ubtrfs/dev.h:
+
+include/ubtrfs/log.h:
+
+lib/fs/decomp_pool.h:
+
+lib/fs/fs_priv.h:
+
+lib/tree/tree_priv.h:
+
+lib/volume/volume_priv.h:
+
+lib/dev/dev_priv.h:
+
+lib/fs/items.h:

@@ -1,0 +1,31 @@
+build-clang/lib/fs/fs_query.o: lib/fs/fs_query.c include/ubtrfs/devinfo.h \
+  include/ubtrfs/volume.h include/ubtrfs/dev.h include/ubtrfs/api.h \
+  include/ubtrfs/format.h include/ubtrfs/log.h include/ubtrfs/fsquery.h \
+  include/ubtrfs/fs.h include/ubtrfs/tree.h lib/fs/fs_priv.h \
+  lib/tree/tree_priv.h lib/volume/volume_priv.h lib/dev/dev_priv.h
+
+include/ubtrfs/devinfo.h:
+
+include/ubtrfs/volume.h:
+
+include/ubtrfs/dev.h:
+
+include/ubtrfs/api.h:
+
+include/ubtrfs/format.h:
+
+include/ubtrfs/log.h:
+
+include/ubtrfs/fsquery.h:
+
+include/ubtrfs/fs.h:
+
+include/ubtrfs/tree.h:
+
+lib/fs/fs_priv.h:
+
+lib/tree/tree_priv.h:
+
+lib/volume/volume_priv.h:
+
+lib/dev/dev_priv.h:

@@ -1,0 +1,29 @@
+build-clang/lib/fs/icursor.o: lib/fs/icursor.c lib/fs/items.h \
+  lib/fs/fs_priv.h include/ubtrfs/fs.h include/ubtrfs/tree.h \
+  include/ubtrfs/format.h include/ubtrfs/api.h include/ubtrfs/volume.h \
+  include/ubtrfs/dev.h include/ubtrfs/log.h lib/tree/tree_priv.h \
+  lib/volume/volume_priv.h lib/dev/dev_priv.h
+
+lib/fs/items.h:
+
+lib/fs/fs_priv.h:
+
+include/ubtrfs/fs.h:
+
+include/ubtrfs/tree.h:
+
+include/ubtrfs/format.h:
+
+include/ubtrfs/api.h:
+
+include/ubtrfs/volume.h:
+
+include/ubtrfs/dev.h:
+
+include/ubtrfs/log.h:
+
+lib/tree/tree_priv.h:
+
+lib/volume/volume_priv.h:
+
+lib/dev/dev_priv.h:

@@ -1,0 +1,20 @@
+build-clang/lib/volume/raw_scan.o: lib/volume/raw_scan.c \
+  lib/volume/volume_internal.h lib/volume/volume_priv.h \
+  lib/dev/dev_priv.h include/ubtrfs/dev.h include/ubtrfs/api.h \
+  include/ubtrfs/volume.h include/ubtrfs/format.h include/ubtrfs/log.h
+
+lib/volume/volume_internal.h:
+
+lib/volume/volume_priv.h:
+
+lib/dev/dev_priv.h:
+
+include/ubtrfs/dev.h:
+
+include/ubtrfs/api.h:
+
+include/ubtrfs/volume.h:
+
+include/ubtrfs/format.h:
+
+include/ubtrfs/log.h:

@@ -1,0 +1,18 @@
+build-clang/lib/volume/super_stripes.o: lib/volume/super_stripes.c \
+  lib/volume/volume_priv.h lib/dev/dev_priv.h include/ubtrfs/dev.h \
+  include/ubtrfs/api.h include/ubtrfs/volume.h include/ubtrfs/format.h \
+  include/ubtrfs/log.h
+
+lib/volume/volume_priv.h:
+
+lib/dev/dev_priv.h:
+
+include/ubtrfs/dev.h:
+
+include/ubtrfs/api.h:
+
+include/ubtrfs/volume.h:
+
+include/ubtrfs/format.h:
+
+include/ubtrfs/log.h:
