@@ -31,7 +31,7 @@ static void usage(FILE *f)
 		   "Commands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
-	fprintf(f, "\n'ubtrfs COMMAND --help' describes a command.\n"
+	fprintf(f, "\n'ubtrfs COMMAND --help' describes a command, 'ubtrfs --version' prints the version.\n"
 		   "Exit codes: 0 success, 1 problems found or data partly unreadable, 2 usage or fatal error.\n");
 }
 

@@ -463,7 +463,7 @@ def test_man_pages_list_every_option_of_help(installed, ubtrfs_bin):
     expected_pages = {"ubtrfs.8"} | {"ubtrfs-%s.8" % c for c in cmds}
     assert pages == expected_pages, "man pages %s, commands %s" % (sorted(pages), cmds)
     top = man_terms(installed.man8 / "ubtrfs.8")
-    assert "--no-scan" in top and "--verbose" in top, sorted(top)
+    assert {"--version", "--help", "--no-scan", "--verbose"} <= top, sorted(top)
     for c in cmds:
         if c not in top:
             problems.append("ubtrfs(8) does not describe the command %s" % c)
