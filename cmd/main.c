@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <string.h>
 #include "cmd.h"
+#include "ubtrfs/version.h"
 
 static const struct {
 	const char *name;
@@ -30,7 +31,7 @@ static void usage(FILE *f)
 		   "Commands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
-	fprintf(f, "\n'ubtrfs COMMAND --help' describes a command.\n"
+	fprintf(f, "\n'ubtrfs COMMAND --help' describes a command, 'ubtrfs --version' prints the version.\n"
 		   "Exit codes: 0 success, 1 problems found or data partly unreadable, 2 usage or fatal error.\n");
 }
 
@@ -45,7 +46,7 @@ int main(int argc, char **argv)
 		return EXIT_OK;
 	}
 	if (!strcmp(argv[1], "--version")) {
-		printf("ubtrfs 0.1\n");
+		printf("ubtrfs %s\n", ub_version());
 		return EXIT_OK;
 	}
 	for (size_t i = 0; i < NCOMMANDS; i++)

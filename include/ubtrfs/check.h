@@ -16,6 +16,9 @@
 #include <stdint.h>
 #include "ubtrfs/fs.h"
 #include "ubtrfs/log.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 /* Classes of problems, in the order the checker runs them (new classes go before OTHER). */
 enum ub_chk_class {
@@ -106,5 +109,7 @@ int ub_checker_supers(struct ub_checker *c, const char *const *paths, int npaths
 /* The checks that need the open filesystem: tree blocks, chunks. 0, or -errno when a pass could not run. */
 int ub_checker_run(struct ub_checker *c, struct ub_fs *fs);
 void ub_checker_summary(const struct ub_checker *c, struct ub_chk_summary *out);
+
+UB_API_END
 
 #endif

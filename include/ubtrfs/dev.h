@@ -16,6 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 /* A device: the library's (lib/dev/dev_priv.h); a user holds a pointer. */
 struct ub_dev;
@@ -213,5 +216,7 @@ int ub_dev_open_nbd(const char *uri, bool writable, struct ub_dev **out);
 #define UB_DEV_IO_TIMEOUT_DEFAULT_MS 5000U
 void ub_dev_set_io_timeout(unsigned ms);
 unsigned ub_dev_io_timeout(void);
+
+UB_API_END
 
 #endif

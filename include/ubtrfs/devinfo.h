@@ -9,6 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "ubtrfs/volume.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 struct ub_volume_info {
 	char label[UB_LABEL_SIZE + 1]; /* as stored, NUL-terminated; may hold any other byte */
@@ -36,5 +39,7 @@ int ub_volume_get_info(const struct ub_volume *vol, struct ub_volume_info *out);
 const uint8_t *ub_volume_super(const struct ub_volume *vol);
 /* Every known device in devid order: *out is malloc'd (the caller frees it), *n its length. */
 int ub_volume_list_devices(const struct ub_volume *vol, struct ub_device_info **out, int *n);
+
+UB_API_END
 
 #endif

@@ -33,6 +33,9 @@
 #include "ubtrfs/dev.h"
 #include "ubtrfs/fs.h"
 #include "ubtrfs/log.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 struct ub_engine;
 struct ub_txn;
@@ -96,5 +99,7 @@ struct ub_fs *ub_engine_fs(struct ub_engine *e);
  * with ub_fs_close before the engine.
  */
 int ub_engine_view(struct ub_engine *e, struct ub_fs **out);
+
+UB_API_END
 
 #endif

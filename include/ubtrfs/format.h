@@ -11,12 +11,14 @@
 #ifndef UBTRFS_FORMAT_H
 #define UBTRFS_FORMAT_H
 
-#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <linux/btrfs.h>
 #include <linux/btrfs_tree.h>
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 #define UB_MAGIC 0x4D5F53665248425FULL /* "_BHRfS_M" */
 #define UB_SUPER_INFO_OFFSET 65536ULL
@@ -135,16 +137,16 @@ struct ub_disk_raid_stride {
 	__le64 devid, physical;
 } __attribute__((__packed__));
 
-_Static_assert(sizeof(struct ub_disk_super) == 4096, "superblock is 4096 bytes");
-_Static_assert(sizeof(struct ub_disk_root_backup) == 168, "backup root is 168 bytes");
-_Static_assert(sizeof(struct ub_disk_header) == 101, "tree block header is 101 bytes");
-_Static_assert(sizeof(struct ub_disk_item) == 25, "leaf item is 25 bytes");
-_Static_assert(sizeof(struct ub_disk_key_ptr) == 33, "key pointer is 33 bytes");
-_Static_assert(sizeof(struct btrfs_dev_item) == 98, "dev item is 98 bytes");
-_Static_assert(sizeof(struct btrfs_chunk) == 80, "chunk item (one stripe) is 80 bytes");
-_Static_assert(sizeof(struct btrfs_inode_item) == 160, "inode item is 160 bytes");
-_Static_assert(sizeof(struct btrfs_root_item) == 439, "root item is 439 bytes");
-_Static_assert(sizeof(struct btrfs_file_extent_item) == 53, "file extent item is 53 bytes");
+UB_STATIC_ASSERT(sizeof(struct ub_disk_super) == 4096, "superblock is 4096 bytes");
+UB_STATIC_ASSERT(sizeof(struct ub_disk_root_backup) == 168, "backup root is 168 bytes");
+UB_STATIC_ASSERT(sizeof(struct ub_disk_header) == 101, "tree block header is 101 bytes");
+UB_STATIC_ASSERT(sizeof(struct ub_disk_item) == 25, "leaf item is 25 bytes");
+UB_STATIC_ASSERT(sizeof(struct ub_disk_key_ptr) == 33, "key pointer is 33 bytes");
+UB_STATIC_ASSERT(sizeof(struct btrfs_dev_item) == 98, "dev item is 98 bytes");
+UB_STATIC_ASSERT(sizeof(struct btrfs_chunk) == 80, "chunk item (one stripe) is 80 bytes");
+UB_STATIC_ASSERT(sizeof(struct btrfs_inode_item) == 160, "inode item is 160 bytes");
+UB_STATIC_ASSERT(sizeof(struct btrfs_root_item) == 439, "root item is 439 bytes");
+UB_STATIC_ASSERT(sizeof(struct btrfs_file_extent_item) == 53, "file extent item is 53 bytes");
 
 #define UB_HEADER_SIZE ((uint32_t)sizeof(struct ub_disk_header))
 #define UB_ITEM_SIZE ((uint32_t)sizeof(struct ub_disk_item))
@@ -159,7 +161,18 @@ _Static_assert(sizeof(struct btrfs_file_extent_item) == 53, "file extent item is
  * The loads and stores below are the hottest code of every tree walk: for the
  * sizes fields have (n is a constant at every call) they are one unaligned
  * load or store and a byte swap where the host is big-endian, not a loop.
+ * The byte order comes from the compiler rather than <endian.h>, whose
+ * le64toh a strict -std=c11 or C++ caller of this header does not get.
  */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define UB_LE16_CPU(x) __builtin_bswap16(x)
+#define UB_LE32_CPU(x) __builtin_bswap32(x)
+#define UB_LE64_CPU(x) __builtin_bswap64(x)
+#else
+#define UB_LE16_CPU(x) (x)
+#define UB_LE32_CPU(x) (x)
+#define UB_LE64_CPU(x) (x)
+#endif
 static inline uint64_t ub_get_le(const void *p, size_t n)
 {
 	const uint8_t *b = (const uint8_t *)p;
@@ -171,17 +184,17 @@ static inline uint64_t ub_get_le(const void *p, size_t n)
 	case 2: {
 		uint16_t x;
 		memcpy(&x, b, 2);
-		return le16toh(x);
+		return UB_LE16_CPU(x);
 	}
 	case 4: {
 		uint32_t x;
 		memcpy(&x, b, 4);
-		return le32toh(x);
+		return UB_LE32_CPU(x);
 	}
 	case 8: {
 		uint64_t x;
 		memcpy(&x, b, 8);
-		return le64toh(x);
+		return UB_LE64_CPU(x);
 	}
 	default:
 		for (size_t i = n; i-- > 0;)
@@ -199,17 +212,17 @@ static inline void ub_put_le(void *p, size_t n, uint64_t v)
 		b[0] = (uint8_t)v;
 		return;
 	case 2: {
-		uint16_t x = htole16((uint16_t)v);
+		uint16_t x = UB_LE16_CPU((uint16_t)v);
 		memcpy(b, &x, 2);
 		return;
 	}
 	case 4: {
-		uint32_t x = htole32((uint32_t)v);
+		uint32_t x = UB_LE32_CPU((uint32_t)v);
 		memcpy(b, &x, 4);
 		return;
 	}
 	case 8: {
-		uint64_t x = htole64(v);
+		uint64_t x = UB_LE64_CPU(v);
 		memcpy(b, &x, 8);
 		return;
 	}
@@ -290,5 +303,7 @@ const char *ub_profile_name(uint64_t bg_flags);       /* "single", "DUP", "RAID1
 #define UB_UUID_STR_LEN 37
 /* 16 bytes -> "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (NUL-terminated). */
 void ub_uuid_str(const uint8_t *uuid, char out[UB_UUID_STR_LEN]);
+
+UB_API_END
 
 #endif

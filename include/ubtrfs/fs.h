@@ -13,6 +13,9 @@
 #include <stdint.h>
 #include "ubtrfs/tree.h"
 #include "ubtrfs/volume.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 struct ub_replay;
 
@@ -299,5 +302,7 @@ struct ub_subvol_info {
 };
 /* The ROOT_ITEM of subvolume `id`: 0, -ENOENT, -EUCLEAN (an item too short), <0. */
 int ub_subvol_info(struct ub_fs *fs, uint64_t id, struct ub_subvol_info *out);
+
+UB_API_END
 
 #endif

@@ -4,6 +4,9 @@
 #define UBTRFS_FSINFO_H
 
 #include "ubtrfs/fs.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 /* The volume under an open filesystem (for ubtrfs/devinfo.h); valid until ub_fs_close. */
 struct ub_volume *ub_fs_volume(const struct ub_fs *fs);
@@ -19,5 +22,7 @@ struct statvfs;
  * chunks from each present device's unallocated space): 0, or <0 (logged).
  */
 int ub_fs_statfs(struct ub_fs *fs, struct statvfs *out);
+
+UB_API_END
 
 #endif

@@ -13,6 +13,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "ubtrfs/fs.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 /*
  * BTRFS_IOC_TREE_SEARCH's question: the items of tree `tree` whose keys lie
@@ -72,5 +75,7 @@ struct ub_fiemap_extent {
 };
 typedef int (*ub_fiemap_fn)(void *arg, const struct ub_fiemap_extent *x);
 int ub_file_fiemap(struct ub_fs *fs, uint64_t subvol, uint64_t ino, uint64_t start, ub_fiemap_fn fn, void *arg);
+
+UB_API_END
 
 #endif

@@ -32,6 +32,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "ubtrfs/engine.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 
 /* rdev as the kernel stores it in the inode item (its internal dev_t): major << 20 | minor */
@@ -334,5 +337,7 @@ int ub_fsw_write_encoded(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64
  */
 int ub_fsw_set_flags(struct ub_txn *t, uint64_t subvol, uint64_t ino, uint64_t set, uint64_t clear);
 /* ---- end of the data prepared outside the transaction ---- */
+
+UB_API_END
 
 #endif

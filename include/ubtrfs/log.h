@@ -4,6 +4,9 @@
 #define UBTRFS_LOG_H
 
 #include <stdarg.h>
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 enum ub_log_level { UB_LOG_ERROR = 0, UB_LOG_WARN = 1, UB_LOG_INFO = 2, UB_LOG_DEBUG = 3 };
 
@@ -23,5 +26,7 @@ void ub_logf(const struct ub_log *log, enum ub_log_level lvl, const char *fmt, .
 #define ub_err(log, ...) ub_logf((log), UB_LOG_ERROR, __VA_ARGS__)
 #define ub_warn(log, ...) ub_logf((log), UB_LOG_WARN, __VA_ARGS__)
 #define ub_info(log, ...) ub_logf((log), UB_LOG_INFO, __VA_ARGS__)
+
+UB_API_END
 
 #endif

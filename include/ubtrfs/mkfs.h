@@ -12,6 +12,9 @@
 #include "ubtrfs/dev.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/log.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 /* a profile option left unset: the default for the number of devices */
 #define UB_MKFS_PROFILE_DEFAULT (~0ULL)
@@ -111,5 +114,7 @@ int ub_mkfs_rootdir(const char *const *paths, int npaths, const char *dir, int c
 
 /* "zlib", "lzo", "zstd", optionally ":LEVEL" (zlib 1-9, zstd 1-15, lzo none): UB_COMPRESS_*, level (0: default) */
 int ub_mkfs_parse_compress(const char *s, int *compress, int *level);
+
+UB_API_END
 
 #endif

@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ubtrfs/fs.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 /* The trees a usable root tree must name, in this order in ub_root_probe.trees. */
 enum { UB_PROBE_EXTENT, UB_PROBE_CSUM, UB_PROBE_FS, UB_PROBE_DEV, UB_PROBE_NTREES };
@@ -107,5 +110,7 @@ int ub_fs_loose_csum_leaf(struct ub_fs *fs, const struct ub_eb *leaf);
  */
 int ub_find_roots(struct ub_fs *fs, bool scan, ub_scan_progress_fn progress, void *arg,
 		  struct ub_root_candidate **out, size_t *n);
+
+UB_API_END
 
 #endif

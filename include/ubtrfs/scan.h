@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include "ubtrfs/format.h"
 #include "ubtrfs/log.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 struct ub_scan_dev {
 	char *path;
@@ -44,5 +47,7 @@ void ub_scan_free(struct ub_scan *scan);
 
 /* One device's filesystem: fsid, its own devid and how many devices the filesystem has (0 or -errno). */
 int ub_scan_identify(const char *path, const struct ub_log *log, uint8_t *fsid, uint64_t *devid, uint64_t *num_devices);
+
+UB_API_END
 
 #endif

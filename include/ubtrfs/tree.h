@@ -13,6 +13,9 @@
 #include <stdint.h>
 #include "ubtrfs/format.h"
 #include "ubtrfs/volume.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 /*
  * The library's structures (lib/tree/tree_priv.h): a user holds pointers.
@@ -180,5 +183,7 @@ int ub_tree_walk(struct ub_tree_ctx *tc, const struct ub_root *root, struct ub_b
 void ub_tree_readahead(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n);
 /* The same for every mirrored copy (DUP, RAID1*, RAID10), for a reader that verifies each: a checker. */
 void ub_tree_readahead_copies(struct ub_tree_ctx *tc, const struct ub_eb *parent, int slot, int n);
+
+UB_API_END
 
 #endif

@@ -16,6 +16,9 @@
 #include "ubtrfs/dev.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/log.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
 
 /* ---- superblock (lib/volume/super.c) ---- */
 
@@ -75,5 +78,7 @@ int ub_volume_map(const struct ub_volume *vol, uint64_t logical, int mirror, uin
 
 /* "copy M (devid D PATH physical P)" for messages; PATH is "missing" for an absent device. */
 void ub_volume_describe_copy(const struct ub_volume *vol, uint64_t logical, int mirror, char *out, size_t len);
+
+UB_API_END
 
 #endif

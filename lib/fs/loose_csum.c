@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "ubtrfs/rootscan.h"
 #include "fs_priv.h"
 #include "items.h"
 

@@ -3,7 +3,7 @@
 
 mkfs.btrfs makes a RAID5 (3 devices) and a RAID6 (4 devices) data profile;
 the kernel writes a nodatacow (so nodatasum) file; then a test tool
-(tests/tools/ub_volwrite.c, built here against the library under test)
+(tests/tools/ub_volwrite.c, built by make against the library under test)
 rewrites ranges of the file's extent through ub_volume_write, ranges that
 start and end inside full stripes so that the data strips they do not cover
 are read back and P/Q recomputed. The referees:
@@ -20,10 +20,7 @@ import fcntl
 import itertools
 import os
 import random
-import re
-import shlex
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,27 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 IMAGE_SIZE = 256 << 20
 FILE_SIZE = 1 << 20
 FS_IOC_FIEMAP = 0xC020660B
-
-
-def build_tool(outdir):
-    """tests/tools/ub_volwrite.c against the library next to the binary under test."""
-    build = Path(os.environ.get("UBTRFS", str(REPO / "build" / "ubtrfs"))).resolve().parent
-    lib = build / "libubtrfs.a"
-    if not lib.is_file():
-        pytest.skip("library under test not built: %s" % lib)
-    # every library the Makefile links (LIBS := ..., then blocks that append LIBS += ...)
-    libs = []
-    for m in re.finditer(r"^LIBS\s*[:+]?=\s*(.*)$", (REPO / "Makefile").read_text(), re.M):
-        v = m.group(1).strip()
-        sh = re.fullmatch(r"\$\(shell (.*)\)", v)
-        libs += (subprocess.run(sh.group(1).split(), check=True, capture_output=True).stdout.decode() if sh else v).split()
-    flags = ["-std=gnu11", "-O1", "-g", "-D_GNU_SOURCE", "-D_FILE_OFFSET_BITS=64",
-             "-I" + str(REPO / "include"), "-I" + str(REPO / "lib")]
-    if build.name == "build-san":
-        flags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
-    out = Path(outdir) / "ub_volwrite"
-    T.run(["cc"] + flags + ["-o", str(out), str(REPO / "tests" / "tools" / "ub_volwrite.c"), str(lib)] + libs)
-    return str(out)
 
 
 def fiemap(path):
@@ -87,7 +63,7 @@ def logical_of(extents, off, length):
 def test_kernel_reads_what_volume_write_wrote(scratch, profile, ndevs):
     work = Path(scratch) / ("volwrite-%s" % profile)
     work.mkdir()
-    tool = build_tool(work)
+    tool = str(T.test_tool("ub_volwrite"))
     images = []
     for i in range(ndevs):
         p = work / ("d%d.img" % i)
