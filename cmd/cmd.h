@@ -74,6 +74,7 @@ int cmd_ls(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_filesystem(int argc, char **argv);
 int cmd_subvolume(int argc, char **argv);
+int cmd_balance(int argc, char **argv);
 int cmd_mkfs(int argc, char **argv);
 int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);

@@ -319,6 +319,55 @@ static bool bg_serves(const struct ub_bg *bg, uint64_t req)
 	return (bg->flags & req) == req;
 }
 
+/* A group's profile as a convert target names it (single has its own bit there). */
+static uint64_t bg_profile(const struct ub_bg *bg)
+{
+	uint64_t p = bg->flags & BTRFS_BLOCK_GROUP_PROFILE_MASK;
+
+	return p ? p : BTRFS_AVAIL_ALLOC_BIT_SINGLE;
+}
+
+/* The group may take new extents of `req` now: its type, not being relocated. */
+static bool bg_takes(const struct ub_bg *bg, uint64_t req)
+{
+	return bg_serves(bg, req) && !bg->ro;
+}
+
+/*
+ * During a convert the target profile's groups are taken first, the others
+ * only when those are full (as the kernel's find_free_extent goes through
+ * the wanted profile's groups first): the chunks a convert needs are added in
+ * the target profile (ub_alloc_usable and ub_alloc_need_chunk count its
+ * groups only), but the first of them can still be placed with the old
+ * profile's space.
+ */
+static bool bg_preferred(const struct ub_alloc *a, const struct ub_bg *bg, uint64_t req)
+{
+	uint64_t target = a->target[type_index(req)];
+
+	return bg_takes(bg, req) && (!target || bg_profile(bg) == target);
+}
+
+int ub_alloc_set_ro(struct ub_alloc *a, uint64_t start, bool ro)
+{
+	struct ub_bg *bg = ub_alloc_find_bg(a, start);
+
+	if (!bg || bg->start != start)
+		return -ENOENT;
+	bg->ro = ro;
+	return 0;
+}
+
+void ub_alloc_set_target(struct ub_alloc *a, uint64_t type, uint64_t profile)
+{
+	a->target[type_index(type & TYPE_BITS)] = profile;
+}
+
+uint64_t ub_alloc_target(const struct ub_alloc *a, uint64_t type)
+{
+	return a->target[type_index(type & TYPE_BITS)];
+}
+
 int ub_alloc_reserve(struct ub_alloc *a, uint64_t type, uint64_t len, uint64_t hint, uint64_t *start)
 {
 	uint64_t req = type & TYPE_BITS;
@@ -336,12 +385,16 @@ int ub_alloc_reserve(struct ub_alloc *a, uint64_t type, uint64_t len, uint64_t h
 	int first = bg_floor(a, hint);
 	if (first < 0)
 		first = 0;
-	/* the hint's group from the hint, then every group, then the hint's group from its start */
-	for (int step = 0; step <= a->nbgs; step++) {
-		struct ub_bg *bg = a->bgs[(first + step) % a->nbgs];
-		if (!bg_serves(bg, req) || bg->avail.bytes < len)
+	/* the hint's group from the hint, then every group, then the hint's group from its start;
+	 * during a convert, all of that in the target's groups first */
+	for (int step = 0; step <= 2 * a->nbgs + 1; step++) {
+		bool second = step > a->nbgs;
+		struct ub_bg *bg = a->bgs[(first + step % (a->nbgs + 1)) % a->nbgs];
+		if (second && !a->target[ti])
+			break;
+		if (!(second ? bg_takes(bg, req) : bg_preferred(a, bg, req)) || bg->avail.bytes < len)
 			continue;
-		uint64_t from = (step == 0 && hint > bg->start) ? hint : bg->start;
+		uint64_t from = (step % (a->nbgs + 1) == 0 && hint > bg->start) ? hint : bg->start;
 		struct fit_arg f = { bg, align, meta };
 		uint64_t s;
 		int r = ub_rs_find(&bg->avail, from, len, bg->full_stripe ? fit_raid56 : fit_plain, &f, &s);
@@ -758,7 +811,10 @@ void ub_alloc_space_info(const struct ub_alloc *a, uint64_t type, struct ub_spac
 		out->reserved += bg->reserved.bytes;
 		out->pinned += bg->pinned;
 		out->super += bg->super;
-		out->avail += bg->avail.bytes;
+		if (bg->ro)
+			out->readonly += bg->avail.bytes;
+		else
+			out->avail += bg->avail.bytes;
 		out->nr_groups++;
 	}
 }
@@ -768,7 +824,7 @@ uint64_t ub_alloc_usable(const struct ub_alloc *a, uint64_t type)
 	uint64_t req = type & TYPE_BITS, sum = 0;
 	for (int i = 0; i < a->nbgs; i++) {
 		const struct ub_bg *bg = a->bgs[i];
-		if (!req || !bg_serves(bg, req))
+		if (!req || !bg_preferred(a, bg, req))
 			continue;
 		if (!bg->full_stripe) {
 			sum += bg->avail.bytes;
@@ -804,7 +860,22 @@ bool ub_alloc_need_chunk(const struct ub_alloc *a, uint64_t type)
 		return true;
 	if (req & BTRFS_BLOCK_GROUP_DATA && !(req & BTRFS_BLOCK_GROUP_METADATA))
 		return false; /* data: on demand, when a reservation fails */
-	uint64_t busy = si.used + si.reserved + si.pinned + si.super;
+	uint64_t busy = si.used + si.reserved + si.pinned + si.super + si.readonly;
+	if (a->target[type_index(req)]) {
+		/* a convert: only the target profile's groups count */
+		uint64_t total = 0;
+
+		busy = 0;
+		for (int i = 0; i < a->nbgs; i++) {
+			const struct ub_bg *bg = a->bgs[i];
+
+			if (!bg_preferred(a, bg, req))
+				continue;
+			total += bg->length;
+			busy += bg->length - bg->avail.bytes;
+		}
+		return total == 0 || busy + 2 * FIRST_MB >= total / 10 * 8;
+	}
 	return busy + 2 * FIRST_MB >= si.total / 10 * 8;
 }
 
@@ -818,6 +889,7 @@ static void fill_info(const struct ub_bg *bg, struct ub_bg_info *out)
 	out->pinned = bg->pinned;
 	out->reserved = bg->reserved.bytes;
 	out->full_stripe = bg->full_stripe;
+	out->ro = bg->ro;
 }
 
 int ub_alloc_bg_info(const struct ub_alloc *a, uint64_t logical, struct ub_bg_info *out)

@@ -218,6 +218,7 @@ struct ub_space_info {
 	uint64_t pinned;   /* freed this transaction */
 	uint64_t super;    /* superblock mirror stripes not otherwise used */
 	uint64_t avail;    /* what reserve could hand out now (RAID5/6 rule not subtracted) */
+	uint64_t readonly; /* free bytes of groups being relocated (in total, never handed out) */
 	int nr_groups;
 };
 void ub_alloc_space_info(const struct ub_alloc *a, uint64_t type, struct ub_space_info *out);
@@ -233,7 +234,23 @@ bool ub_alloc_need_chunk(const struct ub_alloc *a, uint64_t type);
 struct ub_bg_info {
 	uint64_t start, length, flags, used, super, pinned, reserved;
 	uint64_t full_stripe; /* RAID5/6: bytes of logical space per full stripe; 0 otherwise */
+	bool ro;              /* being relocated */
 };
+/*
+ * Relocation (a balance, a device removal): a read-only group hands nothing
+ * out (its free bytes count as readonly, not avail) while its extents move
+ * elsewhere. 0 or -ENOENT (no group starts at `start`).
+ */
+int ub_alloc_set_ro(struct ub_alloc *a, uint64_t start, bool ro);
+/*
+ * A convert: from now on space of `type`'s kind comes only from groups of
+ * `profile` (and new chunks get it: ub_chunk_profile_for); profile 0 ends it.
+ * `profile` is a BTRFS_BLOCK_GROUP_* profile bit, or BTRFS_AVAIL_ALLOC_BIT_SINGLE
+ * for single.
+ */
+void ub_alloc_set_target(struct ub_alloc *a, uint64_t type, uint64_t profile);
+/* The target set above for `type`'s kind, 0 when none. */
+uint64_t ub_alloc_target(const struct ub_alloc *a, uint64_t type);
 /* The block group containing `logical`: 0 or -ENOENT. */
 int ub_alloc_bg_info(const struct ub_alloc *a, uint64_t logical, struct ub_bg_info *out);
 /* Iterate groups in address order: the first group starting at or after `pos`; 0, or 1 at the end. */

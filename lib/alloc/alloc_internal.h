@@ -18,6 +18,7 @@ struct ub_bg {
 	uint64_t pinned;   /* bytes pinned in the group */
 	uint64_t full_stripe; /* RAID5/6: logical bytes per full stripe, else 0 */
 	bool dirty, is_new, fst_bitmaps;
+	bool ro;           /* being relocated (ub_alloc_set_ro): nothing new goes in */
 	struct ub_range_set free;        /* committed free (free space tree view) */
 	struct ub_range_set avail;       /* may be handed out now */
 	struct ub_range_set reserved;    /* reserved, not accounted */
@@ -46,6 +47,7 @@ struct ub_alloc {
 	} *waiting;
 	int nwaiting, capwaiting;
 	uint64_t last[3]; /* next-fit hints: data, metadata, system */
+	uint64_t target[3]; /* a balance's convert: the profile new space of each type takes (0: none) */
 	/* chunk_alloc.c: what the running transaction's new chunks changed outside the trees */
 	struct ub_chunk_undo *undo;
 	uint64_t chunks_added[3]; /* data, metadata, system (statistics) */

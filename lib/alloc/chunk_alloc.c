@@ -116,6 +116,8 @@ uint64_t ub_chunk_profile_for(const struct ub_alloc *a, const struct ub_volume *
 	bool any = false;
 
 	kind &= KIND_BITS;
+	if (ub_alloc_target(a, kind))
+		return ub_alloc_target(a, kind) == BTRFS_AVAIL_ALLOC_BIT_SINGLE ? 0 : ub_alloc_target(a, kind);
 	while (ub_alloc_next_bg(a, pos, &bi) == 0) {
 		pos = bi.start + bi.length;
 		if ((bi.flags & KIND_BITS) == kind) {

@@ -129,6 +129,51 @@ int ub_inline_ref_find(const uint8_t *item, uint32_t size, const struct ub_ref *
 	return 1;
 }
 
+int ub_inline_ref_next(const uint8_t *item, uint32_t size, uint32_t *pos, struct ub_ref *r, uint32_t *count)
+{
+	uint32_t rsize;
+
+	if (*pos >= size)
+		return 1;
+	rsize = ub_ref_inline_size(item[*pos]);
+	if (!rsize || size - *pos < rsize)
+		return -EUCLEAN;
+	inline_ref_read(item + *pos, r, count);
+	*pos += rsize;
+	return 0;
+}
+
+int ub_keyed_ref_read(const struct ub_key *key, const uint8_t *data, uint32_t size, struct ub_ref *r,
+		      uint32_t *count)
+{
+	*r = (struct ub_ref){ .type = key->type };
+	*count = 1;
+	switch (key->type) {
+	case BTRFS_TREE_BLOCK_REF_KEY:
+		r->root = key->offset;
+		return 0;
+	case BTRFS_SHARED_BLOCK_REF_KEY:
+		r->parent = key->offset;
+		return 0;
+	case BTRFS_SHARED_DATA_REF_KEY:
+		if (size < sizeof(struct btrfs_shared_data_ref))
+			return -EUCLEAN;
+		r->parent = key->offset;
+		*count = (uint32_t)UB_GET(btrfs_shared_data_ref, count, data);
+		return 0;
+	case BTRFS_EXTENT_DATA_REF_KEY:
+		if (size < sizeof(struct btrfs_extent_data_ref))
+			return -EUCLEAN;
+		r->root = UB_GET(btrfs_extent_data_ref, root, data);
+		r->owner = UB_GET(btrfs_extent_data_ref, objectid, data);
+		r->offset = UB_GET(btrfs_extent_data_ref, offset, data);
+		*count = (uint32_t)UB_GET(btrfs_extent_data_ref, count, data);
+		return 0;
+	default:
+		return -EUCLEAN;
+	}
+}
+
 void ub_inline_ref_write(uint8_t *dst, const struct ub_ref *r, uint32_t count)
 {
 	UB_SET(btrfs_extent_inline_ref, type, dst, r->type);

@@ -55,6 +55,15 @@ static inline uint32_t ub_max_extent_item_size(uint32_t nodesize)
  * the end, an unknown type).
  */
 int ub_inline_ref_find(const uint8_t *item, uint32_t size, const struct ub_ref *r, uint32_t *pos, uint32_t *count);
+/*
+ * The inline refs one by one: *pos starts at `first` (UB_EXTENT_ITEM_SIZE, or
+ * past a tree_block_info); 0 with the ref at *pos (its count in *count) and
+ * *pos moved past it, 1 at the end, -EUCLEAN when a ref does not parse.
+ */
+int ub_inline_ref_next(const uint8_t *item, uint32_t size, uint32_t *pos, struct ub_ref *r, uint32_t *count);
+/* The reference a keyed ref item (key, body) describes, and its count: 0, or -EUCLEAN. */
+int ub_keyed_ref_read(const struct ub_key *key, const uint8_t *data, uint32_t size, struct ub_ref *r,
+		      uint32_t *count);
 /* Write inline ref `r` with `count` at `dst` (ub_ref_inline_size(r->type) bytes). */
 void ub_inline_ref_write(uint8_t *dst, const struct ub_ref *r, uint32_t count);
 /* Set the count of the inline ref at `p` (data refs only; block refs always count 1). */

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Library API: moving block groups (lib/fsw/relocate.c, balance.c;
+ * docs/balance.md). A balance relocates every block group its filters select
+ * (the kernel's balance filters, struct btrfs_balance_args of <linux/btrfs.h>)
+ * and, with a convert, writes what it moves in the target profile. Each group
+ * is committed once it is empty and removed: an interruption at any moment
+ * leaves a consistent filesystem, and running the balance again does what is
+ * left.
+ *
+ * Threads: as any change (ubtrfs/engine.h); a balance takes the writer lock
+ * for each move and gives it back between them, so a live filesystem goes on
+ * meanwhile.
+ */
+#ifndef UBTRFS_BALANCE_H
+#define UBTRFS_BALANCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <linux/btrfs.h>
+#include "ubtrfs/engine.h"
+#include "ubtrfs/api.h"
+
+UB_API_BEGIN
+
+struct ub_reloc_stats {
+	uint64_t extents;     /* extents moved */
+	uint64_t tree_blocks; /* of them, tree blocks */
+	uint64_t data_bytes;  /* bytes of data extents moved */
+};
+
+/*
+ * Move every extent of the block group starting at `start` elsewhere and
+ * remove the group. 0; -ENOENT (no group starts there); -ENOSPC (no room
+ * elsewhere: nothing lost, the group stays); -EIO (data with no good copy
+ * left: named; the group stays); other errors as a commit's.
+ */
+int ub_engine_relocate_group(struct ub_engine *e, uint64_t start, struct ub_reloc_stats *st);
+
+/* What a balance is asked: BTRFS_BALANCE_{DATA,METADATA,SYSTEM,FORCE} and the filters of each type. */
+struct ub_balance {
+	uint64_t flags;
+	struct btrfs_balance_args data, meta, sys;
+};
+
+struct ub_balance_progress {
+	uint64_t expected;   /* groups the filters selected */
+	uint64_t considered; /* groups looked at */
+	uint64_t completed;  /* groups relocated */
+	struct ub_reloc_stats moved;
+	uint64_t group;      /* the group being relocated (its start), 0 before the first */
+};
+
+/*
+ * The balance: the checks first (a convert's target needs as many devices as
+ * its profile does; reducing the redundancy of metadata or system needs
+ * BTRFS_BALANCE_FORCE; -EINVAL with a message otherwise, nothing changed),
+ * then each selected group from the highest address down, relocated. The
+ * `progress` callback (may be NULL) hears after each group; a nonzero return
+ * stops the balance there (-ECANCELED). *out (may be NULL) gets the totals.
+ */
+int ub_engine_balance(struct ub_engine *e, const struct ub_balance *b,
+		      int (*progress)(void *arg, const struct ub_balance_progress *p), void *arg,
+		      struct ub_balance_progress *out);
+
+/*
+ * Parse one type's filters as `btrfs balance start -d/-m/-s` spells them
+ * ("convert=raid1,soft,usage=50,devid=2,limit=3..."), into *args (zeroed
+ * first). 0, or -EINVAL with the reason in `why`.
+ */
+int ub_balance_parse_filters(const char *text, struct btrfs_balance_args *args, char *why, size_t whylen);
+
+UB_API_END
+
+#endif

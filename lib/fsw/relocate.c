@@ -1,0 +1,738 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Relocation: every extent of one block group moved elsewhere, so that the
+ * group can be removed (a balance, a convert, a device removal).
+ *
+ * The group is made read-only in the allocator first (nothing new goes in),
+ * then each extent it holds is moved in its own operation:
+ *
+ *  - A tree block is copied by the trees' own copy-on-write: a search with
+ *    copy-on-write for the block's first key, in a tree that reaches it,
+ *    copies every block of the path older than the running transaction, the
+ *    block among them, into space outside the group; the copy-on-write's
+ *    reference bookkeeping (shared blocks, full back references) is the one
+ *    every change uses. A block several trees share (snapshots) is reached
+ *    once per tree that still points at it, until none does.
+ *  - A data extent is read through the checked data path (every copy, parity,
+ *    checksums), written whole to a new extent, its checksums put for the new
+ *    range, and every file extent item that points at it changed to point at
+ *    the copy: the back references of the old extent say where (by tree,
+ *    inode and offset; or by the leaf, which is first made the tree's own by a
+ *    copy-on-write search, after which the reference is by tree). The file
+ *    extent items keep everything else (compression, offsets, sharing: every
+ *    reflink and snapshot ends up on the one copy).
+ *
+ * References are read from the extent tree of the running transaction with
+ * the queued changes of the transaction folded in (ub_dref_find), so that a
+ * move done earlier in the same transaction counts. The old extents' space is
+ * freed by the reference bookkeeping when their last reference goes, and the
+ * group, empty after the commit, is removed as the cleaner removes unused
+ * groups (ub_chunk_remove).
+ *
+ * What this does not do yet (docs/balance.md): keep a tree block several
+ * snapshots share shared (each tree gets its own copy of it, as a change
+ * through each tree would make); that costs metadata space, never data space.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsw/fsw.h"
+#include "txn/backref.h"
+#include "ubtrfs/balance.h"
+
+#define FE_GET(f, p) UB_GET(btrfs_file_extent_item, f, p)
+#define FE_SET(f, p, v) UB_SET(btrfs_file_extent_item, f, p, v)
+
+/* one live back reference of an extent and its count */
+struct lref {
+	struct ub_ref r;
+	int64_t count;
+};
+
+struct refs {
+	struct lref *a;
+	size_t n, cap;
+	bool found, is_data;
+	uint64_t num_bytes; /* data: the extent's length; tree blocks: nodesize */
+	int level;
+	uint64_t flags;
+};
+
+static void refs_free(struct refs *rs)
+{
+	free(rs->a);
+	memset(rs, 0, sizeof(*rs));
+}
+
+static int refs_add(struct refs *rs, const struct ub_ref *r, int64_t count)
+{
+	for (size_t i = 0; i < rs->n; i++) {
+		if (ub_ref_same(&rs->a[i].r, r)) {
+			rs->a[i].count += count;
+			return 0;
+		}
+	}
+	if (rs->n == rs->cap) {
+		size_t cap = rs->cap ? rs->cap * 2 : 8;
+		struct lref *a = realloc(rs->a, cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		rs->a = a;
+		rs->cap = cap;
+	}
+	rs->a[rs->n++] = (struct lref){ *r, count };
+	return 0;
+}
+
+/* A digest of the live references: a pass that leaves it unchanged made no progress. */
+static uint64_t refs_digest(const struct refs *rs)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (size_t i = 0; i < rs->n; i++) {
+		const struct lref *l = &rs->a[i];
+		uint64_t v[6] = { l->r.type, l->r.root, l->r.parent, l->r.owner, l->r.offset, (uint64_t)l->count };
+
+		if (l->count <= 0)
+			continue;
+		for (int j = 0; j < 6; j++)
+			h = (h ^ v[j]) * 1099511628211ULL + (uint64_t)i;
+	}
+	return h;
+}
+
+static int64_t refs_total(const struct refs *rs)
+{
+	int64_t t = 0;
+
+	for (size_t i = 0; i < rs->n; i++)
+		t += rs->a[i].count > 0 ? rs->a[i].count : 0;
+	return t;
+}
+
+/*
+ * The live back references of the extent at `bytenr`: its extent item's
+ * inline refs and keyed ref items in the running transaction's extent tree,
+ * with the transaction's queued changes added.
+ */
+static int extent_refs(struct ub_txn *t, uint64_t bytenr, struct refs *rs)
+{
+	struct ub_engine *e = t->e;
+	struct ub_key min = { bytenr, 0, 0 }, max = { bytenr, UINT8_MAX, UINT64_MAX }, k;
+	const struct ub_dref_head *h;
+	struct ub_tree_iter it;
+	const uint8_t *d;
+	uint32_t size;
+	int ret;
+
+	memset(rs, 0, sizeof(*rs));
+	ret = ub_tree_iter_start(&it, &e->fs.tc, &e->fs.extent_tree->root, &min, &max);
+	while (ret == 0 && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
+		struct ub_ref r;
+		uint32_t count, pos;
+
+		if (k.type == BTRFS_EXTENT_ITEM_KEY || k.type == BTRFS_METADATA_ITEM_KEY) {
+			if (size < UB_EXTENT_ITEM_SIZE) {
+				ret = -EUCLEAN;
+				break;
+			}
+			rs->found = true;
+			rs->flags = UB_GET(btrfs_extent_item, flags, d);
+			rs->is_data = (rs->flags & BTRFS_EXTENT_FLAG_DATA) != 0;
+			pos = UB_EXTENT_ITEM_SIZE;
+			if (k.type == BTRFS_METADATA_ITEM_KEY) {
+				rs->level = (int)k.offset;
+				rs->num_bytes = e->fs.vol->nodesize;
+			} else if (!rs->is_data) {
+				/* a tree block in the old form: a tree_block_info (first key, level) first */
+				if (size < UB_EXTENT_ITEM_SIZE + sizeof(struct btrfs_tree_block_info)) {
+					ret = -EUCLEAN;
+					break;
+				}
+				rs->level = UB_GET(btrfs_tree_block_info, level, d + UB_EXTENT_ITEM_SIZE);
+				rs->num_bytes = k.offset;
+				pos += (uint32_t)sizeof(struct btrfs_tree_block_info);
+			} else {
+				rs->num_bytes = k.offset;
+			}
+			while ((ret = ub_inline_ref_next(d, size, &pos, &r, &count)) == 0) {
+				ret = refs_add(rs, &r, count);
+				if (ret)
+					break;
+			}
+			if (ret < 0)
+				break;
+			ret = 0;
+			continue;
+		}
+		if (k.type != BTRFS_TREE_BLOCK_REF_KEY && k.type != BTRFS_SHARED_BLOCK_REF_KEY &&
+		    k.type != BTRFS_EXTENT_DATA_REF_KEY && k.type != BTRFS_SHARED_DATA_REF_KEY)
+			continue;
+		ret = ub_keyed_ref_read(&k, d, size, &r, &count);
+		if (!ret)
+			ret = refs_add(rs, &r, count);
+		if (ret)
+			break;
+	}
+	ub_tree_iter_end(&it);
+	if (ret < 0) {
+		if (ret == -EUCLEAN)
+			ub_err(&e->fs.log, "relocation: the back references of extent %" PRIu64
+			       " in the extent tree do not parse", bytenr);
+		refs_free(rs);
+		return ret;
+	}
+	h = ub_dref_find(t->refs, bytenr);
+	for (int i = 0; h && i < h->nrefs; i++) {
+		const struct ub_dref *q = &h->refs[i];
+		struct ub_ref r = { .type = q->type, .root = q->root, .parent = q->parent, .owner = q->objectid,
+				    .offset = q->offset };
+
+		if (h->new_extent)
+			rs->found = true;
+		ret = refs_add(rs, &r, q->delta);
+		if (ret) {
+			refs_free(rs);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* The tree object for root id `id`, as the engine has it. */
+static int tree_of(struct ub_engine *e, uint64_t id, struct ub_root **root)
+{
+	struct ub_eroot *er = ub_roots_find(e->fs.roots, id);
+	int ret = 0;
+
+	if (!er || !er->root.bytenr)
+		ret = ub_engine_root(e, id, &er);
+	if (ret) {
+		ub_err(&e->fs.log, "relocation: tree %" PRIu64 " is referenced but cannot be loaded (%s)", id,
+		       strerror(-ret));
+		return ret;
+	}
+	*root = &er->root;
+	return 0;
+}
+
+/* A tree that reaches the tree block at `bytenr` (of `level`): by its own reference or a parent's. */
+static int reaching_tree(struct ub_txn *t, uint64_t bytenr, int depth, uint64_t *tree)
+{
+	struct refs rs;
+	int ret;
+
+	if (depth > UB_MAX_LEVEL)
+		return -EUCLEAN;
+	ret = extent_refs(t, bytenr, &rs);
+	if (ret)
+		return ret;
+	ret = -ENOENT;
+	for (size_t i = 0; i < rs.n && ret; i++) {
+		if (rs.a[i].count > 0 && rs.a[i].r.type == BTRFS_TREE_BLOCK_REF_KEY) {
+			*tree = rs.a[i].r.root;
+			ret = 0;
+		}
+	}
+	for (size_t i = 0; i < rs.n && ret == -ENOENT; i++)
+		if (rs.a[i].count > 0 && rs.a[i].r.type == BTRFS_SHARED_BLOCK_REF_KEY)
+			ret = reaching_tree(t, rs.a[i].r.parent, depth + 1, tree);
+	refs_free(&rs);
+	return ret;
+}
+
+/* The first key of the tree block at `bytenr`, read as any reader reads it. */
+static int block_first_key(struct ub_engine *e, uint64_t bytenr, int level, struct ub_key *key)
+{
+	struct ub_expect exp = { .level = level, .slot = -1 };
+	struct ub_eb *eb;
+	int ret = ub_tree_read_block(&e->fs.tc, bytenr, &exp, &eb);
+
+	if (ret)
+		return ret;
+	/* an empty block is an empty tree's root: any key reaches it */
+	if (ub_eb_nritems(eb) == 0)
+		*key = (struct ub_key){ 0, 0, 0 };
+	else
+		ub_eb_item_key(eb, 0, key);
+	ub_eb_put(&e->fs.tc, eb);
+	return ret;
+}
+
+/*
+ * Copy-on-write down `tree` to `key`: every block of the path older than the
+ * running transaction is copied (the tree layer places copies through the
+ * allocator, which hands out nothing in a read-only group).
+ */
+static int cow_path(struct ub_txn *t, uint64_t tree, const struct ub_key *key)
+{
+	struct ub_root *root;
+	struct ub_path p;
+	int ret = tree_of(t->e, tree, &root);
+
+	if (ret)
+		return ret;
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(&t->e->fs.tc, ub_txn_ta(t), root, key, &p, 0, true);
+	ub_path_release(&p);
+	return ret < 0 ? ret : 0;
+}
+
+/*
+ * Make the tree block at `bytenr` no tree's: copy-on-write through each tree
+ * that still reaches it. A pass that changes nothing means the back
+ * references and the trees disagree: -EUCLEAN, named.
+ */
+static int move_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
+{
+	uint64_t before = 0;
+
+	for (int pass = 0;; pass++) {
+		struct ub_key key;
+		uint64_t tree, digest;
+		struct refs rs;
+		int64_t now;
+		int ret = extent_refs(t, bytenr, &rs);
+
+		if (ret)
+			return ret;
+		now = refs_total(&rs);
+		digest = refs_digest(&rs);
+		refs_free(&rs);
+		if (now <= 0)
+			return 0;
+		if ((pass && digest == before) || pass > 4096) {
+			ub_err(&t->e->fs.log, "relocation: tree block %" PRIu64 " (level %d) keeps %" PRId64
+			       " references that no copy-on-write through its trees takes away", bytenr, level, now);
+			return -EUCLEAN;
+		}
+		before = digest;
+		ret = reaching_tree(t, bytenr, 0, &tree);
+		if (ret == -ENOENT) {
+			ub_err(&t->e->fs.log, "relocation: tree block %" PRIu64 " is referenced, but no tree reaches it",
+			       bytenr);
+			return -EUCLEAN;
+		}
+		if (!ret)
+			ret = block_first_key(t->e, bytenr, level, &key);
+		if (!ret)
+			ret = cow_path(t, tree, &key);
+		if (ret)
+			return ret;
+	}
+}
+
+/* ---- data ---- */
+
+struct data_move {
+	struct ub_txn *t;
+	struct fsw w;
+	uint64_t old, len, new;
+	bool first_ref; /* no reference of the new extent queued yet: the next one says it is new */
+	bool changed;   /* a tree of the transaction was changed */
+	uint64_t moved;  /* references moved */
+};
+
+/* File extent items of inode `ino` in `tree` that point at the old extent with reference offset `off`. */
+static int move_data_ref(struct data_move *m, uint64_t tree, uint64_t ino, uint64_t off, int64_t count)
+{
+	struct ub_engine *e = m->t->e;
+	struct ub_key min = { ino, BTRFS_EXTENT_DATA_KEY, off }, max = { ino, BTRFS_EXTENT_DATA_KEY, UINT64_MAX }, k;
+	struct ub_root *root;
+	struct ub_tree_iter it;
+	const uint8_t *d;
+	uint32_t size;
+	uint64_t *keys = NULL;
+	size_t n = 0, cap = 0;
+	int ret = tree_of(e, tree, &root);
+
+	if (ret)
+		return ret;
+	/* the items first (the changes below copy leaves the iterator would be walking) */
+	ret = ub_tree_iter_start(&it, &e->fs.tc, root, &min, &max);
+	while (ret == 0 && (int64_t)n < count && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
+		uint8_t type;
+
+		if (size < UB_FE_SIZE)
+			continue;
+		type = (uint8_t)FE_GET(type, d);
+		if ((type != BTRFS_FILE_EXTENT_REG && type != BTRFS_FILE_EXTENT_PREALLOC) ||
+		    FE_GET(disk_bytenr, d) != m->old || k.offset - FE_GET(offset, d) != off)
+			continue;
+		if (n == cap) {
+			size_t c = cap ? cap * 2 : 8;
+			uint64_t *a = realloc(keys, c * sizeof(*a));
+
+			if (!a) {
+				ret = -ENOMEM;
+				break;
+			}
+			keys = a;
+			cap = c;
+		}
+		keys[n++] = k.offset;
+	}
+	ub_tree_iter_end(&it);
+	if (ret > 0)
+		ret = 0;
+	if (!ret && (int64_t)n != count) {
+		ub_err(&e->fs.log, "relocation: extent %" PRIu64 " has %" PRId64 " references from inode %" PRIu64
+		       " of tree %" PRIu64 " at offset %" PRIu64 ", its file extent items %zu", m->old, count, ino, tree,
+		       off, n);
+		ret = -EUCLEAN;
+	}
+	for (size_t i = 0; i < n && !ret; i++) {
+		struct ub_key key = { ino, BTRFS_EXTENT_DATA_KEY, keys[i] };
+		struct ub_path p;
+		uint8_t *fe;
+
+		ub_path_init(&p);
+		m->changed = true;
+		ret = ub_tree_search_slot(&e->fs.tc, ub_txn_ta(m->t), root, &key, &p, 0, true);
+		if (ret == 0) {
+			fe = ub_path_data_mut(&p, &size);
+			if (!fe || size < UB_FE_SIZE || FE_GET(disk_bytenr, fe) != m->old) {
+				ret = -EUCLEAN;
+			} else {
+				FE_SET(disk_bytenr, fe, m->new);
+				ub_path_mark_dirty(&p);
+			}
+		} else if (ret > 0) {
+			ret = -EUCLEAN;
+		}
+		ub_path_release(&p);
+		if (!ret)
+			ret = ub_dref_add_data(m->t->refs, m->new, m->len, tree, ino, off, 0, 1,
+					       m->first_ref ? UB_DREF_NEW_EXTENT : 0);
+		if (!ret) {
+			m->first_ref = false;
+			ret = ub_dref_add_data(m->t->refs, m->old, m->len, tree, ino, off, 0, -1, 0);
+		}
+		if (!ret)
+			m->moved++;
+	}
+	free(keys);
+	return ret;
+}
+
+/* Read the old extent checked, write it at the new place, checksums for the sectors that had them. */
+static int copy_data(struct data_move *m)
+{
+	struct ub_engine *e = m->t->e;
+	uint32_t ss = e->fs.vol->sectorsize, cs = e->fs.vol->csum_size;
+	uint64_t nsec = m->len / ss;
+	uint8_t *buf = malloc(m->len), *bad = malloc(nsec ? nsec : 1), *sums = NULL;
+	int ret;
+
+	if (!buf || !bad) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = ub_data_read(&e->fs, m->old, m->len, buf, true, bad, NULL);
+	for (uint64_t i = 0; !ret && i < nsec; i++) {
+		if (bad[i] == 1) {
+			ub_err(&e->fs.log, "relocation: data at logical %" PRIu64 " has no good copy left: the extent at %"
+			       PRIu64 " cannot be moved", m->old + i * ss, m->old);
+			ret = -EIO;
+		}
+	}
+	if (!ret)
+		ret = ub_volume_write(e->fs.vol, m->new, m->len, buf);
+	if (ret)
+		goto out;
+	/* from here the transaction's trees change: a failure must take the transaction down */
+	m->changed = true;
+	/* checksums for each run of sectors that had them (nodatasum data has none) */
+	sums = malloc(nsec * cs + 1);
+	if (!sums) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint64_t i = 0; i < nsec && !ret;) {
+		uint64_t j = i;
+
+		if (bad[i]) {
+			i++;
+			continue;
+		}
+		while (j < nsec && !bad[j]) {
+			uint8_t c[UB_CSUM_SIZE_MAX];
+
+			ret = ub_csum(e->fs.vol->csum_type, buf + j * ss, ss, c);
+			if (ret)
+				break;
+			memcpy(sums + (j - i) * cs, c, cs);
+			j++;
+		}
+		if (!ret)
+			ret = fsw_csum_put(&m->w, m->new + i * ss, sums, j - i);
+		i = j;
+	}
+out:
+	free(sums);
+	free(bad);
+	free(buf);
+	return ret;
+}
+
+static int move_data_extent(struct ub_txn *t, uint64_t bytenr, uint64_t len, bool *changed)
+{
+	struct data_move m = { .t = t, .old = bytenr, .len = len, .first_ref = true };
+	uint64_t before = 0;
+	int ret = fsw_init_ro(&m.w, t, BTRFS_FS_TREE_OBJECTID);
+
+	if (ret)
+		return ret;
+	for (int pass = 0;; pass++) {
+		struct refs rs;
+		int64_t now;
+
+		ret = extent_refs(t, bytenr, &rs);
+		if (ret)
+			break;
+		now = refs_total(&rs);
+		if (now <= 0) {
+			refs_free(&rs);
+			break;
+		}
+		if ((pass && refs_digest(&rs) == before) || pass > 4096) {
+			ub_err(&t->e->fs.log, "relocation: data extent %" PRIu64 " keeps %" PRId64
+			       " references that point at no file extent item", bytenr, now);
+			refs_free(&rs);
+			ret = -EUCLEAN;
+			break;
+		}
+		before = refs_digest(&rs);
+		if (!m.new) {
+			/* the copy, once: space outside the group (the allocator skips it), the bytes, the checksums;
+			 * a convert's target profile gets a chunk first if it has no room (else any group does) */
+			if (ub_alloc_target(t->e->alloc, BTRFS_BLOCK_GROUP_DATA)) {
+				struct ub_chunk_ctx cc;
+
+				ret = ub_txn_chunk_ctx(t, &cc);
+				if (!ret)
+					ret = ub_chunk_ensure_data(&cc, len);
+				if (ret == -ENOSPC)
+					ret = 0;
+			}
+			if (!ret)
+				ret = ub_txn_reserve_data(t, len, 0, &m.new);
+			if (!ret) {
+				ret = copy_data(&m);
+				if (ret) {
+					ub_alloc_unreserve(t->e->alloc, m.new, len);
+					m.new = 0;
+				}
+			}
+		}
+		/* the references by tree first; a shared leaf is made one tree's by a copy-on-write, then taken */
+		for (size_t i = 0; i < rs.n && !ret; i++) {
+			const struct lref *l = &rs.a[i];
+
+			if (l->count > 0 && l->r.type == BTRFS_EXTENT_DATA_REF_KEY)
+				ret = move_data_ref(&m, l->r.root, l->r.owner, l->r.offset, l->count);
+		}
+		for (size_t i = 0; i < rs.n && !ret; i++) {
+			const struct lref *l = &rs.a[i];
+			struct ub_key key;
+			uint64_t tree;
+
+			if (l->count <= 0 || l->r.type != BTRFS_SHARED_DATA_REF_KEY)
+				continue;
+			ret = reaching_tree(t, l->r.parent, 0, &tree);
+			if (ret == -ENOENT) {
+				ub_err(&t->e->fs.log, "relocation: leaf %" PRIu64 " holding extent %" PRIu64
+				       " is referenced by no tree", l->r.parent, bytenr);
+				ret = -EUCLEAN;
+			}
+			if (!ret)
+				ret = block_first_key(t->e, l->r.parent, 0, &key);
+			if (!ret) {
+				m.changed = true;
+				ret = cow_path(t, tree, &key);
+			}
+			break; /* the references changed: read them again */
+		}
+		refs_free(&rs);
+		if (ret)
+			break;
+	}
+	if (m.new && m.first_ref) {
+		/* nothing came to point at the copy: its space goes back (no reference queued owns it) */
+		ub_alloc_unreserve(t->e->alloc, m.new, len);
+	}
+	*changed = m.changed || m.moved;
+	return ret;
+}
+
+/* ---- a group ---- */
+
+struct extent_ref_list {
+	struct { uint64_t bytenr, len; int level; bool data; } *a;
+	size_t n, cap;
+};
+
+/* Every extent item in [start, start + len) of the running transaction's extent tree. */
+static int group_extents(struct ub_engine *e, uint64_t start, uint64_t len, struct extent_ref_list *out)
+{
+	struct ub_key min = { start, 0, 0 }, max = { start + len - 1, UINT8_MAX, UINT64_MAX }, k;
+	struct ub_tree_iter it;
+	const uint8_t *d;
+	uint32_t size;
+	int ret;
+
+	out->n = 0;
+	ret = ub_tree_iter_start(&it, &e->fs.tc, &e->fs.extent_tree->root, &min, &max);
+	while (ret == 0 && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
+		bool data;
+
+		if (k.type != BTRFS_EXTENT_ITEM_KEY && k.type != BTRFS_METADATA_ITEM_KEY)
+			continue;
+		if (size < UB_EXTENT_ITEM_SIZE) {
+			ret = -EUCLEAN;
+			break;
+		}
+		data = (UB_GET(btrfs_extent_item, flags, d) & BTRFS_EXTENT_FLAG_DATA) != 0;
+		if (out->n == out->cap) {
+			size_t c = out->cap ? out->cap * 2 : 64;
+			void *a = realloc(out->a, c * sizeof(*out->a));
+
+			if (!a) {
+				ret = -ENOMEM;
+				break;
+			}
+			out->a = a;
+			out->cap = c;
+		}
+		out->a[out->n].bytenr = k.objectid;
+		out->a[out->n].data = data;
+		out->a[out->n].len = k.type == BTRFS_METADATA_ITEM_KEY ? e->fs.vol->nodesize : k.offset;
+		out->a[out->n].level = k.type == BTRFS_METADATA_ITEM_KEY ? (int)k.offset
+			: (!data && size >= UB_EXTENT_ITEM_SIZE + sizeof(struct btrfs_tree_block_info))
+			? (int)UB_GET(btrfs_tree_block_info, level, d + UB_EXTENT_ITEM_SIZE) : 0;
+		out->n++;
+	}
+	ub_tree_iter_end(&it);
+	return ret < 0 ? ret : 0;
+}
+
+static int set_ro(struct ub_engine *e, uint64_t start, bool ro)
+{
+	struct ub_txn *t;
+	int ret = ub_engine_begin_op(e, 0, UB_CHUNK_OP_FREE, &t);
+
+	if (ret)
+		return ret;
+	ret = ub_alloc_set_ro(e->alloc, start, ro);
+	ub_engine_end_op(e);
+	return ret;
+}
+
+/* Give the group's pinned space back: commits until the allocator holds none of it (readers may hold it). */
+static int group_settled(struct ub_engine *e, uint64_t start, struct ub_bg_info *bi)
+{
+	int ret = 0;
+
+	for (int i = 0; i < 3 && !ret; i++) {
+		ret = ub_engine_commit(e);
+		if (ret)
+			break;
+		ret = ub_fs_live_write_lock(&e->fs);
+		if (ret)
+			break;
+		ret = ub_alloc_bg_info(e->alloc, start, bi);
+		ub_fs_live_write_unlock(&e->fs);
+		if (!ret && !bi->pinned && !bi->reserved)
+			break;
+	}
+	return ret;
+}
+
+int ub_engine_relocate_group(struct ub_engine *e, uint64_t start, struct ub_reloc_stats *st)
+{
+	struct extent_ref_list list = { 0 };
+	struct ub_bg_info bi;
+	struct ub_txn *t;
+	int ret;
+
+	if (!e || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	/* what the running transaction put in the group is committed first: it is old from then on */
+	ret = ub_engine_commit(e);
+	if (ret)
+		return ret;
+	ret = set_ro(e, start, true);
+	if (ret)
+		return ret == -ENOENT ? -ENOENT : ret;
+	for (int pass = 0; pass < 4 && !ret; pass++) {
+		ret = ub_fs_live_write_lock(&e->fs);
+		if (ret)
+			break;
+		ret = ub_alloc_bg_info(e->alloc, start, &bi);
+		if (!ret)
+			ret = group_extents(e, start, bi.length, &list);
+		ub_fs_live_write_unlock(&e->fs);
+		if (ret || list.n == 0)
+			break;
+		for (size_t i = 0; i < list.n && !ret; i++) {
+			bool data = list.a[i].data;
+
+			/* a move copies a path and queues references: one item change of the largest tree, twice */
+			ret = ub_engine_begin_op(e, 2 * ub_chunk_op_blocks(UB_MAX_LEVEL - 1) * e->fs.vol->nodesize,
+						 UB_CHUNK_OP_ADD, &t);
+			if (ret)
+				break;
+			bool changed = true;
+
+			ret = data ? move_data_extent(t, list.a[i].bytenr, list.a[i].len, &changed)
+				   : move_tree_block(t, list.a[i].bytenr, list.a[i].level);
+			if (ret && changed) {
+				/* half a move is in the trees: the transaction goes, the disk keeps the last commit */
+				ub_err(&e->fs.log, "relocation of block group %" PRIu64 " failed (%s) moving the extent at %"
+				       PRIu64 ": the changes since the last commit are dropped", start, strerror(-ret),
+				       list.a[i].bytenr);
+				ub_txn_abort(t);
+			}
+			ub_engine_end_op(e);
+			if (!ret) {
+				st->extents++;
+				if (data)
+					st->data_bytes += list.a[i].len;
+				else
+					st->tree_blocks++;
+			}
+		}
+		if (!ret)
+			ret = group_settled(e, start, &bi);
+		if (!ret && bi.used == 0)
+			break;
+	}
+	free(list.a);
+	if (!ret && bi.used) {
+		ub_err(&e->fs.log, "relocation: block group %" PRIu64 " still holds %" PRIu64 " bytes after four passes",
+		       start, bi.used);
+		ret = -EAGAIN;
+	}
+	if (!ret) {
+		struct ub_chunk_ctx cc;
+
+		ret = ub_engine_begin_op(e, 0, UB_CHUNK_OP_FREE, &t);
+		if (!ret) {
+			ret = ub_txn_chunk_ctx(t, &cc);
+			if (!ret)
+				ret = ub_chunk_remove(&cc, start);
+			ub_engine_end_op(e);
+		}
+		if (!ret)
+			ret = ub_engine_commit(e);
+		if (!ret)
+			return 0;
+	}
+	if (!ub_engine_broken(e))
+		set_ro(e, start, false);
+	return ret;
+}

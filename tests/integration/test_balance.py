@@ -1,0 +1,167 @@
+# SPDX-License-Identifier: MIT
+"""ubtrfs balance on devices nothing has mounted, against the kernel as oracle.
+
+The kernel writes a tree (files of every size, compressed and not, a reflink,
+snapshots that share and that diverged); ubtrfs balances or converts it; then
+the kernel's read-only mount must show exactly the same entries and bytes,
+btrfs check must be clean, the profiles must be what was asked, and shared
+data must stay shared (the data space used does not grow). Refusals change
+nothing (the image bytes are compared).
+"""
+import hashlib
+import os
+import random
+import re
+import subprocess
+
+import pytest
+
+import ubtrfs_testlib as T
+from test_check_sweep import progs_check_devices
+
+MiB = 1 << 20
+
+
+def _populate(mnt, seed, nfiles=120, snapshots=True):
+    rng = random.Random(seed)
+    top = os.path.join(mnt, "sv") if snapshots else mnt
+    if snapshots:
+        T.run(["btrfs", "subvolume", "create", top])
+    for i in range(nfiles):
+        d = os.path.join(top, "d%d" % (i % 6))
+        os.makedirs(d, exist_ok=True)
+        n = rng.choice([7, 3000, 9000, 70000, 260000])
+        data = rng.randbytes(n) if i % 3 else bytes([i % 251]) * n
+        with open(os.path.join(d, "f%d" % i), "wb") as f:
+            f.write(data)
+    T.run(["cp", "--reflink=always", os.path.join(top, "d1", "f1"), os.path.join(top, "d1", "f1.reflink")])
+    if snapshots:
+        T.run(["btrfs", "subvolume", "snapshot", top, os.path.join(mnt, "snap")])
+        for i in range(0, nfiles, 4):
+            with open(os.path.join(top, "d%d" % (i % 6), "f%d" % i), "r+b") as f:
+                f.seek(1)
+                f.write(b"changed after the snapshot")
+        T.run(["btrfs", "subvolume", "snapshot", "-r", top, os.path.join(mnt, "snap-ro")])
+    T.run(["sync"])
+
+
+def _images(d, n, size):
+    imgs = []
+    for i in range(n):
+        p = os.path.join(d, "dev%d.img" % i)
+        with open(p, "wb") as f:
+            f.truncate(size)
+        imgs.append(p)
+    return imgs
+
+
+def _make(d, n, size, data, meta, seed, options="compress=zstd", snapshots=True):
+    imgs = _images(d, n, size)
+    T.run(["mkfs.btrfs", "-q", "-f", "-d", data, "-m", meta] + imgs)
+    with T.mounted(imgs, os.path.join(d, "mnt"), options=options, readonly=False) as mnt:
+        _populate(mnt, seed, snapshots=snapshots)
+    return imgs
+
+
+def _df(imgs):
+    """{(type, profile): used bytes} from ubtrfs filesystem df --raw."""
+    out = T.ubtrfs("filesystem", "df", "-b", *imgs).stdout.decode()
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"(\w+), (\w+): total=(\d+), used=(\d+)", line)
+        if m and m.group(1) != "GlobalReserve":
+            got[(m.group(1), m.group(2).lower())] = int(m.group(4))
+    return got
+
+
+def _check_clean(imgs):
+    rc, text = progs_check_devices(imgs, "--check-data-csum")
+    assert rc == 0, text
+
+
+def _view(imgs, d):
+    return T.kernel_view(imgs, os.path.join(d, "view"))
+
+
+def _same_view(before, after):
+    diffs = T.compare_entries(before.entries, after.entries)
+    assert not diffs, "\n".join(diffs)
+    assert before.hashes == after.hashes
+
+
+def _sha(paths):
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def test_full_balance_single_device(scratch):
+    """Every group moved: the kernel sees the same tree, check is clean, shared data stays shared."""
+    imgs = _make(scratch, 1, 1024 * MiB, "single", "dup", seed=1)
+    before = _view(imgs, scratch)
+    used_before = _df(imgs)
+    cp = T.ubtrfs("balance", "start", "-v", *imgs)
+    out = cp.stdout.decode()
+    m = re.search(r"had to relocate (\d+) out of (\d+) chunks", out)
+    assert m and int(m.group(1)) >= 3, T.describe(cp)
+    _check_clean(imgs)
+    _same_view(before, _view(imgs, scratch))
+    used_after = _df(imgs)
+    # data extents keep their sharing: not a byte more of data
+    assert used_after[("Data", "single")] == used_before[("Data", "single")], (used_before, used_after)
+    # the kernel mounts it read-write and balances it again, as its own
+    with T.mounted(imgs, os.path.join(scratch, "mnt"), readonly=False) as mnt:
+        T.run(["btrfs", "balance", "start", "--full-balance", mnt], timeout=600)
+    _check_clean(imgs)
+
+
+@pytest.mark.parametrize("case", [
+    ("raid1", "raid1", "raid5", "raid1c3"),
+    ("raid1", "raid1", "raid6", "raid6"),
+    ("raid5", "raid1c3", "raid1", "raid1"),
+])
+def test_convert_four_devices(scratch, case):
+    data0, meta0, data1, meta1 = case
+    imgs = _make(scratch, 4, 400 * MiB, data0, meta0, seed=2, options="", snapshots=False)
+    before = _view(imgs, scratch)
+    args = ["-dconvert=" + data1, "-mconvert=" + meta1]
+    if meta1 == "raid1" and meta0 == "raid1c3":
+        args.append("-f")
+    T.ubtrfs("balance", "start", *args, *imgs)
+    _check_clean(imgs)
+    _same_view(before, _view(imgs, scratch))
+    profiles = {k for k, v in _df(imgs).items()}
+    assert profiles == {("Data", data1), ("Metadata", meta1), ("System", meta1)}, profiles
+
+
+def test_filters_and_soft(scratch):
+    """usage=0 moves only empty groups; convert with soft leaves what is converted already."""
+    imgs = _make(scratch, 2, 400 * MiB, "single", "raid1", seed=3, options="", snapshots=False)
+    before = _view(imgs, scratch)
+    T.ubtrfs("balance", "start", "-dconvert=raid1", *imgs)
+    out = T.ubtrfs("balance", "start", "-dconvert=raid1,soft", *imgs).stdout.decode()
+    assert "had to relocate 0 out of" in out, out
+    out = T.ubtrfs("balance", "start", "-dusage=0", "-musage=0", *imgs).stdout.decode()
+    assert "had to relocate 0 out of" in out, out
+    out = T.ubtrfs("balance", "start", "-dlimit=1", *imgs).stdout.decode()
+    assert "had to relocate 1 out of" in out, out
+    _check_clean(imgs)
+    _same_view(before, _view(imgs, scratch))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-dconvert=raid6"], "needs at least 3 devices"),
+    (["-mconvert=single"], "reduces its redundancy"),
+    (["-dconvert=raid7"], "bad value"),
+    (["-s"], "needs --force"),
+])
+def test_refusals_change_nothing(scratch, args, message):
+    imgs = _make(scratch, 2, 300 * MiB, "raid1", "raid1", seed=4, options="", snapshots=False)
+    digest = _sha(imgs)
+    cp = subprocess.run([str(T.ubtrfs_binary()), "balance", "start"] + args + imgs, capture_output=True)
+    assert cp.returncode == 2, T.describe(cp)
+    assert message in (cp.stdout + cp.stderr).decode(), T.describe(cp)
+    assert _sha(imgs) == digest
