@@ -22,6 +22,7 @@ struct open_args {
 	bool backup;          /* --backup: the current root unreadable, try the backup roots */
 	uint64_t root_bytenr; /* --root BYTENR: the root tree at that address, 0 if not given */
 	bool rescue_chunks;   /* a chunk tree that cannot be read is rebuilt from a scan (restore) */
+	bool degraded;        /* open for writing with devices missing (device remove missing) */
 };
 
 #define OPEN_ARGS_LONGOPTS                                          \
@@ -75,6 +76,7 @@ int cmd_cat(int argc, char **argv);
 int cmd_filesystem(int argc, char **argv);
 int cmd_subvolume(int argc, char **argv);
 int cmd_balance(int argc, char **argv);
+int cmd_device(int argc, char **argv);
 int cmd_mkfs(int argc, char **argv);
 int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);

@@ -248,7 +248,8 @@ int open_engine_with(struct open_args *oa, char **devs, int ndevs, const struct 
 	int ret = devices_to_open(oa, devs, ndevs, &l);
 
 	if (ret == 0)
-		ret = ub_engine_open((const char *const *)l.paths, l.n, log, out);
+		ret = ub_engine_open_ex((const char *const *)l.paths, l.n, log,
+					oa->degraded ? UB_ENGINE_OPEN_DEGRADED : 0, out);
 	if (ret == -ENOMEM)
 		fprintf(stderr, "ubtrfs: error: out of memory\n");
 	else if (ret == -EOPNOTSUPP || ret == -EROFS || ret == -EBUSY)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cmd.h"
+#include "ubtrfs/balance.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/fsinfo.h"
 #include "ubtrfs/scan.h"
@@ -28,7 +29,8 @@ static const char help[] =
 	"       ubtrfs filesystem df|usage [OPTIONS] PATH|DEV...\n"
 	"       ubtrfs filesystem du [-s] [OPTIONS] PATH... | --path P DEV...\n"
 	"       ubtrfs filesystem label PATH|DEV... [NEWLABEL]\n"
-	"       ubtrfs filesystem sync PATH|DEV...\n\n"
+	"       ubtrfs filesystem sync PATH|DEV...\n"
+	"       ubtrfs filesystem resize [DEVID:]SIZE|max PATH|DEV...\n\n"
 	"'ubtrfs filesystem SUBCOMMAND --help' describes each. show:\n"
 	"Show the filesystem on DEV...: label, uuid, generation, and each device by devid with its size\n"
 	"and path, or MISSING. Without DEV, every btrfs filesystem found on the block devices.\n\n"
@@ -1196,6 +1198,124 @@ static int cmd_sync(int argc, char **argv)
 	return fs_done(&t, &oa, ret ? EXIT_PROBLEMS : EXIT_OK);
 }
 
+static const char resize_help[] =
+	"usage: ubtrfs filesystem resize [DEVID:][+/-]SIZE[kKmMgGtT]|[DEVID:]max MOUNTPOINT\n"
+	"       ubtrfs filesystem resize [DEVID:][+/-]SIZE[kKmMgGtT]|[DEVID:]max DEV...\n\n"
+	"Set the size one device (DEVID, 1 by default) gives the filesystem: SIZE bytes, SIZE more\n"
+	"or less, or all of the device (max). A shrink moves the block groups past the new end\n"
+	"first. On a mount point the kernel's resize ioctl; on devices nothing has mounted, the\n"
+	"library.\n"
+	OPEN_ARGS_HELP;
+
+/* "[devid:][+|-]N[kmgtpe]" or "[devid:]max" */
+static int parse_resize(const char *s, uint64_t *devid, int *sign, uint64_t *bytes, bool *max)
+{
+	const char *colon = strchr(s, ':');
+	char *end;
+
+	*devid = 1;
+	*sign = 0;
+	*max = false;
+	if (colon) {
+		*devid = strtoull(s, &end, 10);
+		if (end != colon || *devid == 0)
+			return -EINVAL;
+		s = colon + 1;
+	}
+	if (!strcmp(s, "max")) {
+		*max = true;
+		return 0;
+	}
+	if (*s == '+' || *s == '-')
+		*sign = *s++ == '+' ? 1 : -1;
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	*bytes = strtoull(s, &end, 10);
+	switch (*end) {
+	case 'e': case 'E': *bytes <<= 10; /* fall through */
+	case 'p': case 'P': *bytes <<= 10; /* fall through */
+	case 't': case 'T': *bytes <<= 10; /* fall through */
+	case 'g': case 'G': *bytes <<= 10; /* fall through */
+	case 'm': case 'M': *bytes <<= 10; /* fall through */
+	case 'k': case 'K': *bytes <<= 10; end++; break;
+	case 0: break;
+	default: return -EINVAL;
+	}
+	return *end ? -EINVAL : 0;
+}
+
+static int cmd_resize(int argc, char **argv)
+{
+	static const struct option longopts[] = { { "help", no_argument, NULL, 0x1ff }, OPEN_ARGS_LONGOPTS,
+						  { NULL, 0, NULL, 0 } };
+	struct open_args oa;
+	struct target t;
+	uint64_t devid, bytes = 0, cur = 0, want;
+	bool max, found = false;
+	int opt, r, sign, ret;
+
+	open_args_init(&oa);
+	optind = 1;
+	/* "-1g" is a size, not options: stop at the first non-option */
+	while ((opt = getopt_long(argc, argv, "+vqh", longopts, NULL)) != -1) {
+		if ((r = open_args_parse(&oa, opt, optarg)) != 0) {
+			if (r < 0)
+				return usage_error("filesystem resize", "invalid value '%s'", optarg);
+			continue;
+		}
+		switch (opt) {
+		case 'h': case 0x1ff: fputs(resize_help, stdout); return EXIT_OK;
+		default: return usage_error("filesystem resize", "invalid option");
+		}
+	}
+	if (argc - optind < 2)
+		return usage_error("filesystem resize", "expected a size and a mount point or DEV...");
+	if (parse_resize(argv[optind], &devid, &sign, &bytes, &max))
+		return usage_error("filesystem resize", "invalid size '%s'", argv[optind]);
+	if (target_args_mounted(argv + optind + 1, argc - optind - 1)) {
+		struct btrfs_ioctl_vol_args va;
+
+		if (target_open_path(&t, argv[optind + 1], "filesystem resize"))
+			return EXIT_FATAL;
+		memset(&va, 0, sizeof(va));
+		snprintf(va.name, sizeof(va.name), "%s", argv[optind]);
+		ret = ioctl(t.fd, BTRFS_IOC_RESIZE, &va) < 0 ? -errno : 0;
+		if (ret)
+			fprintf(stderr, "ERROR: unable to resize '%s': %s\n", argv[optind + 1], strerror(-ret));
+		return fs_done(&t, &oa, ret ? EXIT_PROBLEMS : EXIT_OK);
+	}
+	if (target_open_devs(&t, &oa, argv + optind + 1, argc - optind - 1, true))
+		return EXIT_FATAL;
+	{
+		struct ub_device_info *devs = NULL;
+		int n = 0;
+
+		ret = ub_volume_list_devices(ub_fs_volume(t.fs), &devs, &n);
+		for (int i = 0; !ret && i < n; i++) {
+			if (devs[i].devid == devid && !devs[i].missing) {
+				cur = devs[i].total_bytes;
+				found = true;
+			}
+		}
+		free(devs);
+	}
+	if (!ret && !found) {
+		fprintf(stderr, "ERROR: the filesystem has no device %llu present\n", (unsigned long long)devid);
+		return fs_done(&t, &oa, EXIT_FATAL);
+	}
+	want = max ? UINT64_MAX : sign > 0 ? cur + bytes : sign < 0 ? (bytes > cur ? 0 : cur - bytes) : bytes;
+	if (!ret)
+		ret = ub_engine_device_resize(t.e, devid, want);
+	if (ret) {
+		fprintf(stderr, "ERROR: unable to resize device %llu: %s\n", (unsigned long long)devid, strerror(-ret));
+		return fs_done(&t, &oa, ret == -EINVAL ? EXIT_FATAL : EXIT_PROBLEMS);
+	}
+	if (oa.verbosity >= 0)
+		printf("Resize device id %llu from %llu to %s\n", (unsigned long long)devid, (unsigned long long)cur,
+		       max ? "max" : argv[optind]);
+	return fs_done(&t, &oa, EXIT_OK);
+}
+
 int cmd_filesystem(int argc, char **argv)
 {
 	static const struct {
@@ -1203,11 +1323,11 @@ int cmd_filesystem(int argc, char **argv)
 		int (*fn)(int, char **);
 	} subs[] = {
 		{ "show", cmd_show }, { "df", cmd_df }, { "usage", cmd_usage }, { "du", cmd_du },
-		{ "label", cmd_label }, { "sync", cmd_sync },
+		{ "label", cmd_label }, { "sync", cmd_sync }, { "resize", cmd_resize },
 	};
 
 	if (argc < 2)
-		return usage_error("filesystem", "expected a subcommand: show, df, usage, du, label, sync");
+		return usage_error("filesystem", "expected a subcommand: show, df, usage, du, label, sync, resize");
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		fputs(help, stdout);
 		return EXIT_OK;

@@ -14,6 +14,7 @@ static const struct {
 	{ "cat", cmd_cat, "write a file's contents to stdout without mounting" },
 	{ "filesystem", cmd_filesystem, "show, df, usage, du, label, sync: the filesystem as a whole" },
 	{ "subvolume", cmd_subvolume, "create, snapshot, delete, list, show, get-default, set-default" },
+	{ "device", cmd_device, "add, remove: the devices of a filesystem" },
 	{ "balance", cmd_balance, "start: move block groups elsewhere, convert their profile" },
 	{ "mkfs", cmd_mkfs, "make a new filesystem on one or more devices" },
 	{ "mount", cmd_mount, "mount through FUSE, read-write (or -o ro)" },

@@ -64,6 +64,32 @@ int ub_engine_balance(struct ub_engine *e, const struct ub_balance *b,
 		      struct ub_balance_progress *out);
 
 /*
+ * A device added (`path`: a block device or image file, at least 256 MiB):
+ * its first MiB and superblock places zeroed, its dev item added, the
+ * superblock's device count and size grown, committed. A device that holds
+ * a btrfs filesystem is refused (-EEXIST) unless `force`. *devid (may be
+ * NULL) gets its id.
+ */
+int ub_engine_device_add(struct ub_engine *e, const char *path, bool force, uint64_t *devid);
+/*
+ * Device `devid` (0: the missing one) removed: refused before anything
+ * changes when a profile in use would be left with fewer devices than it
+ * needs, or when the other devices have no room (-EINVAL, -ENOSPC, named);
+ * then every block group with a stripe there relocated (as a balance with
+ * devid=, `progress` as there), its dev item deleted, committed, and its
+ * superblocks wiped.
+ */
+int ub_engine_device_remove(struct ub_engine *e, uint64_t devid,
+			    int (*progress)(void *arg, const struct ub_balance_progress *p), void *arg,
+			    struct ub_balance_progress *out);
+/*
+ * Device `devid`'s size in the filesystem set to `size` bytes (UINT64_MAX:
+ * all of the device): a shrink relocates the block groups past the new end
+ * first. -EINVAL past the device's end or below 256 MiB.
+ */
+int ub_engine_device_resize(struct ub_engine *e, uint64_t devid, uint64_t size);
+
+/*
  * Parse one type's filters as `btrfs balance start -d/-m/-s` spells them
  * ("convert=raid1,soft,usage=50,devid=2,limit=3..."), into *args (zeroed
  * first). 0, or -EINVAL with the reason in `why`.

@@ -50,6 +50,16 @@ struct ub_txn;
  * a log that cannot be replayed fails the open (-EUCLEAN) with nothing written.
  */
 int ub_engine_open(const char *const *paths, int npaths, const struct ub_log *log, struct ub_engine **out);
+/*
+ * The same with flags: UB_ENGINE_OPEN_NO_LOG_REPLAY refuses (-EOPNOTSUPP) a
+ * pending fsync log instead of replaying it; UB_ENGINE_OPEN_DEGRADED opens
+ * with devices missing when every chunk still has its data (writes leave the
+ * missing devices out: what removes or replaces a lost device needs it).
+ */
+#define UB_ENGINE_OPEN_NO_LOG_REPLAY (1U << 0)
+#define UB_ENGINE_OPEN_DEGRADED (1U << 1)
+int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
+		      struct ub_engine **out);
 /* The same over devices already open (taken over, closed with the engine or on failure). */
 int ub_engine_open_devs(struct ub_dev *const *devs, int ndevs, const struct ub_log *log, struct ub_engine **out);
 /* Aborts a running transaction (nothing of it reaches the disk) and closes everything. */

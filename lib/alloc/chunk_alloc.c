@@ -182,6 +182,10 @@ static int one_dev_space(struct ub_chunk_ctx *cc, const struct ub_vdev *v, struc
 	uint64_t pos = UB_DEV_RESERVED, total = v->total_bytes;
 	int cap = 0, ret;
 
+	uint64_t item_total = UB_GET(btrfs_dev_item, total_bytes, v->item);
+
+	if (item_total < v->total_bytes)
+		item_total = v->total_bytes;
 	/* a device is never used beyond its dev item's size nor beyond what it really holds */
 	if (v->dev && v->dev->size < total)
 		total = v->dev->size;
@@ -200,7 +204,8 @@ static int one_dev_space(struct ub_chunk_ctx *cc, const struct ub_vdev *v, struc
 			break;
 		}
 		len = UB_GET(btrfs_dev_extent, length, data);
-		if (k.offset < pos || len == 0 || k.offset + len < k.offset || k.offset + len > v->total_bytes) {
+		/* against the dev item's size: a shrink lowers total_bytes first, its extents past the end are moving */
+		if (k.offset < pos || len == 0 || k.offset + len < k.offset || k.offset + len > item_total) {
 			ub_err(&cc->vol->log,
 			       "dev tree: device %" PRIu64 ": DEV_EXTENT at physical %" PRIu64 " length %" PRIu64
 			       " %s",
@@ -212,7 +217,8 @@ static int one_dev_space(struct ub_chunk_ctx *cc, const struct ub_vdev *v, struc
 			ret = -EUCLEAN;
 			break;
 		}
-		ret = add_hole(d, &cap, pos, k.offset < total ? k.offset : total);
+		if (pos < total)
+			ret = add_hole(d, &cap, pos, k.offset < total ? k.offset : total);
 		if (ret)
 			break;
 		pos = k.offset + len;
@@ -233,7 +239,7 @@ int ub_chunk_dev_space(struct ub_chunk_ctx *cc, struct ub_dev_space **out, int *
 		return -ENOMEM;
 	for (int i = 0; i < vol->nvdevs && !ret; i++) {
 		/* only devices we can write take new stripes (the kernel's rw device list) */
-		if (!vol->vdevs[i].dev || vol->vdevs[i].missing)
+		if (!vol->vdevs[i].dev || vol->vdevs[i].missing || vol->vdevs[i].no_alloc)
 			continue;
 		ret = one_dev_space(cc, &vol->vdevs[i], &devs[n]);
 		n++;

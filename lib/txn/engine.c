@@ -136,7 +136,13 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
 	e->generation = SB(generation, sb);
 	e->sealed = e->generation;
 	e->bytes_used = SB(bytes_used, sb);
-	for (int i = 0; i < e->fs.vol->nvdevs; i++) {
+	if ((flags & UB_ENGINE_OPEN_DEGRADED) && ub_volume_check_devices(e->fs.vol) == -ENXIO) {
+		ub_err(&e->fs.log, "cannot open for writing: with the missing devices some chunks lost more than "
+		       "their profile can rebuild");
+		ret = -EOPNOTSUPP;
+		goto fail;
+	}
+	for (int i = 0; i < e->fs.vol->nvdevs && !(flags & UB_ENGINE_OPEN_DEGRADED); i++) {
 		if (e->fs.vol->vdevs[i].missing || !e->fs.vol->vdevs[i].dev) {
 			ub_err(&e->fs.log, "cannot open for writing: device %llu is missing (degraded writes are not "
 			       "supported)", (unsigned long long)e->fs.vol->vdevs[i].devid);

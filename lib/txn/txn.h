@@ -165,10 +165,7 @@ int ub_txn_write_space(struct ub_txn *t);
  */
 int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub_txn **out);
 
-/* ---- open flags ---- */
-#define UB_ENGINE_OPEN_NO_LOG_REPLAY (1U << 0) /* refuse (-EOPNOTSUPP) a pending fsync log instead of replaying it */
-int ub_engine_open_ex(const char *const *paths, int npaths, const struct ub_log *log, unsigned flags,
-		      struct ub_engine **out);
+/* ---- open flags: ubtrfs/engine.h (ub_engine_open_ex) ---- */
 /*
  * The engine's half of an open (paths, or devs when paths is NULL): volume,
  * trees, features, allocator; a pending fsync log is left for the caller

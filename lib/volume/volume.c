@@ -452,6 +452,40 @@ int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t 
 	return 0;
 }
 
+int ub_volume_add_device(struct ub_volume *vol, struct ub_dev *dev, const uint8_t *item)
+{
+	uint64_t devid = DI(devid, item);
+	int ret;
+
+	if (ub_volume_vdev(vol, devid))
+		return -EEXIST;
+	ret = add_vdev(vol, devid, UB_PTR(btrfs_dev_item, uuid, item), DI(total_bytes, item), dev, 0);
+	if (ret)
+		return ret;
+	memcpy(vol->vdevs[vol->nvdevs - 1].item, item, sizeof(struct btrfs_dev_item));
+	for (int i = 0; i < vol->nchunks; i++)
+		ub_chunk_bind(vol, vol->chunks[i]);
+	return 0;
+}
+
+int ub_volume_detach_device(struct ub_volume *vol, uint64_t devid, struct ub_dev **dev)
+{
+	int at = -1;
+
+	for (int i = 0; i < vol->nvdevs; i++)
+		if (vol->vdevs[i].devid == devid)
+			at = i;
+	if (at < 0)
+		return -ENOENT;
+	/* the map keeps removed chunks (their logical range stays taken): the caller checked the live ones */
+	*dev = vol->vdevs[at].dev;
+	memmove(&vol->vdevs[at], &vol->vdevs[at + 1], (size_t)(vol->nvdevs - at - 1) * sizeof(vol->vdevs[0]));
+	vol->nvdevs--;
+	for (int i = 0; i < vol->nchunks; i++)
+		ub_chunk_bind(vol, vol->chunks[i]);
+	return 0;
+}
+
 int ub_volume_map(const struct ub_volume *vol, uint64_t logical, int mirror, uint64_t *devid, uint64_t *physical,
 		  const char **path)
 {

@@ -48,6 +48,8 @@ struct ub_vdev {
 	 * ub_volume_write_supers puts into this device's superblock.
 	 */
 	uint8_t item[sizeof(struct btrfs_dev_item)];
+	/* being removed: no new chunk is placed on it (a device removal relocates what it holds) */
+	bool no_alloc;
 	/* ---- read failures ---- the volume's log; set once the device's first failed read was said */
 	const struct ub_log *log;
 	atomic_bool read_failed;
@@ -196,6 +198,21 @@ int ub_volume_scan_raw(struct ub_volume *vol, const struct ub_raw_scan_ops *ops)
 int ub_volume_read_raw(struct ub_volume *vol, uint64_t devid, void *buf, size_t len, uint64_t physical);
 /* Record a device item from the chunk tree (so missing devices are known). */
 int ub_volume_add_dev_item(struct ub_volume *vol, const uint8_t *item, uint32_t size);
+/*
+ * A device added to an open writable volume (a device add): `dev` taken
+ * over, its dev item `item` (devid, uuid, total_bytes...). Every chunk's
+ * stripes are bound again (the device array moves). 0, -EEXIST (the devid is
+ * taken), -ENOMEM.
+ */
+int ub_volume_add_device(struct ub_volume *vol, struct ub_dev *dev, const uint8_t *item);
+/*
+ * A device taken out of the volume (a device removal, once no chunk has a
+ * stripe on it): the next superblocks are not written to it; its handle is
+ * handed to the caller (*dev, NULL for a missing device) to wipe and close.
+ * 0 or -ENOENT. The caller checks that no live chunk has a stripe there (the
+ * map also keeps removed chunks, whose stripes then name no device).
+ */
+int ub_volume_detach_device(struct ub_volume *vol, uint64_t devid, struct ub_dev **dev);
 
 /*
  * After the chunk tree is loaded: report each missing device (by devid) and

@@ -1,0 +1,112 @@
+# SPDX-License-Identifier: MIT
+"""ubtrfs device add / remove and filesystem resize on devices nothing has mounted.
+
+One sequence through the profiles, as the issue asks: a kernel-made RAID1 on
+two devices gains two, is converted to RAID6, loses one by removal and one by
+disappearing (removed as missing after a fifth is added), has a device shrunk
+and another grown, and is converted back to RAID1. After every step the
+kernel's read-only mount shows exactly what it showed first, btrfs check
+(--check-data-csum) is clean, and `filesystem show` lists the devices
+expected. Refusals (a profile's minimum device count, a device holding a
+filesystem) change no byte.
+"""
+import hashlib
+import os
+import re
+import subprocess
+
+import ubtrfs_testlib as T
+from test_balance import _make, _view, _same_view, _check_clean, _df, MiB
+
+
+def _dev(d, name, size):
+    p = os.path.join(d, name)
+    with open(p, "wb") as f:
+        f.truncate(size)
+    return p
+
+
+def _show(imgs):
+    out = T.ubtrfs("filesystem", "show", *imgs).stdout.decode()
+    return {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"devid\s+(\d+) size (\d+)", out)}
+
+
+def _ok(*args):
+    cp = T.ubtrfs(*args)
+    assert cp.returncode == 0, T.describe(cp)
+    return cp.stdout.decode()
+
+
+def _sha(paths):
+    h = hashlib.sha256()
+    for p in paths:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def test_device_sequence(scratch):
+    imgs = _make(scratch, 2, 400 * MiB, "raid1", "raid1", seed=7, options="compress=zstd")
+    before = _view(imgs, scratch)
+
+    def verify(devs, ids):
+        _check_clean(devs)
+        _same_view(before, _view(devs, scratch))
+        assert sorted(_show(devs)) == ids
+
+    d3, d4 = _dev(scratch, "dev2.img", 400 * MiB), _dev(scratch, "dev3.img", 400 * MiB)
+    _ok("device", "add", d3, d4, "--", *imgs)
+    devs = imgs + [d3, d4]
+    verify(devs, [1, 2, 3, 4])
+
+    _ok("balance", "start", "-dconvert=raid6", "-mconvert=raid1c3", *devs)
+    assert {k[1] for k in _df(devs)} == {"raid6", "raid1c3"}
+    verify(devs, [1, 2, 3, 4])
+
+    _ok("device", "remove", "1", "--", *devs)
+    devs = devs[1:]
+    verify(devs, [2, 3, 4])
+    # the removed device no longer holds this filesystem's superblock
+    with open(imgs[0], "rb") as f:
+        f.seek(65536 + 64)
+        assert f.read(8) != b"_BHRfS_M"
+
+    d5 = _dev(scratch, "dev4.img", 400 * MiB)
+    _ok("device", "add", d5, "--", *devs)
+    devs.append(d5)
+    # device 2 disappears; what it held is rebuilt from parity and the mirrors onto the others
+    os.unlink(devs[0])
+    devs = devs[1:]
+    _ok("device", "remove", "missing", "--", *devs)
+    verify(devs, [3, 4, 5])
+
+    _ok("filesystem", "resize", "3:-100m", *devs)
+    assert _show(devs)[3] == 300 * MiB
+    with open(d5, "r+b") as f:
+        f.truncate(500 * MiB)
+    _ok("filesystem", "resize", "5:max", *devs)
+    assert _show(devs)[5] == 500 * MiB
+    verify(devs, [3, 4, 5])
+
+    _ok("balance", "start", "-dconvert=raid1", "-mconvert=raid1", "-f", *devs)
+    assert {k[1] for k in _df(devs)} == {"raid1"}
+    verify(devs, [3, 4, 5])
+
+
+def test_refusals_change_nothing(scratch):
+    imgs = _make(scratch, 2, 300 * MiB, "raid1", "raid1", seed=8, options="", snapshots=False)
+    other = _dev(scratch, "other.img", 300 * MiB)
+    T.run(["mkfs.btrfs", "-q", "-f", other])
+    digest = _sha(imgs + [other])
+    for args, message, code in [
+        (["device", "remove", "2", "--"] + imgs, "RAID1 needs at least 2 devices", 2),
+        (["device", "add", other, "--"] + imgs, "holds a btrfs filesystem", 2),
+        (["filesystem", "resize", "1:100m"] + imgs, "too small", 2),
+        (["filesystem", "resize", "2:+1g"] + imgs, "cannot grow", 2),
+        (["device", "remove", "missing", "--"] + imgs, "no device is missing", 2),
+    ]:
+        cp = subprocess.run([str(T.ubtrfs_binary())] + args, capture_output=True)
+        text = (cp.stdout + cp.stderr).decode()
+        assert cp.returncode == code and message in text, T.describe(cp)
+        assert _sha(imgs + [other]) == digest, args
