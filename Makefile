@@ -155,7 +155,8 @@ check: unit integration
 integration-tsan: $(BUILD)/ubtrfs tools
 	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1} /usr/bin/pytest-3 -q \
 		tests/integration/test_mount_parallel.py tests/integration/test_engine_threads.py \
-		tests/integration/test_mount_multiproc.py $(PYTEST_ARGS)
+		tests/integration/test_mount_multiproc.py \
+		tests/integration/test_balance.py::test_online_balance_while_writing $(PYTEST_ARGS)
 
 # ---- fuzzers ----
 # the printers are fuzzed too (they must survive any bytes), so they link into every target

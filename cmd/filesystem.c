@@ -1254,10 +1254,18 @@ static int cmd_resize(int argc, char **argv)
 	bool max, found = false;
 	int opt, r, sign, ret;
 
+	int nopt = argc;
+
 	open_args_init(&oa);
 	optind = 1;
-	/* "-1g" is a size, not options: stop at the first non-option */
-	while ((opt = getopt_long(argc, argv, "+vqh", longopts, NULL)) != -1) {
+	/* "-1g" (or "2:-1g") is a size, not options: the options end before it, as btrfs-progs has it */
+	for (int i = 1; i < argc; i++) {
+		if (argv[i][0] == '-' && argv[i][1] >= '0' && argv[i][1] <= '9') {
+			nopt = i;
+			break;
+		}
+	}
+	while ((opt = getopt_long(nopt, argv, "+vqh", longopts, NULL)) != -1) {
 		if ((r = open_args_parse(&oa, opt, optarg)) != 0) {
 			if (r < 0)
 				return usage_error("filesystem resize", "invalid value '%s'", optarg);

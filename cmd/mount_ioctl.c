@@ -581,6 +581,37 @@ static int subvol_ioctl(fuse_req_t req, struct mount_ctx *mc, fuse_ino_t ino, un
 	case BTRFS_IOC_WAIT_SYNC:
 		fuse_reply_ioctl(req, 0, NULL, 0);
 		return 0;
+	case BTRFS_IOC_BALANCE_V2: {
+		struct btrfs_ioctl_balance_args a;
+
+		if (in_bufsz < sizeof(a) || out_bufsz < sizeof(a))
+			return -EINVAL;
+		memcpy(&a, in_buf, sizeof(a));
+		caller_of(req, &k);
+		ret = mount_balance(mc, &k.c, &a);
+		if (ret)
+			return ret;
+		fuse_reply_ioctl(req, 0, &a, sizeof(a));
+		return 0;
+	}
+	case BTRFS_IOC_BALANCE_PROGRESS:
+	case BTRFS_IOC_BALANCE_CTL:
+		/* no balance runs in the background: each one is done before its ioctl returns */
+		return -ENOTCONN;
+	case BTRFS_IOC_RESIZE: {
+		struct btrfs_ioctl_vol_args va;
+
+		if (in_bufsz < sizeof(va))
+			return -EINVAL;
+		memcpy(&va, in_buf, sizeof(va));
+		va.name[sizeof(va.name) - 1] = 0;
+		caller_of(req, &k);
+		ret = mount_resize(mc, &k.c, va.name);
+		if (ret)
+			return ret;
+		fuse_reply_ioctl(req, 0, NULL, 0);
+		return 0;
+	}
 	default:
 		return -ENOTTY;
 	}

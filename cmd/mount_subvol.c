@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include "mount.h"
 #include "mount_subvol.h"
+#include "ubtrfs/balance.h"
 #include "ubtrfs_ioctl.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/engine.h"
@@ -507,6 +508,95 @@ int mount_set_label(struct mount_ctx *mc, const struct mount_ioctl_caller *c, co
 	if (a.len >= BTRFS_LABEL_SIZE)
 		return -EINVAL;
 	return simple_change(mc, label_fn, &a);
+}
+
+/* ---- balance and resize (docs/balance.md) ---- */
+
+int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_balance_args *a)
+{
+	struct ub_balance b;
+	struct ub_balance_progress p = { 0 };
+	int ret;
+
+	if (!c->sys_admin)
+		return -EPERM;
+	/* nothing paused to resume: no balance item is kept */
+	if (a->flags & BTRFS_BALANCE_RESUME)
+		return -ENOTCONN;
+	ret = writable(mc);
+	if (ret)
+		return ret;
+	memset(&b, 0, sizeof(b));
+	b.flags = a->flags;
+	b.data = a->data;
+	b.meta = a->meta;
+	b.sys = a->sys;
+	ret = ub_engine_balance(mc->e, &b, NULL, NULL, &p);
+	a->stat.expected = p.expected;
+	a->stat.considered = p.considered;
+	a->stat.completed = p.completed;
+	a->state = 0;
+	/* refusals before a change, and no room, leave the mount as it was */
+	if (ret == -EINVAL || ret == -ENOSPC || ret == -ECANCELED || ret == -ENOENT)
+		return ret;
+	return ret ? failed(mc, ret) : 0;
+}
+
+int mount_resize(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *spec)
+{
+	struct ub_device_info *devs = NULL;
+	uint64_t devid = 1, bytes = 0, cur = 0, want;
+	const char *colon = strchr(spec, ':'), *s = spec;
+	int n = 0, sign = 0, ret;
+	bool found = false;
+	char *end;
+
+	if (!c->sys_admin)
+		return -EPERM;
+	ret = writable(mc);
+	if (ret)
+		return ret;
+	if (colon) {
+		devid = strtoull(spec, &end, 10);
+		if (end != colon)
+			return -EINVAL;
+		s = colon + 1;
+	}
+	if (!strcmp(s, "cancel"))
+		return -ENOTCONN;
+	if (strcmp(s, "max")) {
+		if (*s == '+' || *s == '-')
+			sign = *s++ == '+' ? 1 : -1;
+		bytes = strtoull(s, &end, 10);
+		switch (*end) {
+		case 'e': case 'E': bytes <<= 10; /* fall through */
+		case 'p': case 'P': bytes <<= 10; /* fall through */
+		case 't': case 'T': bytes <<= 10; /* fall through */
+		case 'g': case 'G': bytes <<= 10; /* fall through */
+		case 'm': case 'M': bytes <<= 10; /* fall through */
+		case 'k': case 'K': bytes <<= 10; end++; break;
+		default: break;
+		}
+		if (*end || end == s)
+			return -EINVAL;
+	}
+	ret = ub_volume_list_devices(ub_fs_volume(mc->fs), &devs, &n);
+	for (int i = 0; !ret && i < n; i++) {
+		if (devs[i].devid == devid && !devs[i].missing) {
+			cur = devs[i].total_bytes;
+			found = true;
+		}
+	}
+	free(devs);
+	if (ret)
+		return sv_errno(ret);
+	if (!found)
+		return -ENODEV;
+	want = !strcmp(s, "max") ? UINT64_MAX : sign > 0 ? cur + bytes : sign < 0 ? (bytes > cur ? 0 : cur - bytes) : bytes;
+	ret = ub_engine_device_resize(mc->e, devid, want);
+	if (ret == -EINVAL || ret == -ENOSPC || ret == -ENOENT)
+		return ret;
+	return ret ? failed(mc, ret) : 0;
 }
 
 /* ---- questions ---- */

@@ -43,6 +43,11 @@ int mount_subvol_destroy_id(struct mount_ctx *mc, const struct mount_ioctl_calle
 int mount_set_default_subvol(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uint64_t id);
 /* BTRFS_IOC_SUBVOL_SETFLAGS on node (BTRFS_SUBVOL_RDONLY) */
 int mount_subvol_setflags(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uint64_t node, uint64_t flags);
+/* BTRFS_IOC_BALANCE_V2: the balance asked, done before the reply (its counts in a->stat) */
+struct btrfs_ioctl_balance_args;
+int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_balance_args *a);
+/* BTRFS_IOC_RESIZE: "[devid:][+|-]size[kmgtpe]|[devid:]max" */
+int mount_resize(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *spec);
 /* BTRFS_IOC_SET_FSLABEL / GET_FSLABEL (label[size], NUL-terminated) */
 int mount_set_label(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *label, size_t size);
 int mount_get_label(struct mount_ctx *mc, char *label, size_t size);

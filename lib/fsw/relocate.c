@@ -691,11 +691,19 @@ int ub_engine_relocate_group(struct ub_engine *e, uint64_t start, struct ub_relo
 			ret = data ? move_data_extent(t, list.a[i].bytenr, list.a[i].len, &changed)
 				   : move_tree_block(t, list.a[i].bytenr, list.a[i].level);
 			if (ret && changed) {
-				/* half a move is in the trees: the transaction goes, the disk keeps the last commit */
+				int none = 0;
+
+				/*
+				 * Half a move is in the trees: as after a failed commit, the disk keeps
+				 * the last commit and the engine is read-only from now on (a live
+				 * mount's other changes since that commit are lost as in a crash,
+				 * and every later change is refused rather than silently dropped).
+				 */
 				ub_err(&e->fs.log, "relocation of block group %" PRIu64 " failed (%s) moving the extent at %"
-				       PRIu64 ": the changes since the last commit are dropped", start, strerror(-ret),
-				       list.a[i].bytenr);
-				ub_txn_abort(t);
+				       PRIu64 ": the filesystem stays at generation %" PRIu64 " and is read-only from now on",
+				       start, strerror(-ret), list.a[i].bytenr, ub_engine_generation(e));
+				__atomic_compare_exchange_n(&e->broken, &none, ret, false, __ATOMIC_ACQ_REL,
+							    __ATOMIC_ACQUIRE);
 			}
 			ub_engine_end_op(e);
 			if (!ret) {
