@@ -156,7 +156,8 @@ integration-tsan: $(BUILD)/ubtrfs tools
 	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs TSAN_OPTIONS=$${TSAN_OPTIONS:-halt_on_error=1} /usr/bin/pytest-3 -q \
 		tests/integration/test_mount_parallel.py tests/integration/test_engine_threads.py \
 		tests/integration/test_mount_multiproc.py \
-		tests/integration/test_balance.py::test_online_balance_while_writing $(PYTEST_ARGS)
+		tests/integration/test_balance.py::test_online_balance_while_writing \
+		tests/integration/test_device.py::test_online_devices_while_writing $(PYTEST_ARGS)
 
 # ---- fuzzers ----
 # the printers are fuzzed too (they must survive any bytes), so they link into every target

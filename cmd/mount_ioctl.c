@@ -598,6 +598,39 @@ static int subvol_ioctl(fuse_req_t req, struct mount_ctx *mc, fuse_ino_t ino, un
 	case BTRFS_IOC_BALANCE_CTL:
 		/* no balance runs in the background: each one is done before its ioctl returns */
 		return -ENOTCONN;
+	case BTRFS_IOC_ADD_DEV:
+	case BTRFS_IOC_RM_DEV: {
+		struct btrfs_ioctl_vol_args va;
+
+		if (in_bufsz < sizeof(va))
+			return -EINVAL;
+		memcpy(&va, in_buf, sizeof(va));
+		va.name[sizeof(va.name) - 1] = 0;
+		caller_of(req, &k);
+		ret = cmd == BTRFS_IOC_ADD_DEV ? mount_device_add(mc, &k.c, va.name)
+					       : mount_device_remove(mc, &k.c, 0, va.name);
+		if (ret)
+			return ret;
+		fuse_reply_ioctl(req, 0, NULL, 0);
+		return 0;
+	}
+	case BTRFS_IOC_RM_DEV_V2: {
+		struct btrfs_ioctl_vol_args_v2 va;
+
+		if (in_bufsz < sizeof(va))
+			return -EINVAL;
+		memcpy(&va, in_buf, sizeof(va));
+		va.name[sizeof(va.name) - 1] = 0;
+		caller_of(req, &k);
+		if (va.flags & BTRFS_DEVICE_SPEC_BY_ID)
+			ret = va.devid ? mount_device_remove(mc, &k.c, va.devid, NULL) : -EINVAL;
+		else
+			ret = mount_device_remove(mc, &k.c, 0, va.name);
+		if (ret)
+			return ret;
+		fuse_reply_ioctl(req, 0, NULL, 0);
+		return 0;
+	}
 	case BTRFS_IOC_RESIZE: {
 		struct btrfs_ioctl_vol_args va;
 

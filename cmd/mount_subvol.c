@@ -599,6 +599,60 @@ int mount_resize(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const
 	return ret ? failed(mc, ret) : 0;
 }
 
+int mount_device_add(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *path)
+{
+	int ret;
+
+	if (!c->sys_admin)
+		return -EPERM;
+	ret = writable(mc);
+	if (ret)
+		return ret;
+	/* the kernel overwrites whatever the device held; so does its ioctl here */
+	ret = ub_engine_device_add(mc->e, path, true, NULL);
+	if (ret == -EINVAL || ret == -ENOSPC || ret == -EEXIST || ret == -ENOENT || ret == -EBUSY || ret == -EACCES)
+		return ret;
+	return ret ? failed(mc, ret) : 0;
+}
+
+int mount_device_remove(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uint64_t devid, const char *name)
+{
+	int ret;
+
+	if (!c->sys_admin)
+		return -EPERM;
+	ret = writable(mc);
+	if (ret)
+		return ret;
+	if (name && strcmp(name, "missing")) {
+		struct ub_device_info *devs = NULL;
+		char *want = realpath(name, NULL);
+		int n = 0;
+
+		ret = ub_volume_list_devices(ub_fs_volume(mc->fs), &devs, &n);
+		devid = UINT64_MAX;
+		for (int i = 0; !ret && want && i < n; i++) {
+			char *have = devs[i].path ? realpath(devs[i].path, NULL) : NULL;
+
+			if (have && !strcmp(have, want))
+				devid = devs[i].devid;
+			free(have);
+		}
+		free(devs);
+		free(want);
+		if (ret)
+			return sv_errno(ret);
+		if (devid == UINT64_MAX)
+			return -ENODEV;
+	} else if (name) {
+		devid = 0; /* missing */
+	}
+	ret = ub_engine_device_remove(mc->e, devid, NULL, NULL, NULL);
+	if (ret == -EINVAL || ret == -ENOSPC || ret == -ENOENT)
+		return ret == -ENOENT ? -ENODEV : ret;
+	return ret ? failed(mc, ret) : 0;
+}
+
 /* ---- questions ---- */
 
 int mount_get_label(struct mount_ctx *mc, char *label, size_t size)

@@ -48,6 +48,10 @@ struct btrfs_ioctl_balance_args;
 int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_balance_args *a);
 /* BTRFS_IOC_RESIZE: "[devid:][+|-]size[kmgtpe]|[devid:]max" */
 int mount_resize(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *spec);
+/* BTRFS_IOC_ADD_DEV: the device at `path` added */
+int mount_device_add(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *path);
+/* BTRFS_IOC_RM_DEV(_V2): by devid, or by `name` (a device path, or "missing") when name is not NULL */
+int mount_device_remove(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uint64_t devid, const char *name);
 /* BTRFS_IOC_SET_FSLABEL / GET_FSLABEL (label[size], NUL-terminated) */
 int mount_set_label(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *label, size_t size);
 int mount_get_label(struct mount_ctx *mc, char *label, size_t size);

@@ -283,7 +283,8 @@ int ub_engine_device_remove(struct ub_engine *e, uint64_t devid,
 	if (ret)
 		return ret;
 	for (int i = 0; i < vol->nvdevs; i++)
-		if (devid ? vol->vdevs[i].devid == devid : (vol->vdevs[i].missing || !vol->vdevs[i].dev))
+		if (vol->vdevs[i].devid && /* 0: a removed device's tombstone */
+		    (devid ? vol->vdevs[i].devid == devid : (vol->vdevs[i].missing || !vol->vdevs[i].dev)))
 			v = &vol->vdevs[i];
 	if (!v) {
 		if (devid)

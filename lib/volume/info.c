@@ -14,9 +14,15 @@ int ub_volume_get_info(const struct ub_volume *vol, struct ub_volume_info *out)
 	out->generation = vol->generation;
 	out->num_devices = vol->num_devices;
 	out->bytes_used = UB_GET(ub_disk_super, bytes_used, vol->super);
-	out->ndevices = vol->nvdevs;
-	for (int i = 0; i < vol->nvdevs; i++)
+	int nv = __atomic_load_n(&vol->nvdevs, __ATOMIC_ACQUIRE);
+
+	out->ndevices = 0;
+	for (int i = 0; i < nv; i++) {
+		if (!vol->vdevs[i].devid)
+			continue; /* a removed device's tombstone */
+		out->ndevices++;
 		out->nmissing += vol->vdevs[i].missing || !vol->vdevs[i].dev;
+	}
 	out->sectorsize = vol->sectorsize;
 	out->nodesize = vol->nodesize;
 	out->csum_type = vol->csum_type;
@@ -39,21 +45,27 @@ static int by_devid(const void *a, const void *b)
 int ub_volume_list_devices(const struct ub_volume *vol, struct ub_device_info **out, int *n)
 {
 	/* a hostile chunk tree may name many devices: the count comes from the volume, not a constant */
-	struct ub_device_info *d = calloc((size_t)(vol->nvdevs ? vol->nvdevs : 1), sizeof(*d));
+	int nv = __atomic_load_n(&vol->nvdevs, __ATOMIC_ACQUIRE), k = 0;
+	struct ub_device_info *d = calloc((size_t)(nv ? nv : 1), sizeof(*d));
 
 	if (!d)
 		return -ENOMEM;
-	for (int i = 0; i < vol->nvdevs; i++) {
+	for (int i = 0; i < nv; i++) {
 		const struct ub_vdev *v = &vol->vdevs[i];
-		d[i].devid = v->devid;
-		memcpy(d[i].uuid, v->uuid, UB_UUID_SIZE);
-		d[i].total_bytes = v->total_bytes;
-		d[i].missing = v->missing || !v->dev;
-		d[i].path = v->dev && !v->missing ? v->dev->path : NULL;
+		struct ub_dev *dev = __atomic_load_n(&v->dev, __ATOMIC_ACQUIRE);
+
+		if (!v->devid)
+			continue; /* a removed device's tombstone */
+		d[k].devid = v->devid;
+		memcpy(d[k].uuid, v->uuid, UB_UUID_SIZE);
+		d[k].total_bytes = v->total_bytes;
+		d[k].missing = v->missing || !dev;
+		d[k].path = dev && !v->missing ? dev->path : NULL;
+		k++;
 	}
 	/* the volume keeps them in the order they were found */
-	qsort(d, (size_t)vol->nvdevs, sizeof(*d), by_devid);
+	qsort(d, (size_t)k, sizeof(*d), by_devid);
 	*out = d;
-	*n = vol->nvdevs;
+	*n = k;
 	return 0;
 }

@@ -156,12 +156,19 @@ out:
 static int add_vdev(struct ub_volume *vol, uint64_t devid, const uint8_t *uuid, uint64_t total, struct ub_dev *dev,
 		    uint64_t gen)
 {
-	struct ub_vdev *n = realloc(vol->vdevs, (size_t)(vol->nvdevs + 1) * sizeof(*n));
+	struct ub_vdev *n;
 
-	if (!n)
-		return -ENOMEM;
-	vol->vdevs = n;
-	n = &vol->vdevs[vol->nvdevs++];
+	if (vol->nvdevs == vol->vdevs_cap) {
+		/* only while the volume is assembled, before any reader: see volume_priv.h */
+		int cap = vol->vdevs_cap ? vol->vdevs_cap * 2 : UB_VOLUME_DEVS_ROOM;
+
+		n = realloc(vol->vdevs, (size_t)cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		vol->vdevs = n;
+		vol->vdevs_cap = cap;
+	}
+	n = &vol->vdevs[vol->nvdevs];
 	memset(n, 0, sizeof(*n));
 	n->devid = devid;
 	memcpy(n->uuid, uuid, UB_UUID_SIZE);
@@ -173,6 +180,8 @@ static int add_vdev(struct ub_volume *vol, uint64_t devid, const uint8_t *uuid, 
 	UB_SET(btrfs_dev_item, devid, n->item, devid);
 	UB_SET(btrfs_dev_item, total_bytes, n->item, total);
 	memcpy(n->item + offsetof(struct btrfs_dev_item, uuid), uuid, UB_UUID_SIZE);
+	/* readers that count devices see the entry whole */
+	__atomic_store_n(&vol->nvdevs, vol->nvdevs + 1, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -459,12 +468,18 @@ int ub_volume_add_device(struct ub_volume *vol, struct ub_dev *dev, const uint8_
 
 	if (ub_volume_vdev(vol, devid))
 		return -EEXIST;
+	/* the array must not move under live readers */
+	if (vol->nvdevs == vol->vdevs_cap)
+		return -ENOSPC;
 	ret = add_vdev(vol, devid, UB_PTR(btrfs_dev_item, uuid, item), DI(total_bytes, item), dev, 0);
 	if (ret)
 		return ret;
 	memcpy(vol->vdevs[vol->nvdevs - 1].item, item, sizeof(struct btrfs_dev_item));
+	/* only dead chunks (removed earlier, kept for their logical range) can name a reused devid */
 	for (int i = 0; i < vol->nchunks; i++)
-		ub_chunk_bind(vol, vol->chunks[i]);
+		for (int j = 0; j < vol->chunks[i]->num_stripes; j++)
+			if (vol->chunks[i]->stripes[j].devid == devid)
+				ub_chunk_bind(vol, vol->chunks[i]);
 	return 0;
 }
 
@@ -479,10 +494,15 @@ int ub_volume_detach_device(struct ub_volume *vol, uint64_t devid, struct ub_dev
 		return -ENOENT;
 	/* the map keeps removed chunks (their logical range stays taken): the caller checked the live ones */
 	*dev = vol->vdevs[at].dev;
-	memmove(&vol->vdevs[at], &vol->vdevs[at + 1], (size_t)(vol->nvdevs - at - 1) * sizeof(vol->vdevs[0]));
-	vol->nvdevs--;
+	/* a tombstone, not a hole: stripes point into the array (volume_priv.h) */
 	for (int i = 0; i < vol->nchunks; i++)
-		ub_chunk_bind(vol, vol->chunks[i]);
+		for (int j = 0; j < vol->chunks[i]->num_stripes; j++)
+			if (vol->chunks[i]->stripes[j].devid == devid)
+				vol->chunks[i]->stripes[j].dev = NULL;
+	vol->vdevs[at].missing = true;
+	__atomic_store_n(&vol->vdevs[at].dev, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&vol->vdevs[at].total_bytes, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&vol->vdevs[at].devid, 0, __ATOMIC_RELEASE);
 	return 0;
 }
 

@@ -34,6 +34,8 @@ struct ub_chunk {
 	struct ub_stripe stripes[];
 };
 
+#define UB_VOLUME_DEVS_ROOM 64
+
 /* A device of the assembled volume. */
 struct ub_vdev {
 	uint64_t devid;
@@ -66,8 +68,15 @@ struct ub_volume {
 	uint64_t generation;
 	uint64_t num_devices;
 	uint64_t generation_hint; /* newest generation among the given devices */
+	/*
+	 * The devices. The array never moves once readers may exist: it is made
+	 * with room for UB_VOLUME_DEVS_ROOM devices (a device add beyond that is
+	 * refused), and a removed device stays as a tombstone (devid 0, no
+	 * handle, missing), because chunk stripes point into it and live readers
+	 * follow those pointers without a lock.
+	 */
 	struct ub_vdev *vdevs;
-	int nvdevs;
+	int nvdevs, vdevs_cap;
 	struct ub_chunk **chunks; /* sorted by logical */
 	int nchunks, chunks_cap;
 	bool writable;
