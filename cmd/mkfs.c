@@ -267,6 +267,18 @@ int cmd_mkfs(int argc, char **argv)
 		}
 	}
 	register_devices(argv + optind, ndevs, quiet);
+	if (res.meta_profile & (BTRFS_BLOCK_GROUP_RAID5 | BTRFS_BLOCK_GROUP_RAID6)) {
+		int parity = res.meta_profile & BTRFS_BLOCK_GROUP_RAID6 ? 2 : 1;
+		int data = ndevs - parity > 0 ? ndevs - parity : 1;
+
+		/* the seed's cost: no stripe holding committed data is ever written again, so metadata takes whole stripes */
+		fprintf(stderr,
+			"WARNING: metadata on %s: ubtrfs writes RAID5/6 only into whole free stripes (no write hole), so\n"
+			"         a commit that changes a few %u KiB tree blocks still takes whole %d KiB stripes (%d data\n"
+			"         strips of 64 KiB); -m raid1c3 survives two lost devices as RAID6 does, for three copies\n"
+			"         of the metadata instead: it is the recommended metadata profile beside RAID5/6 data.\n",
+			ub_profile_name(res.meta_profile), o.nodesize / 1024, data * 64, data);
+	}
 	if (!quiet) {
 		ub_uuid_str(res.fsid, ubuf);
 		printf("Label:              %s\n", o.label[0] ? o.label : "(none)");

@@ -170,3 +170,16 @@ def test_online_devices_while_writing(scratch):
         for rel, h in expect.items():
             with open(os.path.join(kmnt, rel), "rb") as f:
                 assert hashlib.sha256(f.read()).hexdigest() == h, rel
+
+
+def test_mkfs_raid56_metadata_warns(scratch):
+    """mkfs -m raid5/raid6 says what whole-stripe metadata costs and recommends raid1c3; -m raid1c3 says nothing."""
+    devs = [_dev(scratch, "m%d.img" % i, 300 * MiB) for i in range(4)]
+    cp = subprocess.run([str(T.ubtrfs_binary()), "mkfs", "-f", "-q", "-m", "raid6", "-d", "raid6"] + devs,
+                        capture_output=True)
+    text = cp.stderr.decode()
+    assert cp.returncode == 0, T.describe(cp)
+    assert "whole 128 KiB stripes" in text and "raid1c3" in text, text
+    cp = subprocess.run([str(T.ubtrfs_binary()), "mkfs", "-f", "-q", "-m", "raid1c3", "-d", "raid6"] + devs,
+                        capture_output=True)
+    assert cp.returncode == 0 and b"WARNING" not in cp.stderr, T.describe(cp)
