@@ -142,6 +142,8 @@ int cmd_device_add(int argc, char **argv)
 	if (split_args(argv + optind, argc - optind, true, &what, &nwhat, &fs, &nfs) || nwhat == 0 || nfs == 0)
 		return usage_error("device add", "cannot tell the new devices from the filesystem's: put -- before the "
 				   "filesystem's devices");
+	/* a filesystem that lost a device gets its new one before the lost one is removed */
+	oa.degraded = true;
 	if (target_open_devs(&t, &oa, fs, nfs, true))
 		return EXIT_FATAL;
 	for (int i = 0; i < nwhat; i++) {
