@@ -77,6 +77,7 @@ int cmd_filesystem(int argc, char **argv);
 int cmd_subvolume(int argc, char **argv);
 int cmd_balance(int argc, char **argv);
 int cmd_device(int argc, char **argv);
+int cmd_replace(int argc, char **argv);
 int cmd_mkfs(int argc, char **argv);
 int cmd_mount(int argc, char **argv);
 int cmd_umount(int argc, char **argv);

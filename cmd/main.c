@@ -15,6 +15,7 @@ static const struct {
 	{ "filesystem", cmd_filesystem, "show, df, usage, du, label, sync: the filesystem as a whole" },
 	{ "subvolume", cmd_subvolume, "create, snapshot, delete, list, show, get-default, set-default" },
 	{ "device", cmd_device, "add, remove: the devices of a filesystem" },
+	{ "replace", cmd_replace, "start, status, cancel: a new device in the place of one" },
 	{ "balance", cmd_balance, "start: move block groups elsewhere, convert their profile" },
 	{ "mkfs", cmd_mkfs, "make a new filesystem on one or more devices" },
 	{ "mount", cmd_mount, "mount through FUSE, read-write (or -o ro)" },

@@ -90,6 +90,19 @@ int ub_engine_device_remove(struct ub_engine *e, uint64_t devid,
 int ub_engine_device_resize(struct ub_engine *e, uint64_t devid, uint64_t size);
 
 /*
+ * Device `devid` (0: the missing one) replaced by the device at `path`, at
+ * least as large: every stripe it holds is written onto the new device at the
+ * same place, from the device itself where it reads, else rebuilt from the
+ * other copies or parity (not checked against the data checksums: a scrub
+ * afterwards does that); then the new device takes its devid and uuid (as the
+ * kernel's replace leaves them), the superblocks are committed to it, and the
+ * old device's are wiped. No relocation, nothing else changes. A device that
+ * holds a btrfs filesystem is refused (-EEXIST) unless `force`. The writer lock
+ * is held while the stripes are copied.
+ */
+int ub_engine_device_replace(struct ub_engine *e, uint64_t devid, const char *path, bool force);
+
+/*
  * Parse one type's filters as `btrfs balance start -d/-m/-s` spells them
  * ("convert=raid1,soft,usage=50,devid=2,limit=3..."), into *args (zeroed
  * first). 0, or -EINVAL with the reason in `why`.

@@ -192,21 +192,6 @@ static uint64_t chunk_profile_bit(uint64_t type)
 	return p ? p : BTRFS_AVAIL_ALLOC_BIT_SINGLE;
 }
 
-/* Bytes each stripe of the chunk holds on its device (its device extent's length). */
-static uint64_t stripe_bytes(const struct ub_chunk *c)
-{
-	const struct ub_profile *p = c->profile;
-	uint64_t data_stripes;
-
-	if (!p || !p->striped)
-		return c->length;
-	if (p->nparity)
-		data_stripes = c->num_stripes > (unsigned)p->nparity ? c->num_stripes - (unsigned)p->nparity : 1;
-	else
-		data_stripes = c->num_stripes / (c->sub_stripes ? c->sub_stripes : 1);
-	return data_stripes ? c->length / data_stripes : c->length;
-}
-
 /* The kernel's should_balance_chunk, one type's args, but for limit (counted by the caller). */
 static bool selected(const struct btrfs_balance_args *a, const struct ub_chunk *c, uint64_t used)
 {
@@ -237,7 +222,7 @@ static bool selected(const struct btrfs_balance_args *a, const struct ub_chunk *
 				on = true;
 			else
 				on = c->stripes[i].physical < a->pend &&
-				     c->stripes[i].physical + stripe_bytes(c) > a->pstart;
+				     c->stripes[i].physical + ub_chunk_stripe_bytes(c) > a->pstart;
 		}
 		if (!on)
 			return false;

@@ -468,3 +468,190 @@ int ub_engine_device_resize(struct ub_engine *e, uint64_t devid, uint64_t size)
 			old, size);
 	return ret;
 }
+
+/* ---- replace ---- */
+
+/* Does unit `u` of the stripe hold anything: data in use, or the parity of a row with data in use? */
+static bool unit_used(struct ub_engine *e, const struct ub_chunk *c, const struct ub_stripe_src *src, uint64_t u)
+{
+	const struct ub_range_set *free = ub_alloc_bg_free(e->alloc, c->logical);
+	uint64_t start, len;
+
+	if (!free || u >= src->units)
+		return true;
+	if (src->table[u] != UINT64_MAX) {
+		start = c->logical + src->table[u];
+		len = c->stripe_len;
+	} else {
+		uint64_t ndata = (uint64_t)ub_chunk_data_stripes(c);
+
+		start = c->logical + u * ndata * c->stripe_len;
+		len = ndata * c->stripe_len;
+	}
+	if (start >= c->logical + c->length)
+		return false;
+	if (start + len > c->logical + c->length)
+		len = c->logical + c->length - start;
+	return !ub_rs_contains(free, start, len);
+}
+
+/* Every stripe the device holds, written onto `to` at the same place from what the chunk holds. */
+static int copy_stripes(struct ub_engine *e, uint64_t devid, struct ub_dev *to, uint64_t *copied)
+{
+	const uint64_t step = 4ULL << 20;
+	uint8_t *buf = malloc(step);
+	struct ub_bg_info bi;
+	uint64_t pos = 0;
+	int ret = buf ? 0 : -ENOMEM;
+
+	while (!ret && ub_alloc_next_bg(e->alloc, pos, &bi) == 0) {
+		const struct ub_chunk *c = ub_volume_find_chunk(e->fs.vol, bi.start);
+
+		pos = bi.start + bi.length;
+		for (int s = 0; c && !ret && s < c->num_stripes; s++) {
+			struct ub_stripe_src src;
+			uint64_t size = ub_chunk_stripe_bytes(c);
+
+			if (c->stripes[s].devid != devid)
+				continue;
+			ret = ub_stripe_src_init(&src, e->fs.vol, c, s);
+			for (uint64_t off = 0; off < size && !ret;) {
+				uint64_t n = 0;
+
+				/* what holds nothing (free space, a parity row over free space) is not copied */
+				while (off < size && !unit_used(e, c, &src, off / c->stripe_len))
+					off += c->stripe_len;
+				while (off + n < size && n < step && unit_used(e, c, &src, (off + n) / c->stripe_len))
+					n += c->stripe_len;
+				if (off + n > size)
+					n = size - off;
+				if (!n)
+					break;
+				ret = ub_stripe_src_read(&src, off, n, buf);
+				if (ret)
+					ub_err(&e->fs.log, "replace: chunk %" PRIu64 " stripe %d at physical %" PRIu64
+					       ": cannot be read or rebuilt (%s)", c->logical, s, c->stripes[s].physical + off,
+					       strerror(-ret));
+				else
+					ret = ub_dev_write(to, buf, n, c->stripes[s].physical + off);
+				if (!ret)
+					*copied += n;
+				off += n;
+			}
+			ub_stripe_src_free(&src);
+		}
+	}
+	free(buf);
+	return ret;
+}
+
+int ub_engine_device_replace(struct ub_engine *e, uint64_t devid, const char *path, bool force)
+{
+	struct ub_volume *vol = e->fs.vol;
+	uint8_t sb[UB_SUPER_INFO_SIZE];
+	static const uint8_t zero[64 << 10];
+	struct ub_dev *to = NULL, *old = NULL;
+	struct ub_vdev *v;
+	uint64_t copied = 0;
+	int ret, none = 0;
+
+	ret = ub_dev_open(path, true, &to);
+	if (ret) {
+		ub_err(&e->fs.log, "replace: cannot open %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	if (!force && ub_dev_read(to, sb, sizeof(sb), ub_super_offset(0)) == 0 &&
+	    UB_GET(ub_disk_super, magic, sb) == UB_MAGIC) {
+		ub_err(&e->fs.log, "replace: %s holds a btrfs filesystem; use --force to overwrite it", path);
+		ub_dev_close(to);
+		return -EEXIST;
+	}
+	/* what is on disk first: the copy is of the last commit, and nothing changes while it is made */
+	ret = ub_engine_commit(e);
+	if (!ret)
+		ret = ub_fs_live_write_lock(&e->fs);
+	if (ret) {
+		ub_dev_close(to);
+		return ret;
+	}
+	v = devid ? ub_volume_vdev(vol, devid) : NULL;
+	for (int i = 0; !devid && i < vol->nvdevs; i++)
+		if (vol->vdevs[i].devid && (vol->vdevs[i].missing || !vol->vdevs[i].dev))
+			v = &vol->vdevs[i];
+	if (!v) {
+		ub_err(&e->fs.log, devid ? "replace: the filesystem has no device %" PRIu64 : "replace: no device is missing",
+		       devid);
+		ret = -ENOENT;
+	} else if (ub_dev_size(to) < v->total_bytes) {
+		ub_err(&e->fs.log, "replace: %s (%" PRIu64 " bytes) is smaller than device %" PRIu64 " (%" PRIu64 " bytes)",
+		       path, ub_dev_size(to), v->devid, v->total_bytes);
+		ret = -ENOSPC;
+	}
+	/* the target's old contents: its first MiB and every superblock place */
+	for (uint64_t off = 0; !ret && off < (1ULL << 20); off += sizeof(zero))
+		ret = ub_dev_write(to, zero, sizeof(zero), off);
+	for (int m = 1; !ret && m < UB_SUPER_MIRROR_MAX; m++)
+		if (ub_super_offset(m) + UB_SUPER_INFO_SIZE <= ub_dev_size(to))
+			ret = ub_dev_write(to, zero, UB_SUPER_INFO_SIZE, ub_super_offset(m));
+	if (!ret)
+		ret = copy_stripes(e, v->devid, to, &copied);
+	if (!ret)
+		ret = ub_dev_flush(to);
+	if (!ret) {
+		/*
+		 * The new device takes the old one's place: its devid and uuid (as the
+		 * kernel's replace leaves them: the chunk items name both), its dev
+		 * item; the next superblocks are written to it, not to the old one.
+		 */
+		devid = v->devid;
+		ret = ub_volume_swap_device(vol, devid, to, &old);
+		if (!ret)
+			to = NULL;
+	}
+	ub_fs_live_write_unlock(&e->fs);
+	if (to)
+		ub_dev_close(to);
+	if (ret)
+		return ret;
+	/*
+	 * A commit writes every superblock, the new device's among them. An empty
+	 * transaction makes no commit, so the dev item is written again (as it
+	 * is): the superblock must reach the new device now.
+	 */
+	{
+		struct ub_txn *t;
+
+		ret = ub_engine_begin_op(e, ub_chunk_op_blocks(UB_MAX_LEVEL - 1) * vol->nodesize, UB_CHUNK_OP_ADD, &t);
+		if (!ret) {
+			v = ub_volume_vdev(vol, devid);
+			ret = v ? update_dev_item(t, devid, set_total, DI_GET(total_bytes, v->item)) : -ENOENT;
+			ub_engine_end_op(e);
+		}
+		if (!ret)
+			ret = ub_engine_commit(e);
+	}
+	if (ret) {
+		__atomic_compare_exchange_n(&e->broken, &none, ret, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+		if (old)
+			ub_dev_close(old);
+		return ret;
+	}
+	if (old) {
+		static const uint8_t zsb[UB_SUPER_INFO_SIZE];
+		uint64_t size = ub_dev_size(old);
+		int wret = 0;
+
+		for (int m = 0; m < UB_SUPER_MIRROR_MAX && !wret; m++)
+			if (ub_super_offset(m) + UB_SUPER_INFO_SIZE <= size)
+				wret = ub_dev_write(old, zsb, sizeof(zsb), ub_super_offset(m));
+		if (!wret)
+			wret = ub_dev_flush(old);
+		if (wret)
+			ub_warn(&e->fs.log, "replace: the superblocks of %s could not be wiped (%s)", ub_dev_path(old),
+				strerror(-wret));
+		ub_dev_close(old);
+	}
+	ub_logf(&e->fs.log, UB_LOG_INFO, "replace: device %" PRIu64 " is now %s (%" PRIu64 " bytes copied)", devid, path,
+		copied);
+	return 0;
+}

@@ -506,6 +506,22 @@ int ub_volume_detach_device(struct ub_volume *vol, uint64_t devid, struct ub_dev
 	return 0;
 }
 
+int ub_volume_swap_device(struct ub_volume *vol, uint64_t devid, struct ub_dev *dev, struct ub_dev **old)
+{
+	struct ub_vdev *v = devid ? ub_volume_vdev(vol, devid) : NULL;
+
+	if (!v)
+		return -ENOENT;
+	*old = v->dev;
+	v->missing = false;
+	__atomic_store_n(&v->dev, dev, __ATOMIC_RELEASE);
+	for (int i = 0; i < vol->nchunks; i++)
+		for (int j = 0; j < vol->chunks[i]->num_stripes; j++)
+			if (vol->chunks[i]->stripes[j].devid == devid)
+				ub_chunk_bind(vol, vol->chunks[i]);
+	return 0;
+}
+
 int ub_volume_map(const struct ub_volume *vol, uint64_t logical, int mirror, uint64_t *devid, uint64_t *physical,
 		  const char **path)
 {

@@ -107,6 +107,26 @@ const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_
 struct ub_vdev *ub_volume_vdev(const struct ub_volume *vol, uint64_t devid);
 /* Stripes of chunk `c` that carry data (a RAID5/6 row's data strips, RAID10's pairs, ...). */
 int ub_chunk_data_stripes(const struct ub_chunk *c);
+/* Bytes each stripe of chunk `c` holds on its device (its device extent's length). */
+uint64_t ub_chunk_stripe_bytes(const struct ub_chunk *c);
+/*
+ * What stripe `stripe` of chunk `c` holds (rebuild.c), for a device replace:
+ * the copies of logical data it keeps, read through the volume (another copy
+ * or a parity rebuild where its own device is missing or fails; not checked
+ * against data checksums), and on RAID5/6 the P or Q of each row computed
+ * from the row's data. init maps the stripe once; read gives [off, off + len)
+ * from the stripe's start.
+ */
+struct ub_stripe_src {
+	struct ub_volume *vol;
+	const struct ub_chunk *c;
+	int stripe;
+	uint64_t size, units;
+	uint64_t *table; /* per unit: the logical offset in the chunk it copies, UINT64_MAX for parity */
+};
+int ub_stripe_src_init(struct ub_stripe_src *src, struct ub_volume *vol, const struct ub_chunk *c, int stripe);
+int ub_stripe_src_read(struct ub_stripe_src *src, uint64_t off, uint64_t len, uint8_t *buf);
+void ub_stripe_src_free(struct ub_stripe_src *src);
 /*
  * The logical ranges of chunk `c` that hold superblock mirrors (the kernel's
  * exclude_super_stripes): [start[i], +len[i]) for i < *n, at most `max`
@@ -222,6 +242,12 @@ int ub_volume_add_device(struct ub_volume *vol, struct ub_dev *dev, const uint8_
  * map also keeps removed chunks, whose stripes then name no device).
  */
 int ub_volume_detach_device(struct ub_volume *vol, uint64_t devid, struct ub_dev **dev);
+/*
+ * A replace: device `devid` is `dev` from now on (taken over), present; the
+ * handle it had (NULL when missing) goes to *old for the caller to wipe and
+ * close. Its chunk stripes are bound to it again. 0 or -ENOENT.
+ */
+int ub_volume_swap_device(struct ub_volume *vol, uint64_t devid, struct ub_dev *dev, struct ub_dev **old);
 
 /*
  * After the chunk tree is loaded: report each missing device (by devid) and

@@ -2,8 +2,9 @@
 """ubtrfs device add / remove and filesystem resize on devices nothing has mounted.
 
 One sequence through the profiles, as the issue asks: a kernel-made RAID1 on
-two devices gains two, is converted to RAID6, loses one by removal and one by
-disappearing (removed as missing after a fifth is added), has a device shrunk
+two devices gains two, is converted to RAID6, loses one by removal, one by
+disappearing (replaced: rebuilt onto a new device), has a present one replaced,
+loses another (removed as missing once a device was added), has a device shrunk
 and another grown, and is converted back to RAID1. After every step the
 kernel's read-only mount shows exactly what it showed first, btrfs check
 (--check-data-csum) is clean, and `filesystem show` lists the devices
@@ -72,26 +73,39 @@ def test_device_sequence(scratch):
         f.seek(65536 + 64)
         assert f.read(8) != b"_BHRfS_M"
 
-    d5 = _dev(scratch, "dev4.img", 400 * MiB)
-    _ok("device", "add", d5, "--", *devs)
-    devs.append(d5)
-    # device 2 disappears; what it held is rebuilt from parity and the mirrors onto the others
+    # device 2 disappears: a new device takes its place, rebuilt from parity and the mirrors
+    d5 = _dev(scratch, "dev4.img", 450 * MiB)
     os.unlink(devs[0])
-    devs = devs[1:]
+    _ok("replace", "start", "missing", d5, "--", *devs[1:])
+    devs = [d5] + devs[1:]
+    verify(devs, [2, 3, 4])
+    # a present device replaced: read from itself
+    d6 = _dev(scratch, "dev5.img", 400 * MiB)
+    _ok("replace", "start", "3", d6, "--", *devs)
+    with open(devs[1], "rb") as f:
+        f.seek(65536 + 64)
+        assert f.read(8) != b"_BHRfS_M"
+    devs = [devs[0], d6, devs[2]]
+    verify(devs, [2, 3, 4])
+
+    # one more lost and removed as missing, once a fourth device gives RAID6 its minimum
+    d7 = _dev(scratch, "dev6.img", 400 * MiB)
+    _ok("device", "add", d7, "--", *devs)
+    devs.append(d7)
+    os.unlink(devs[2])
+    devs = devs[:2] + devs[3:]
     _ok("device", "remove", "missing", "--", *devs)
-    verify(devs, [3, 4, 5])
+    verify(devs, [2, 3, 5])
 
     _ok("filesystem", "resize", "3:-100m", *devs)
     assert _show(devs)[3] == 300 * MiB
-    with open(d5, "r+b") as f:
-        f.truncate(500 * MiB)
-    _ok("filesystem", "resize", "5:max", *devs)
-    assert _show(devs)[5] == 500 * MiB
-    verify(devs, [3, 4, 5])
+    _ok("filesystem", "resize", "2:max", *devs)
+    assert _show(devs)[2] == 450 * MiB
+    verify(devs, [2, 3, 5])
 
     _ok("balance", "start", "-dconvert=raid1", "-mconvert=raid1", "-f", *devs)
     assert {k[1] for k in _df(devs)} == {"raid1"}
-    verify(devs, [3, 4, 5])
+    verify(devs, [2, 3, 5])
 
 
 def test_refusals_change_nothing(scratch):
