@@ -59,7 +59,7 @@ static int on_progress(void *arg, const struct ub_balance_progress *p)
 	if (pr->tty)
 		fprintf(stderr, "\rbalance: %llu of %llu block groups relocated", (unsigned long long)p->completed,
 			(unsigned long long)p->expected);
-	else if (pr->verbosity > 0)
+	else if (pr->verbosity >= UB_LOG_INFO)
 		printf("relocated block group %llu (%llu of %llu)\n", (unsigned long long)p->group,
 		       (unsigned long long)p->completed, (unsigned long long)p->expected);
 	return 0;
@@ -183,7 +183,7 @@ static int cmd_balance_start(int argc, char **argv)
 	} else {
 		printf("Done, had to relocate %llu out of %llu chunks\n", (unsigned long long)done.completed,
 		       (unsigned long long)done.considered);
-		if (oa.verbosity > 0)
+		if (oa.verbosity >= UB_LOG_INFO)
 			printf("moved %llu extents: %llu tree blocks, %llu bytes of data\n",
 			       (unsigned long long)done.moved.extents, (unsigned long long)done.moved.tree_blocks,
 			       (unsigned long long)done.moved.data_bytes);

@@ -155,7 +155,7 @@ int cmd_device_add(int argc, char **argv)
 			rc = ret == -EEXIST || ret == -EINVAL ? EXIT_FATAL : EXIT_PROBLEMS;
 			break;
 		}
-		if (oa.verbosity > 0)
+		if (oa.verbosity >= UB_LOG_INFO)
 			printf("added %s as device %llu\n", what[i], (unsigned long long)devid);
 	}
 	target_close(&t);
@@ -287,7 +287,7 @@ int cmd_device_remove(int argc, char **argv)
 			rc = ret == -EINVAL || ret == -ENOENT ? EXIT_FATAL : EXIT_PROBLEMS;
 			break;
 		}
-		if (oa.verbosity > 0)
+		if (oa.verbosity >= UB_LOG_INFO)
 			printf("removed %s (%llu block groups relocated)\n", what[i], (unsigned long long)done.completed);
 	}
 	target_close(&t);

@@ -1318,7 +1318,7 @@ static int cmd_resize(int argc, char **argv)
 		fprintf(stderr, "ERROR: unable to resize device %llu: %s\n", (unsigned long long)devid, strerror(-ret));
 		return fs_done(&t, &oa, ret == -EINVAL ? EXIT_FATAL : EXIT_PROBLEMS);
 	}
-	if (oa.verbosity >= 0)
+	if (oa.verbosity >= UB_LOG_WARN)
 		printf("Resize device id %llu from %llu to %s\n", (unsigned long long)devid, (unsigned long long)cur,
 		       max ? "max" : argv[optind]);
 	return fs_done(&t, &oa, EXIT_OK);

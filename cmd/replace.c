@@ -142,7 +142,7 @@ static int cmd_replace_start(int argc, char **argv)
 	ret = ub_engine_device_replace(t.e, devid, argv[optind + 1], force);
 	if (ret)
 		fprintf(stderr, "ERROR: replace of %s by %s failed: %s\n", argv[optind], argv[optind + 1], strerror(-ret));
-	else if (oa.verbosity >= 0)
+	else if (oa.verbosity >= UB_LOG_WARN)
 		printf("replaced %s by %s\n", argv[optind], argv[optind + 1]);
 	target_close(&t);
 	return final_rc(&oa, !ret ? EXIT_OK : ret == -EEXIST || ret == -ENOENT || ret == -ENOSPC ? EXIT_FATAL
