@@ -388,7 +388,15 @@ bool ub_tree_is_quiet(void)
 	return quiet_depth > 0;
 }
 
-static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err)
+static __thread bool repeat_bad;
+
+void ub_tree_repeat_bad(bool on)
+{
+	repeat_bad = on;
+}
+
+static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err,
+			 const char *what)
 {
 	struct ub_bad_block *b;
 
@@ -399,6 +407,7 @@ static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct u
 	memset(b, 0, sizeof(*b));
 	b->bytenr = bytenr;
 	b->err = err;
+	snprintf(b->what, sizeof(b->what), "%s", what);
 	b->any = any || !exp;
 	if (b->any)
 		return;
@@ -465,10 +474,14 @@ static int find_cached(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	return 1;
 }
 
-static void remember_bad_locked(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err)
+/* Say that the read of the block failed (unless quiet), and remember it. */
+static void read_failed(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, const char *ref, bool any,
+			int err, const char *what)
 {
+	if (!ub_tree_is_quiet())
+		ub_err(&tc->log, "tree block at logical %llu (%s): %s", (unsigned long long)bytenr, ref, what);
 	pthread_mutex_lock(&tc->cache->lock);
-	remember_bad(tc, bytenr, exp, any, err);
+	remember_bad(tc, bytenr, exp, any, err, what);
 	pthread_mutex_unlock(&tc->cache->lock);
 }
 
@@ -576,7 +589,14 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	for (unsigned i = 0; i < 64; i++) {
 		if (bad_matches(&tc->cache->bad[i], bytenr, exp)) {
 			int err = tc->cache->bad[i].err;
+			char what[sizeof(tc->cache->bad[i].what)];
+
+			memcpy(what, tc->cache->bad[i].what, sizeof(what));
 			pthread_mutex_unlock(&tc->cache->lock);
+			if (repeat_bad && !ub_tree_is_quiet()) {
+				describe_ref(exp, ref, sizeof(ref));
+				ub_err(&tc->log, "tree block at logical %llu (%s): %s", (unsigned long long)bytenr, ref, what);
+			}
 			return err;
 		}
 	}
@@ -584,19 +604,13 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	pthread_mutex_unlock(&tc->cache->lock);
 	describe_ref(exp, ref, sizeof(ref));
 	if (bytenr % vol->sectorsize) {
-		if (!ub_tree_is_quiet())
-			ub_err(&tc->log, "tree block at logical %llu (%s): not aligned to sectorsize",
-			       (unsigned long long)bytenr, ref);
-		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
+		read_failed(tc, bytenr, exp, ref, true, -EUCLEAN, "not aligned to sectorsize");
 		return -EUCLEAN;
 	}
 	copies = ub_volume_num_copies(vol, bytenr);
 	if (copies == 0) {
 		/* a pointer into no chunk is corruption, not a missing item */
-		if (!ub_tree_is_quiet())
-			ub_err(&tc->log, "tree block at logical %llu (%s): address is not in any chunk",
-			       (unsigned long long)bytenr, ref);
-		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
+		read_failed(tc, bytenr, exp, ref, true, -EUCLEAN, "address is not in any chunk");
 		return -EUCLEAN;
 	}
 	buf = malloc(vol->nodesize);
@@ -630,16 +644,13 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		bad_mirror = m;
 	}
 	if (ret) {
-		if (!ub_tree_is_quiet())
-		{
-			if (intrinsic_only)
-				ub_err(&tc->log, "tree block at logical %llu (%s): no good copy among %d: %s",
-				       (unsigned long long)bytenr, ref, copies, why);
-			else
-				ub_err(&tc->log, "tree block at logical %llu (%s): the pointer is wrong: %s",
-				       (unsigned long long)bytenr, ref, why);
-		}
-		remember_bad_locked(tc, bytenr, exp, intrinsic_only, ret);
+		char what[sizeof(why) + 32];
+
+		if (intrinsic_only)
+			snprintf(what, sizeof(what), "no good copy among %d: %s", copies, why);
+		else
+			snprintf(what, sizeof(what), "the pointer is wrong: %s", why);
+		read_failed(tc, bytenr, exp, ref, intrinsic_only, ret, what);
 		free(buf);
 		return ret;
 	}

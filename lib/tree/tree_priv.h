@@ -53,6 +53,14 @@ struct ub_eb {
  */
 void ub_tree_quiet(bool on);
 bool ub_tree_is_quiet(void);
+/*
+ * A block whose read failed is remembered, and the next read of it fails
+ * at once without a word: the first reader named it. A caller that must
+ * hear the reason whichever thread read the block first (the checker, whose
+ * passes run on two threads) turns this on for its own thread: the
+ * remembered failure is then said again, as a read of the block would say it.
+ */
+void ub_tree_repeat_bad(bool on);
 
 struct ub_tree_ctx {
 	struct ub_volume *vol;
