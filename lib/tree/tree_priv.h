@@ -41,6 +41,7 @@ struct ub_eb {
 	struct ub_eb *dirty_prev, *dirty_next;
 	bool dirty;  /* changed in the running transaction, not yet written (on tc's dirty list) */
 	bool hashed; /* findable by address; a block dropped from the cache lives until its last put */
+	int mirror;  /* the copy it was read from and verified (0: made in memory) */
 	/* ---- shared blocks of the running transaction ---- */
 	uint64_t born; /* the writer's count of new blocks when this one was made (0: read from a device) */
 };
