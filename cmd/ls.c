@@ -321,25 +321,33 @@ static void list_dir(struct lister *l, const char *path, uint64_t subvol, uint64
 		struct entry *e = &es.v[i];
 		struct ub_inode in;
 		size_t plen = strlen(path);
-		char *child = malloc(plen + e->de.name_len + 2);
+		bool slash = !(plen && path[plen - 1] == '/');
+		char *child;
 
+		/*
+		 * A names-only listing takes a non-directory's type from its entry, as
+		 * readdir does for find and ls on the kernel: it never reads that inode.
+		 * Directories are read, to enter them and to check their one real name.
+		 * Its line is written as it is, without a path built for it (most lines
+		 * of a large listing are these).
+		 */
+		if (l->fmt == FMT_NAMES && names_only_type(e->de.type)) {
+			if (l->recursive) {
+				fputs_unlocked(path, stdout);
+				if (slash)
+					putchar_unlocked('/');
+			}
+			fputs_unlocked(e->name, stdout);
+			putchar_unlocked('\n');
+			continue;
+		}
+		child = malloc(plen + e->de.name_len + 2);
 		if (!child) {
 			ls_error(path, "out of memory");
 			l->rc = EXIT_FATAL;
 			break;
 		}
-		snprintf(child, plen + e->de.name_len + 2, "%s%s%s", path,
-			 (plen && path[plen - 1] == '/') ? "" : "/", e->name);
-		/*
-		 * A names-only listing takes a non-directory's type from its entry, as
-		 * readdir does for find and ls on the kernel: it never reads that inode.
-		 * Directories are read, to enter them and to check their one real name.
-		 */
-		if (l->fmt == FMT_NAMES && names_only_type(e->de.type)) {
-			printf("%s\n", l->recursive ? child : e->name);
-			free(child);
-			continue;
-		}
+		snprintf(child, plen + e->de.name_len + 2, "%s%s%s", path, slash ? "/" : "", e->name);
 		ret = ub_dirent_inode(l->fs, &e->de, &in);
 		if (ret) {
 			ls_error(child, "cannot read inode %llu of subvol %llu: %s", (unsigned long long)e->de.ino,

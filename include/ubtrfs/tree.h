@@ -82,9 +82,11 @@ void ub_eb_put(struct ub_tree_ctx *tc, struct ub_eb *eb);
 void ub_eb_put_many(struct ub_tree_ctx *tc, struct ub_eb *const *ebs, int n);
 
 /*
- * Every copy of the block at `bytenr` read from the device (not the cache) and
- * verified as ub_tree_read_block verifies one; `bad` is called for each copy
- * that fails, with the copy's place on disk and what failed. Copies on
+ * Every copy of the block at `bytenr` read from the device and verified as
+ * ub_tree_read_block verifies one; `bad` is called for each copy that fails,
+ * with the copy's place on disk and what failed. The copy a clean cached
+ * block fitting `exp` was read from (and verified, when it was cached) is not
+ * read again, and a copy with the same bytes as that block is good. Copies on
  * missing devices are skipped. The number of bad copies, or -ENOMEM. For a
  * checker: a read succeeds on any good copy and says nothing of the others.
  */

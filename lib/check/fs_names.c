@@ -4,9 +4,17 @@
  * records (the inode's INODE_REF or EXTREF entry, the directory's DIR_ITEM
  * and DIR_INDEX entries). Sorted by directory, name hash, length, a second
  * hash and child, the three of one link sit together; each group must hold one of each,
- * agreeing on the index and the type. Memory: 40 bytes per record, per
- * subvolume (docs/check.md).
+ * agreeing on the index and the type.
+ *
+ * The stream meets a link's records in two inodes only, the directory's and
+ * the child's, so the link is complete once the later of the two has been
+ * streamed: its records wait until then in a heap ordered by that inode,
+ * and a complete link whose records agree is forgotten. Memory: 40 bytes
+ * per record of the links still open (in a tree the kernel wrote, a
+ * directory's entries until its files' inodes come, which follow it), and
+ * of the links found wrong (docs/check.md).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +36,9 @@ static int name_cmp(const void *a, const void *b)
 		return x->child < y->child ? -1 : 1;
 	if (x->kind != y->kind)
 		return x->kind < y->kind ? -1 : 1;
-	return x->index < y->index ? -1 : x->index > y->index;
+	if (x->index != y->index)
+		return x->index < y->index ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 static bool same_link(const struct chk_name *x, const struct chk_name *y)
@@ -111,20 +121,140 @@ static void check_link(struct fstate *f, const struct chk_name *g, size_t n)
 	}
 }
 
+/* The inode whose items complete the link of `n`: the later of the directory and the child. */
+static uint64_t completes(const struct chk_name *n)
+{
+	return n->dir > n->child ? n->dir : n->child;
+}
+
+static int push(struct chk_name **v, size_t *n, size_t *cap, const struct chk_name *x)
+{
+	if (chk_reserve(v, cap, *n, sizeof(**v), 256))
+		return -ENOMEM;
+	(*v)[(*n)++] = *x;
+	return 0;
+}
+
+/* The pending heap: a min-heap on completes(). */
+static int heap_push(struct fstate *f, const struct chk_name *x)
+{
+	size_t i;
+
+	if (push(&f->pending, &f->npending, &f->pending_cap, x))
+		return -ENOMEM;
+	for (i = f->npending - 1; i > 0;) {
+		size_t up = (i - 1) / 2;
+		struct chk_name t;
+
+		if (completes(&f->pending[up]) <= completes(&f->pending[i]))
+			break;
+		t = f->pending[up];
+		f->pending[up] = f->pending[i];
+		f->pending[i] = t;
+		i = up;
+	}
+	return 0;
+}
+
+static void heap_pop(struct fstate *f, struct chk_name *out)
+{
+	size_t i = 0, n = --f->npending;
+
+	*out = f->pending[0];
+	f->pending[0] = f->pending[n];
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		struct chk_name t;
+
+		if (l < n && completes(&f->pending[l]) < completes(&f->pending[m]))
+			m = l;
+		if (r < n && completes(&f->pending[r]) < completes(&f->pending[m]))
+			m = r;
+		if (m == i)
+			break;
+		t = f->pending[m];
+		f->pending[m] = f->pending[i];
+		f->pending[i] = t;
+		i = m;
+	}
+}
+
+/* Whether check_link would say nothing of the link g[0..n) (sorted by kind). */
+static bool link_agrees(const struct chk_name *g, size_t n)
+{
+	const struct chk_name *ref = &g[0], *item = &g[1], *idx = &g[2];
+
+	if (n != 3 || ref->kind != NAME_REF || item->kind != NAME_ITEM || idx->kind != NAME_INDEX)
+		return false;
+	if (ref->type && (item->type != ref->type || idx->type != ref->type))
+		return false;
+	return idx->index == ref->index;
+}
+
+void chk_names_flush(struct fstate *f, uint64_t ino)
+{
+	size_t i = 0;
+
+	f->ncand = 0;
+	for (size_t j = 0; j < f->nnames && !f->nomem; j++) {
+		const struct chk_name *n = &f->names[j];
+
+		if (completes(n) > ino ? heap_push(f, n) : push(&f->cand, &f->ncand, &f->cand_cap, n))
+			f->nomem = true;
+	}
+	f->nnames = 0;
+	while (f->npending && completes(&f->pending[0]) <= ino && !f->nomem) {
+		struct chk_name n;
+
+		heap_pop(f, &n);
+		if (push(&f->cand, &f->ncand, &f->cand_cap, &n))
+			f->nomem = true;
+	}
+	if (f->nomem || !f->ncand)
+		return;
+	if (f->ncand > 1)
+		qsort(f->cand, f->ncand, sizeof(*f->cand), name_cmp);
+	while (i < f->ncand) {
+		size_t j = i + 1;
+
+		while (j < f->ncand && same_link(&f->cand[i], &f->cand[j]))
+			j++;
+		if (!link_agrees(&f->cand[i], j - i))
+			for (size_t k = i; k < j; k++)
+				if (push(&f->kept, &f->nkept, &f->kept_cap, &f->cand[k]))
+					f->nomem = true;
+		i = j;
+	}
+}
+
 void chk_names_check(struct fstate *f)
 {
 	size_t i = 0;
 
-	if (f->nnames)
-		qsort(f->names, f->nnames, sizeof(*f->names), name_cmp);
-	while (i < f->nnames) {
+	/* links whose other inode never came: their records are all there is */
+	for (size_t j = 0; j < f->npending && !f->nomem; j++)
+		if (push(&f->kept, &f->nkept, &f->kept_cap, &f->pending[j]))
+			f->nomem = true;
+	f->npending = 0;
+	if (f->nkept)
+		qsort(f->kept, f->nkept, sizeof(*f->kept), name_cmp);
+	while (i < f->nkept) {
 		size_t j = i + 1;
 
-		while (j < f->nnames && same_link(&f->names[i], &f->names[j]))
+		while (j < f->nkept && same_link(&f->kept[i], &f->kept[j]))
 			j++;
-		check_link(f, &f->names[i], j - i);
+		check_link(f, &f->kept[i], j - i);
 		i = j;
 	}
+	f->nkept = 0;
+}
+
+void chk_names_free(struct fstate *f)
+{
+	free(f->names);
+	free(f->pending);
+	free(f->kept);
+	free(f->cand);
 }
 
 static int u64_cmp(const void *a, const void *b)

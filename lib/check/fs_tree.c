@@ -32,7 +32,8 @@ int chk_name_add(struct fstate *f, const struct chk_name *n)
 		f->nomem = true;
 		return -ENOMEM;
 	}
-	f->names[f->nnames++] = *n;
+	f->names[f->nnames] = *n;
+	f->names[f->nnames++].seq = f->name_seq++;
 	return 0;
 }
 
@@ -69,7 +70,7 @@ static void forget_entries(struct fstate *f)
 }
 
 /* The verdicts on the inode the stream leaves. */
-static void finish_inode(struct fstate *f)
+static void inode_verdicts(struct fstate *f)
 {
 	struct finode *i = &f->cur;
 	struct ub_chk_problem p;
@@ -124,6 +125,13 @@ static void finish_inode(struct fstate *f)
 	else if (i->ext_end < i->size)
 		chk_report(f->s.c, &p, "file extents end at %llu, the size is %llu (the filesystem has no NO_HOLES)",
 			   (unsigned long long)i->ext_end, (unsigned long long)i->size);
+}
+
+static void finish_inode(struct fstate *f)
+{
+	inode_verdicts(f);
+	/* what is left of its names (an unlinked directory's entries are forgotten) */
+	chk_names_flush(f, f->cur.ino);
 }
 
 static void inode_item(struct fstate *f, const struct ub_key *k, const uint8_t *d, uint32_t size)
@@ -391,7 +399,8 @@ static int check_tree(struct fstate *f, uint64_t tree, uint64_t root_dirid)
 	f->root_dirid = root_dirid;
 	f->cur = (struct finode){ 0 };
 	f->saw_root_dir = false;
-	f->nnames = f->nunlinked = f->norphans = 0;
+	f->nnames = f->npending = f->nkept = f->nunlinked = f->norphans = 0;
+	f->name_seq = 0;
 	ret = chk_scan_tree(&f->s, tree, &from, fs_item);
 	if (ret < 0)
 		return ret;
@@ -476,7 +485,7 @@ int chk_fs_trees(struct ub_checker *c, struct ub_fs *fs)
 		ret = chk_log_items(&f);
 	free(l.v);
 	free(f.needs);
-	free(f.names);
+	chk_names_free(&f);
 	free(f.unlinked);
 	free(f.orphans);
 	return ret < 0 ? ret : 0;

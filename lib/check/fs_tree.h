@@ -21,6 +21,7 @@ struct chk_name {
 	uint16_t len;
 	uint8_t type;    /* BTRFS_FT_*: the entry's, or the child's own mode for a ref (0: unknown) */
 	uint8_t kind;
+	uint32_t seq;    /* the order the stream met it in: the last tiebreak of the sort */
 };
 
 /* What one inode's items have said so far. */
@@ -52,8 +53,21 @@ struct fstate {
 	uint64_t gen_limit; /* no inode generation or transid above this */
 	struct finode cur;
 	bool saw_root_dir;
+	/*
+	 * Names (fs_names.c): the records of the inode being streamed; those
+	 * whose other inode comes later in the stream, in a heap by the inode
+	 * that completes their link; and the links found wrong, kept for the
+	 * report at the end of the subvolume.
+	 */
 	struct chk_name *names;
 	size_t nnames, names_cap;
+	struct chk_name *pending;
+	size_t npending, pending_cap;
+	struct chk_name *kept;
+	size_t nkept, kept_cap;
+	struct chk_name *cand;
+	size_t ncand, cand_cap;
+	uint32_t name_seq;
 	uint64_t *unlinked; /* inodes with nlink 0: each needs an orphan item */
 	size_t nunlinked, unlinked_cap;
 	uint64_t *orphans;
@@ -71,10 +85,17 @@ struct fstate {
 void chk_fs_where(struct ub_chk_problem *p, const struct fstate *f, uint64_t ino, uint64_t type, uint64_t offset);
 /* The second hash of a name (chk_name.hash2). */
 uint32_t chk_name_hash2(const uint8_t *name, uint32_t len);
-/* One record of a name; 0 or -ENOMEM. */
+/* One record of a name, of the inode being streamed; 0 or -ENOMEM. */
 int chk_name_add(struct fstate *f, const struct chk_name *n);
-/* Every name's three records against each other (sorts f->names). */
+/*
+ * The stream leaves inode `ino`: its records join the links they belong to;
+ * a link whose two inodes have both been streamed is complete, and is
+ * dropped when its records agree or kept for the report when they do not.
+ */
+void chk_names_flush(struct fstate *f, uint64_t ino);
+/* The end of a subvolume: the kept links and those never completed, reported (the state is reset). */
 void chk_names_check(struct fstate *f);
+void chk_names_free(struct fstate *f);
 /* fs_csums.c: a file extent's data needs checksums; then all of them against the checksum tree. */
 void chk_csum_need(struct fstate *f, const struct ub_key *k, uint64_t start, uint64_t len);
 int chk_csum_needs_check(struct fstate *f);

@@ -95,7 +95,25 @@ int ub_dev_flush(struct ub_dev *dev)
 
 struct file_dev {
 	int fd;
+	uint64_t unkicked; /* bytes written since writeback was last started (atomic: writers on any thread) */
 };
+
+/*
+ * Writeback is started (not waited for) every WRITEBACK_KICK bytes written:
+ * a flush then finds little left to write, instead of every byte written
+ * since the last one (mkfs --rootdir onto a disk waited a second in its
+ * flushes), and the disk works while the writer goes on.
+ */
+#define WRITEBACK_KICK (8ULL << 20)
+
+static void written(struct file_dev *f, uint64_t len)
+{
+	if (__atomic_add_fetch(&f->unkicked, len, __ATOMIC_RELAXED) < WRITEBACK_KICK)
+		return;
+	__atomic_store_n(&f->unkicked, 0, __ATOMIC_RELAXED);
+	/* only a start: a failure here is the flush's to find */
+	(void)sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+}
 
 static int file_read(struct ub_dev *dev, void *buf, size_t len, uint64_t off)
 {
@@ -124,6 +142,7 @@ static int file_write(struct ub_dev *dev, const void *buf, size_t len, uint64_t 
 	struct file_dev *f = dev->priv;
 	const uint8_t *p = buf;
 
+	written(f, len);
 	while (len > 0) {
 		ssize_t n = pwrite(f->fd, p, len, (off_t)off);
 		if (n < 0) {
@@ -145,7 +164,12 @@ static int file_writev(struct ub_dev *dev, const struct iovec *iov, int iovcnt, 
 {
 	struct file_dev *f = dev->priv;
 	struct iovec cur[64];
+	uint64_t len = 0;
 	int i = 0;
+
+	for (int j = 0; j < iovcnt; j++)
+		len += iov[j].iov_len;
+	written(f, len);
 
 	while (i < iovcnt) {
 		int cnt = iovcnt - i < 64 ? iovcnt - i : 64;

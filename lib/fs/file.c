@@ -29,6 +29,7 @@ struct dc_slot {
 	uint8_t *in, *out, *bad;
 	uint64_t key_off, num, eoff, dbytenr;
 	bool direct; /* decoded straight into the caller's buffer */
+	bool unzeroed; /* its part of the buffer was not cleared first: its bytes (or zeros) fill it */
 	struct ub_dc_ahead *ahead; /* read by an earlier call: its job and buffers stand in for these */
 };
 
@@ -47,6 +48,12 @@ struct file_ctx {
 	struct dc_slot slots[DC_DEPTH];
 	unsigned int dc_head, dc_count;
 	uint64_t covered; /* where the extent items before the current one reach */
+	/*
+	 * The buffer is cleared lazily: below `zeroed` (a file offset) every byte
+	 * is zero or an extent's; an extent that fills its part whole (a decoded
+	 * compressed extent) is not cleared first.
+	 */
+	uint64_t zeroed;
 	/* the committed extent tree, part of a read-ahead entry's key; have_era false: no read-ahead */
 	struct ub_root era;
 	bool have_era, took_ahead;
@@ -184,6 +191,25 @@ static int corrupt(struct file_ctx *c, const struct ub_key *key, const char *fmt
 	return -EUCLEAN;
 }
 
+/* Zeros into the part of the request [at, at + n) overlaps. */
+static void zero_range(struct file_ctx *c, uint64_t at, uint64_t n)
+{
+	uint64_t s = at > c->off ? at : c->off;
+	uint64_t e = n > c->end - at ? c->end : at + n;
+
+	if (at < c->end && s < e)
+		memset(c->buf + (s - c->off), 0, e - s);
+}
+
+/* Every byte of the request below file offset `to` zero or an extent's. */
+static void zero_to(struct file_ctx *c, uint64_t to)
+{
+	if (to > c->zeroed) {
+		zero_range(c, c->zeroed, to - c->zeroed);
+		c->zeroed = to;
+	}
+}
+
 /* Copy `src` (file bytes starting at file offset `at`, `n` long) into the part of the request it overlaps. */
 static void place(struct file_ctx *c, uint64_t at, const uint8_t *src, uint64_t n)
 {
@@ -206,9 +232,9 @@ static void dc_finish_oldest(struct file_ctx *c)
 
 	ub_dc_wait(c->pool, job);
 	if (job->ret) {
-		/* a direct decode left what it made of the bad stream where zeros belong */
-		if (sl->direct)
-			memset(c->buf + (sl->key_off - c->off), 0, sl->num);
+		/* a direct decode left what it made of the bad stream where zeros belong; nothing cleared the rest */
+		if (sl->direct || sl->unzeroed)
+			zero_range(c, sl->key_off, sl->num);
 		report_bad(c, sl->key_off, sl->key_off, sl->num, sl->dbytenr, job->why);
 	} else if (!sl->direct) {
 		place(c, sl->key_off, (sl->ahead ? sl->ahead->out : sl->out) + sl->eoff, sl->num);
@@ -439,9 +465,17 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 	sl->num = num;
 	sl->eoff = FE(offset, d);
 	sl->dbytenr = dbytenr;
+	sl->unzeroed = false;
 	if (ahead_key(c, d, &k) && (sl->ahead = ub_dc_ahead_take(c->pool, &k)) != NULL) {
-		/* an earlier call read it, checked it and has it decoding already */
+		/* an earlier call read it, checked it and has it decoding already: placed whole, or zeros */
 		sl->direct = false;
+		if (key->offset >= c->zeroed) {
+			zero_to(c, key->offset);
+			sl->unzeroed = true;
+			c->zeroed = key->offset + num;
+		} else {
+			zero_to(c, key->offset + num);
+		}
 		c->took_ahead = true;
 		c->dc_count++;
 		return 0;
@@ -452,7 +486,9 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 	 * by this job alone, as the zeros the request started with.
 	 */
 	sl->direct = FE(offset, d) == 0 && num == ram && key->offset >= c->off && c->end - key->offset >= num &&
-		     key->offset >= c->covered;
+		     key->offset >= c->covered && key->offset >= c->zeroed;
+	/* a direct decode writes all of its part (zeros past what the stream makes); anything else is cleared */
+	zero_to(c, sl->direct ? key->offset : key->offset + num);
 	if (!sl->in)
 		sl->in = ub_dc_buf_get(c->pool);
 	if (!sl->out && !sl->direct)
@@ -479,6 +515,8 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 				      .out = sl->direct ? c->buf + (key->offset - c->off) : sl->out,
 				      .outlen = ram, .sectorsize = ss };
 	ub_dc_submit(c->pool, &sl->job);
+	if (sl->direct)
+		c->zeroed = key->offset + num;
 	c->dc_count++;
 	return 0;
 }
@@ -553,6 +591,19 @@ static int check_extent(struct file_ctx *c, const struct ub_key *key, const uint
 	return 0;
 }
 
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+/* Where an extent item's claim on file offsets ends (an inline extent holds its whole first sector). */
+static uint64_t extent_end(const struct ub_fs *fs, const struct ub_key *key, const uint8_t *d)
+{
+	uint64_t n = FE(type, d) == BTRFS_FILE_EXTENT_INLINE ? fs->vol->sectorsize : FE(num_bytes, d), end;
+
+	return __builtin_add_overflow(key->offset, n, &end) ? UINT64_MAX : end;
+}
+
 static int read_extent(struct file_ctx *c, const struct ub_key *key, const uint8_t *d, uint32_t size)
 {
 	int type, comp, ret;
@@ -570,31 +621,20 @@ static int read_extent(struct file_ctx *c, const struct ub_key *key, const uint8
 			       (unsigned)FE(encryption, d), (unsigned)FE(other_encoding, d));
 	if (type == BTRFS_FILE_EXTENT_INLINE) {
 		dc_drain(c);
+		zero_to(c, extent_end(c->fs, key, d));
 		return read_inline(c, key, d, size);
 	}
 	ret = check_extent(c, key, d, size);
 	if (ret)
 		return ret;
 	if (type == BTRFS_FILE_EXTENT_PREALLOC || FE(disk_bytenr, d) == 0)
-		return 0; /* reads as zeros, which the buffer already holds */
+		return 0; /* reads as zeros: the buffer is cleared where no extent writes */
 	if (comp != UB_COMPRESS_NONE)
 		return read_compressed(c, key, d);
 	dc_drain(c);
+	zero_to(c, extent_end(c->fs, key, d));
 	c->key_off = key->offset;
 	return read_plain(c, key->offset, FE(num_bytes, d), FE(disk_bytenr, d) + FE(offset, d));
-}
-
-static uint64_t max_u64(uint64_t a, uint64_t b)
-{
-	return a > b ? a : b;
-}
-
-/* Where an extent item's claim on file offsets ends (an inline extent holds its whole first sector). */
-static uint64_t extent_end(const struct ub_fs *fs, const struct ub_key *key, const uint8_t *d)
-{
-	uint64_t n = FE(type, d) == BTRFS_FILE_EXTENT_INLINE ? fs->vol->sectorsize : FE(num_bytes, d), end;
-
-	return __builtin_add_overflow(key->offset, n, &end) ? UINT64_MAX : end;
 }
 
 static int file_read_inode_impl(struct ub_fs *fs, const struct ub_inode *inode, uint64_t off, uint64_t len, void *buf,
@@ -613,12 +653,14 @@ static int file_read_inode_impl(struct ub_fs *fs, const struct ub_inode *inode, 
 		return 0;
 	if (len > inode->size - off)
 		len = inode->size - off;
-	memset(buf, 0, len);
 	ret = ub_icur_open(fs, subvol, ino, &cur);
-	if (ret)
+	if (ret) {
+		memset(buf, 0, len);
 		return ret;
+	}
 	c = (struct file_ctx){ .fs = fs, .subvol = subvol, .ino = ino, .verify = !(inode->flags & UB_INODE_NODATASUM),
-			       .buf = buf, .off = off, .end = off + len, .rep = rep, .corrupt_at = UINT64_MAX };
+			       .buf = buf, .off = off, .end = off + len, .rep = rep, .corrupt_at = UINT64_MAX,
+			       .zeroed = off };
 	ret = ub_icur_seek_extent(&cur, off);
 	while (ret == 0) {
 		const uint8_t *d;
@@ -647,6 +689,8 @@ static int file_read_inode_impl(struct ub_fs *fs, const struct ub_inode *inode, 
 		read_ahead(&c, &cur);
 	ub_icur_close(&cur);
 	dc_free(&c);
+	/* holes, preallocated and unreadable ranges, and whatever no item reached */
+	zero_to(&c, c.end);
 	/*
 	 * Without the no-holes feature every hole has an extent item of its own, so a file whose
 	 * items stop short of its size contradicts itself; reading on would hand out zeros that

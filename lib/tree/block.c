@@ -388,7 +388,15 @@ bool ub_tree_is_quiet(void)
 	return quiet_depth > 0;
 }
 
-static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err)
+static __thread bool repeat_bad;
+
+void ub_tree_repeat_bad(bool on)
+{
+	repeat_bad = on;
+}
+
+static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err,
+			 const char *what)
 {
 	struct ub_bad_block *b;
 
@@ -399,6 +407,7 @@ static void remember_bad(struct ub_tree_ctx *tc, uint64_t bytenr, const struct u
 	memset(b, 0, sizeof(*b));
 	b->bytenr = bytenr;
 	b->err = err;
+	snprintf(b->what, sizeof(b->what), "%s", what);
 	b->any = any || !exp;
 	if (b->any)
 		return;
@@ -465,10 +474,14 @@ static int find_cached(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	return 1;
 }
 
-static void remember_bad_locked(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, bool any, int err)
+/* Say that the read of the block failed (unless quiet), and remember it. */
+static void read_failed(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp, const char *ref, bool any,
+			int err, const char *what)
 {
+	if (!ub_tree_is_quiet())
+		ub_err(&tc->log, "tree block at logical %llu (%s): %s", (unsigned long long)bytenr, ref, what);
 	pthread_mutex_lock(&tc->cache->lock);
-	remember_bad(tc, bytenr, exp, any, err);
+	remember_bad(tc, bytenr, exp, any, err, what);
 	pthread_mutex_unlock(&tc->cache->lock);
 }
 
@@ -497,6 +510,25 @@ static int read_copy(struct ub_tree_ctx *tc, uint64_t bytenr, int m, const struc
 	return r;
 }
 
+/*
+ * The clean cached block at `bytenr` that fits `exp`, with a reference, or NULL.
+ * Quiet: a block that does not fit is simply not used.
+ */
+static struct ub_eb *cached_clean(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp)
+{
+	char why[320];
+	struct ub_eb *eb;
+
+	pthread_mutex_lock(&tc->cache->lock);
+	for (eb = *bucket(tc->cache, bytenr); eb; eb = eb->hnext)
+		if (eb->start == bytenr && !eb->dirty && eb->mirror > 0 && !verify_expect(eb->data, exp, why, sizeof(why)))
+			break;
+	if (eb && eb->refs++ == 0)
+		lru_unlink(tc, eb);
+	pthread_mutex_unlock(&tc->cache->lock);
+	return eb;
+}
+
 int ub_tree_check_copies(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_expect *exp,
 			 void (*bad)(void *arg, int mirror, const char *where, const char *why), void *arg)
 {
@@ -504,13 +536,26 @@ int ub_tree_check_copies(struct ub_tree_ctx *tc, uint64_t bytenr, const struct u
 	char why[320], where[256];
 	int copies = ub_volume_num_copies(vol, bytenr), nbad = 0;
 	uint8_t *buf = malloc(vol->nodesize);
+	/*
+	 * The copy the cache holds was read from its device and verified when it
+	 * was cached: it is not read again. Another copy with the same bytes needs
+	 * only the pointer's expectations (the checksum and the items are the same);
+	 * a copy that differs is verified whole. Both halve what a check of mirrored
+	 * metadata reads and checksums.
+	 */
+	struct ub_eb *held = buf ? cached_clean(tc, bytenr, exp) : NULL;
 
 	if (!buf)
 		return -ENOMEM;
 	for (int m = 1; m <= copies; m++) {
 		bool pointer_wrong;
-		int r = read_copy(tc, bytenr, m, exp, buf, why, sizeof(why), &pointer_wrong);
+		int r;
 
+		if (held && m == held->mirror)
+			continue;
+		if (held && !ub_volume_read(vol, bytenr, vol->nodesize, m, buf) && !memcmp(buf, held->data, vol->nodesize))
+			continue;
+		r = read_copy(tc, bytenr, m, exp, buf, why, sizeof(why), &pointer_wrong);
 		/* no such copy to read here, or a missing device (reported as such elsewhere) */
 		if (r == -EOPNOTSUPP || r == -ENXIO)
 			continue;
@@ -520,6 +565,7 @@ int ub_tree_check_copies(struct ub_tree_ctx *tc, uint64_t bytenr, const struct u
 			nbad++;
 		}
 	}
+	ub_eb_put(tc, held);
 	free(buf);
 	return nbad;
 }
@@ -560,7 +606,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	struct ub_eb *eb;
 	uint8_t *buf = NULL;
 	char why[320], where[256], ref[160];
-	int copies, ret = -EIO, bad_mirror = 0;
+	int copies, ret = -EIO, bad_mirror = 0, good_mirror = 0;
 	bool intrinsic_only = true;
 
 	why[0] = '\0'; /* not "" as an initializer: that zeroes all of it, on every cached read */
@@ -576,7 +622,14 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	for (unsigned i = 0; i < 64; i++) {
 		if (bad_matches(&tc->cache->bad[i], bytenr, exp)) {
 			int err = tc->cache->bad[i].err;
+			char what[sizeof(tc->cache->bad[i].what)];
+
+			memcpy(what, tc->cache->bad[i].what, sizeof(what));
 			pthread_mutex_unlock(&tc->cache->lock);
+			if (repeat_bad && !ub_tree_is_quiet()) {
+				describe_ref(exp, ref, sizeof(ref));
+				ub_err(&tc->log, "tree block at logical %llu (%s): %s", (unsigned long long)bytenr, ref, what);
+			}
 			return err;
 		}
 	}
@@ -584,19 +637,13 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	pthread_mutex_unlock(&tc->cache->lock);
 	describe_ref(exp, ref, sizeof(ref));
 	if (bytenr % vol->sectorsize) {
-		if (!ub_tree_is_quiet())
-			ub_err(&tc->log, "tree block at logical %llu (%s): not aligned to sectorsize",
-			       (unsigned long long)bytenr, ref);
-		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
+		read_failed(tc, bytenr, exp, ref, true, -EUCLEAN, "not aligned to sectorsize");
 		return -EUCLEAN;
 	}
 	copies = ub_volume_num_copies(vol, bytenr);
 	if (copies == 0) {
 		/* a pointer into no chunk is corruption, not a missing item */
-		if (!ub_tree_is_quiet())
-			ub_err(&tc->log, "tree block at logical %llu (%s): address is not in any chunk",
-			       (unsigned long long)bytenr, ref);
-		remember_bad_locked(tc, bytenr, exp, true, -EUCLEAN);
+		read_failed(tc, bytenr, exp, ref, true, -EUCLEAN, "address is not in any chunk");
 		return -EUCLEAN;
 	}
 	buf = malloc(vol->nodesize);
@@ -613,6 +660,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		/* a copy on a missing device is an I/O failure to the caller, as any unreadable copy */
 		ret = r == -ENXIO ? -EIO : r;
 		if (r == 0) {
+			good_mirror = m;
 			if (bad_mirror && !ub_tree_is_quiet())
 				ub_info(&tc->log, "tree block at logical %llu: read good copy %d", (unsigned long long)bytenr, m);
 			break;
@@ -630,16 +678,13 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		bad_mirror = m;
 	}
 	if (ret) {
-		if (!ub_tree_is_quiet())
-		{
-			if (intrinsic_only)
-				ub_err(&tc->log, "tree block at logical %llu (%s): no good copy among %d: %s",
-				       (unsigned long long)bytenr, ref, copies, why);
-			else
-				ub_err(&tc->log, "tree block at logical %llu (%s): the pointer is wrong: %s",
-				       (unsigned long long)bytenr, ref, why);
-		}
-		remember_bad_locked(tc, bytenr, exp, intrinsic_only, ret);
+		char what[sizeof(why) + 32];
+
+		if (intrinsic_only)
+			snprintf(what, sizeof(what), "no good copy among %d: %s", copies, why);
+		else
+			snprintf(what, sizeof(what), "the pointer is wrong: %s", why);
+		read_failed(tc, bytenr, exp, ref, intrinsic_only, ret, what);
 		free(buf);
 		return ret;
 	}
@@ -652,6 +697,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 	eb->len = vol->nodesize;
 	eb->data = buf;
 	eb->refs = 1;
+	eb->mirror = good_mirror;
 	pthread_mutex_lock(&tc->cache->lock);
 	*out = publish(tc, eb, exp);
 	pthread_mutex_unlock(&tc->cache->lock);

@@ -20,6 +20,7 @@ struct ub_bad_block {
 	int level;
 	uint64_t owner, generation;
 	struct ub_key first, end;
+	char what[384]; /* what the failed read said after the block's place (ub_tree_repeat_bad) */
 };
 
 struct ub_block_cache {

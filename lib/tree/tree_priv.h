@@ -41,6 +41,7 @@ struct ub_eb {
 	struct ub_eb *dirty_prev, *dirty_next;
 	bool dirty;  /* changed in the running transaction, not yet written (on tc's dirty list) */
 	bool hashed; /* findable by address; a block dropped from the cache lives until its last put */
+	int mirror;  /* the copy it was read from and verified (0: made in memory) */
 	/* ---- shared blocks of the running transaction ---- */
 	uint64_t born; /* the writer's count of new blocks when this one was made (0: read from a device) */
 };
@@ -53,6 +54,14 @@ struct ub_eb {
  */
 void ub_tree_quiet(bool on);
 bool ub_tree_is_quiet(void);
+/*
+ * A block whose read failed is remembered, and the next read of it fails
+ * at once without a word: the first reader named it. A caller that must
+ * hear the reason whichever thread read the block first (the checker, whose
+ * passes run on two threads) turns this on for its own thread: the
+ * remembered failure is then said again, as a read of the block would say it.
+ */
+void ub_tree_repeat_bad(bool on);
 
 struct ub_tree_ctx {
 	struct ub_volume *vol;

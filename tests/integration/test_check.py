@@ -374,3 +374,40 @@ def test_tree_block_copy_damaged(ubtrfs_bin, base):
     bad = [r for r in recs if r["class"] == "tree" and r["logical"] == logical]
     assert len(bad) == 1 and "copy 2" in bad[0]["message"] and str(phys[1]) in bad[0]["message"], recs
     assert "checksum" in bad[0]["message"], recs
+
+
+def test_tree_block_first_copy_damaged(ubtrfs_bin, base):
+    # the first copy bad: the read takes the second, and the checker still names the first
+    # (the copy the cache holds is not read again, the others are); no referee, as above
+    with C.Image(base) as im:
+        logical = im.tree_root(C.FS_TREE)[0]
+        phys = im.physical(logical)
+    assert len(phys) == 2, "the base image has DUP metadata"
+    T.overwrite(base, phys[0] + 64, b"\xa5" * 64)
+    cp = check("--json", base)
+    recs, _ = problems(cp)
+    assert cp.returncode == 1, T.describe(cp) + cp.stdout.decode()[-3000:]
+    bad = [r for r in recs if r["class"] == "tree" and r["logical"] == logical]
+    assert len(bad) == 1 and "copy 1" in bad[0]["message"] and str(phys[0]) in bad[0]["message"], recs
+    assert "checksum" in bad[0]["message"], recs
+
+
+def test_bad_block_named_by_every_pass(ubtrfs_bin, base):
+    # the checksum tree's leaf with an item's key moved off its sector (the tree checker
+    # refuses the leaf): the tree pass, the chunk pass and the file tree pass (on the second
+    # thread) each meet it, and each names why it is bad, whichever of them read it first
+    # (the tree layer remembers a failed block and fails it again at once, silently)
+    where = {}
+
+    def edit(im):
+        blk, slot = _find(im, C.CSUM_TREE, lambda k: k.type == C.EXTENT_CSUM)
+        k = blk.item_key(slot)
+        blk.set_item_key(slot, C.Key(k.objectid, k.type, k.offset + 1))
+        im.write_block(blk)
+        where["block"] = blk.logical
+    recs = damaged(base, edit)
+    why = "tree block at logical %d" % where["block"]
+    about = [r for r in recs if r["logical"] == where["block"] or "cannot be read to its end" in r["message"]]
+    assert {r["class"] for r in about} >= {"tree", "chunk"}, recs
+    for r in about:
+        assert why in r["message"] and "key" in r["message"], r
