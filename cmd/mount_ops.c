@@ -471,10 +471,10 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	fuse_reply_err(req, -mount_fsync(ctx_of(req), ino, datasync != 0));
 }
 
-/* fsyncdir: a commit makes the directory durable */
+/* fsyncdir: through the fsync log too (its entries changed since the last commit, and what they name) */
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	fuse_reply_err(req, -mount_sync(ctx_of(req)));
+	fuse_reply_err(req, -mount_fsync(ctx_of(req), ino, datasync != 0));
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags)
