@@ -8,11 +8,17 @@
  * one flush, the primary superblock. The data itself was written where it
  * stays when the write was made: nothing is written twice.
  *
- * What a log cannot say yet (a directory, names changed in this
- * transaction, hard links, a parent directory or subvolume the last commit
- * does not have, RAID5/6 whose stripes a transaction writes whole) makes
- * the fsync a full commit instead, as the kernel's fallbacks do; the reason
- * is said at debug level.
+ * Names: an inode's names now go in with its INODE_REF items (up to
+ * NAMES_MAX of them: hard links too), a name it lost through its old
+ * directory's logged index range, and an inode that held one of its new
+ * names at the last commit is logged as well. A directory logs the index
+ * ranges that changed since it was last logged, and what their entries name.
+ *
+ * What a log cannot say yet (a directory made or moved in this transaction,
+ * a name in a directory the last commit does not have, extended references,
+ * a subvolume the last commit does not have, RAID5/6 whose stripes a
+ * transaction writes whole) makes the fsync a full commit instead, as the
+ * kernel's fallbacks do; the reason is said at debug level.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -428,6 +434,75 @@ static bool same_name(const struct name *a, const struct name *b)
 	return a->dir == b->dir && a->index == b->index && a->len == b->len && !memcmp(a->name, b->name, a->len);
 }
 
+/* The names an inode has: at most NAMES_MAX of them are followed, more leave it to a commit. */
+#define NAMES_MAX 16
+struct names {
+	int n;
+	struct name v[NAMES_MAX];
+};
+
+static bool names_have(const struct names *s, const struct name *x)
+{
+	for (int i = 0; i < s->n && i < NAMES_MAX; i++)
+		if (same_name(&s->v[i], x))
+			return true;
+	return false;
+}
+
+static bool names_equal(const struct names *a, const struct names *b)
+{
+	if (a->n != b->n)
+		return false;
+	for (int i = 0; i < a->n && i < NAMES_MAX; i++)
+		if (!names_have(b, &a->v[i]))
+			return false;
+	return true;
+}
+
+/* The names of ino now (the running transaction) and at the last commit, on the heap (they are large). */
+static int names_now_old(struct fsw *w, uint64_t ino, struct names **now, struct names **old)
+{
+	int ret;
+
+	*now = malloc(sizeof(**now));
+	*old = malloc(sizeof(**old));
+	if (!*now || !*old)
+		return -ENOMEM;
+	ret = names_of(w, &w->fs->root, ino, (*now)->v, NAMES_MAX, &(*now)->n);
+	if (!ret)
+		ret = names_of(w, &w->fs->committed, ino, (*old)->v, NAMES_MAX, &(*old)->n);
+	return ret;
+}
+
+/*
+ * The inode the last commit had under (dir, name): 0 and its number, 1 when
+ * the name was not there or named a subvolume, <0.
+ */
+static int committed_lookup(struct fsw *w, uint64_t dir, const char *name, uint32_t len, uint64_t *ino)
+{
+	struct ub_key key = { dir, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) }, loc;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size, pos, es;
+	int ret;
+
+	if (!w->fs->committed.bytenr)
+		return 1;
+	ub_path_init(&p);
+	ret = ub_tree_lookup(w->tc, &w->fs->committed, &key, &p, &d, &size);
+	if (ret == 0)
+		ret = fsw_dir_item_find(d, size, name, len, &pos, &es);
+	if (ret == 0) {
+		ub_key_read(&loc, d + pos + offsetof(struct btrfs_dir_item, location));
+		if (loc.type == BTRFS_INODE_ITEM_KEY)
+			*ino = loc.objectid;
+		else
+			ret = 1;
+	}
+	ub_path_release(&p);
+	return ret == -ENOENT ? 1 : ret;
+}
+
 /* What one fsync logs: the log tree, the inodes done so far, and why a commit is needed instead. */
 struct fsync_ctx {
 	struct logw l;
@@ -615,74 +690,95 @@ static int mark_done(struct fsync_ctx *c, uint64_t ino, bool *was)
 
 /*
  * Names of ino the log holds from an earlier fsync of this transaction and
- * that are not `keep` (NULL: none is kept): their directories' index ranges
- * are logged again, now without them, so the replay adds no stale entry.
+ * that are not in `keep` (NULL: none is kept): their directories' index
+ * ranges are logged again, now without them, so the replay adds no stale
+ * entry.
  */
-static int forget_logged_names(struct fsync_ctx *c, uint64_t ino, const struct name *keep)
+static int forget_logged_names(struct fsync_ctx *c, uint64_t ino, const struct names *keep)
 {
-	struct name v[8];
-	int n, ret = names_of(c->l.w, c->l.root, ino, v, 8, &n);
+	struct names *v = malloc(sizeof(*v));
+	int ret;
 
-	if (ret == -EOPNOTSUPP || n > 8) {
+	if (!v)
+		return -ENOMEM;
+	ret = names_of(c->l.w, c->l.root, ino, v->v, NAMES_MAX, &v->n);
+	if (ret == -EOPNOTSUPP || (!ret && v->n > NAMES_MAX)) {
 		c->why = "names in the log that cannot be followed";
-		return 0;
+		ret = 0;
+		v->n = 0;
 	}
-	for (int i = 0; !ret && !c->why && i < n; i++) {
-		if (keep && same_name(&v[i], keep))
+	for (int i = 0; !ret && !c->why && i < v->n; i++) {
+		if (keep && names_have(keep, &v->v[i]))
 			continue;
-		ret = log_dir_exists(&c->l, v[i].dir);
+		ret = log_dir_exists(&c->l, v->v[i].dir);
 		if (!ret)
-			ret = log_range_checked(c, v[i].dir, v[i].index, v[i].index + 1);
+			ret = log_range_checked(c, v->v[i].dir, v->v[i].index, v->v[i].index + 1);
 	}
+	free(v);
 	return ret;
 }
 
 /*
- * The name of ino, as the replay must make it: its one name now (in a
- * directory the last commit has; the replay adds the entry, unlinking what
- * held the name), and each name the last commit had and it lost (a rename):
- * the old directory's index range of that name, so the replay drops it.
+ * The names of ino, as the replay must make them. Its names now go in with
+ * its INODE_REF items (log_meta): the replay adds each entry the directory
+ * lacks, unlinking what held the name at the last commit, so such an inode is
+ * logged too, with the names it has now (the kernel's "conflicting inodes":
+ * else a file renamed away from the name would lose its last link). A name
+ * the last commit had and the inode lost (a rename, an unlink of one of its
+ * links) is dropped through its old directory's index range.
  */
 static int log_names(struct fsync_ctx *c, uint64_t ino)
 {
 	struct fsw *w = c->l.w;
-	struct name now[2], old[2];
-	int nnow, nold, ret;
+	struct names *now = NULL, *old = NULL;
+	int ret;
 
 	if (ino == BTRFS_FIRST_FREE_OBJECTID)
 		return 0; /* a subvolume's top directory: its name is the subvolume's link */
-	ret = names_of(w, &w->fs->root, ino, now, 2, &nnow);
-	if (!ret)
-		ret = names_of(w, &w->fs->committed, ino, old, 2, &nold);
+	ret = names_now_old(w, ino, &now, &old);
 	if (ret == -EOPNOTSUPP) {
 		c->why = "a name in an extended reference";
-		return 0;
+		ret = 0;
+		goto out;
 	}
 	if (ret)
-		return ret;
-	if (nnow != 1 || nold > 1) {
-		c->why = nnow ? "a file of several names" : "a file without a name";
-		return 0;
+		goto out;
+	if (now->n == 0 || now->n > NAMES_MAX || old->n > NAMES_MAX) {
+		c->why = now->n ? "a file of more names than the log follows" : "a file without a name";
+		goto out;
 	}
-	ret = forget_logged_names(c, ino, &now[0]);
-	if (ret || c->why)
-		return ret;
-	if (nold == 1 && same_name(&now[0], &old[0]))
-		return 0;
-	/* a new name: its directory must be the last commit's (the replay adds the entry there) */
-	ret = fs_exists_committed(w, now[0].dir, NULL);
-	if (ret < 0)
-		return ret;
-	if (ret) {
-		c->why = "a new name in a directory the last commit does not have";
-		return 0;
-	}
-	if (nold == 1) {
-		/* renamed: the old directory's range of the old name */
-		ret = log_dir_exists(&c->l, old[0].dir);
+	ret = forget_logged_names(c, ino, now);
+	for (int i = 0; !ret && !c->why && i < now->n; i++) {
+		const struct name *nm = &now->v[i];
+		uint64_t other;
+
+		if (names_have(old, nm))
+			continue;
+		/* a new name: its directory must be the last commit's (the replay adds the entry there) */
+		ret = fs_exists_committed(w, nm->dir, NULL);
+		if (ret > 0) {
+			c->why = "a new name in a directory the last commit does not have";
+			ret = 0;
+			break;
+		}
 		if (!ret)
-			ret = log_range_checked(c, old[0].dir, old[0].index, old[0].index + 1);
+			ret = committed_lookup(w, nm->dir, nm->name, nm->len, &other);
+		if (ret == 0 && other != ino)
+			ret = log_entry_inode(c, other);
+		else if (ret > 0)
+			ret = 0;
 	}
+	for (int i = 0; !ret && !c->why && i < old->n; i++) {
+		if (names_have(now, &old->v[i]))
+			continue;
+		/* a name lost: its old directory's range, so the replay drops it */
+		ret = log_dir_exists(&c->l, old->v[i].dir);
+		if (!ret)
+			ret = log_range_checked(c, old->v[i].dir, old->v[i].index, old->v[i].index + 1);
+	}
+out:
+	free(now);
+	free(old);
 	return ret;
 }
 
@@ -694,8 +790,8 @@ static int log_nondir(struct fsync_ctx *c, uint64_t ino, const uint8_t *ii)
 	struct ub_log_changes ch = { 0 };
 	int ret, old;
 
-	if (II(nlink, ii) != 1) {
-		c->why = II(nlink, ii) ? "a file of several names" : "an unlinked file";
+	if (II(nlink, ii) == 0) {
+		c->why = "an unlinked file";
 		return 0;
 	}
 	ret = log_names(c, ino);
@@ -748,8 +844,9 @@ static int log_entry_inode(struct fsync_ctx *c, uint64_t ino)
 {
 	struct fsw *w = c->l.w;
 	uint8_t ii[UB_II_SIZE];
-	struct name now[2], old[2];
-	int nnow, nold, ret;
+	struct names *now = NULL, *old = NULL;
+	bool same;
+	int ret;
 
 	ret = fsw_inode_get(w, ino, ii);
 	if (ret == -ENOENT)
@@ -758,17 +855,16 @@ static int log_entry_inode(struct fsync_ctx *c, uint64_t ino)
 		return ret;
 	if (II(nlink, ii) == 0)
 		return 0;
-	ret = names_of(w, &w->fs->root, ino, now, 2, &nnow);
-	if (!ret)
-		ret = names_of(w, &w->fs->committed, ino, old, 2, &nold);
+	ret = names_now_old(w, ino, &now, &old);
+	same = !ret && now->n <= NAMES_MAX && names_equal(now, old);
+	free(now);
+	free(old);
 	if (ret == -EOPNOTSUPP) {
 		c->why = "an entry's inode has an extended reference";
 		return 0;
 	}
-	if (ret)
+	if (ret || same)
 		return ret;
-	if (nnow == nold && nnow == 1 && same_name(&now[0], &old[0]))
-		return 0;
 	if (S_ISDIR(II(mode, ii))) {
 		c->why = "a directory made or moved in this transaction";
 		return 0;

@@ -279,9 +279,10 @@ class NamesScript(Script):
         self.objs[path] = o
 
     def _touch(self, path):
+        """The inode at path changes: every name of it is no longer as the commit had it."""
         o = self.objs[path]
         o.synced = None
-        self.untouched.discard(path)
+        self.untouched -= {q for q, x in self.objs.items() if x is o}
         return o
 
     def write(self, path, off, n, compressed=False):
@@ -305,8 +306,15 @@ class NamesScript(Script):
 
     def rename(self, src, dst):
         self.op("rename %s %s" % (src, dst))
+        if self.objs.get(dst) is self.objs[src]:
+            return  # two names of one inode: rename(2) does nothing
         o = self._touch(src)
         del self.objs[src]
+        self._replace(dst, o)
+
+    def link(self, src, dst):
+        self.op("link %s %s" % (src, dst))
+        o = self._touch(src)
         self._replace(dst, o)
 
     def unlink(self, path):
@@ -364,7 +372,7 @@ def names_script(seed, nops):
         elif r < 0.45:
             p = rng.choice(paths)
             s.truncate(p, rng.randrange(0, len(s.objs[p].data) + 1))
-        elif r < 0.57:
+        elif r < 0.55:
             src = rng.choice(paths)
             if rng.random() < 0.4 and len(paths) > 1:
                 dst = rng.choice([q for q in paths if q != src])  # over another file
@@ -372,7 +380,11 @@ def names_script(seed, nops):
                 n += 1
                 dst = "%s/r%d" % (rng.choice(dirs), n)
             s.rename(src, dst)
-        elif r < 0.63 and len(paths) > 3:
+        elif r < 0.60:
+            # a hard link (the log follows up to 16 names of an inode)
+            n += 1
+            s.link(rng.choice(paths), "%s/l%d" % (rng.choice(dirs), n))
+        elif r < 0.65 and len(paths) > 3:
             s.unlink(rng.choice(paths))
         elif r < 0.85:
             s.fsync(rng.choice(paths))
@@ -443,8 +455,8 @@ def test_random_fsyncs_replayed(driver, ubtrfs_bin, casedir, seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_names_fsyncs(driver, ubtrfs_bin, casedir, seed):
-    """Creates, renames (over other files too), unlinks, writes, truncates, fsyncs of files and of
-    their directories, commits: see judge_names. Most fsyncs must have used the log."""
+    """Creates, renames (over other files too), hard links, unlinks, writes, truncates, fsyncs of files
+    and of their directories, commits: see judge_names. Most fsyncs must have used the log."""
     s = names_script(seed, NOPS)
     out = []
     img = run_script(driver, ubtrfs_bin, casedir, s, out)
