@@ -14,11 +14,14 @@
  * names at the last commit is logged as well. A directory logs the index
  * ranges that changed since it was last logged, and what their entries name.
  *
- * What a log cannot say yet (a directory made or moved in this transaction,
- * a name in a directory the last commit does not have, extended references,
- * a subvolume the last commit does not have, RAID5/6 whose stripes a
- * transaction writes whole) makes the fsync a full commit instead, as the
- * kernel's fallbacks do; the reason is said at debug level.
+ * A directory made in this transaction is logged whole when fsynced (or
+ * named by a logged range), and as a parent only (its inode and names) when
+ * a logged name is in it.
+ *
+ * What a log cannot say yet (a directory moved in this transaction,
+ * extended references, a subvolume the last commit does not have, RAID5/6
+ * whose stripes a transaction writes whole) makes the fsync a full commit
+ * instead, as the kernel's fallbacks do; the reason is said at debug level.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -666,6 +669,7 @@ static int log_range_checked(struct fsync_ctx *c, uint64_t dir, uint64_t a, uint
 }
 
 static int log_one(struct fsync_ctx *c, uint64_t ino);
+static int log_new_parent(struct fsync_ctx *c, uint64_t dir);
 
 static int mark_done(struct fsync_ctx *c, uint64_t ino, bool *was)
 {
@@ -754,12 +758,14 @@ static int log_names(struct fsync_ctx *c, uint64_t ino)
 
 		if (names_have(old, nm))
 			continue;
-		/* a new name: its directory must be the last commit's (the replay adds the entry there) */
+		/*
+		 * a new name: the replay adds the entry to its directory, which a
+		 * directory made in this transaction must get from the log too
+		 */
 		ret = fs_exists_committed(w, nm->dir, NULL);
 		if (ret > 0) {
-			c->why = "a new name in a directory the last commit does not have";
-			ret = 0;
-			break;
+			ret = log_new_parent(c, nm->dir);
+			continue;
 		}
 		if (!ret)
 			ret = committed_lookup(w, nm->dir, nm->name, nm->len, &other);
@@ -866,10 +872,51 @@ static int log_entry_inode(struct fsync_ctx *c, uint64_t ino)
 	if (ret || same)
 		return ret;
 	if (S_ISDIR(II(mode, ii))) {
-		c->why = "a directory made or moved in this transaction";
-		return 0;
+		/* a new directory is logged whole (log_dir); a moved one the log does not follow */
+		ret = fs_exists_committed(w, ino, NULL);
+		if (ret <= 0) {
+			if (!ret)
+				c->why = "a directory moved in this transaction";
+			return ret;
+		}
 	}
 	return log_one(c, ino);
+}
+
+/* The directory counts as logged from now on: a later change of its names logs it again (relog_names). */
+static int mark_logged(struct fsw *w, uint64_t ino)
+{
+	struct ub_log_changes ch;
+	int ret = ub_log_take(w->t, w->subvol, ino, &ch);
+
+	ub_log_changes_free(&ch);
+	return ret;
+}
+
+/*
+ * A directory made in this transaction that holds a logged name: its inode
+ * item and its own names (a new parent of it with them), as the kernel logs
+ * the new ancestors of an fsynced inode. Its other entries stay out: the
+ * replay makes it with the entries the log's names give it.
+ */
+static int log_new_parent(struct fsync_ctx *c, uint64_t dir)
+{
+	bool was;
+	int ret = mark_done(c, dir, &was);
+
+	if (ret || was)
+		return ret;
+	if (++c->depth > 64) {
+		c->why = "too many inodes to log";
+		return 0;
+	}
+	ret = log_names(c, dir);
+	if (!ret && !c->why)
+		ret = mark_logged(c->l.w, dir);
+	if (!ret && !c->why)
+		ret = log_meta(&c->l, dir);
+	c->depth--;
+	return ret;
 }
 
 /* A directory: its entries in the index ranges changed since it was last logged, and what they name. */
@@ -884,8 +931,19 @@ static int log_dir(struct fsync_ctx *c, uint64_t dir, const uint8_t *ii)
 	if (ret < 0)
 		return ret;
 	if (ret) {
-		c->why = "a directory made in this transaction";
-		return 0;
+		/*
+		 * made in this transaction: logged whole, as the kernel logs a new
+		 * directory (every entry, one index range over all of them, and
+		 * what they name: new files whole, new directories the same way)
+		 */
+		ret = log_names(c, dir);
+		if (!ret && !c->why)
+			ret = mark_logged(w, dir);
+		if (!ret && !c->why)
+			ret = log_range_checked(c, dir, 0, UINT64_MAX);
+		if (!ret && !c->why)
+			ret = log_meta(l, dir);
+		return ret;
 	}
 	ret = log_names(c, dir);
 	if (ret || c->why)

@@ -578,7 +578,7 @@ class RenameOverFsyncSource:
         r.promise_gone("d/x")
 
 
-@workload("mkdir_fsync")
+@workload("mkdir_fsync", logs=True)
 class MkdirFsync:
     """mkdir, fsync of the new directory (btrfs persists it with its name)."""
     @staticmethod
@@ -592,7 +592,7 @@ class MkdirFsync:
         r.promise("d/new", keys=("type", "mode"))
 
 
-@workload("mkdir_file_fsync")
+@workload("mkdir_file_fsync", logs=True)
 class MkdirFileFsync:
     """a file in a new directory, fsync of the file: the directory comes with it."""
     @staticmethod
@@ -688,7 +688,7 @@ class MoveOutFsyncDir:
         r.promise_gone("d/f")
 
 
-@workload("rename_then_mkdir_old_name")
+@workload("rename_then_mkdir_old_name", logs=True)
 class RenameThenMkdir:
     """rename a file, a directory under its old name, fsync of the directory (a replay conflict the
     kernel once failed to mount)."""
@@ -705,7 +705,7 @@ class RenameThenMkdir:
         r.promise("d/a", keys=("type", "mode"))
 
 
-@workload("hardlink_in_new_dir")
+@workload("hardlink_in_new_dir", logs=True)
 class HardlinkInNewDir:
     """a hard link in a new directory, fsync of the file."""
     @staticmethod
@@ -781,6 +781,70 @@ class FsyncDirThenEntryLeaves:
         r.promise("e/n")
         r.promise_gone("d/n")
         r.promise("d", keys=("type", "mode", "size"))
+
+
+@workload("nested_new_dirs_fsync_file", logs=True)
+class NestedNewDirsFsyncFile:
+    """a file two new directories deep, fsync of the file: both directories come with it (the
+    kernel logs the new ancestors), their other entries do not."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+
+    @staticmethod
+    def action(r):
+        r.mkdir("d/a")
+        r.mkdir("d/a/b")
+        r.write("d/a/other", data_of(52, 100))
+        r.write("d/a/b/f", data_of(53, 9000))
+        r.fsync("d/a/b/f")
+        r.promise("d/a/b/f")
+
+
+@workload("new_dir_tree_fsync_dir", logs=True)
+class NewDirTreeFsyncDir:
+    """a new directory with files, a symlink and a new subdirectory with a file, fsync of the new
+    directory: every entry comes back; the kernel logs the new files as existing only (empty), ubtrfs
+    logs them whole."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+
+    @staticmethod
+    def action(r):
+        r.mkdir("d/new")
+        r.write("d/new/f", data_of(54, 5000))
+        r.write("d/new/g", data_of(55, 70))
+        os.symlink("f", r.p("d/new/s"))
+        r.mkdir("d/new/sub")
+        r.write("d/new/sub/h", data_of(56, 3000))
+        r.fsync("d/new")
+        for p in ("d/new", "d/new/sub"):
+            r.promise(p, keys=("type", "mode"))
+        r.promise("d/new/s", keys=("type", "target"))
+        r.promise("d/new/f", keys=("type", "mode"))
+
+    more = {p: "logged whole, the kernel logs that it exists (empty)" for p in ("d/new/f", "d/new/g", "d/new/sub/h")}
+
+
+@workload("new_dir_renamed_after_fsync", logs=True)
+class NewDirRenamedAfterFsync:
+    """a file in a new directory fsynced, the directory then renamed, another file fsynced: the
+    directory's name in the log follows the rename (it is logged again)."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+
+    @staticmethod
+    def action(r):
+        r.mkdir("d/new")
+        r.write("d/new/f", data_of(57, 4000))
+        r.fsync("d/new/f")
+        r.rename("d/new", "e/moved")
+        r.write("d/old0", data_of(58, 10), off=0, create=False)
+        r.fsync("d/old0")
+        r.promise("d/old0")
+        r.promise_data("e/moved/f")
 
 
 # ---------------------------------------------------------------------------------------------
