@@ -527,6 +527,7 @@ static int replay_inode(struct replay_ctx *rc, const struct ub_itemset *log)
 	const struct ub_item *li = ub_itemset_find(log, &k);
 	struct ub_item *existing;
 	struct ub_itemset *s;
+	uint8_t *changed;
 	uint32_t mode;
 	int ret;
 
@@ -601,8 +602,20 @@ static int replay_inode(struct replay_ctx *rc, const struct ub_itemset *log)
 		if (ret)
 			return ret;
 		UB_SET(btrfs_inode_item, nbytes, ub_itemset_find(s, &k)->data, nbytes);
-		if (keep_size)
+		if (keep_size) {
 			UB_SET(btrfs_inode_item, size, ub_itemset_find(s, &k)->data, dsize);
+		} else if (S_ISDIR(mode)) {
+			/*
+			 * a new directory starts empty (size 0) and gets the size of the
+			 * entries the replay gives it (the pointer is taken here: getting
+			 * another inode's set may move the flags)
+			 */
+			UB_SET(btrfs_inode_item, size, ub_itemset_find(s, &k)->data, 0);
+			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, &changed);
+			if (ret)
+				return ret;
+			*changed |= 2;
+		}
 	}
 	existing = ub_itemset_find(s, &k);
 	if (S_ISREG(mode) && existing) {

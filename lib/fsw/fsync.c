@@ -626,6 +626,40 @@ static int log_dir_range(struct logw *l, uint64_t dir, uint64_t *pa, uint64_t *p
 	return log_put(l, &k, end, sizeof(end));
 }
 
+/*
+ * The index `name` has in dir now: 0 and *index, 1 when dir has no such name
+ * now (or it names a subvolume).
+ */
+static int index_now(struct fsw *w, uint64_t dir, const char *name, uint32_t len, uint64_t *index)
+{
+	struct ub_key loc;
+	struct names *v;
+	uint8_t type;
+	int ret;
+
+	ret = fsw_lookup(w, dir, name, len, &loc, &type);
+	if (ret == -ENOENT || (!ret && loc.type != BTRFS_INODE_ITEM_KEY))
+		return 1;
+	if (ret)
+		return ret;
+	v = malloc(sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	ret = names_of(w, &w->fs->root, loc.objectid, v->v, NAMES_MAX, &v->n);
+	if (!ret) {
+		ret = -EUCLEAN; /* an entry without its back reference */
+		for (int i = 0; i < v->n && i < NAMES_MAX; i++)
+			if (v->v[i].dir == dir && v->v[i].len == len && !memcmp(v->v[i].name, name, len)) {
+				*index = v->v[i].index;
+				ret = 0;
+			}
+		if (ret && v->n > NAMES_MAX)
+			ret = -EOPNOTSUPP;
+	}
+	free(v);
+	return ret;
+}
+
 static int log_entry_inode(struct fsync_ctx *c, uint64_t ino);
 static int entry_target(const uint8_t *d, uint32_t size, uint64_t *ino);
 
@@ -671,6 +705,33 @@ static int log_range_checked(struct fsync_ctx *c, uint64_t dir, uint64_t a, uint
 static int log_one(struct fsync_ctx *c, uint64_t ino);
 static int log_new_parent(struct fsync_ctx *c, uint64_t dir);
 
+/*
+ * A name an inode lost (nm: its directory, name and index there, at the
+ * last commit or in the log): its directory's range of that index, so the
+ * replay drops it; and when the directory has the name again at another
+ * index (a rename over it), that entry too, or the replay would give the name
+ * to neither inode (rename(2) replaces it atomically).
+ */
+static int log_lost_name(struct fsync_ctx *c, const struct name *nm)
+{
+	uint64_t idx;
+	int ret = log_dir_exists(&c->l, nm->dir);
+
+	if (!ret)
+		ret = log_range_checked(c, nm->dir, nm->index, nm->index + 1);
+	if (ret || c->why)
+		return ret;
+	ret = index_now(c->l.w, nm->dir, nm->name, nm->len, &idx);
+	if (ret == -EOPNOTSUPP) {
+		c->why = "a replaced name whose inode has more names than the log follows";
+		return 0;
+	}
+	if (ret || idx == nm->index)
+		return ret > 0 ? 0 : ret;
+	return log_range_checked(c, nm->dir, idx, idx + 1);
+}
+
+
 static int mark_done(struct fsync_ctx *c, uint64_t ino, bool *was)
 {
 	*was = false;
@@ -714,9 +775,7 @@ static int forget_logged_names(struct fsync_ctx *c, uint64_t ino, const struct n
 	for (int i = 0; !ret && !c->why && i < v->n; i++) {
 		if (keep && names_have(keep, &v->v[i]))
 			continue;
-		ret = log_dir_exists(&c->l, v->v[i].dir);
-		if (!ret)
-			ret = log_range_checked(c, v->v[i].dir, v->v[i].index, v->v[i].index + 1);
+		ret = log_lost_name(c, &v->v[i]);
 	}
 	free(v);
 	return ret;
@@ -777,10 +836,7 @@ static int log_names(struct fsync_ctx *c, uint64_t ino)
 	for (int i = 0; !ret && !c->why && i < old->n; i++) {
 		if (names_have(now, &old->v[i]))
 			continue;
-		/* a name lost: its old directory's range, so the replay drops it */
-		ret = log_dir_exists(&c->l, old->v[i].dir);
-		if (!ret)
-			ret = log_range_checked(c, old->v[i].dir, old->v[i].index, old->v[i].index + 1);
+		ret = log_lost_name(c, &old->v[i]);
 	}
 out:
 	free(now);
