@@ -247,6 +247,7 @@ def run_cuts(ubtrfs_bin, d, seed):
             if os.environ.get("UBTRFS_KEEP_IMAGES") == "1":
                 T.copy_sparse(cut, d / "pending.img")  # the state judged last, as the cut left it
             kimg, uimg = d / "k.img", d / "u.img"
+            gens = set(T.super_generations(cut).values())
             T.copy_sparse(cut, kimg)
             os.replace(cut, uimg)
             with T.mounted([kimg], d / "kmnt", readonly=False) as km:
@@ -260,7 +261,6 @@ def run_cuts(ubtrfs_bin, d, seed):
                 what, "\n  ".join(probs[:12]), "\n  ".join(wl.log[-12:]))
             got2 = ubtrfs_seen(ubtrfs_bin, [uimg], d / "umnt")
             progs_check([uimg])
-            gens = set(T.super_generations(uimg).values())
             os.unlink(uimg)
             if got2 != got:
                 # ubtrfs opens the newest valid superblock copy, the kernel the primary
