@@ -1082,6 +1082,22 @@ static int relog_names(struct fsync_ctx *c, uint64_t subvol)
 	return ret;
 }
 
+/*
+ * Whether metadata lives in RAID5/6 block groups: the log's blocks would share
+ * parity stripes with tree blocks the commit writes later. Data on RAID5/6 is
+ * written when the write is made, and the log sync closes its stripes
+ * (ub_alloc_close_stripes), so it takes the log.
+ */
+static bool meta_parity(struct ub_engine *e)
+{
+	struct ub_bg_info bg;
+
+	for (uint64_t pos = 0; ub_alloc_next_bg(e->alloc, pos, &bg) == 0; pos = bg.start + bg.length)
+		if ((bg.flags & BTRFS_BLOCK_GROUP_METADATA) && (bg.flags & BTRFS_BLOCK_GROUP_RAID56_MASK))
+			return true;
+	return false;
+}
+
 int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 {
 	struct fsync_ctx c = { 0 };
@@ -1106,8 +1122,9 @@ int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 	/* not changed since the last commit: durable, as that commit is */
 	if (II(transid, ii) < t->transid)
 		return 0;
-	if (w.e->incompat & BTRFS_FEATURE_INCOMPAT_RAID56)
-		c.why = "RAID5/6 (stripes are written whole at the commit)";
+	if ((w.e->incompat & BTRFS_FEATURE_INCOMPAT_RAID56) && meta_parity(w.e))
+		c.why = "RAID5/6 metadata (the commit writes this transaction's tree blocks into stripes a log "
+			"block may share: a write hole under the durable log)";
 	else if (!w.fs->committed.bytenr || w.fs->committed.generation >= t->transid)
 		c.why = "a subvolume the last commit does not have";
 	c.l.w = &w;

@@ -35,6 +35,7 @@ import ctypes
 import errno
 import hashlib
 import os
+import re
 import signal
 import stat
 from pathlib import Path
@@ -44,7 +45,9 @@ import pytest
 import fsynclog_lib as L
 import ubtrfs_testlib as T
 from test_mount import fuse_mounted
+from test_enospc import dump_tree as enospc_dump_tree, progs_check as enospc_check
 from test_mount_crash import start_daemon, take_away
+from test_volume_write import fiemap
 
 MiB = T.MiB
 LONG = T.LONG_TESTS
@@ -942,8 +945,8 @@ class Side:
     """One side's crash image and what its run said (live: ubtrfs's view of the live filesystem
     right before the crash)."""
 
-    def __init__(self, image, run, live=None):
-        self.image = image
+    def __init__(self, images, run, live=None):
+        self.images = images
         self.run = run
         self.live = live
         self.base = None
@@ -953,45 +956,71 @@ class Side:
         return self.run.commits
 
 
-def mkfs(img):
-    with open(img, "wb") as f:
-        f.truncate(IMG_SIZE)
-    T.run(["mkfs.btrfs", "-q", "-f", str(img)])
+# devices and mkfs.btrfs options of each layout the workloads run on
+LAYOUTS = {"single": (1, ()), "raid5": (3, ("-d", "raid5", "-m", "raid1")),
+           "raid6": (4, ("-d", "raid6", "-m", "raid1c3")), "raid5-meta": (3, ("-d", "raid5", "-m", "raid5"))}
+# metadata striped with parity: ubtrfs commits instead of logging (docs/fsync-log.md: the commit would
+# write this transaction's tree blocks into stripes the log's blocks share)
+PARITY_META = ("raid5-meta",)
 
 
-def run_kernel(wl, d, force=(), tries=3):
+def images(d, prefix, layout):
+    return [d / ("%s%d.img" % (prefix, i)) for i in range(LAYOUTS[layout][0])]
+
+
+def mkfs(imgs, layout):
+    for img in imgs:
+        with open(img, "wb") as f:
+            f.truncate(IMG_SIZE)
+    T.run(["mkfs.btrfs", "-q", "-f", *LAYOUTS[layout][1], *[str(i) for i in imgs]])
+
+
+def copies(imgs, d, prefix):
+    out = []
+    for i, img in enumerate(imgs):
+        out.append(d / ("%s%d.img" % (prefix, i)))
+        T.copy_sparse(img, out[-1])
+    return out
+
+
+def unlink_all(imgs):
+    for img in imgs:
+        os.unlink(img)
+
+
+def run_kernel(wl, d, layout, force=(), tries=3):
     """The workload on the kernel's btrfs; the crash image is a quiet copy taken while mounted."""
-    img, crash = d / "k-live.img", d / "k-crash.img"
+    imgs, crash = images(d, "k-live", layout), images(d, "k-crash", layout)
     for attempt in range(tries):
-        mkfs(img)
-        with T.mounted([img], d / "kmnt", options="commit=300", readonly=False) as m:
-            r = Run(m, img, force)
+        mkfs(imgs, layout)
+        with T.mounted(imgs, d / "kmnt", options="commit=300", readonly=False) as m:
+            r = Run(m, imgs[0], force)
             wl.baseline(r)
             r.sync()
-            r.gen, _ = super_state(img)
+            r.gen, _ = super_state(imgs[0])
             try:
                 wl.action(r)
             finally:
                 r.close()
-            quiet = T.copy_quiet([img], [crash]) is not None
-        os.unlink(img)
+            quiet = T.copy_quiet(imgs, crash) is not None
+        unlink_all(imgs)
         if quiet or attempt + 1 == tries:
             assert quiet, "%s: no quiet copy of the kernel's image in %d tries" % (wl.name, tries)
             return Side(crash, r)
-        os.unlink(crash)
+        unlink_all(crash)
 
 
-def run_ubtrfs(ubtrfs_bin, wl, d, force=()):
+def run_ubtrfs(ubtrfs_bin, wl, d, layout, force=()):
     """The workload on `ubtrfs mount`; the daemon is killed right after the last fsync."""
-    img = d / "u-crash.img"
-    mkfs(img)
+    imgs = images(d, "u-crash", layout)
+    mkfs(imgs, layout)
     mnt = d / "umnt"
-    proc, errf = start_daemon(ubtrfs_bin, [img], mnt, "rw,commit=600,noatime")
+    proc, errf = start_daemon(ubtrfs_bin, imgs, mnt, "rw,commit=600,noatime")
     try:
-        r = Run(mnt, img, force, ubtrfs_bin)
+        r = Run(mnt, imgs[0], force, ubtrfs_bin)
         wl.baseline(r)
         r.sync()
-        r.gen, _ = super_state(img)
+        r.gen, _ = super_state(imgs[0])
         try:
             wl.action(r)
         finally:
@@ -1005,23 +1034,22 @@ def run_ubtrfs(ubtrfs_bin, wl, d, force=()):
     err = errf.read().decode("utf-8", "replace")
     bad = [ln for ln in err.splitlines() if "Sanitizer" in ln or "runtime error" in ln or ": error:" in ln]
     assert not bad, "%s: the ubtrfs mount logged errors:\n%s" % (wl.name, err[-3000:])
-    return Side(img, r, live)
+    return Side(imgs, r, live)
 
 
-def replayed_by_kernel(image, d, name):
-    """The kernel's replay of a copy: its view; the copy is kept (for btrfs check) at d/name."""
-    cp = d / name
-    T.copy_sparse(image, cp)
-    with T.mounted([cp], d / "rmnt", options="noatime", readonly=False) as m:
+def replayed_by_kernel(imgs, d, name):
+    """The kernel's replay of a copy: its view; the copy is kept (for btrfs check) as d/name*."""
+    cp = copies(imgs, d, name)
+    with T.mounted(cp, d / "rmnt", options="noatime", readonly=False) as m:
         v = view_of(m)
-    gen, log_root = super_state(cp)
+    gen, log_root = super_state(cp[0])
     assert log_root == 0, "the kernel's mount left log_root %d" % log_root
     return v, cp
 
 
-def replayed_view(image, d, name):
-    v, cp = replayed_by_kernel(image, d, name)
-    os.unlink(cp)
+def replayed_view(imgs, d, name):
+    v, cp = replayed_by_kernel(imgs, d, name)
+    unlink_all(cp)
     return v
 
 
@@ -1029,34 +1057,33 @@ def judge_ubtrfs(ubtrfs_bin, d, u, name):
     """ubtrfs's crash image: btrfs check with the log pending, the kernel's replay (its view,
     returned), the promise on it, ubtrfs's replays in memory and into the trees equal to it, btrfs
     check after each replay. u.base: the last commit as the kernel shows it (nologreplay)."""
-    _, log_root = super_state(u.image)
+    _, log_root = super_state(u.images[0])
     assert log_root != 0 or u.run.nfsync in u.commits, "%s: ubtrfs's last fsync neither logged nor committed" % name
-    progs_check(u.image, "of ubtrfs's crash image with the log pending")
-    u.base = kernel_ro_view(u.image, d)
-    uview, ucopy = replayed_by_kernel(u.image, d, "u-kreplayed.img")
+    progs_check(u.images, "of ubtrfs's crash image with the log pending")
+    u.base = kernel_ro_view(u.images, d)
+    uview, ucopy = replayed_by_kernel(u.images, d, "u-kreplayed")
     progs_check(ucopy, "after the kernel's replay of ubtrfs's log")
-    os.unlink(ucopy)
+    unlink_all(ucopy)
     problems = broken_promises(u.run, uview)
     assert not problems, "%s: after the kernel's replay of ubtrfs's log, fsync's promise is broken:\n  %s" % (
         name, "\n  ".join(problems))
     # ubtrfs's replays: in memory (read-only mount), into the trees (read-write mount, then the kernel)
-    with fuse_mounted(ubtrfs_bin, [u.image], d / "umem", "ro") as m:
+    with fuse_mounted(ubtrfs_bin, u.images, d / "umem", "ro") as m:
         mview = view_of(m, fuse=True)
     problems = differences(uview, mview, keys=KEYS + ("sha256", "target"))
     assert not problems, "%s: ubtrfs's in-memory replay differs from the kernel's:\n  %s" % (
         name, "\n  ".join(problems))
-    wimg = d / "u-replayed.img"
-    T.copy_sparse(u.image, wimg)
-    with fuse_mounted(ubtrfs_bin, [wimg], d / "urw", "rw,noatime") as m:
+    wimg = copies(u.images, d, "u-replayed")
+    with fuse_mounted(ubtrfs_bin, wimg, d / "urw", "rw,noatime") as m:
         wview = view_of(m, fuse=True)
     problems = differences(uview, wview, keys=KEYS + ("sha256", "target"))
     assert not problems, "%s: ubtrfs's read-write mount after its replay differs from the kernel's replay:\n  %s" % (
         name, "\n  ".join(problems))
-    assert super_state(wimg)[1] == 0, "%s: ubtrfs's read-write mount left the log pending" % name
+    assert super_state(wimg[0])[1] == 0, "%s: ubtrfs's read-write mount left the log pending" % name
     progs_check(wimg, "after ubtrfs's replay into the trees")
     problems = differences(uview, kernel_ro_view(wimg, d))
     assert not problems, "%s: the kernel's view after ubtrfs's replay differs:\n  %s" % (name, "\n  ".join(problems))
-    os.unlink(wimg)
+    unlink_all(wimg)
     return uview
 
 
@@ -1074,14 +1101,16 @@ def invented(view, base, live):
     return out
 
 
-def kernel_ro_view(image, d):
-    with T.mounted([image], d / "romnt", readonly=True) as m:
+def kernel_ro_view(imgs, d):
+    with T.mounted(imgs, d / "romnt", readonly=True) as m:
         return view_of(m)
 
 
-def progs_check(img, what):
-    cp = T.run(["btrfs", "check", "--readonly", str(img)], check=False, timeout=600)
-    assert cp.returncode == 0, "btrfs check %s:\n%s" % (what, T.describe(cp))
+def progs_check(imgs, what):
+    try:
+        enospc_check(imgs)
+    except AssertionError as e:
+        raise AssertionError("btrfs check %s: %s" % (what, e))
 
 
 def differences(want, got, keys=None, limit=20):
@@ -1124,30 +1153,38 @@ def wdir(scratch, request):
     L.remove_workdir(d)
 
 
-CASES = list(WORKLOADS)
+# every workload on one device; on RAID5 and RAID6 data (metadata mirrored: the log's blocks are not
+# striped with parity) those that write data, so the log's data stripes are closed at each sync
+RAID_CASES = ("rename_fsync", "new_file_fsync", "punch_fsync", "append_fsync_twice", "link_fsync",
+              "mkdir_file_fsync", "fsync_file_then_dir", "truncate_fsync", "subvolume_fsync")
+CASES = [(n, "single") for n in WORKLOADS] + [(n, lay) for lay in ("raid5", "raid6") for n in RAID_CASES] + \
+    [(n, "raid5-meta") for n in ("rename_fsync", "append_fsync_twice")]
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_fsync_bug_workload(ubtrfs_bin, wdir, name):
+@pytest.mark.parametrize("name,layout", CASES)
+def test_fsync_bug_workload(ubtrfs_bin, wdir, name, layout):
     wl = WORKLOADS[name]
-    u = run_ubtrfs(ubtrfs_bin, wl, wdir)
+    u = run_ubtrfs(ubtrfs_bin, wl, wdir, layout)
     uview = judge_ubtrfs(ubtrfs_bin, wdir, u, name)
     for p in getattr(wl, "ubtrfs_keeps", ()):
         keys = ("type", "ino", "size", "sha256")
         assert p in uview and all(uview[p].get(k) == u.live[p].get(k) for k in keys), \
             "%s: %s is not as the live filesystem had it after the replay of ubtrfs's log" % (name, p)
-    if wl.ubtrfs_logs:
+    if layout in PARITY_META:
+        assert u.run.fallbacks == list(range(1, u.run.nfsync + 1)), \
+            "%s: fsyncs on RAID5 metadata must commit; committed: %r" % (name, u.run.fallbacks)
+    elif wl.ubtrfs_logs:
         # docs/fsync-log.md: what the log says since it follows the kernel here
         assert not u.run.fallbacks, "%s: ubtrfs's fsyncs %r committed where the log can say it" % (
             name, u.run.fallbacks)
-    k = run_kernel(wl, wdir)
+    k = run_kernel(wl, wdir, layout)
     note = ""
     if set(k.commits) - set(u.commits):
         # the kernel committed where ubtrfs logged: its result is the whole live tree at that fsync,
         # ubtrfs's may only be less; it must keep what fsync promised (judge_ubtrfs) and nothing
         # that was never there
         note = "; the kernel committed at fsyncs %r where ubtrfs logged" % sorted(set(k.commits) - set(u.commits))
-        kview = replayed_view(k.image, wdir, "k-replayed.img")
+        kview = replayed_view(k.images, wdir, "k-replayed")
         assert not broken_promises(k.run, kview), "%s: the kernel itself breaks the promise: %r" % (
             name, broken_promises(k.run, kview))
         problems = invented(uview, u.base, u.live)
@@ -1159,11 +1196,11 @@ def test_fsync_bug_workload(ubtrfs_bin, wdir, name):
             # kernel's run with commits at the same fsyncs is the oracle, and ubtrfs keeps more than the
             # kernel's log would have
             note = "; ubtrfs committed at fsyncs %r where the kernel logged" % sorted(set(u.commits) - set(k.commits))
-            os.unlink(k.image)
-            k = run_kernel(wl, wdir, force=set(u.commits) - set(k.commits))
+            unlink_all(k.images)
+            k = run_kernel(wl, wdir, layout, force=set(u.commits) - set(k.commits))
             assert set(k.commits) == set(u.commits), "%s: commits differ: kernel %r ubtrfs %r" % (
                 name, k.commits, u.commits)
-        kview = replayed_view(k.image, wdir, "k-replayed.img")
+        kview = replayed_view(k.images, wdir, "k-replayed")
         assert not broken_promises(k.run, kview), "%s: the kernel itself breaks the promise: %r" % (
             name, broken_promises(k.run, kview))
         want = dict(kview)
@@ -1181,4 +1218,41 @@ def test_fsync_bug_workload(ubtrfs_bin, wdir, name):
         problems = differences(want, uview)
         assert not problems, "%s: the kernel's replay of ubtrfs's log differs from its replay of its own " \
             "(commits at fsyncs %r):\n  %s" % (name, u.commits, "\n  ".join(problems))
-    print("%s: %d fsyncs, commits at %r%s" % (name, u.run.nfsync, u.commits, note))
+    print("%s (%s): %d fsyncs, commits at %r%s" % (name, layout, u.run.nfsync, u.commits, note))
+
+
+def test_raid5_log_closes_data_stripes(ubtrfs_bin, wdir):
+    """RAID5 data, mirrored metadata: an fsync writes the log, and the data it made durable is in
+    a stripe the running transaction opened. A later write of the same transaction must go to
+    another full stripe: writing into the rest of that one would rewrite its parity, and a crash
+    during that write with a device lost would take the fsynced data (the write hole)."""
+    imgs = images(wdir, "r5-", "raid5")
+    mkfs(imgs, "raid5")
+    mnt = wdir / "umnt"
+    proc, errf = start_daemon(ubtrfs_bin, imgs, mnt, "rw,commit=600,noatime")
+    try:
+        r = Run(mnt, imgs[0], (), ubtrfs_bin)
+        r.mkdir("d")
+        r.sync()
+        r.gen, _ = super_state(imgs[0])
+        r.write("d/a", data_of(70, 4096))
+        r.fsync("d/a")
+        r.write("d/b", data_of(71, 4096))
+        r.fsync("d/b")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        take_away(mnt)
+    assert not r.fallbacks, "the fsyncs %r committed: RAID5 data takes the log" % r.fallbacks
+    cp = copies(imgs, wdir, "r5k")
+    with T.mounted(cp, wdir / "rmnt", readonly=False) as m:
+        where = {n: fiemap(os.path.join(m, "d", n)) for n in ("a", "b")}
+    chunks = enospc_dump_tree(cp, "chunk")
+    unlink_all(cp)
+    start = [int(x.group(1)) for x in re.finditer(r"CHUNK_ITEM (\d+)\)[^\n]*\n\s*length \d+ owner \d+ stripe_len \d+ "
+                                                  r"type DATA\|RAID5", chunks)]
+    assert len(start) == 1, "one RAID5 data chunk expected: %r" % start
+    full = (len(imgs) - 1) * 64 * 1024
+    stripe = {n: (e[0][1] - start[0]) // full for n, e in where.items()}
+    assert stripe["a"] != stripe["b"], "b written after a's fsync went into a's stripe %d (extents %r)" % (
+        stripe["a"], where)

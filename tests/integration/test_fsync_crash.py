@@ -41,7 +41,7 @@ from test_enospc import progs_check
 
 MiB = T.MiB
 LONG = T.LONG_TESTS
-SEEDS = list(range(1, 9)) if LONG else [1]
+SEEDS = list(range(1, 9)) if LONG else [1, 2]
 OPS = 600 if LONG else 240
 RANDOM_CUTS = 40 if LONG else 10     # seeded cut points between the fsyncs
 VARIANTS = 3                         # pending writes: none, all, a shuffled subset
