@@ -1038,6 +1038,39 @@ static int log_one(struct fsync_ctx *c, uint64_t ino)
 }
 
 /*
+ * An fsynced file without a name that the last commit has: the names it had
+ * there are dropped (their directories' ranges), its items leave the log, as
+ * the kernel logs the parents of an inode unlinked in the transaction; the
+ * replay then deletes it, and the directories lose the names the fsync saw gone.
+ */
+static int log_unlinked(struct fsync_ctx *c, uint64_t ino)
+{
+	struct ub_key from = { ino, 0, 0 }, to = { ino, UINT8_MAX, UINT64_MAX };
+	struct names *old = malloc(sizeof(*old));
+	bool was;
+	int ret;
+
+	if (!old)
+		return -ENOMEM;
+	ret = mark_done(c, ino, &was);
+	if (!ret)
+		ret = names_of(c->l.w, &c->l.w->fs->committed, ino, old->v, NAMES_MAX, &old->n);
+	if (ret == -EOPNOTSUPP || (!ret && old->n > NAMES_MAX)) {
+		c->why = "an unlinked file of more names than the log follows";
+		ret = 0;
+		old->n = 0;
+	}
+	for (int i = 0; !ret && !c->why && i < old->n; i++)
+		ret = log_lost_name(c, &old->v[i]);
+	free(old);
+	if (!ret && !c->why)
+		ret = forget_logged_names(c, ino, NULL);
+	if (!ret && !c->why)
+		ret = log_del_range(&c->l, &from, &to);
+	return ret;
+}
+
+/*
  * Logged inodes whose names changed since: logged again (their names now, and
  * the old ones' ranges), or, gone or without a name, out of the log.
  */
@@ -1122,6 +1155,16 @@ int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 	/* not changed since the last commit: durable, as that commit is */
 	if (II(transid, ii) < t->transid)
 		return 0;
+	/*
+	 * No name left (unlinked while open, an O_TMPFILE not linked yet) and
+	 * none at the last commit: a crash takes it whatever is written, there is
+	 * nothing to make durable (a later link gets its own fsync).
+	 */
+	if (II(nlink, ii) == 0) {
+		ret = fs_exists_committed(&w, ino, NULL);
+		if (ret)
+			return ret > 0 ? 0 : ret;
+	}
 	if ((w.e->incompat & BTRFS_FEATURE_INCOMPAT_RAID56) && meta_parity(w.e))
 		c.why = "RAID5/6 metadata (the commit writes this transaction's tree blocks into stripes a log "
 			"block may share: a write hole under the durable log)";
@@ -1133,7 +1176,7 @@ int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 	if (!ret && !c.why)
 		ret = relog_names(&c, subvol);
 	if (!ret && !c.why)
-		ret = log_one(&c, ino);
+		ret = II(nlink, ii) ? log_one(&c, ino) : log_unlinked(&c, ino);
 	free(c.done);
 	if (!ret && c.why) {
 		ub_logf(&t->e->fs.log, UB_LOG_DEBUG, "fsync of subvol %llu inode %llu: %s: a full commit instead of the log",

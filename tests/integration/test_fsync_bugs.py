@@ -938,6 +938,28 @@ class NewDirEmptiedAfterFsync:
         r.promise("d/new", keys=("type", "mode", "size"))
 
 
+@workload("fsync_unlinked_open_file", logs=True)
+class FsyncUnlinkedOpenFile:
+    """a committed file unlinked while open, written and fsynced through its descriptor (nothing to
+    make durable: the crash takes it), then another file fsynced: no commit for the orphan."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+        r.write("d/gone", data_of(72, 5000))
+
+    @staticmethod
+    def action(r):
+        fd = os.open(r.p("d/gone"), os.O_RDWR)
+        r.fds.append(fd)
+        r.unlink("d/gone")
+        os.pwrite(fd, data_of(73, 3000), 1000)
+        r.fsync_fd(fd)
+        r.write("e/old0", data_of(74, 100), off=0, create=False)
+        r.fsync("e/old0")
+        r.promise("e/old0")
+        r.promise_gone("d/gone")
+
+
 # ---------------------------------------------------------------------------------------------
 # running a workload on each side
 
