@@ -588,7 +588,8 @@ static int log_dir_range(struct logw *l, uint64_t dir, uint64_t *pa, uint64_t *p
 			}
 			lo = k.offset;
 			hi = UB_GET(btrfs_dir_log_item, end, d);
-			if (hi + 1 < a && hi != UINT64_MAX)
+			/* ranges that only touch [a, b) stay apart: merging would rewrite their entries */
+			if (hi < a && hi != UINT64_MAX)
 				break;
 			if (lo < a || (hi != UINT64_MAX && hi + 1 > b) || hi == UINT64_MAX) {
 				if (lo < a)
@@ -902,6 +903,22 @@ static int entry_target(const uint8_t *d, uint32_t size, uint64_t *ino)
  * with the same one name needs nothing; another is logged too (a new or
  * renamed file), and a new or moved directory is left to a commit.
  */
+/* Whether the log holds ino's inode item, whole (not "it exists"), as ii is now. */
+static bool logged_item_is(struct fsync_ctx *c, uint64_t ino, const uint8_t *ii)
+{
+	struct ub_key k = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	bool same;
+
+	ub_path_init(&p);
+	same = ub_tree_lookup(c->l.w->tc, c->l.root, &k, &p, &d, &size) == 0 && size == UB_II_SIZE &&
+	       UB_GET(btrfs_inode_item, generation, d) != 0 && !memcmp(d, ii, UB_II_SIZE);
+	ub_path_release(&p);
+	return same;
+}
+
 static int log_entry_inode(struct fsync_ctx *c, uint64_t ino)
 {
 	struct fsw *w = c->l.w;
@@ -919,6 +936,11 @@ static int log_entry_inode(struct fsync_ctx *c, uint64_t ino)
 		return 0;
 	ret = names_now_old(w, ino, &now, &old);
 	same = !ret && now->n <= NAMES_MAX && names_equal(now, old);
+	if (!ret && !same && now->n <= NAMES_MAX) {
+		/* logged before with these names and this inode item: the log says it already */
+		ret = names_of(w, c->l.root, ino, old->v, NAMES_MAX, &old->n);
+		same = !ret && names_equal(now, old) && logged_item_is(c, ino, ii);
+	}
 	free(now);
 	free(old);
 	if (ret == -EOPNOTSUPP) {
