@@ -406,7 +406,7 @@ int cmd_mount(int argc, char **argv)
 						  { NULL, 0, NULL, 0 } };
 	struct open_args oa;
 	struct mount_opts mo = { .readahead_bytes = MOUNT_READAHEAD_DEFAULT, .max_inline = MOUNT_MAX_INLINE_UNSET };
-	struct mount_ctx mc = { 0 };
+	struct mount_ctx mc = { .dirs_lock = PTHREAD_MUTEX_INITIALIZER };
 	bool foreground = false;
 	uint64_t subvol = 0, ino = 0;
 	int opt, ret;

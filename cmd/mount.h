@@ -109,6 +109,13 @@ struct mount_ctx {
 	void *committer;
 	/* POSIX ACLs are ours to keep (the kernel took FUSE_CAP_POSIX_ACL): inheritance, mode sync (mount_acl.c) */
 	bool acl;
+	/*
+	 * Directory handles still open (mount_ops.c), freed when the session
+	 * ends: the kernel sends RELEASEDIR after the close returned, and a lazy
+	 * unmount can end the session before it arrives.
+	 */
+	pthread_mutex_t dirs_lock;
+	struct mount_dir_handle *dirs;
 };
 
 

@@ -123,15 +123,41 @@ static bool dir_add(void *arg, const char *name, const struct stat *st, uint64_t
  * shows the entries there were at opendir (or at the last rewinddir), none
  * made while it is read.
  */
-struct dir_handle {
+struct mount_dir_handle {
 	uint64_t last;  /* the highest index to show */
 	bool started;   /* read from already: a read from offset 0 is a rewinddir */
+	struct mount_dir_handle *prev, *next; /* mount_ctx.dirs */
 };
+
+static void dir_handle_link(struct mount_ctx *mc, struct mount_dir_handle *h)
+{
+	pthread_mutex_lock(&mc->dirs_lock);
+	h->next = mc->dirs;
+	if (h->next)
+		h->next->prev = h;
+	mc->dirs = h;
+	pthread_mutex_unlock(&mc->dirs_lock);
+}
+
+static void dir_handle_free(struct mount_ctx *mc, struct mount_dir_handle *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&mc->dirs_lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		mc->dirs = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&mc->dirs_lock);
+	free(h);
+}
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct mount_ctx *mc = ctx_of(req);
-	struct dir_handle *h;
+	struct mount_dir_handle *h;
 	int ret;
 
 	fi->fh = 0;
@@ -151,20 +177,21 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	fi->fh = (uintptr_t)h;
+	dir_handle_link(mc, h);
 	if (fuse_reply_open(req, fi))
-		free(h);
+		dir_handle_free(mc, h);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	free((struct dir_handle *)(uintptr_t)fi->fh);
+	dir_handle_free(ctx_of(req), (struct mount_dir_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
 /* One buffer of entries from `off` on. */
 static void dir_reply(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus, struct fuse_file_info *fi)
 {
-	struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
+	struct mount_dir_handle *h = (struct mount_dir_handle *)(uintptr_t)fi->fh;
 	struct mount_ctx *mc = ctx_of(req); /* the reply frees req */
 	struct dir_fill df = { .req = req, .plus = plus, .size = size };
 	int ret = 0;
@@ -471,10 +498,10 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	fuse_reply_err(req, -mount_fsync(ctx_of(req), ino, datasync != 0));
 }
 
-/* fsyncdir: a commit makes the directory durable */
+/* fsyncdir: through the fsync log too (its entries changed since the last commit, and what they name) */
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	fuse_reply_err(req, -mount_sync(ctx_of(req)));
+	fuse_reply_err(req, -mount_fsync(ctx_of(req), ino, datasync != 0));
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags)
@@ -533,8 +560,12 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, stru
 
 static void op_destroy(void *userdata)
 {
+	struct mount_ctx *mc = userdata;
+
 	/* the unmount: what was written is committed, as the kernel's unmount commits */
-	mount_sync(userdata);
+	mount_sync(mc);
+	while (mc->dirs)
+		dir_handle_free(mc, mc->dirs);
 }
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)

@@ -535,6 +535,11 @@ static void end_transaction(struct ub_alloc *a)
 		ub_rs_clear(&a->bgs[i]->open);
 }
 
+void ub_alloc_close_stripes(struct ub_alloc *a)
+{
+	end_transaction(a);
+}
+
 /* [s, e) of one group leaves the pins: what is free on disk comes back to avail */
 static void unpin_in_group(struct ub_alloc *a, struct ub_bg *bg, uint64_t s, uint64_t be)
 {

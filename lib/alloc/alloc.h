@@ -155,6 +155,13 @@ uint64_t ub_alloc_pins_waiting(const struct ub_alloc *a);
 /* ub_alloc_commit_pins with no reader: every pinned range -> avail (tests, single-threaded users). */
 void ub_alloc_unpin(struct ub_alloc *a);
 /*
+ * The running transaction's open RAID5/6 stripes close now, as at its end:
+ * what it wrote so far became durable before its commit (an fsync log
+ * points at it), so no later write of the transaction may rewrite those
+ * stripes' parity (the write hole would reach durable data).
+ */
+void ub_alloc_close_stripes(struct ub_alloc *a);
+/*
  * Abort of the running transaction: every reservation goes back to avail
  * (nothing committed points there), so the next transaction can use that
  * space; the chunks it added are taken out; pins and open stripes are

@@ -527,6 +527,7 @@ static int replay_inode(struct replay_ctx *rc, const struct ub_itemset *log)
 	const struct ub_item *li = ub_itemset_find(log, &k);
 	struct ub_item *existing;
 	struct ub_itemset *s;
+	uint8_t *changed;
 	uint32_t mode;
 	int ret;
 
@@ -586,14 +587,35 @@ static int replay_inode(struct replay_ctx *rc, const struct ub_itemset *log)
 		/*
 		 * The log's nbytes is not kept up to date by the kernel (0, or stale
 		 * bytes): its replay keeps the committed inode's nbytes, or starts a
-		 * new inode at 0, and then counts every extent it drops or adds.
+		 * new inode at 0, and then counts every extent it drops or adds. A
+		 * directory keeps its committed size the same way (overwrite_item's
+		 * saved i_size): the entries the replay adds and drops change it,
+		 * never the logged size, which may count entries that left the
+		 * directory after it was logged.
 		 */
-		uint64_t nbytes = existing && existing->size >= sizeof(struct btrfs_inode_item)
-					  ? UB_GET(btrfs_inode_item, nbytes, existing->data) : 0;
+		bool had = existing && existing->size >= sizeof(struct btrfs_inode_item);
+		uint64_t nbytes = had ? UB_GET(btrfs_inode_item, nbytes, existing->data) : 0;
+		bool keep_size = had && S_ISDIR(mode) && S_ISDIR(UB_GET(btrfs_inode_item, mode, existing->data));
+		uint64_t dsize = keep_size ? UB_GET(btrfs_inode_item, size, existing->data) : 0;
+
 		ret = ub_itemset_put(s, &k, li->data, li->size);
 		if (ret)
 			return ret;
 		UB_SET(btrfs_inode_item, nbytes, ub_itemset_find(s, &k)->data, nbytes);
+		if (keep_size) {
+			UB_SET(btrfs_inode_item, size, ub_itemset_find(s, &k)->data, dsize);
+		} else if (S_ISDIR(mode)) {
+			/*
+			 * a new directory starts empty (size 0) and gets the size of the
+			 * entries the replay gives it (the pointer is taken here: getting
+			 * another inode's set may move the flags)
+			 */
+			UB_SET(btrfs_inode_item, size, ub_itemset_find(s, &k)->data, 0);
+			ret = get_set(rc->fs, rc->rp, rc->subvol, log->ino, &s, &changed);
+			if (ret)
+				return ret;
+			*changed |= 2;
+		}
 	}
 	existing = ub_itemset_find(s, &k);
 	if (S_ISREG(mode) && existing) {

@@ -8,11 +8,20 @@
  * one flush, the primary superblock. The data itself was written where it
  * stays when the write was made: nothing is written twice.
  *
- * What a log cannot say yet (a directory, names changed in this
- * transaction, hard links, a parent directory or subvolume the last commit
- * does not have, RAID5/6 whose stripes a transaction writes whole) makes
- * the fsync a full commit instead, as the kernel's fallbacks do; the reason
- * is said at debug level.
+ * Names: an inode's names now go in with its INODE_REF items (up to
+ * NAMES_MAX of them: hard links too), a name it lost through its old
+ * directory's logged index range, and an inode that held one of its new
+ * names at the last commit is logged as well. A directory logs the index
+ * ranges that changed since it was last logged, and what their entries name.
+ *
+ * A directory made in this transaction is logged whole when fsynced (or
+ * named by a logged range), and as a parent only (its inode and names) when
+ * a logged name is in it.
+ *
+ * What a log cannot say yet (a directory moved in this transaction,
+ * extended references, a subvolume the last commit does not have, RAID5/6
+ * whose stripes a transaction writes whole) makes the fsync a full commit
+ * instead, as the kernel's fallbacks do; the reason is said at debug level.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -428,6 +437,75 @@ static bool same_name(const struct name *a, const struct name *b)
 	return a->dir == b->dir && a->index == b->index && a->len == b->len && !memcmp(a->name, b->name, a->len);
 }
 
+/* The names an inode has: at most NAMES_MAX of them are followed, more leave it to a commit. */
+#define NAMES_MAX 16
+struct names {
+	int n;
+	struct name v[NAMES_MAX];
+};
+
+static bool names_have(const struct names *s, const struct name *x)
+{
+	for (int i = 0; i < s->n && i < NAMES_MAX; i++)
+		if (same_name(&s->v[i], x))
+			return true;
+	return false;
+}
+
+static bool names_equal(const struct names *a, const struct names *b)
+{
+	if (a->n != b->n)
+		return false;
+	for (int i = 0; i < a->n && i < NAMES_MAX; i++)
+		if (!names_have(b, &a->v[i]))
+			return false;
+	return true;
+}
+
+/* The names of ino now (the running transaction) and at the last commit, on the heap (they are large). */
+static int names_now_old(struct fsw *w, uint64_t ino, struct names **now, struct names **old)
+{
+	int ret;
+
+	*now = malloc(sizeof(**now));
+	*old = malloc(sizeof(**old));
+	if (!*now || !*old)
+		return -ENOMEM;
+	ret = names_of(w, &w->fs->root, ino, (*now)->v, NAMES_MAX, &(*now)->n);
+	if (!ret)
+		ret = names_of(w, &w->fs->committed, ino, (*old)->v, NAMES_MAX, &(*old)->n);
+	return ret;
+}
+
+/*
+ * The inode the last commit had under (dir, name): 0 and its number, 1 when
+ * the name was not there or named a subvolume, <0.
+ */
+static int committed_lookup(struct fsw *w, uint64_t dir, const char *name, uint32_t len, uint64_t *ino)
+{
+	struct ub_key key = { dir, BTRFS_DIR_ITEM_KEY, ub_name_hash(name, len) }, loc;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size, pos, es;
+	int ret;
+
+	if (!w->fs->committed.bytenr)
+		return 1;
+	ub_path_init(&p);
+	ret = ub_tree_lookup(w->tc, &w->fs->committed, &key, &p, &d, &size);
+	if (ret == 0)
+		ret = fsw_dir_item_find(d, size, name, len, &pos, &es);
+	if (ret == 0) {
+		ub_key_read(&loc, d + pos + offsetof(struct btrfs_dir_item, location));
+		if (loc.type == BTRFS_INODE_ITEM_KEY)
+			*ino = loc.objectid;
+		else
+			ret = 1;
+	}
+	ub_path_release(&p);
+	return ret == -ENOENT ? 1 : ret;
+}
+
 /* What one fsync logs: the log tree, the inodes done so far, and why a commit is needed instead. */
 struct fsync_ctx {
 	struct logw l;
@@ -510,7 +588,8 @@ static int log_dir_range(struct logw *l, uint64_t dir, uint64_t *pa, uint64_t *p
 			}
 			lo = k.offset;
 			hi = UB_GET(btrfs_dir_log_item, end, d);
-			if (hi + 1 < a && hi != UINT64_MAX)
+			/* ranges that only touch [a, b) stay apart: merging would rewrite their entries */
+			if (hi < a && hi != UINT64_MAX)
 				break;
 			if (lo < a || (hi != UINT64_MAX && hi + 1 > b) || hi == UINT64_MAX) {
 				if (lo < a)
@@ -546,6 +625,40 @@ static int log_dir_range(struct logw *l, uint64_t dir, uint64_t *pa, uint64_t *p
 	*pa = a;
 	*pb = b;
 	return log_put(l, &k, end, sizeof(end));
+}
+
+/*
+ * The index `name` has in dir now: 0 and *index, 1 when dir has no such name
+ * now (or it names a subvolume).
+ */
+static int index_now(struct fsw *w, uint64_t dir, const char *name, uint32_t len, uint64_t *index)
+{
+	struct ub_key loc;
+	struct names *v;
+	uint8_t type;
+	int ret;
+
+	ret = fsw_lookup(w, dir, name, len, &loc, &type);
+	if (ret == -ENOENT || (!ret && loc.type != BTRFS_INODE_ITEM_KEY))
+		return 1;
+	if (ret)
+		return ret;
+	v = malloc(sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	ret = names_of(w, &w->fs->root, loc.objectid, v->v, NAMES_MAX, &v->n);
+	if (!ret) {
+		ret = -EUCLEAN; /* an entry without its back reference */
+		for (int i = 0; i < v->n && i < NAMES_MAX; i++)
+			if (v->v[i].dir == dir && v->v[i].len == len && !memcmp(v->v[i].name, name, len)) {
+				*index = v->v[i].index;
+				ret = 0;
+			}
+		if (ret && v->n > NAMES_MAX)
+			ret = -EOPNOTSUPP;
+	}
+	free(v);
+	return ret;
 }
 
 static int log_entry_inode(struct fsync_ctx *c, uint64_t ino);
@@ -591,6 +704,34 @@ static int log_range_checked(struct fsync_ctx *c, uint64_t dir, uint64_t a, uint
 }
 
 static int log_one(struct fsync_ctx *c, uint64_t ino);
+static int log_new_parent(struct fsync_ctx *c, uint64_t dir);
+
+/*
+ * A name an inode lost (nm: its directory, name and index there, at the
+ * last commit or in the log): its directory's range of that index, so the
+ * replay drops it; and when the directory has the name again at another
+ * index (a rename over it), that entry too, or the replay would give the name
+ * to neither inode (rename(2) replaces it atomically).
+ */
+static int log_lost_name(struct fsync_ctx *c, const struct name *nm)
+{
+	uint64_t idx;
+	int ret = log_dir_exists(&c->l, nm->dir);
+
+	if (!ret)
+		ret = log_range_checked(c, nm->dir, nm->index, nm->index + 1);
+	if (ret || c->why)
+		return ret;
+	ret = index_now(c->l.w, nm->dir, nm->name, nm->len, &idx);
+	if (ret == -EOPNOTSUPP) {
+		c->why = "a replaced name whose inode has more names than the log follows";
+		return 0;
+	}
+	if (ret || idx == nm->index)
+		return ret > 0 ? 0 : ret;
+	return log_range_checked(c, nm->dir, idx, idx + 1);
+}
+
 
 static int mark_done(struct fsync_ctx *c, uint64_t ino, bool *was)
 {
@@ -615,74 +756,92 @@ static int mark_done(struct fsync_ctx *c, uint64_t ino, bool *was)
 
 /*
  * Names of ino the log holds from an earlier fsync of this transaction and
- * that are not `keep` (NULL: none is kept): their directories' index ranges
- * are logged again, now without them, so the replay adds no stale entry.
+ * that are not in `keep` (NULL: none is kept): their directories' index
+ * ranges are logged again, now without them, so the replay adds no stale
+ * entry.
  */
-static int forget_logged_names(struct fsync_ctx *c, uint64_t ino, const struct name *keep)
+static int forget_logged_names(struct fsync_ctx *c, uint64_t ino, const struct names *keep)
 {
-	struct name v[8];
-	int n, ret = names_of(c->l.w, c->l.root, ino, v, 8, &n);
+	struct names *v = malloc(sizeof(*v));
+	int ret;
 
-	if (ret == -EOPNOTSUPP || n > 8) {
+	if (!v)
+		return -ENOMEM;
+	ret = names_of(c->l.w, c->l.root, ino, v->v, NAMES_MAX, &v->n);
+	if (ret == -EOPNOTSUPP || (!ret && v->n > NAMES_MAX)) {
 		c->why = "names in the log that cannot be followed";
-		return 0;
+		ret = 0;
+		v->n = 0;
 	}
-	for (int i = 0; !ret && !c->why && i < n; i++) {
-		if (keep && same_name(&v[i], keep))
+	for (int i = 0; !ret && !c->why && i < v->n; i++) {
+		if (keep && names_have(keep, &v->v[i]))
 			continue;
-		ret = log_dir_exists(&c->l, v[i].dir);
-		if (!ret)
-			ret = log_range_checked(c, v[i].dir, v[i].index, v[i].index + 1);
+		ret = log_lost_name(c, &v->v[i]);
 	}
+	free(v);
 	return ret;
 }
 
 /*
- * The name of ino, as the replay must make it: its one name now (in a
- * directory the last commit has; the replay adds the entry, unlinking what
- * held the name), and each name the last commit had and it lost (a rename):
- * the old directory's index range of that name, so the replay drops it.
+ * The names of ino, as the replay must make them. Its names now go in with
+ * its INODE_REF items (log_meta): the replay adds each entry the directory
+ * lacks, unlinking what held the name at the last commit, so such an inode is
+ * logged too, with the names it has now (the kernel's "conflicting inodes":
+ * else a file renamed away from the name would lose its last link). A name
+ * the last commit had and the inode lost (a rename, an unlink of one of its
+ * links) is dropped through its old directory's index range.
  */
 static int log_names(struct fsync_ctx *c, uint64_t ino)
 {
 	struct fsw *w = c->l.w;
-	struct name now[2], old[2];
-	int nnow, nold, ret;
+	struct names *now = NULL, *old = NULL;
+	int ret;
 
 	if (ino == BTRFS_FIRST_FREE_OBJECTID)
 		return 0; /* a subvolume's top directory: its name is the subvolume's link */
-	ret = names_of(w, &w->fs->root, ino, now, 2, &nnow);
-	if (!ret)
-		ret = names_of(w, &w->fs->committed, ino, old, 2, &nold);
+	ret = names_now_old(w, ino, &now, &old);
 	if (ret == -EOPNOTSUPP) {
 		c->why = "a name in an extended reference";
-		return 0;
+		ret = 0;
+		goto out;
 	}
 	if (ret)
-		return ret;
-	if (nnow != 1 || nold > 1) {
-		c->why = nnow ? "a file of several names" : "a file without a name";
-		return 0;
+		goto out;
+	if (now->n == 0 || now->n > NAMES_MAX || old->n > NAMES_MAX) {
+		c->why = now->n ? "a file of more names than the log follows" : "a file without a name";
+		goto out;
 	}
-	ret = forget_logged_names(c, ino, &now[0]);
-	if (ret || c->why)
-		return ret;
-	if (nold == 1 && same_name(&now[0], &old[0]))
-		return 0;
-	/* a new name: its directory must be the last commit's (the replay adds the entry there) */
-	ret = fs_exists_committed(w, now[0].dir, NULL);
-	if (ret < 0)
-		return ret;
-	if (ret) {
-		c->why = "a new name in a directory the last commit does not have";
-		return 0;
-	}
-	if (nold == 1) {
-		/* renamed: the old directory's range of the old name */
-		ret = log_dir_exists(&c->l, old[0].dir);
+	ret = forget_logged_names(c, ino, now);
+	for (int i = 0; !ret && !c->why && i < now->n; i++) {
+		const struct name *nm = &now->v[i];
+		uint64_t other;
+
+		if (names_have(old, nm))
+			continue;
+		/*
+		 * a new name: the replay adds the entry to its directory, which a
+		 * directory made in this transaction must get from the log too
+		 */
+		ret = fs_exists_committed(w, nm->dir, NULL);
+		if (ret > 0) {
+			ret = log_new_parent(c, nm->dir);
+			continue;
+		}
 		if (!ret)
-			ret = log_range_checked(c, old[0].dir, old[0].index, old[0].index + 1);
+			ret = committed_lookup(w, nm->dir, nm->name, nm->len, &other);
+		if (ret == 0 && other != ino)
+			ret = log_entry_inode(c, other);
+		else if (ret > 0)
+			ret = 0;
 	}
+	for (int i = 0; !ret && !c->why && i < old->n; i++) {
+		if (names_have(now, &old->v[i]))
+			continue;
+		ret = log_lost_name(c, &old->v[i]);
+	}
+out:
+	free(now);
+	free(old);
 	return ret;
 }
 
@@ -694,8 +853,8 @@ static int log_nondir(struct fsync_ctx *c, uint64_t ino, const uint8_t *ii)
 	struct ub_log_changes ch = { 0 };
 	int ret, old;
 
-	if (II(nlink, ii) != 1) {
-		c->why = II(nlink, ii) ? "a file of several names" : "an unlinked file";
+	if (II(nlink, ii) == 0) {
+		c->why = "an unlinked file";
 		return 0;
 	}
 	ret = log_names(c, ino);
@@ -744,12 +903,29 @@ static int entry_target(const uint8_t *d, uint32_t size, uint64_t *ino)
  * with the same one name needs nothing; another is logged too (a new or
  * renamed file), and a new or moved directory is left to a commit.
  */
+/* Whether the log holds ino's inode item, whole (not "it exists"), as ii is now. */
+static bool logged_item_is(struct fsync_ctx *c, uint64_t ino, const uint8_t *ii)
+{
+	struct ub_key k = { ino, BTRFS_INODE_ITEM_KEY, 0 };
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	bool same;
+
+	ub_path_init(&p);
+	same = ub_tree_lookup(c->l.w->tc, c->l.root, &k, &p, &d, &size) == 0 && size == UB_II_SIZE &&
+	       UB_GET(btrfs_inode_item, generation, d) != 0 && !memcmp(d, ii, UB_II_SIZE);
+	ub_path_release(&p);
+	return same;
+}
+
 static int log_entry_inode(struct fsync_ctx *c, uint64_t ino)
 {
 	struct fsw *w = c->l.w;
 	uint8_t ii[UB_II_SIZE];
-	struct name now[2], old[2];
-	int nnow, nold, ret;
+	struct names *now = NULL, *old = NULL;
+	bool same;
+	int ret;
 
 	ret = fsw_inode_get(w, ino, ii);
 	if (ret == -ENOENT)
@@ -758,22 +934,67 @@ static int log_entry_inode(struct fsync_ctx *c, uint64_t ino)
 		return ret;
 	if (II(nlink, ii) == 0)
 		return 0;
-	ret = names_of(w, &w->fs->root, ino, now, 2, &nnow);
-	if (!ret)
-		ret = names_of(w, &w->fs->committed, ino, old, 2, &nold);
+	ret = names_now_old(w, ino, &now, &old);
+	same = !ret && now->n <= NAMES_MAX && names_equal(now, old);
+	if (!ret && !same && now->n <= NAMES_MAX) {
+		/* logged before with these names and this inode item: the log says it already */
+		ret = names_of(w, c->l.root, ino, old->v, NAMES_MAX, &old->n);
+		same = !ret && names_equal(now, old) && logged_item_is(c, ino, ii);
+	}
+	free(now);
+	free(old);
 	if (ret == -EOPNOTSUPP) {
 		c->why = "an entry's inode has an extended reference";
 		return 0;
 	}
-	if (ret)
+	if (ret || same)
 		return ret;
-	if (nnow == nold && nnow == 1 && same_name(&now[0], &old[0]))
-		return 0;
 	if (S_ISDIR(II(mode, ii))) {
-		c->why = "a directory made or moved in this transaction";
-		return 0;
+		/* a new directory is logged whole (log_dir); a moved one the log does not follow */
+		ret = fs_exists_committed(w, ino, NULL);
+		if (ret <= 0) {
+			if (!ret)
+				c->why = "a directory moved in this transaction";
+			return ret;
+		}
 	}
 	return log_one(c, ino);
+}
+
+/* The directory counts as logged from now on: a later change of its names logs it again (relog_names). */
+static int mark_logged(struct fsw *w, uint64_t ino)
+{
+	struct ub_log_changes ch;
+	int ret = ub_log_take(w->t, w->subvol, ino, &ch);
+
+	ub_log_changes_free(&ch);
+	return ret;
+}
+
+/*
+ * A directory made in this transaction that holds a logged name: its inode
+ * item and its own names (a new parent of it with them), as the kernel logs
+ * the new ancestors of an fsynced inode. Its other entries stay out: the
+ * replay makes it with the entries the log's names give it.
+ */
+static int log_new_parent(struct fsync_ctx *c, uint64_t dir)
+{
+	bool was;
+	int ret = mark_done(c, dir, &was);
+
+	if (ret || was)
+		return ret;
+	if (++c->depth > 64) {
+		c->why = "too many inodes to log";
+		return 0;
+	}
+	ret = log_names(c, dir);
+	if (!ret && !c->why)
+		ret = mark_logged(c->l.w, dir);
+	if (!ret && !c->why)
+		ret = log_meta(&c->l, dir);
+	c->depth--;
+	return ret;
 }
 
 /* A directory: its entries in the index ranges changed since it was last logged, and what they name. */
@@ -788,8 +1009,19 @@ static int log_dir(struct fsync_ctx *c, uint64_t dir, const uint8_t *ii)
 	if (ret < 0)
 		return ret;
 	if (ret) {
-		c->why = "a directory made in this transaction";
-		return 0;
+		/*
+		 * made in this transaction: logged whole, as the kernel logs a new
+		 * directory (every entry, one index range over all of them, and
+		 * what they name: new files whole, new directories the same way)
+		 */
+		ret = log_names(c, dir);
+		if (!ret && !c->why)
+			ret = mark_logged(w, dir);
+		if (!ret && !c->why)
+			ret = log_range_checked(c, dir, 0, UINT64_MAX);
+		if (!ret && !c->why)
+			ret = log_meta(l, dir);
+		return ret;
 	}
 	ret = log_names(c, dir);
 	if (ret || c->why)
@@ -824,6 +1056,39 @@ static int log_one(struct fsync_ctx *c, uint64_t ino)
 	if (!ret)
 		ret = S_ISDIR(II(mode, ii)) ? log_dir(c, ino, ii) : log_nondir(c, ino, ii);
 	c->depth--;
+	return ret;
+}
+
+/*
+ * An fsynced file without a name that the last commit has: the names it had
+ * there are dropped (their directories' ranges), its items leave the log, as
+ * the kernel logs the parents of an inode unlinked in the transaction; the
+ * replay then deletes it, and the directories lose the names the fsync saw gone.
+ */
+static int log_unlinked(struct fsync_ctx *c, uint64_t ino)
+{
+	struct ub_key from = { ino, 0, 0 }, to = { ino, UINT8_MAX, UINT64_MAX };
+	struct names *old = malloc(sizeof(*old));
+	bool was;
+	int ret;
+
+	if (!old)
+		return -ENOMEM;
+	ret = mark_done(c, ino, &was);
+	if (!ret)
+		ret = names_of(c->l.w, &c->l.w->fs->committed, ino, old->v, NAMES_MAX, &old->n);
+	if (ret == -EOPNOTSUPP || (!ret && old->n > NAMES_MAX)) {
+		c->why = "an unlinked file of more names than the log follows";
+		ret = 0;
+		old->n = 0;
+	}
+	for (int i = 0; !ret && !c->why && i < old->n; i++)
+		ret = log_lost_name(c, &old->v[i]);
+	free(old);
+	if (!ret && !c->why)
+		ret = forget_logged_names(c, ino, NULL);
+	if (!ret && !c->why)
+		ret = log_del_range(&c->l, &from, &to);
 	return ret;
 }
 
@@ -872,6 +1137,22 @@ static int relog_names(struct fsync_ctx *c, uint64_t subvol)
 	return ret;
 }
 
+/*
+ * Whether metadata lives in RAID5/6 block groups: the log's blocks would share
+ * parity stripes with tree blocks the commit writes later. Data on RAID5/6 is
+ * written when the write is made, and the log sync closes its stripes
+ * (ub_alloc_close_stripes), so it takes the log.
+ */
+static bool meta_parity(struct ub_engine *e)
+{
+	struct ub_bg_info bg;
+
+	for (uint64_t pos = 0; ub_alloc_next_bg(e->alloc, pos, &bg) == 0; pos = bg.start + bg.length)
+		if ((bg.flags & BTRFS_BLOCK_GROUP_METADATA) && (bg.flags & BTRFS_BLOCK_GROUP_RAID56_MASK))
+			return true;
+	return false;
+}
+
 int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 {
 	struct fsync_ctx c = { 0 };
@@ -896,8 +1177,19 @@ int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 	/* not changed since the last commit: durable, as that commit is */
 	if (II(transid, ii) < t->transid)
 		return 0;
-	if (w.e->incompat & BTRFS_FEATURE_INCOMPAT_RAID56)
-		c.why = "RAID5/6 (stripes are written whole at the commit)";
+	/*
+	 * No name left (unlinked while open, an O_TMPFILE not linked yet) and
+	 * none at the last commit: a crash takes it whatever is written, there is
+	 * nothing to make durable (a later link gets its own fsync).
+	 */
+	if (II(nlink, ii) == 0) {
+		ret = fs_exists_committed(&w, ino, NULL);
+		if (ret)
+			return ret > 0 ? 0 : ret;
+	}
+	if ((w.e->incompat & BTRFS_FEATURE_INCOMPAT_RAID56) && meta_parity(w.e))
+		c.why = "RAID5/6 metadata (the commit writes this transaction's tree blocks into stripes a log "
+			"block may share: a write hole under the durable log)";
 	else if (!w.fs->committed.bytenr || w.fs->committed.generation >= t->transid)
 		c.why = "a subvolume the last commit does not have";
 	c.l.w = &w;
@@ -906,7 +1198,7 @@ int ub_fsw_fsync(struct ub_txn *t, uint64_t subvol, uint64_t ino, bool datasync)
 	if (!ret && !c.why)
 		ret = relog_names(&c, subvol);
 	if (!ret && !c.why)
-		ret = log_one(&c, ino);
+		ret = II(nlink, ii) ? log_one(&c, ino) : log_unlinked(&c, ino);
 	free(c.done);
 	if (!ret && c.why) {
 		ub_logf(&t->e->fs.log, UB_LOG_DEBUG, "fsync of subvol %llu inode %llu: %s: a full commit instead of the log",

@@ -224,7 +224,8 @@ static int collect_ranges(struct ub_fs *fs, struct csum_ctx *c)
 			c->n++;
 		}
 	}
-	qsort(c->r, c->n, sizeof(c->r[0]), range_cmp);
+	if (c->n) /* a log of metadata only has none (and qsort may not be given NULL) */
+		qsort(c->r, c->n, sizeof(c->r[0]), range_cmp);
 	for (size_t i = 0; i < c->n; i++) {
 		if (m && c->r[i].s <= c->r[m - 1].e) {
 			if (c->r[i].e > c->r[m - 1].e)

@@ -309,6 +309,14 @@ int ub_log_sync(struct ub_txn *t)
 		return ret;
 	}
 	lg->synced = true;
+	/*
+	 * RAID5/6: the data the log points at was written into stripes this
+	 * transaction opened; a later write into the rest of them would rewrite
+	 * their parity, a write hole under durable data. They close as at a
+	 * commit (fsync.c logs only where the log's own blocks are not striped
+	 * with parity).
+	 */
+	ub_alloc_close_stripes(e->alloc);
 	/* what the durable log no longer points at is free again (nothing on disk reaches it) */
 	for (size_t i = 0; i < lg->stale.n; i++)
 		ub_alloc_unreserve(e->alloc, lg->stale.a[i], e->fs.vol->nodesize);

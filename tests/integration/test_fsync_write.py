@@ -189,10 +189,14 @@ def progs_check(img, what):
     assert cp.returncode == 0, "btrfs check %s:\n%s" % (what, T.describe(cp))
 
 
-def tree_of(mnt):
-    """path -> sha256 of every regular file under mnt (relative paths)."""
+def tree_of(mnt, dirs=False):
+    """path -> sha256 of every regular file under mnt (relative paths); dirs: every directory too
+    (as "dir")."""
     out = {}
-    for root, dirs, files in os.walk(mnt):
+    for root, subdirs, files in os.walk(mnt):
+        if dirs:
+            for n in subdirs:
+                out["/" + os.path.relpath(os.path.join(root, n), mnt)] = "dir"
         for n in files:
             p = os.path.join(root, n)
             with open(p, "rb") as f:
@@ -261,6 +265,7 @@ class NamesScript(Script):
         self.committed = {}     # path -> (Obj, bytes) at the last commit
         self.untouched = set()  # committed paths nothing changed since
         self.seen = set()       # every content any file ever had (sha256)
+        self.moved = set()      # directories moved since the last commit (their paths now)
 
     def _seen(self, o):
         self.seen.add(hashlib.sha256(bytes(o.data)).hexdigest())
@@ -279,9 +284,10 @@ class NamesScript(Script):
         self.objs[path] = o
 
     def _touch(self, path):
+        """The inode at path changes: every name of it is no longer as the commit had it."""
         o = self.objs[path]
         o.synced = None
-        self.untouched.discard(path)
+        self.untouched -= {q for q, x in self.objs.items() if x is o}
         return o
 
     def write(self, path, off, n, compressed=False):
@@ -305,9 +311,27 @@ class NamesScript(Script):
 
     def rename(self, src, dst):
         self.op("rename %s %s" % (src, dst))
+        if self.objs.get(dst) is self.objs[src]:
+            return  # two names of one inode: rename(2) does nothing
         o = self._touch(src)
         del self.objs[src]
         self._replace(dst, o)
+
+    def link(self, src, dst):
+        self.op("link %s %s" % (src, dst))
+        o = self._touch(src)
+        self._replace(dst, o)
+
+    def rename_dir(self, src, dst):
+        """A directory moves with everything below it (no fsync promise follows a path that moved)."""
+        self.op("rename %s %s" % (src, dst))
+        moved = {p: o for p, o in self.objs.items() if p.startswith(src + "/")}
+        for p, o in moved.items():
+            del self.objs[p]
+            self.untouched.discard(p)
+            self.objs[dst + p[len(src):]] = o
+        self.dirs = [dst + x[len(src):] if x == src or x.startswith(src + "/") else x for x in self.dirs]
+        self.moved = {dst + m[len(src):] if m.startswith(src + "/") else m for m in self.moved} | {dst}
 
     def unlink(self, path):
         self.op("unlink %s" % path)
@@ -317,7 +341,10 @@ class NamesScript(Script):
     def fsync(self, path):
         self.op("fsync %s" % path)
         o = self.objs[path]
-        o.synced = (path, bytes(o.data))
+        # a parent moved since the last commit: fsync promises the bytes, not the path (POSIX; the
+        # kernel keeps the file under the parent's old path then)
+        moved = any(path.startswith(m + "/") for m in self.moved)
+        o.synced = (None if moved else path, bytes(o.data))
         self.fsyncs.append((path, o, o.synced[1]))
 
     def fsync_dir(self, path):
@@ -329,6 +356,7 @@ class NamesScript(Script):
         self.commit_point()
 
     def commit_point(self):
+        self.moved = set()
         self.committed = {p: (o, bytes(o.data)) for p, o in self.objs.items()}
         self.untouched = set(self.objs)
         for o in self.objs.values():
@@ -339,11 +367,11 @@ def names_script(seed, nops):
     rng = random.Random(seed)
     s = NamesScript()
     s.fsyncs = []
-    dirs = ["/d", "/e", "/f"]
-    for dname in dirs:
+    s.dirs = ["/d", "/e", "/f"]
+    for dname in s.dirs:
         s.mkdir(dname)
     n = 0
-    for dname in dirs:
+    for dname in s.dirs:
         for _ in range(4):
             n += 1
             p = "%s/c%d" % (dname, n)
@@ -352,8 +380,21 @@ def names_script(seed, nops):
     s.commit()
     for _ in range(nops):
         paths = sorted(s.objs)
+        dirs = s.dirs
         r = rng.random()
-        if r < 0.15 or not paths:
+        if r < 0.04:
+            # a new directory (logged whole when fsynced, as a parent when a name in it is)
+            n += 1
+            p = "%s/m%d" % (rng.choice(dirs), n)
+            s.mkdir(p)
+            s.dirs.append(p)
+        elif r < 0.06 and len(dirs) > 3:
+            # a directory below the first three moves (not into itself)
+            src = rng.choice(dirs[3:])
+            n += 1
+            dst = "%s/v%d" % (rng.choice([x for x in dirs if x != src and not x.startswith(src + "/")]), n)
+            s.rename_dir(src, dst)
+        elif r < 0.15 or not paths:
             n += 1
             p = "%s/n%d" % (rng.choice(dirs), n)
             s.create(p)
@@ -364,7 +405,7 @@ def names_script(seed, nops):
         elif r < 0.45:
             p = rng.choice(paths)
             s.truncate(p, rng.randrange(0, len(s.objs[p].data) + 1))
-        elif r < 0.57:
+        elif r < 0.55:
             src = rng.choice(paths)
             if rng.random() < 0.4 and len(paths) > 1:
                 dst = rng.choice([q for q in paths if q != src])  # over another file
@@ -372,7 +413,11 @@ def names_script(seed, nops):
                 n += 1
                 dst = "%s/r%d" % (rng.choice(dirs), n)
             s.rename(src, dst)
-        elif r < 0.63 and len(paths) > 3:
+        elif r < 0.60:
+            # a hard link (the log follows up to 16 names of an inode)
+            n += 1
+            s.link(rng.choice(paths), "%s/l%d" % (rng.choice(dirs), n))
+        elif r < 0.65 and len(paths) > 3:
             s.unlink(rng.choice(paths))
         elif r < 0.85:
             s.fsync(rng.choice(paths))
@@ -401,23 +446,27 @@ def judge_names(ubtrfs_bin, d, img, s, fsync_out):
     kimg = d / "kernel.img"
     T.copy_sparse(img, kimg)
     with T.mounted([kimg], d / "kmnt", readonly=False) as m:
-        kernel = tree_of(m)
+        kernel = tree_of(m, dirs=True)
     progs_check(kimg, "after the kernel's replay")
     with fuse_mounted(ubtrfs_bin, [img], d / "umnt", "ro") as m:
-        mem = tree_of(m)
+        mem = tree_of(m, dirs=True)
     wimg = d / "ubtrfs.img"
     T.copy_sparse(img, wimg)
     with fuse_mounted(ubtrfs_bin, [wimg], d / "wmnt", "rw") as m:
-        rw = tree_of(m)
+        rw = tree_of(m, dirs=True)
     progs_check(wimg, "after ubtrfs's replay")
     assert mem == kernel, "ubtrfs in-memory replay vs the kernel's: %s" % diff(kernel, mem)
     assert rw == kernel, "ubtrfs replay into the trees vs the kernel's: %s" % diff(kernel, rw)
     for p, h in kernel.items():
-        assert h in s.seen, "%s holds bytes no file ever had" % p
+        assert h == "dir" or h in s.seen, "%s holds bytes no file ever had" % p
     for p, o in s.objs.items():
         if o.synced is not None and o.synced[0] == p:
             want = hashlib.sha256(o.synced[1]).hexdigest()
             assert kernel.get(p) == want, "%s: fsynced and unchanged since, but %s" % (p, (kernel.get(p) or "missing")[:12])
+        elif o.synced is not None and o.synced[0] is None:
+            want = hashlib.sha256(o.synced[1]).hexdigest()
+            assert want in kernel.values(), "%s: fsynced (in a moved directory) and unchanged since, but no file " \
+                "holds its bytes" % p
     for p in s.untouched:
         o, data = s.committed[p]
         assert kernel.get(p) == hashlib.sha256(data).hexdigest(), "%s: untouched since the commit, but %s" % (
@@ -443,8 +492,8 @@ def test_random_fsyncs_replayed(driver, ubtrfs_bin, casedir, seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_names_fsyncs(driver, ubtrfs_bin, casedir, seed):
-    """Creates, renames (over other files too), unlinks, writes, truncates, fsyncs of files and of
-    their directories, commits: see judge_names. Most fsyncs must have used the log."""
+    """Creates, renames (over other files too), hard links, unlinks, writes, truncates, fsyncs of files
+    and of their directories, commits: see judge_names. Most fsyncs must have used the log."""
     s = names_script(seed, NOPS)
     out = []
     img = run_script(driver, ubtrfs_bin, casedir, s, out)
