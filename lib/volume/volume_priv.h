@@ -114,6 +114,18 @@ int ub_volume_parity_check(const struct ub_chunk *c, uint64_t full, uint64_t row
 			   int *bad_parity, int *unreadable, int *bad_row);
 /* The index into c->stripes of slot `slot` (data 0..n-1, P, Q) of full stripe `full`. */
 int ub_volume_parity_slot(const struct ub_chunk *c, uint64_t full, int slot);
+/* Bytes each stripe of chunk `c` occupies on its device (its device extent's length). */
+uint64_t ub_chunk_stripe_size(const struct ub_chunk *c);
+/*
+ * Scrub's repair (rewrite.c): `len` bytes of `buf` written at `physical` on
+ * the device of stripe `stripe` of chunk `c`, and nothing else: no other copy,
+ * no parity. The range must lie inside that stripe's device extent (-EINVAL)
+ * and pass the checks every write passes (ub_vol_phys_check: -EUCLEAN); a
+ * missing device is -ENXIO, a read-only or failed volume -EROFS. A failed
+ * device write is sticky as any other. The caller flushes.
+ */
+int ub_volume_rewrite(struct ub_volume *vol, const struct ub_chunk *c, int stripe, uint64_t physical, uint64_t len,
+		      const void *buf);
 
 /* ---- what only the library calls: chunk feeding, the write side ---- */
 
