@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "dev/dev_priv.h"
 #include "ubtrfs/volume.h"
@@ -126,6 +127,12 @@ uint64_t ub_chunk_stripe_size(const struct ub_chunk *c);
  */
 int ub_volume_rewrite(struct ub_volume *vol, const struct ub_chunk *c, int stripe, uint64_t physical, uint64_t len,
 		      const void *buf);
+
+/* raid_math.c: parity over in-memory stripes (data 0..ndata-1, then P, then Q), ISA-L's */
+#define UB_RAID_MAX_STRIPES 64
+int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len);
+/* Recompute every stripe flagged in `lost` (at most nparity of them) from the others. */
+int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost, size_t len);
 
 /* ---- what only the library calls: chunk feeding, the write side ---- */
 
