@@ -445,7 +445,7 @@ static bool fuse_mounted(const char *path)
 }
 
 /* Every device of the filesystem, refused when the kernel or a ubtrfs mount holds it: 0 or -EBUSY (said). */
-static int refuse_mounted(struct ub_fs *fs, const char *sub)
+int scrub_refuse_mounted(struct ub_fs *fs, const char *sub)
 {
 	struct ub_device_info *devs = NULL;
 	char why[512];
@@ -457,12 +457,11 @@ static int refuse_mounted(struct ub_fs *fs, const char *sub)
 		if (!path)
 			continue;
 		if (ub_mkfs_check_paths(&path, 1, true, why, sizeof(why)) == -EBUSY) {
-			fprintf(stderr, "ubtrfs scrub %s: error: %s: scrub its mount point instead (-f goes on anyway)\n",
-				sub, why);
+			fprintf(stderr, "ubtrfs %s: error: %s: give its mount point instead\n", sub, why);
 			ret = -EBUSY;
 		} else if (fuse_mounted(path)) {
-			fprintf(stderr, "ubtrfs scrub %s: error: %s is mounted by ubtrfs mount: scrub its mount point "
-				"instead (-f goes on anyway)\n", sub, path);
+			fprintf(stderr, "ubtrfs %s: error: %s is mounted by ubtrfs mount: give its mount point instead\n",
+				sub, path);
 			ret = -EBUSY;
 		}
 	}
@@ -640,7 +639,7 @@ static int plan(struct ub_fs *fs, const uint8_t fsid[16], bool resume, bool forc
 
 static int scrub_offline(char **devs, int ndevs, struct sargs *a, bool resume)
 {
-	const char *sub = resume ? "resume" : "start";
+	const char *sub = resume ? "scrub resume" : "scrub start";
 	struct ub_log log = { .verbosity = a->oa.verbosity, .errors = &a->oa.errors };
 	struct out o = { .f = stdout, .json = a->json };
 	struct run r = { .o = &o, .a = a };
@@ -661,7 +660,7 @@ static int scrub_offline(char **devs, int ndevs, struct sargs *a, bool resume)
 		return EXIT_FATAL;
 	ub_volume_get_info(ub_fs_volume(fs), &vi);
 	memcpy(r.fsid, vi.fsid, 16);
-	if (!a->force && refuse_mounted(fs, sub)) {
+	if (!a->force && scrub_refuse_mounted(fs, sub)) {
 		ub_fs_close(fs);
 		return EXIT_FATAL;
 	}

@@ -31,6 +31,9 @@ void scrub_state_path(const uint8_t fsid[16], const char *suffix, char *out, siz
 int scrub_state_load(const uint8_t fsid[16], struct scrub_rec **out, int *n);
 /* The records replace the file's, atomically (written aside, renamed over it). 0 or <0 (said). */
 int scrub_state_save(const uint8_t fsid[16], const struct scrub_rec *r, int n);
+struct ub_fs;
+/* Refused (said, -EBUSY) when the kernel or a ubtrfs mount holds a device of fs; `what` names the command. */
+int scrub_refuse_mounted(struct ub_fs *fs, const char *what);
 /* Is process `pid` alive and an ubtrfs? */
 bool scrub_pid_alive(pid_t pid);
 
