@@ -259,6 +259,7 @@ static int data_refs(struct sx_thread *t, const struct sx_extent *x, struct cand
 	ub_path_release(&t->path);
 	if (ret < 0)
 		return ret;
+	ret = 0; /* the end of the tree ends the references too */
 	for (int i = 0; i < np && !ret; i++)
 		ret = shared_leaf(t, parents[i], x, v, n, cap);
 	return ret;

@@ -75,7 +75,7 @@ def hash_tree(top):
     return out
 
 
-def make_fs(workdir, profile, ndev, seed, size=160 * MiB, mkfs_args=()):
+def make_fs(workdir, profile, ndev, seed, size=256 * MiB, mkfs_args=()):
     """Kernel-made images: (images, {path: sha256}). profile is (data, metadata)."""
     import random
     images = []
@@ -143,8 +143,9 @@ class Layout:
             out.append((c.logical, r["full"], (s - c.logical) % STRIPE // SECTOR))
         return out
 
-    def live_rows(self):
-        """RAID5/6 rows holding live data or metadata: {(chunk logical, full, row)}."""
+    def live_rows(self, proven=False):
+        """RAID5/6 rows holding live data or metadata: {(chunk logical, full, row)}; with
+        `proven`, only rows whose every live sector a checksum proves (no NODATASUM data)."""
         rows = set()
         for b in self.tree_blocks:
             if self.chunk(b).nparity:
@@ -152,6 +153,10 @@ class Layout:
         for start, length in self.data:
             if self.chunk(start).nparity:
                 rows.update(self.rows_of(start, length))
+        if proven:
+            for s in self.sectors(False):
+                if self.chunk(s).nparity:
+                    rows.difference_update(self.rows_of(s, SECTOR))
         return rows
 
 
@@ -222,11 +227,11 @@ class Damage:
 
     # ---- RAID5/6 parity of a live row
 
-    def hit_parity(self, row_key, which):
+    def hit_parity(self, row_key, which, within=True):
         chunk_logical, full, row = row_key
         c = self.lay.chunk(chunk_logical)
         slots = self.rows_hit.setdefault(row_key, set())
-        if which in slots or len(slots | {which}) > c.nparity:
+        if which in slots or (within and len(slots | {which}) > c.nparity):
             return False
         slots.add(which)
         logical = c.logical + (full * c.ndata) * STRIPE + row * SECTOR
@@ -259,7 +264,7 @@ class Damage:
                 if self.hit_copy(kind, logical, length, rng.randrange(ncopies)):
                     done += 1
             assert done == count, "test setup: only %d of %d %s units could be damaged" % (done, count, kind)
-        rows = sorted(lay.live_rows())
+        rows = sorted(lay.live_rows(proven=True))
         rng.shuffle(rows)
         done = 0
         for key in rows:
@@ -277,9 +282,9 @@ class Damage:
         if c.nparity:
             self.hit_copy(kind, logical, length, 0, within=False)
             for k in self.lay.rows_of(logical, length)[:1]:
-                self.hit_parity(k, "P")
+                assert self.hit_parity(k, "P", within=False)
                 if c.nparity == 2:
-                    self.hit_parity(k, "Q")
+                    assert self.hit_parity(k, "Q", within=False)
         else:
             for i in range(len(c.copies(logical))):
                 self.hit_copy(kind, logical, length, i, within=False)
