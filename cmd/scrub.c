@@ -482,6 +482,7 @@ struct run {
 	int nothers;
 	int64_t t_run;               /* when this run started */
 	uint64_t prior[64];          /* duration before this run, per record */
+	struct ub_scrub_dev_progress base[64]; /* a resumed device's counts before this run */
 	atomic_bool done;
 };
 
@@ -507,6 +508,13 @@ static void snapshot(struct run *r, bool final)
 
 		if (ub_scrub_progress(r->s, r->recs[i].devid, &p))
 			continue;
+		if (i < 64) {
+			/* a resumed scrub's counts go on from the interrupted run's, as btrfs-progs adds them */
+			uint64_t total = p.bytes_to_scrub;
+
+			sum_progress(&p, &r->base[i]);
+			p.bytes_to_scrub = total;
+		}
 		r->recs[i].p = p;
 		r->recs[i].duration = (i < 64 ? r->prior[i] : 0) + (uint64_t)(now - r->t_run);
 		if (final)
@@ -560,7 +568,7 @@ static void *progress_main(void *arg)
 		tick++;
 		if (r->o->tty && tick % 5 == 0)
 			show_progress(r);
-		if (tick % 25 == 0)
+		if (tick % 5 == 0)
 			snapshot(r, false);
 	}
 	return NULL;
@@ -623,8 +631,10 @@ static int plan(struct ub_fs *fs, const uint8_t fsid[16], bool resume, bool forc
 		if (resume) {
 			r->recs[*ndev].t_start = o->t_start;
 			r->recs[*ndev].t_resumed = (int64_t)time(NULL);
-			if (*ndev < 64)
+			if (*ndev < 64) {
 				r->prior[*ndev] = o->duration;
+				r->base[*ndev] = o->p;
+			}
 		}
 		(*ndev)++;
 	}

@@ -274,3 +274,83 @@ def test_nocsum_copies(casedir, ubtrfs_bin):  # noqa: F811
     assert p["files"] and all(f["offset"] == foff + 4096 for f in p["files"]), p
     for rec in dmg.records:
         assert dmg.current(rec) == rec["after"], "data without checksums was rewritten: %r" % rec
+
+
+def status(*images):
+    cp = T.ubtrfs("scrub", "status", "--json", *images)
+    assert cp.returncode == 0, T.describe(cp)
+    return json.loads(cp.stdout)
+
+
+def verified(summary):
+    return sum(d["data_bytes_scrubbed"] + d["tree_bytes_scrubbed"] for d in summary["devices"])
+
+
+def background(*args):
+    """`scrub start|resume` without -B: the pid of the scrub it left running."""
+    cp = T.ubtrfs("scrub", *args)
+    assert cp.returncode == 0, T.describe(cp)
+    m = re.search(r"\(pid=(\d+)\)", cp.stdout.decode())
+    assert m, T.describe(cp)
+    return int(m.group(1))
+
+
+def wait_progress(images, pid):
+    """Until the state shows bytes verified (the scrub saves it every second)."""
+    for _ in range(150):
+        st = status(*images)
+        if verified(st) > 0:
+            return st
+        assert os.path.exists("/proc/%d" % pid), "the scrub ended before it showed progress: %r" % st
+        T.time.sleep(0.1)
+    pytest.fail("no progress in the state: %r" % st)
+
+
+def wait_gone(pid):
+    for _ in range(300):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        # reap it if it is our child (it is the ubtrfs's, normally)
+        T.time.sleep(0.1)
+    pytest.fail("scrub %d did not end" % pid)
+
+
+def test_cancel_resume(casedir, ubtrfs_bin):  # noqa: F811
+    images, hashes = D.make_fs(casedir, ("raid1", "raid1"), 2, 51)
+    _, _, whole = scrub("start", "-B", "-r", *images, expect=0)
+    total = verified(whole)
+    # nothing running, nothing to resume: refused
+    cp = T.ubtrfs("scrub", "resume", "-B", *images)
+    assert cp.returncode == 2 and b"nothing to resume" in cp.stderr, T.describe(cp)
+    cp = T.ubtrfs("scrub", "cancel", *images)
+    assert cp.returncode == 2 and b"not running" in cp.stderr, T.describe(cp)
+
+    # cancelled: aborted, where it got to kept; the resume verifies the rest and no more
+    pid = background("start", "--limit", "512K", *images)
+    wait_progress(images, pid)
+    cp = T.ubtrfs("scrub", "cancel", *images)
+    assert cp.returncode == 0, T.describe(cp)
+    wait_gone(pid)
+    st = status(*images)
+    assert st["status"] == "aborted" and not any(d["finished"] for d in st["devices"]), st
+    assert 0 < verified(st) < total, (verified(st), total)
+    assert all(d["canceled"] for d in st["devices"]), st
+    _, problems, summary = scrub("resume", "-B", *images, expect=0)
+    assert summary["status"] == "finished" and verified(summary) == total, (summary, total)
+
+    # killed: interrupted, then resumed the same way
+    pid = background("start", "--limit", "512K", *images)
+    wait_progress(images, pid)
+    os.kill(pid, 9)
+    wait_gone(pid)
+    st = status(*images)
+    assert st["status"] == "interrupted", st
+    _, problems, summary = scrub("resume", "-B", *images, expect=0)
+    assert summary["status"] == "finished" and verified(summary) == total, (summary, total)
+    # a rate limit is kept: 4 MiB/s over each device's share takes its time
+    t0 = T.time.time()
+    scrub("start", "-B", "-r", "--limit", "4M", *images, expect=0)
+    per_dev = max(d["data_bytes_scrubbed"] + d["tree_bytes_scrubbed"] for d in whole["devices"])
+    assert T.time.time() - t0 >= per_dev / (4 * MiB) * 0.8
