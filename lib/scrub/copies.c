@@ -306,7 +306,6 @@ static int scrub_piece(struct sx_thread *t, const struct piece *pc)
 		ret = compare_nocsum(t, pc, i, j + 1);
 		i = j + 1;
 	}
-	sx_throttle(t);
 	return ret;
 }
 
@@ -338,6 +337,7 @@ int sx_scrub_copies(struct sx_thread *t, const struct ub_chunk *c, int stripe)
 		pc.phys = phys0 + off;
 		ret = scrub_piece(t, &pc);
 		sx_progress_at(t, pc.phys + pc.len);
+		sx_throttle(t);
 	}
 	return ret;
 }

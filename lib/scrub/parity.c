@@ -459,7 +459,6 @@ static int scrub_full(struct sx_thread *t, struct fstripe *fs)
 	sx_repair_unlock(s);
 	ret = ret < 0 ? ret : 0;
 out:
-	sx_throttle(t);
 	return ret;
 }
 
@@ -524,6 +523,7 @@ int sx_scrub_parity(struct sx_thread *t, const struct ub_chunk *c, int stripe)
 			ret = scrub_full(t, fs);
 		}
 		sx_progress_at(t, phys0 + (f + 1) * UB_STRIPE_LEN);
+		sx_throttle(t);
 	}
 out:
 	free(fs);

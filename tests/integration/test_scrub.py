@@ -299,7 +299,7 @@ def wait_progress(images, pid):
     """Until the state shows bytes verified (the scrub saves it every second)."""
     for _ in range(150):
         st = status(*images)
-        if verified(st) > 0:
+        if st["status"] == "running" and verified(st) > 0:
             return st
         assert os.path.exists("/proc/%d" % pid), "the scrub ended before it showed progress: %r" % st
         T.time.sleep(0.1)
