@@ -109,6 +109,8 @@ struct mount_ctx {
 	void *committer;
 	/* POSIX ACLs are ours to keep (the kernel took FUSE_CAP_POSIX_ACL): inheritance, mode sync (mount_acl.c) */
 	bool acl;
+	/* the scrubs the scrub ioctls run, and what they found (mount_scrub.c) */
+	struct mount_scrubs *scrubs;
 };
 
 

@@ -10,11 +10,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +26,7 @@
 #include "fs_target.h"
 #include "json.h"
 #include "scrub.h"
+#include "ubtrfs_ioctl.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/engine.h"
 #include "ubtrfs/fsinfo.h"
@@ -92,11 +95,9 @@ static void clear_progress(struct out *o)
 	}
 }
 
-static void print_problem(struct out *o, const struct ub_scrub_problem *p)
+void scrub_format_problem(FILE *f, const struct ub_scrub_problem *p, bool json)
 {
-	FILE *f = o->f;
-
-	if (o->json) {
+	if (json) {
 		fprintf(f, "{\"kind\":\"%s\",\"outcome\":\"%s\",\"metadata\":%s,\"devid\":%" PRIu64 ",\"device\":",
 			ub_scrub_kind_name(p->kind), ub_scrub_outcome_name(p->outcome), p->metadata ? "true" : "false",
 			p->devid);
@@ -167,10 +168,52 @@ static void on_problem(void *arg, const struct ub_scrub_problem *p)
 
 	pthread_mutex_lock(&o->lock);
 	clear_progress(o);
-	print_problem(o, p);
+	scrub_format_problem(o->f, p, o->json);
 	fflush(o->f);
 	o->problems++;
 	pthread_mutex_unlock(&o->lock);
+}
+
+/* The counters of struct ub_scrub_dev_progress in UBTRFS_IOC_SCRUB_COUNTS's order (never reordered). */
+#define C(f) offsetof(struct ub_scrub_dev_progress, f)
+static const size_t count_fields[] = {
+	C(bytes_to_scrub), C(last_physical), C(data_extents_scrubbed), C(tree_extents_scrubbed),
+	C(data_bytes_scrubbed), C(tree_bytes_scrubbed), C(read_errors), C(csum_errors), C(verify_errors),
+	C(super_errors), C(no_csum), C(generation_errors), C(corrected_errors), C(uncorrectable_errors),
+	C(unverified_errors), C(parity_rows_checked), C(parity_errors), C(parity_fixed), C(malloc_errors),
+};
+#undef C
+#define NCOUNTS (int)(sizeof(count_fields) / sizeof(count_fields[0]))
+
+void scrub_counts_pack(const struct ub_scrub_dev_progress *p, uint64_t *v, int n)
+{
+	for (int i = 0; i < n; i++)
+		v[i] = i < NCOUNTS ? *(const uint64_t *)((const char *)p + count_fields[i]) : 0;
+}
+
+void scrub_counts_unpack(const uint64_t *v, int n, struct ub_scrub_dev_progress *p)
+{
+	for (int i = 0; i < n && i < NCOUNTS; i++)
+		*(uint64_t *)((char *)p + count_fields[i]) = v[i];
+}
+
+static void from_btrfs(const struct btrfs_scrub_progress *b, struct ub_scrub_dev_progress *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->data_extents_scrubbed = b->data_extents_scrubbed;
+	p->tree_extents_scrubbed = b->tree_extents_scrubbed;
+	p->data_bytes_scrubbed = b->data_bytes_scrubbed;
+	p->tree_bytes_scrubbed = b->tree_bytes_scrubbed;
+	p->read_errors = b->read_errors;
+	p->csum_errors = b->csum_errors;
+	p->verify_errors = b->verify_errors;
+	p->no_csum = b->no_csum;
+	p->super_errors = b->super_errors;
+	p->malloc_errors = b->malloc_errors;
+	p->uncorrectable_errors = b->uncorrectable_errors;
+	p->corrected_errors = b->corrected_errors;
+	p->last_physical = b->last_physical;
+	p->unverified_errors = b->unverified_errors;
 }
 
 static void duration_str(uint64_t sec, char *buf, size_t len)
@@ -472,7 +515,10 @@ int scrub_refuse_mounted(struct ub_fs *fs, const char *sub)
 /* ---- offline: the scrub itself ---- */
 
 struct run {
-	struct ub_scrub *s;
+	struct ub_scrub *s;          /* offline: the library's scrub */
+	struct target *t;            /* online: the mount the ioctls go to */
+	struct ub_scrub_dev_progress *fin; /* online: each device's counts when its ioctl returned */
+	bool *ended;
 	struct out *o;
 	struct sargs *a;
 	uint8_t fsid[16];
@@ -497,6 +543,14 @@ static void on_signal(int sig)
 		ub_scrub_cancel(g_scrub);
 }
 
+static int online_progress(struct run *r, int i, struct ub_scrub_dev_progress *out);
+
+/* Device i's counts now: the library's, or the mount's. */
+static int run_progress(struct run *r, int i, struct ub_scrub_dev_progress *out)
+{
+	return r->t ? online_progress(r, i, out) : ub_scrub_progress(r->s, r->recs[i].devid, out);
+}
+
 /* the records from the scrub's counts, and the file from the records */
 static void snapshot(struct run *r, bool final)
 {
@@ -506,7 +560,7 @@ static void snapshot(struct run *r, bool final)
 	for (int i = 0; i < r->n; i++) {
 		struct ub_scrub_dev_progress p;
 
-		if (ub_scrub_progress(r->s, r->recs[i].devid, &p))
+		if (run_progress(r, i, &p))
 			continue;
 		if (i < 64) {
 			/* a resumed scrub's counts go on from the interrupted run's, as btrfs-progs adds them */
@@ -540,7 +594,7 @@ static void show_progress(struct run *r)
 	for (int i = 0; i < r->n; i++) {
 		struct ub_scrub_dev_progress p;
 
-		if (ub_scrub_progress(r->s, r->recs[i].devid, &p))
+		if (run_progress(r, i, &p))
 			continue;
 		bytes += p.data_bytes_scrubbed + p.tree_bytes_scrubbed;
 		total += p.bytes_to_scrub;
@@ -819,16 +873,13 @@ static int fsid_of(char **devs, int ndevs, struct sargs *a, uint8_t fsid[16])
 	return 0;
 }
 
-static int status_offline(char **devs, int ndevs, struct sargs *a)
+static int status_of(const uint8_t fsid[16], struct sargs *a)
 {
 	struct scrub_rec *r = NULL;
-	uint8_t fsid[16];
 	char fs_s[37], rep[4200];
 	struct stat st;
 	int n = 0;
 
-	if (fsid_of(devs, ndevs, a, fsid))
-		return EXIT_FATAL;
 	uuid_unparse_lower(fsid, fs_s);
 	if (scrub_state_load(fsid, &r, &n)) {
 		if (a->json)
@@ -849,6 +900,15 @@ static int status_offline(char **devs, int ndevs, struct sargs *a)
 	}
 	free(r);
 	return EXIT_OK;
+}
+
+static int status_offline(char **devs, int ndevs, struct sargs *a)
+{
+	uint8_t fsid[16];
+
+	if (fsid_of(devs, ndevs, a, fsid))
+		return EXIT_FATAL;
+	return status_of(fsid, a);
 }
 
 static int cancel_offline(char **devs, int ndevs, struct sargs *a)
@@ -939,9 +999,341 @@ int cmd_scrub(int argc, char **argv)
 
 /* ---- online: a mounted filesystem's own scrub, through btrfs's ioctls ---- */
 
+static int online_progress(struct run *r, int i, struct ub_scrub_dev_progress *out)
+{
+	struct target *t = r->t;
+	uint64_t total = r->recs[i].p.bytes_to_scrub;
+
+	if (r->ended[i]) {
+		*out = r->fin[i];
+		return 0;
+	}
+	if (t->fuse) {
+		struct ubtrfs_ioctl_scrub_counts a;
+
+		memset(&a, 0, sizeof(a));
+		a.devid = r->recs[i].devid;
+		if (ioctl(t->fd, UBTRFS_IOC_SCRUB_COUNTS, &a) < 0)
+			return -errno;
+		memset(out, 0, sizeof(*out));
+		scrub_counts_unpack((const uint64_t *)a.v, UBTRFS_SCRUB_COUNTS, out);
+		out->devid = r->recs[i].devid;
+		out->running = a.flags & UBTRFS_SCRUB_RUNNING;
+	} else {
+		struct btrfs_ioctl_scrub_args *a = calloc(1, sizeof(*a));
+		int ret = 0;
+
+		if (!a)
+			return -ENOMEM;
+		a->devid = r->recs[i].devid;
+		if (ioctl(t->fd, BTRFS_IOC_SCRUB_PROGRESS, a) < 0)
+			ret = -errno;
+		else
+			from_btrfs(&a->progress, out);
+		free(a);
+		if (ret)
+			return ret;
+		out->devid = r->recs[i].devid;
+		out->running = true;
+	}
+	if (!out->bytes_to_scrub)
+		out->bytes_to_scrub = total;
+	return 0;
+}
+
+struct devrun {
+	struct run *r;
+	int i;
+	uint64_t start;
+	int ret;
+	pthread_t th;
+	bool started;
+};
+
+static void *devrun_main(void *arg)
+{
+	struct devrun *dr = arg;
+	struct run *r = dr->r;
+	struct btrfs_ioctl_scrub_args *a = calloc(1, sizeof(*a));
+	struct ub_scrub_dev_progress p;
+
+	if (!a) {
+		dr->ret = -ENOMEM;
+		return NULL;
+	}
+	a->devid = r->recs[dr->i].devid;
+	a->start = dr->start;
+	a->end = UINT64_MAX;
+	a->flags = r->a->readonly ? BTRFS_SCRUB_READONLY : 0;
+	dr->ret = ioctl(r->t->fd, BTRFS_IOC_SCRUB, a) < 0 ? -errno : 0;
+	from_btrfs(&a->progress, &p);
+	if (r->t->fuse) {
+		/* the daemon's own counts: parity too */
+		struct ubtrfs_ioctl_scrub_counts c;
+
+		memset(&c, 0, sizeof(c));
+		c.devid = a->devid;
+		if (ioctl(r->t->fd, UBTRFS_IOC_SCRUB_COUNTS, &c) == 0)
+			scrub_counts_unpack((const uint64_t *)c.v, UBTRFS_SCRUB_COUNTS, &p);
+	}
+	p.devid = a->devid;
+	p.bytes_to_scrub = p.bytes_to_scrub ? p.bytes_to_scrub : r->recs[dr->i].p.bytes_to_scrub;
+	p.finished = dr->ret == 0;
+	p.canceled = dr->ret == -ECANCELED;
+	p.running = false;
+	pthread_mutex_lock(&r->o->lock);
+	r->fin[dr->i] = p;
+	r->ended[dr->i] = true;
+	pthread_mutex_unlock(&r->o->lock);
+	free(a);
+	return NULL;
+}
+
+/* The problem lines the daemon kept since `seq`, printed. */
+static void fetch_lines(struct run *r, uint64_t *seq)
+{
+	struct ubtrfs_ioctl_scrub_lines *a;
+
+	if (!r->t->fuse)
+		return;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return;
+	for (;;) {
+		a->seq = *seq;
+		a->json = r->a->json;
+		if (ioctl(r->t->fd, UBTRFS_IOC_SCRUB_LINES, a) < 0)
+			break;
+		if (a->len) {
+			pthread_mutex_lock(&r->o->lock);
+			clear_progress(r->o);
+			fwrite(a->buf, 1, a->len, r->o->f);
+			fflush(r->o->f);
+			pthread_mutex_unlock(&r->o->lock);
+		}
+		/* the first ask (UINT64_MAX) only learns where the lines end */
+		if (*seq != UINT64_MAX)
+			r->o->problems += a->seq - *seq;
+		if (a->dropped)
+			fprintf(stderr, "ubtrfs scrub: warning: %llu problem lines were lost (see the mount's log)\n",
+				(unsigned long long)a->dropped);
+		if (a->seq == *seq)
+			break;
+		*seq = a->seq;
+	}
+	free(a);
+}
+
+static atomic_bool g_online_cancel;
+
+static void on_signal_online(int sig)
+{
+	(void)sig;
+	atomic_store(&g_online_cancel, true);
+}
+
+static int scrub_online_run(struct target *t, struct sargs *a, bool resume)
+{
+	struct out o = { .f = stdout, .json = a->json };
+	struct run r = { .o = &o, .a = a, .t = t };
+	struct target_fsinfo fi;
+	struct target_devinfo *devs = NULL;
+	struct devrun *dr = NULL;
+	struct scrub_rec *old = NULL;
+	int nd = 0, nold = 0, rc = EXIT_FATAL, fatal = 0;
+	uint64_t seq = UINT64_MAX;
+	unsigned tick = 0;
+	char fs_s[37];
+
+	pthread_mutex_init(&o.lock, NULL);
+	if (target_fs_info(t, &fi) || target_devices(t, &devs, &nd)) {
+		fprintf(stderr, "ubtrfs scrub: error: %s: cannot read the filesystem's devices\n", t->path);
+		return EXIT_FATAL;
+	}
+	memcpy(r.fsid, fi.fsid, 16);
+	uuid_unparse_lower(r.fsid, fs_s);
+	r.recs = calloc((size_t)nd + 1, sizeof(*r.recs));
+	r.fin = calloc((size_t)nd + 1, sizeof(*r.fin));
+	r.ended = calloc((size_t)nd + 1, sizeof(*r.ended));
+	dr = calloc((size_t)nd + 1, sizeof(*dr));
+	if (!r.recs || !r.fin || !r.ended || !dr)
+		goto out;
+	scrub_state_load(r.fsid, &old, &nold);
+	for (int i = 0; i < nold && !a->force; i++)
+		if (old[i].pid && !old[i].p.finished && scrub_pid_alive(old[i].pid)) {
+			fprintf(stderr, "ubtrfs scrub: error: a scrub of %s is running (pid %ld); 'ubtrfs scrub cancel' "
+				"stops it\n", fs_s, (long)old[i].pid);
+			goto out;
+		}
+	for (int i = 0; i < nd; i++) {
+		const struct scrub_rec *prev = NULL;
+
+		if (devs[i].missing)
+			continue;
+		for (int k = 0; k < nold; k++)
+			if (old[k].devid == devs[i].devid)
+				prev = &old[k];
+		if (resume && (!prev || prev->p.finished)) {
+			if (prev) {
+				struct scrub_rec *nv = realloc(r.others, (size_t)(r.nothers + 1) * sizeof(*nv));
+
+				if (nv) {
+					r.others = nv;
+					r.others[r.nothers++] = *prev;
+				}
+			}
+			continue;
+		}
+		r.recs[r.n].devid = devs[i].devid;
+		r.recs[r.n].p.bytes_to_scrub = devs[i].bytes_used;
+		snprintf(r.recs[r.n].path, sizeof(r.recs[r.n].path), "%s", devs[i].path);
+		dr[r.n].start = resume ? prev->p.last_physical : 0;
+		if (resume) {
+			r.recs[r.n].t_start = prev->t_start;
+			r.recs[r.n].t_resumed = (int64_t)time(NULL);
+			if (r.n < 64) {
+				r.prior[r.n] = prev->duration;
+				r.base[r.n] = prev->p;
+			}
+		}
+		r.n++;
+	}
+	if (resume && !r.n) {
+		fprintf(stderr, "ubtrfs scrub resume: error: nothing to resume for %s, fsid %s\n", t->path, fs_s);
+		goto out;
+	}
+	if (!a->foreground) {
+		pid_t pid;
+
+		fflush(NULL);
+		pid = fork();
+		if (pid < 0) {
+			fprintf(stderr, "ubtrfs scrub: error: cannot fork: %s\n", strerror(errno));
+			goto out;
+		}
+		if (pid > 0) {
+			printf("scrub %s on %s, fsid %s (pid=%ld)\n", resume ? "resumed" : "started", t->path, fs_s,
+			       (long)pid);
+			rc = EXIT_OK;
+			goto out;
+		}
+		setsid();
+		{
+			char rep[4200];
+			int fd;
+
+			mkdir(scrub_state_dir(), 0755);
+			scrub_state_path(r.fsid, "report", rep, sizeof(rep));
+			fd = open(rep, O_WRONLY | O_CREAT | O_CLOEXEC | (resume ? O_APPEND : O_TRUNC), 0644);
+			if (fd >= 0) {
+				dup2(fd, STDOUT_FILENO);
+				dup2(fd, STDERR_FILENO);
+				close(fd);
+			}
+		}
+	}
+	o.tty = !a->json && !a->quiet && isatty(STDERR_FILENO);
+	r.t_run = (int64_t)time(NULL);
+	for (int i = 0; i < r.n; i++) {
+		if (!resume)
+			r.recs[i].t_start = r.t_run;
+		r.recs[i].pid = getpid();
+		r.recs[i].readonly = a->readonly;
+	}
+	fetch_lines(&r, &seq); /* where the daemon's lines end now: only this scrub's are printed */
+	signal(SIGINT, on_signal_online);
+	signal(SIGTERM, on_signal_online);
+	signal(SIGHUP, on_signal_online);
+	for (int i = 0; i < r.n; i++) {
+		dr[i].r = &r;
+		dr[i].i = i;
+		dr[i].started = pthread_create(&dr[i].th, NULL, devrun_main, &dr[i]) == 0;
+		if (!dr[i].started) {
+			dr[i].ret = -EAGAIN;
+			r.ended[i] = true;
+		}
+	}
+	for (bool all = false; !all;) {
+		struct timespec ts = { 0, 200 * 1000 * 1000 };
+		bool cancelled = false;
+
+		nanosleep(&ts, NULL);
+		if (atomic_exchange(&g_online_cancel, false) && !cancelled) {
+			cancelled = true;
+			ioctl(t->fd, BTRFS_IOC_SCRUB_CANCEL, NULL);
+		}
+		fetch_lines(&r, &seq);
+		pthread_mutex_lock(&o.lock);
+		all = true;
+		for (int i = 0; i < r.n; i++)
+			all &= r.ended[i];
+		pthread_mutex_unlock(&o.lock);
+		if (++tick % 5 == 0) {
+			snapshot(&r, false);
+			if (o.tty)
+				show_progress(&r);
+		}
+	}
+	for (int i = 0; i < r.n; i++)
+		if (dr[i].started)
+			pthread_join(dr[i].th, NULL);
+	fetch_lines(&r, &seq);
+	pthread_mutex_lock(&o.lock);
+	clear_progress(&o);
+	pthread_mutex_unlock(&o.lock);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	snapshot(&r, true);
+	for (int i = 0; i < r.n; i++) {
+		if (dr[i].ret && dr[i].ret != -ECANCELED && !fatal) {
+			fatal = dr[i].ret;
+			fprintf(stderr, "ERROR: scrubbing %s failed for device id %llu: %s\n", t->path,
+				(unsigned long long)r.recs[i].devid, strerror(-dr[i].ret));
+		}
+	}
+	if (a->json)
+		print_summary_json(stdout, r.fsid, r.recs, r.n, true);
+	else
+		print_summary(stdout, r.fsid, r.recs, r.n, a->per_dev, true);
+	rc = fatal ? EXIT_FATAL : EXIT_OK;
+	for (int i = 0; i < r.n && rc == EXIT_OK; i++)
+		if (any_error(&r.recs[i].p))
+			rc = EXIT_PROBLEMS;
+	if (rc == EXIT_OK && o.problems)
+		rc = EXIT_PROBLEMS;
+	if (!a->foreground)
+		_exit(rc);
+out:
+	free(devs);
+	free(old);
+	free(dr);
+	free(r.recs);
+	free(r.fin);
+	free(r.ended);
+	free(r.others);
+	return rc;
+}
+
 static int scrub_online(struct target *t, const char *sub, struct sargs *a)
 {
-	(void)a;
-	fprintf(stderr, "ubtrfs scrub %s: error: %s: scrub of a mounted filesystem is not there yet\n", sub, t->path);
-	return EXIT_FATAL;
+	struct target_fsinfo fi;
+
+	if (!strcmp(sub, "start") || !strcmp(sub, "resume"))
+		return scrub_online_run(t, a, !strcmp(sub, "resume"));
+	if (!strcmp(sub, "cancel")) {
+		if (ioctl(t->fd, BTRFS_IOC_SCRUB_CANCEL, NULL) < 0) {
+			int e = errno;
+
+			fprintf(stderr, "ERROR: scrub cancel failed on %s: %s\n", t->path,
+				e == ENOTCONN ? "not running" : strerror(e));
+			return EXIT_FATAL;
+		}
+		printf("scrub cancelled\n");
+		return EXIT_OK;
+	}
+	/* status: what the state says (the scrubbing process keeps it up to date) */
+	if (target_fs_info(t, &fi))
+		return EXIT_FATAL;
+	return status_of(fi.fsid, a);
 }

@@ -32,6 +32,12 @@ int scrub_state_load(const uint8_t fsid[16], struct scrub_rec **out, int *n);
 /* The records replace the file's, atomically (written aside, renamed over it). 0 or <0 (said). */
 int scrub_state_save(const uint8_t fsid[16], const struct scrub_rec *r, int n);
 struct ub_fs;
+#include <stdio.h>
+/* One problem line as `ubtrfs scrub` prints it (text, or one JSON object), newline included. */
+void scrub_format_problem(FILE *f, const struct ub_scrub_problem *p, bool json);
+/* A device's counts to and from the u64 array of UBTRFS_IOC_SCRUB_COUNTS (n entries). */
+void scrub_counts_pack(const struct ub_scrub_dev_progress *p, uint64_t *v, int n);
+void scrub_counts_unpack(const uint64_t *v, int n, struct ub_scrub_dev_progress *p);
 /* Refused (said, -EBUSY) when the kernel or a ubtrfs mount holds a device of fs; `what` names the command. */
 int scrub_refuse_mounted(struct ub_fs *fs, const char *what);
 /* Is process `pid` alive and an ubtrfs? */

@@ -43,19 +43,21 @@ int ub_dev_stats_read(struct ub_fs *fs, uint64_t devid, uint64_t values[UB_DEV_S
 	struct ub_path *p;
 	const uint8_t *d;
 	uint32_t size;
-	int ret;
+	int ret, entered;
 
 	memset(values, 0, UB_DEV_STAT_COUNT * sizeof(*values));
-	ret = ub_fs_tree_root(fs, BTRFS_DEV_TREE_OBJECTID, &root);
-	if (ret)
-		return ret;
 	ret = ub_path_new(&p);
 	if (ret)
 		return ret;
-	ret = ub_tree_lookup(ub_fs_trees(fs), &root, &key, p, &d, &size);
+	/* through a live view the running transaction's blocks are read: under its lock, as every read call */
+	entered = ub_view_enter(fs);
+	ret = ub_fs_tree_root(fs, BTRFS_DEV_TREE_OBJECTID, &root);
+	if (!ret)
+		ret = ub_tree_lookup(ub_fs_trees(fs), &root, &key, p, &d, &size);
 	if (ret == 0)
 		stats_from(d, size, values);
 	ub_path_free(p);
+	ub_view_exit(fs, entered);
 	return ret == -ENOENT ? 0 : ret;
 }
 

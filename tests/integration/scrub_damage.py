@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 
 import multidev_lib as M
 import ubtrfs_testlib as T
@@ -71,7 +72,13 @@ def hash_tree(top):
         dirnames.sort()
         for name in sorted(filenames):
             p = os.path.join(dirpath, name)
-            out[os.path.relpath(p, top)] = T.sha256_file(p)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                out[os.path.relpath(p, top)] = "-> " + os.readlink(p)
+            elif stat.S_ISREG(st.st_mode):
+                out[os.path.relpath(p, top)] = T.sha256_file(p)
+            else:
+                out[os.path.relpath(p, top)] = "mode %o" % st.st_mode
     return out
 
 
@@ -105,9 +112,11 @@ class Layout:
         self.chunks = M.parse_chunks(M.dump_tree(self.images, "chunk"))
         self.tree_blocks = []   # logical
         self.data = []          # (logical, length)
-        for m in re.finditer(r"key \((\d+) (METADATA_ITEM|EXTENT_ITEM) (\d+)\).*\n\s+refs \d+ gen \d+ flags (\S+)",
+        self.gen = {}           # extent start -> the generation of its extent item
+        for m in re.finditer(r"key \((\d+) (METADATA_ITEM|EXTENT_ITEM) (\d+)\).*\n\s+refs \d+ gen (\d+) flags (\S+)",
                              M.dump_tree(self.images, "extent")):
-            bytenr, typ, off, flags = int(m.group(1)), m.group(2), int(m.group(3)), m.group(4)
+            bytenr, typ, off, gen, flags = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4)), m.group(5)
+            self.gen[bytenr] = gen
             if "TREE_BLOCK" in flags:
                 self.tree_blocks.append(bytenr)
             elif "DATA" in flags:
@@ -121,6 +130,16 @@ class Layout:
 
     def chunk(self, logical):
         return M.chunk_of(self.chunks, logical)
+
+    def extent_of(self, logical):
+        """(start, generation) of the extent holding `logical`, or None when nothing is allocated there."""
+        for b in self.tree_blocks:
+            if b <= logical < b + self.nodesize:
+                return b, self.gen[b]
+        for start, length in self.data:
+            if start <= logical < start + length:
+                return start, self.gen[start]
+        return None
 
     def image(self, devid):
         return self.by_devid[devid]
@@ -222,7 +241,7 @@ class Damage:
         off, n = self._part(length)
         self._write(self.lay.image(devid), devid, phys + off, n,
                     {"kind": kind, "logical": logical, "unit_length": length, "copy": copy_index + 1,
-                     "profile": c.profile, "offset_in_unit": off})
+                     "profile": c.profile, "offset_in_unit": off, "extent": self.lay.extent_of(logical)})
         return True
 
     # ---- RAID5/6 parity of a live row
