@@ -421,3 +421,40 @@ def test_online_while_writing(casedir, ubtrfs_bin, data, ndev):  # noqa: F811
     # after the unmount: a second scrub is clean, the kernel reads what the mount showed
     scrub("start", "-B", "-r", *images, expect=0)
     kernel_checks(images, shown, str(casedir / "mnt"), stats=online_stats)
+
+
+def test_crash_during_repair(casedir, ubtrfs_bin):  # noqa: F811
+    """A repairing scrub recorded and cut (tests/tools/scrub_crash.c): at every cut each damaged place
+    holds its damaged or its repaired bytes, never a third, and a read-only scrub of the cut reports
+    exactly the places still damaged."""
+    tool = T.test_tool("scrub_crash")
+    images, hashes = D.make_fs(casedir, ("raid1", "raid1"), 2, 71, size=160 * MiB)
+    lay = D.Layout(images)
+    dmg = D.Damage(lay, random.Random(71))
+    dmg.random_within(n_tree=3, n_data=6)
+    dmg.save(str(casedir / "damage.json"))
+    cdir = casedir / "cuts"
+    cdir.mkdir()
+    out = T.run([tool, cdir, 8, *images]).stdout.decode()
+    repaired = re.findall(r"^problem .* repaired devid", out, re.M)
+    assert len(repaired) == len(re.findall(r"^problem ", out, re.M)) >= len(dmg.records), out
+    cuts = [int(c) for c in re.findall(r"^cut (\d+) entries", out, re.M)]
+    assert len(cuts) == 8, out
+    states = []
+    for c in cuts:
+        cut = [str(cdir / ("cut%d_dev%d.img" % (c, i))) for i in range(len(images))]
+        fixed = []
+        for rec in dmg.records:
+            i = images.index(rec["image"])
+            now = D.hashlib.sha256(D._read(cut[i], rec["physical"], rec["length"])).hexdigest()
+            assert now in (rec["before"], rec["after"]), "cut %d: a third state at %r" % (c, rec)
+            fixed.append(now == rec["before"])
+        states.append(sum(fixed))
+        if c in (cuts[0], cuts[len(cuts) // 2], cuts[-1]):
+            _, problems, _ = scrub("start", "-B", "-r", *cut)
+            for rec, ok in zip(dmg.records, fixed):
+                hit = any(overlaps(p, rec) for p in problems)
+                assert hit != ok, "cut %d: %s %r" % (c, "repaired yet reported" if ok else "not reported", rec)
+            assert all(any(overlaps(p, r) for r in dmg.records) for p in problems), problems
+    assert states[0] == 0 and states[-1] == len(dmg.records), states
+    assert any(0 < s < len(dmg.records) for s in states), "no cut fell among the repairs: %r" % states
