@@ -241,10 +241,10 @@ static const struct {
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ubtrfs device SUBCOMMAND [OPTIONS] ...\n\nSubcommands:\n");
+	fprintf(f, "usage: ubtrfs device COMMAND [OPTIONS] ...\n\nThe devices of a filesystem.\n\nCommands:\n");
 	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++)
 		fprintf(f, "  %-10s %s\n", subs[i].name, subs[i].summary);
-	fprintf(f, "\n'ubtrfs device SUBCOMMAND --help' describes one.\n");
+	fprintf(f, "\n'ubtrfs device COMMAND --help' describes one.\n");
 }
 
 int cmd_device(int argc, char **argv)
