@@ -458,3 +458,57 @@ def test_crash_during_repair(casedir, ubtrfs_bin):  # noqa: F811
             assert all(any(overlaps(p, r) for r in dmg.records) for p in problems), problems
     assert states[0] == 0 and states[-1] == len(dmg.records), states
     assert any(0 < s < len(dmg.records) for s in states), "no cut fell among the repairs: %r" % states
+
+
+def _fix_csum(block):
+    """A tree block's crc32c over everything after its checksum field, put in place."""
+    c = T.crc32c(block[32:])
+    return c.to_bytes(4, "little") + block[4:]
+
+
+def test_headers_and_superblocks(casedir, ubtrfs_bin):  # noqa: F811
+    """Copies whose checksum matches but whose header names another block or generation, and a bad
+    superblock copy: each found and said for what it is; -r writes nothing; the repair rewrites the
+    copies from the good ones, its closing commit every superblock copy; the generation error is
+    counted as the kernel counts it."""
+    images, hashes = D.make_fs(casedir, ("raid1", "raid1"), 2, 81)
+    lay = D.Layout(images)
+    blocks = sorted(lay.tree_blocks)
+    a, b = blocks[len(blocks) // 3], blocks[2 * len(blocks) // 3]
+    recs = []
+    for logical, what in ((a, "generation"), (b, "bytenr")):
+        devid, phys = lay.chunk(logical).copies(logical)[1]
+        img = lay.image(devid)
+        blk = bytearray(D._read(img, phys, lay.nodesize))
+        field = 80 if what == "generation" else 48  # header: csum 32, fsid 16, bytenr 8, flags 8, uuid 16, gen
+        val = int.from_bytes(blk[field:field + 8], "little") + (1 if what == "generation" else 4096)
+        blk[field:field + 8] = val.to_bytes(8, "little")
+        blk = _fix_csum(bytes(blk))
+        with open(img, "r+b") as f:
+            f.seek(phys)
+            f.write(blk)
+        recs.append({"devid": devid, "physical": phys, "length": lay.nodesize, "what": what})
+    # superblock copy 1 (at 64 MiB) of the first device: its checksum broken
+    with open(images[0], "r+b") as f:
+        f.seek(64 * MiB + 100)
+        f.write(b"\xff" * 8)
+    sb_rec = {"devid": M.super_info(images[0])["devid"], "physical": 64 * MiB, "length": 4096}
+
+    rc, problems, _ = scrub("start", "-B", "-r", *images, expect=1)
+    kinds = sorted(p["kind"] for p in problems)
+    assert kinds == ["superblock", "tree block generation", "tree block header"], problems
+    for p in problems:
+        assert p["outcome"] == "not repaired (read-only)", p
+    assert any(overlaps(p, sb_rec) and p["kind"] == "superblock" for p in problems), problems
+    for rec in recs:
+        want = "tree block generation" if rec["what"] == "generation" else "tree block header"
+        assert any(overlaps(p, rec) and p["kind"] == want for p in problems), (rec, problems)
+
+    rc, problems, _ = scrub("start", "-B", *images, expect=1)
+    assert all(p["outcome"] == "repaired" for p in problems), problems
+    rc, again, _ = scrub("start", "-B", *images, expect=0)
+    cp = T.run(["btrfs", "inspect-internal", "dump-super", "-s", "1", images[0]], check=False)
+    assert cp.returncode == 0 and re.search(rb"^csum\s+0x[0-9a-f]+ \[match\]", cp.stdout, re.M), T.describe(cp)
+    stats = ub_stats(images)
+    assert sum(s["generation_errs"] for s in stats) == 1, stats
+    kernel_checks(images, hashes, str(casedir / "mnt"), stats=stats)
