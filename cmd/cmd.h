@@ -84,5 +84,6 @@ int cmd_umount(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_find_root(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
+int cmd_scrub(int argc, char **argv);
 
 #endif

@@ -14,7 +14,7 @@ static const struct {
 	{ "cat", cmd_cat, "write a file's contents to stdout without mounting" },
 	{ "filesystem", cmd_filesystem, "show, df, usage, du, label, sync: the filesystem as a whole" },
 	{ "subvolume", cmd_subvolume, "create, snapshot, delete, list, show, get-default, set-default" },
-	{ "device", cmd_device, "add, remove: the devices of a filesystem" },
+	{ "device", cmd_device, "add, remove, stats: the devices of a filesystem" },
 	{ "replace", cmd_replace, "start, status, cancel: a new device in the place of one" },
 	{ "balance", cmd_balance, "start: move block groups elsewhere, convert their profile" },
 	{ "mkfs", cmd_mkfs, "make a new filesystem on one or more devices" },
@@ -23,6 +23,7 @@ static const struct {
 	{ "check", cmd_check, "verify a filesystem read-only and report every problem found" },
 	{ "find-root", cmd_find_root, "list the root trees still on disk (for --root BYTENR)" },
 	{ "restore", cmd_restore, "copy the files out of a filesystem, damaged or not, read-only" },
+	{ "scrub", cmd_scrub, "verify every copy and parity, repair what a good copy proves (start, status...)" },
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -16,6 +16,7 @@
 #include <sys/sysmacros.h>
 #include "cmd.h"
 #include "mount.h"
+#include "mount_scrub.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/engine.h"
 #include "ubtrfs/fswrite.h"
@@ -516,7 +517,8 @@ int cmd_mount(int argc, char **argv)
 	mc.bytes_used = UB_GET(ub_disk_super, bytes_used, sb);
 	if (mc.bytes_used > mc.total_bytes)
 		mc.bytes_used = mc.total_bytes;
-	ret = serve(&mc, &mo, oa.verbosity, devs[0], argv[argc - 1], foreground);
+	ret = mount_scrub_init(&mc) ? EXIT_FATAL : serve(&mc, &mo, oa.verbosity, devs[0], argv[argc - 1], foreground);
+	mount_scrub_stop(&mc);
 	mount_map_free(mc.map);
 	ub_fs_close(mc.fs);
 	ub_engine_close(mc.e);

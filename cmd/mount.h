@@ -116,6 +116,8 @@ struct mount_ctx {
 	 */
 	pthread_mutex_t dirs_lock;
 	struct mount_dir_handle *dirs;
+	/* the scrubs the scrub ioctls run, and what they found (mount_scrub.c) */
+	struct mount_scrubs *scrubs;
 };
 
 

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include "mount.h"
 #include "mount_ioctl.h"
+#include "mount_scrub.h"
 #include "mount_subvol.h"
 #include "ubtrfs_ioctl.h"
 #include "ubtrfs/engine.h"
@@ -581,6 +582,78 @@ static int subvol_ioctl(fuse_req_t req, struct mount_ctx *mc, fuse_ino_t ino, un
 	case BTRFS_IOC_WAIT_SYNC:
 		fuse_reply_ioctl(req, 0, NULL, 0);
 		return 0;
+	case BTRFS_IOC_SCRUB:
+	case BTRFS_IOC_SCRUB_PROGRESS: {
+		struct btrfs_ioctl_scrub_args *a;
+
+		if (in_bufsz < sizeof(*a) || out_bufsz < sizeof(*a))
+			return -EINVAL;
+		caller_of(req, &k);
+		if (cmd == BTRFS_IOC_SCRUB && !k.c.sys_admin)
+			return -EPERM;
+		a = malloc(sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		memcpy(a, in_buf, sizeof(*a));
+		/* a scrub blocks this thread until its device is done, as the kernel's ioctl */
+		ret = cmd == BTRFS_IOC_SCRUB ? mount_scrub_start(mc, a) : mount_scrub_progress(mc, a);
+		/* the kernel copies the counts back for a cancelled scrub too */
+		if (!ret || ret == -ECANCELED)
+			fuse_reply_ioctl(req, ret, a, sizeof(*a));
+		free(a);
+		return ret == -ECANCELED ? 0 : ret;
+	}
+	case BTRFS_IOC_SCRUB_CANCEL:
+		caller_of(req, &k);
+		if (!k.c.sys_admin)
+			return -EPERM;
+		ret = mount_scrub_cancel(mc);
+		if (ret)
+			return ret;
+		fuse_reply_ioctl(req, 0, NULL, 0);
+		return 0;
+	case BTRFS_IOC_GET_DEV_STATS: {
+		struct btrfs_ioctl_get_dev_stats *a;
+
+		if (in_bufsz < sizeof(*a) || out_bufsz < sizeof(*a))
+			return -EINVAL;
+		a = malloc(sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		memcpy(a, in_buf, sizeof(*a));
+		caller_of(req, &k);
+		ret = (a->flags & BTRFS_DEV_STATS_RESET) && !k.c.sys_admin ? -EPERM : mount_dev_stats(mc, a);
+		if (!ret)
+			fuse_reply_ioctl(req, 0, a, sizeof(*a));
+		free(a);
+		return ret;
+	}
+	case UBTRFS_IOC_SCRUB_LINES: {
+		struct ubtrfs_ioctl_scrub_lines *a;
+
+		if (in_bufsz < sizeof(*a) || out_bufsz < sizeof(*a))
+			return -EINVAL;
+		a = malloc(sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		memcpy(a, in_buf, sizeof(*a));
+		ret = mount_scrub_lines(mc, a);
+		if (!ret)
+			fuse_reply_ioctl(req, 0, a, sizeof(*a));
+		free(a);
+		return ret;
+	}
+	case UBTRFS_IOC_SCRUB_COUNTS: {
+		struct ubtrfs_ioctl_scrub_counts a;
+
+		if (in_bufsz < sizeof(a) || out_bufsz < sizeof(a))
+			return -EINVAL;
+		memcpy(&a, in_buf, sizeof(a));
+		ret = mount_scrub_counts(mc, &a);
+		if (!ret)
+			fuse_reply_ioctl(req, 0, &a, sizeof(a));
+		return ret;
+	}
 	case BTRFS_IOC_BALANCE_V2: {
 		struct btrfs_ioctl_balance_args a;
 

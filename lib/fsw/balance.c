@@ -222,7 +222,7 @@ static bool selected(const struct btrfs_balance_args *a, const struct ub_chunk *
 				on = true;
 			else
 				on = c->stripes[i].physical < a->pend &&
-				     c->stripes[i].physical + ub_chunk_stripe_bytes(c) > a->pstart;
+				     c->stripes[i].physical + ub_chunk_stripe_size(c) > a->pstart;
 		}
 		if (!on)
 			return false;

@@ -510,7 +510,7 @@ static int copy_stripes(struct ub_engine *e, uint64_t devid, struct ub_dev *to, 
 		pos = bi.start + bi.length;
 		for (int s = 0; c && !ret && s < c->num_stripes; s++) {
 			struct ub_stripe_src src;
-			uint64_t size = ub_chunk_stripe_bytes(c);
+			uint64_t size = ub_chunk_stripe_size(c);
 
 			if (c->stripes[s].devid != devid)
 				continue;

@@ -80,7 +80,7 @@ int ub_stripe_src_init(struct ub_stripe_src *src, struct ub_volume *vol, const s
 	src->vol = vol;
 	src->c = c;
 	src->stripe = stripe;
-	src->size = ub_chunk_stripe_bytes(c);
+	src->size = ub_chunk_stripe_size(c);
 	src->units = (src->size + c->stripe_len - 1) / c->stripe_len;
 	return unit_table(c, stripe, src->units, &src->table);
 }

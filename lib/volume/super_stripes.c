@@ -18,14 +18,6 @@ int ub_chunk_data_stripes(const struct ub_chunk *c)
 	return p ? ub_profile_data_stripes(p, c->num_stripes, c->sub_stripes) : 0;
 }
 
-uint64_t ub_chunk_stripe_bytes(const struct ub_chunk *c)
-{
-	int ds = ub_chunk_data_stripes(c);
-
-	/* a mirrored stripe holds the whole chunk; a striped one its share of the data */
-	return ds > 0 ? c->length / (uint64_t)ds : c->length;
-}
-
 int ub_chunk_super_ranges(const struct ub_chunk *c, uint64_t *start, uint64_t *len, int max, int *n)
 {
 	const struct ub_profile *p = c->profile ? c->profile : ub_profile_of(c->type);

@@ -62,11 +62,7 @@ int ub_vol_dev_write(struct ub_volume *vol, const struct ub_chunk *c, int stripe
 int ub_vol_dev_writev(struct ub_volume *vol, const struct ub_chunk *c, int stripe, const struct iovec *iov, int iovcnt,
 		      uint64_t phys);
 
-/* raid_math.c: parity over in-memory stripes (data 0..ndata-1, then P, then Q) */
-#define UB_RAID_MAX_STRIPES 64
-int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len);
-/* Recompute every stripe flagged in `lost` (at most nparity of them) from the others. */
-int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost, size_t len);
+/* raid_math.c: ub_raid_gen_parity, ub_raid_recover (volume_priv.h: scrub uses them too) */
 
 /* ---- gathered reads and writes (span_io.c) ---- */
 /*

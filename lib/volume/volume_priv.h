@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "dev/dev_priv.h"
 #include "ubtrfs/volume.h"
@@ -107,8 +108,6 @@ const struct ub_chunk *ub_volume_find_chunk(const struct ub_volume *vol, uint64_
 struct ub_vdev *ub_volume_vdev(const struct ub_volume *vol, uint64_t devid);
 /* Stripes of chunk `c` that carry data (a RAID5/6 row's data strips, RAID10's pairs, ...). */
 int ub_chunk_data_stripes(const struct ub_chunk *c);
-/* Bytes each stripe of chunk `c` holds on its device (its device extent's length). */
-uint64_t ub_chunk_stripe_bytes(const struct ub_chunk *c);
 /*
  * What stripe `stripe` of chunk `c` holds (rebuild.c), for a device replace:
  * the copies of logical data it keeps, read through the volume (another copy
@@ -145,6 +144,24 @@ int ub_volume_parity_check(const struct ub_chunk *c, uint64_t full, uint64_t row
 			   int *bad_parity, int *unreadable, int *bad_row);
 /* The index into c->stripes of slot `slot` (data 0..n-1, P, Q) of full stripe `full`. */
 int ub_volume_parity_slot(const struct ub_chunk *c, uint64_t full, int slot);
+/* Bytes each stripe of chunk `c` occupies on its device (its device extent's length). */
+uint64_t ub_chunk_stripe_size(const struct ub_chunk *c);
+/*
+ * Scrub's repair (rewrite.c): `len` bytes of `buf` written at `physical` on
+ * the device of stripe `stripe` of chunk `c`, and nothing else: no other copy,
+ * no parity. The range must lie inside that stripe's device extent (-EINVAL)
+ * and pass the checks every write passes (ub_vol_phys_check: -EUCLEAN); a
+ * missing device is -ENXIO, a read-only or failed volume -EROFS. A failed
+ * device write is sticky as any other. The caller flushes.
+ */
+int ub_volume_rewrite(struct ub_volume *vol, const struct ub_chunk *c, int stripe, uint64_t physical, uint64_t len,
+		      const void *buf);
+
+/* raid_math.c: parity over in-memory stripes (data 0..ndata-1, then P, then Q), ISA-L's */
+#define UB_RAID_MAX_STRIPES 64
+int ub_raid_gen_parity(int ndata, int nparity, uint8_t **stripes, size_t len);
+/* Recompute every stripe flagged in `lost` (at most nparity of them) from the others. */
+int ub_raid_recover(int ndata, int nparity, uint8_t **stripes, const bool *lost, size_t len);
 
 /* ---- what only the library calls: chunk feeding, the write side ---- */
 

@@ -712,6 +712,87 @@ static void test_read_only_volume(void **state)
 	rig_free(&r);
 }
 
+/*
+ * Scrub's in-place rewrite of one copy: exactly the bytes named on exactly
+ * the stripe named (the other copy and, on RAID5, parity and the other strips
+ * stay as they were), nothing outside the stripe's device extent, and nothing
+ * on a read-only volume.
+ */
+static void test_rewrite_one_copy(void **state)
+{
+	struct cfg c1 = { .bits = P_R1, .ndevs = 2, .nstripes = 2, .ncopies = 2, .tolerated = 1 };
+	struct cfg c5 = { .bits = P_R5, .ndevs = 3, .nstripes = 3, .nparity = 1, .ncopies = 1, .tolerated = 1 };
+	struct ub_volume_opts ro = { .writable = false, .super_mirror = -1 };
+	struct ub_dev *devs[3];
+	uint8_t *before[3], data[8192];
+	const struct ub_chunk *ch;
+	struct rig r;
+	struct ub_volume *vol;
+
+	(void)state;
+	memset(data, 0xC3, sizeof(data));
+	rng_state = 81;
+	rig_init(&r, &c1, 0);
+	vol = rig_create(&r);
+	rnd_fill(r.model, r.length);
+	assert_int_equal(ub_volume_write(vol, CHUNK_LOGICAL, r.length, r.model), 0);
+	for (int d = 0; d < 2; d++) {
+		before[d] = malloc(DEVSZ);
+		assert_non_null(before[d]);
+		memcpy(before[d], r.buf[d], DEVSZ);
+	}
+	ch = ub_volume_find_chunk(vol, CHUNK_LOGICAL);
+	assert_non_null(ch);
+	assert_int_equal(ub_chunk_stripe_size(ch), SS);
+	/* copy 2 (stripe 1) of the sectors at chunk offset 64 KiB */
+	assert_int_equal(ub_volume_rewrite(vol, ch, 1, r.phys[1] + 64 * KiB, 8192, data), 0);
+	assert_memory_equal(r.buf[0], before[0], DEVSZ);
+	assert_memory_equal(r.buf[1] + r.phys[1] + 64 * KiB, data, 8192);
+	memcpy(before[1] + r.phys[1] + 64 * KiB, data, 8192);
+	assert_memory_equal(r.buf[1], before[1], DEVSZ);
+	/* outside the stripe's extent: before it, past its end, crossing its end; bad stripe index */
+	assert_int_equal(ub_volume_rewrite(vol, ch, 1, r.phys[1] - 4096, 4096, data), -EINVAL);
+	assert_int_equal(ub_volume_rewrite(vol, ch, 1, r.phys[1] + SS, 4096, data), -EINVAL);
+	assert_int_equal(ub_volume_rewrite(vol, ch, 1, r.phys[1] + SS - 4096, 8192, data), -EINVAL);
+	assert_int_equal(ub_volume_rewrite(vol, ch, 2, r.phys[1], 4096, data), -EINVAL);
+	assert_int_equal(ub_volume_rewrite(vol, ch, 1, r.phys[1], 0, data), -EINVAL);
+	assert_memory_equal(r.buf[1], before[1], DEVSZ);
+	assert_int_equal(ub_volume_write_error(vol), 0);
+	assert_int_equal(ub_volume_write_supers(vol, r.sb), 0);
+	ub_volume_close(vol);
+	/* read-only: refused */
+	for (int d = 0; d < 2; d++)
+		assert_int_equal(ub_dev_open_mem("m", r.buf[d], DEVSZ, false, &devs[d]), 0);
+	assert_int_equal(ub_volume_open_devs(devs, 2, &ro, &quiet_log, &vol), 0);
+	ch = ub_volume_find_chunk(vol, CHUNK_LOGICAL);
+	assert_int_equal(ub_volume_rewrite(vol, ch, 0, r.phys[0], 4096, data), -EROFS);
+	ub_volume_close(vol);
+	for (int d = 0; d < 2; d++)
+		free(before[d]);
+	rig_free(&r);
+
+	/* RAID5: one data strip's sectors change, P and the other strip do not */
+	rig_init(&r, &c5, 0);
+	vol = rig_create(&r);
+	rnd_fill(r.model, r.length);
+	assert_int_equal(ub_volume_write(vol, CHUNK_LOGICAL, r.length, r.model), 0);
+	for (int d = 0; d < 3; d++) {
+		before[d] = malloc(DEVSZ);
+		assert_non_null(before[d]);
+		memcpy(before[d], r.buf[d], DEVSZ);
+	}
+	ch = ub_volume_find_chunk(vol, CHUNK_LOGICAL);
+	assert_int_equal(ub_chunk_stripe_size(ch), SS);
+	assert_int_equal(ub_volume_rewrite(vol, ch, 2, r.phys[2] + 4096, 4096, data), 0);
+	memcpy(before[2] + r.phys[2] + 4096, data, 4096);
+	for (int d = 0; d < 3; d++)
+		assert_memory_equal(r.buf[d], before[d], DEVSZ);
+	ub_volume_close(vol);
+	for (int d = 0; d < 3; d++)
+		free(before[d]);
+	rig_free(&r);
+}
+
 /* ---- sticky errors: a backend that fails writes after a budget ---- */
 
 struct failing {
@@ -1074,6 +1155,7 @@ int main(void)
 		cmocka_unit_test(test_write_bounds),
 		cmocka_unit_test(test_write_bounds_parity),
 		cmocka_unit_test(test_read_only_volume),
+		cmocka_unit_test(test_rewrite_one_copy),
 		cmocka_unit_test(test_sticky_error),
 		cmocka_unit_test(test_supers_flush_first),
 		cmocka_unit_test(test_sticky_faulty),
