@@ -375,45 +375,41 @@ def test_online_while_writing(casedir, ubtrfs_bin, data, ndev):  # noqa: F811
     dmg.random_within(n_tree=3, n_data=6)
     dmg.save(str(casedir / "damage.json"))
     log = []
-    try:
-        with fuse_mounted(ubtrfs_bin, images, casedir / "um", "rw", log=log) as um:
-            wl = W.Workload(os.path.join(um, "d"), 61, max_bytes=12 * MiB, max_file=1 * MiB, salt="scrub")
-            err = []
+    with fuse_mounted(ubtrfs_bin, images, casedir / "um", "rw", log=log) as um:
+        wl = W.Workload(os.path.join(um, "d"), 61, max_bytes=12 * MiB, max_file=1 * MiB, salt="scrub")
+        err = []
 
-            def work():
-                try:
-                    wl.run(300, allowed=ONLINE_OPS)
-                except Exception as e:  # noqa: BLE001 (reported by the test)
-                    err.append(e)
-            th = threading.Thread(target=work)
-            th.start()
-            clean_runs = 0
+        def work():
             try:
-                rc, problems, summary = scrub("start", "-B", um)
-                # then read-only scrubs for as long as the workload writes: each finds nothing
-                while th.is_alive():
-                    rc2, again, _ = scrub("start", "-B", "-r", um)
-                    assert rc2 == 0 and not again, "reported beside the workload: %r" % again
-                    clean_runs += 1
-            finally:
-                th.join()
-            print("%d read-only scrubs ran beside the workload" % clean_runs)
-            assert not err, "the workload failed beside the scrub: %r\n%s" % (err, "\n".join(wl.op_log[-20:]))
-            assert rc == 1, (rc, problems)
-            for p in problems:
-                assert any(overlaps(p, r) for r in dmg.records), "reported, not damaged: %r\n%s" % (
-                    p, describe_damage(dmg.records))
-                assert p["outcome"] in ("repaired", "skipped (changed since read)"), p
-            missed = [rec for rec in dmg.records if not any(overlaps(p, rec) for p in problems)]
-            shown = D.hash_tree(um)
-            # the counters on the mount are the scrub's
-            cp = T.ubtrfs("device", "stats", "--json", um)
-            assert cp.returncode == 0, T.describe(cp)
-            online_stats = [{k: v for k, v in d.items() if k.endswith("errs")} for d in json.loads(cp.stdout)["devices"]]
-            assert sum(s["corruption_errs"] for s in online_stats) > 0, online_stats
-    except AssertionError as e:
-        # what the daemon said, for a failure that is its (a sanitizer's report, an error)
-        raise AssertionError("%s\nthe daemon's log:\n%s" % (e, "\n".join(log)[-6000:])) from None
+                wl.run(300, allowed=ONLINE_OPS)
+            except Exception as e:  # noqa: BLE001 (reported by the test)
+                err.append(e)
+        th = threading.Thread(target=work)
+        th.start()
+        clean_runs = 0
+        try:
+            rc, problems, summary = scrub("start", "-B", um)
+            # then read-only scrubs for as long as the workload writes: each finds nothing
+            while th.is_alive():
+                rc2, again, _ = scrub("start", "-B", "-r", um)
+                assert rc2 == 0 and not again, "reported beside the workload: %r" % again
+                clean_runs += 1
+        finally:
+            th.join()
+        print("%d read-only scrubs ran beside the workload" % clean_runs)
+        assert not err, "the workload failed beside the scrub: %r\n%s" % (err, "\n".join(wl.op_log[-20:]))
+        assert rc == 1, (rc, problems)
+        for p in problems:
+            assert any(overlaps(p, r) for r in dmg.records), "reported, not damaged: %r\n%s" % (
+                p, describe_damage(dmg.records))
+            assert p["outcome"] in ("repaired", "skipped (changed since read)"), p
+        missed = [rec for rec in dmg.records if not any(overlaps(p, rec) for p in problems)]
+        shown = D.hash_tree(um)
+        # the counters on the mount are the scrub's
+        cp = T.ubtrfs("device", "stats", "--json", um)
+        assert cp.returncode == 0, T.describe(cp)
+        online_stats = [{k: v for k, v in d.items() if k.endswith("errs")} for d in json.loads(cp.stdout)["devices"]]
+        assert sum(s["corruption_errs"] for s in online_stats) > 0, online_stats
     daemon_log = "\n".join(log)
     assert "Sanitizer" not in daemon_log and "runtime error" not in daemon_log, daemon_log[-4000:]
     # a damaged place not reported was no longer allocated when the scrub began: the mount's own
