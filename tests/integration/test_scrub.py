@@ -539,3 +539,29 @@ def test_unreadable_extent_leaf(casedir, ubtrfs_bin):  # noqa: F811
     assert cp.returncode == 1, T.describe(cp)
     assert b"cannot be read: not scrubbed" in cp.stderr, T.describe(cp)
     assert verified(whole) > 0
+
+
+def test_read_errors(casedir, ubtrfs_bin):  # noqa: F811
+    """Copies a device fails to read (tests/tools/scrub_crash.c's failing ranges): each is a read
+    error on its line, rewritten from the other copy, and counted in the device's read errors."""
+    tool = T.test_tool("scrub_crash")
+    images, hashes = D.make_fs(casedir, ("raid1", "raid1"), 2, 95)
+    lay = D.Layout(images)
+    blk = sorted(lay.tree_blocks)[len(lay.tree_blocks) // 2]
+    sec = lay.sectors(True)[len(lay.sectors(True)) // 2]
+    places = [(blk, lay.nodesize, 0), (sec, 4096, 1)]
+    args = []
+    want = []
+    for logical, length, copy in places:
+        devid, phys = lay.chunk(logical).copies(logical)[copy]
+        args += ["--bad-read", "%d:%d:%d" % (images.index(lay.image(devid)), phys + 512, 512)]
+        want.append((devid, phys, length))
+    out = T.run([tool, *args, casedir, 0, *images]).stdout.decode()
+    got = sorted((int(d), int(p), int(n)) for d, p, n in re.findall(
+        r"^problem read error repaired devid (\d+) physical (\d+) length (\d+)$", out, re.M))
+    assert got == sorted(want), out
+    assert len(re.findall(r"^problem ", out, re.M)) == len(want), out
+    stats = ub_stats(images)
+    assert sum(s["read_io_errs"] for s in stats) == sum(n // 4096 for _, _, n in want), stats
+    scrub("start", "-B", "-r", *images, expect=0)
+    kernel_checks(images, hashes, str(casedir / "mnt"), stats=stats)
