@@ -20,7 +20,12 @@ generator of scrub_damage.py, which records every change. Then:
     damage is run beside it and what it says is printed;
   - data without checksums (RAID1): copies that differ are reported with their
     owner and left alone; a damaged copy of never-written PREALLOC space is no
-    one's data and is not reported.
+    one's data and is not reported;
+  - cancel, kill -9 and resume; --limit;
+  - online: the daemon of a ubtrfs mount scrubs while a random workload writes;
+  - a crash during a repair (recorded writes, cut);
+  - headers that name another block or generation, a bad superblock copy, read
+    errors, an extent tree leaf that cannot be read.
 
 Budget: about a minute under ASan on two cores.
 """
