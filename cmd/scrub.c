@@ -420,7 +420,7 @@ static int parse_args(int argc, char **argv, const char *sub, struct sargs *a, i
 	memset(a, 0, sizeof(*a));
 	open_args_init(&a->oa);
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "BrdfhvqR", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "Brdfhvq", longopts, NULL)) != -1) {
 		int r = open_args_parse(&a->oa, opt, optarg);
 
 		if (r < 0)
@@ -437,7 +437,6 @@ static int parse_args(int argc, char **argv, const char *sub, struct sargs *a, i
 		case 'B': a->foreground = true; break;
 		case 'r': a->readonly = true; break;
 		case 'd': a->per_dev = true; break;
-		case 'R': a->per_dev = true; break; /* btrfs-progs' raw status: every count */
 		case 'f': a->force = true; break;
 		case 0x501: a->json = true; break;
 		case 0x500:
@@ -778,8 +777,12 @@ static int scrub_offline(char **devs, int ndevs, struct sargs *a, bool resume)
 	o.tty = !a->json && !a->quiet && isatty(STDERR_FILENO);
 	/* then for real: the write engine for repairs (it updates the device counters), else read-only */
 	if (!a->readonly) {
+		unsigned errors = a->oa.errors;
+
 		ret = open_engine_with(&a->oa, devs, ndevs, &log, &e);
 		if (ret == -EOPNOTSUPP) {
+			/* the engine's refusal is said above; it is no problem of the filesystem */
+			a->oa.errors = errors;
 			/* a feature the engine does not keep: repairs still go to the devices, the counters stay */
 			struct ub_fs_opts fo = open_args_fs_opts(&a->oa);
 

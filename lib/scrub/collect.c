@@ -113,7 +113,27 @@ static bool is_extent_key(uint8_t type)
 	return type == BTRFS_EXTENT_ITEM_KEY || type == BTRFS_METADATA_ITEM_KEY;
 }
 
+static int collect_extents(struct sx_thread *t, uint64_t lo, uint64_t hi);
+
+/*
+ * An extent tree leaf no copy of which reads (said by the tree layer) leaves the
+ * range unknown: said once more with the range, and the range skipped (0, no
+ * extents) rather than the whole scrub stopped.
+ */
 int sx_collect_extents(struct sx_thread *t, uint64_t lo, uint64_t hi)
+{
+	int ret = collect_extents(t, lo, hi);
+
+	if (ret == -EIO || ret == -EUCLEAN) {
+		ub_err(&t->s->log, "scrub: devid %llu: the extent items of logical [%llu, %llu) cannot be read: not scrubbed",
+		       (unsigned long long)t->d->devid, (unsigned long long)lo, (unsigned long long)hi);
+		t->next = 0;
+		return 0;
+	}
+	return ret;
+}
+
+static int collect_extents(struct sx_thread *t, uint64_t lo, uint64_t hi)
 {
 	struct ub_scrub *s = t->s;
 	struct ub_key key = { lo, 0xff, UINT64_MAX };
@@ -172,7 +192,24 @@ out:
 	return ret;
 }
 
+static int collect_csums(struct sx_thread *t, uint64_t lo, uint64_t hi);
+
+/* Checksums that cannot be read leave the data to be compared across its copies, as data without them. */
 int sx_collect_csums(struct sx_thread *t, uint64_t lo, uint64_t hi)
+{
+	int ret = collect_csums(t, lo, hi);
+
+	if (ret == -EIO || ret == -EUCLEAN) {
+		ub_err(&t->s->log, "scrub: devid %llu: the checksums of logical [%llu, %llu) cannot be read: its data is "
+		       "compared across its copies only", (unsigned long long)t->d->devid, (unsigned long long)lo,
+		       (unsigned long long)hi);
+		memset(t->have, 0, t->csum_n);
+		return 0;
+	}
+	return ret;
+}
+
+static int collect_csums(struct sx_thread *t, uint64_t lo, uint64_t hi)
 {
 	struct ub_scrub *s = t->s;
 	const size_t n = (size_t)((hi - lo) / s->ss);

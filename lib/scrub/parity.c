@@ -428,6 +428,9 @@ static int scrub_full(struct sx_thread *t, struct fstripe *fs)
 			fs->rlo = u->row;
 		if (u->row + nr > fs->rhi)
 			fs->rhi = u->row + nr;
+		/* what lies on a missing device is not verified: not counted */
+		if (!fs->c->stripes[fs->stripe_of[u->slot]].dev || !fs->c->stripes[fs->stripe_of[u->slot]].dev->dev)
+			continue;
 		if (u->kind == SX_META) {
 			SX_COUNT(t, tree_extents_scrubbed, 1);
 			SX_COUNT(t, tree_bytes_scrubbed, u->len);

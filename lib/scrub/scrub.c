@@ -246,9 +246,16 @@ void sx_report(struct sx_thread *t, struct sx_dev *d, struct ub_scrub_problem *p
 		else if (p->outcome == UB_SCRUB_UNREPAIRABLE)
 			pr->uncorrectable_errors += sectors;
 	}
-	if (s->sink.problem)
-		s->sink.problem(s->sink.arg, p);
 	pthread_mutex_unlock(&s->lock);
+	/*
+	 * The sink is called without the counts' lock (a caller's sink may take its own lock,
+	 * under which it asks for the progress), one problem at a time.
+	 */
+	if (s->sink.problem) {
+		pthread_mutex_lock(&s->sink_lock);
+		s->sink.problem(s->sink.arg, p);
+		pthread_mutex_unlock(&s->sink_lock);
+	}
 	sx_owners_free(own, nown);
 	p->owners = NULL;
 	p->nowners = 0;
@@ -352,6 +359,7 @@ int ub_scrub_new(struct ub_fs *fs, struct ub_engine *e, const struct ub_scrub_op
 	if (!s)
 		return -ENOMEM;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->sink_lock, NULL);
 	s->e = e;
 	s->fs = e ? ub_engine_fs(e) : ub_fs_base(fs);
 	s->opts = *opts;
@@ -475,8 +483,12 @@ int ub_scrub_run(struct ub_scrub *s)
 {
 	int ret = 0;
 
-	for (int i = 0; i < s->ndevs; i++) {
+	/* the counts are read from other threads (ub_scrub_progress): changed under the lock */
+	pthread_mutex_lock(&s->lock);
+	for (int i = 0; i < s->ndevs; i++)
 		s->devs[i].prog.running = true;
+	pthread_mutex_unlock(&s->lock);
+	for (int i = 0; i < s->ndevs; i++) {
 		if (pthread_create(&s->devs[i].thread, NULL, dev_main, &s->devs[i]) == 0)
 			s->devs[i].started = true;
 		else
@@ -544,5 +556,6 @@ void ub_scrub_free(struct ub_scrub *s)
 	free(s->chunks);
 	free(s->subvols);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->sink_lock);
 	free(s);
 }

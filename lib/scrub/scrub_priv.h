@@ -97,7 +97,8 @@ struct ub_scrub {
 	int nchunks;
 	atomic_bool cancel;
 	int fatal;               /* first fatal error (under lock) */
-	pthread_mutex_t lock;    /* progress, counters, the sink */
+	pthread_mutex_t lock;    /* progress, counters (never held while calling out) */
+	pthread_mutex_t sink_lock; /* one problem at a time to the sink */
 	/* subvolume ids of the pinned commit (owners.c), loaded on first use under lock */
 	uint64_t *subvols;
 	int nsubvols;

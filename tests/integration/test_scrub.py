@@ -20,7 +20,12 @@ generator of scrub_damage.py, which records every change. Then:
     damage is run beside it and what it says is printed;
   - data without checksums (RAID1): copies that differ are reported with their
     owner and left alone; a damaged copy of never-written PREALLOC space is no
-    one's data and is not reported.
+    one's data and is not reported;
+  - cancel, kill -9 and resume; --limit;
+  - online: the daemon of a ubtrfs mount scrubs while a random workload writes;
+  - a crash during a repair (recorded writes, cut);
+  - headers that name another block or generation, a bad superblock copy, read
+    errors, an extent tree leaf that cannot be read.
 
 Budget: about a minute under ASan on two cores.
 """
@@ -511,4 +516,57 @@ def test_headers_and_superblocks(casedir, ubtrfs_bin):  # noqa: F811
     assert cp.returncode == 0 and re.search(rb"^csum\s+0x[0-9a-f]+ \[match\]", cp.stdout, re.M), T.describe(cp)
     stats = ub_stats(images)
     assert sum(s["generation_errs"] for s in stats) == 1, stats
+    kernel_checks(images, hashes, str(casedir / "mnt"), stats=stats)
+
+
+def test_unreadable_extent_leaf(casedir, ubtrfs_bin):  # noqa: F811
+    """Every copy of an extent tree leaf bad: what it holds cannot be scrubbed, which is said (and
+    the exit code says it); the rest of the filesystem is scrubbed; nothing crashes."""
+    images, hashes = D.make_fs(casedir, ("raid1", "raid1"), 2, 91, mkfs_args=("-n", "4096"))
+    # many extents: an extent tree of several leaves
+    with M.attached(images) as loops:
+        with M.mount_loops(loops, str(casedir / "mnt")) as mnt:
+            os.mkdir(os.path.join(mnt, "many"))
+            for i in range(400):
+                with open(os.path.join(mnt, "many", "m%03d" % i), "wb") as f:
+                    f.write(bytes([i % 251]) * 5000)
+            T.run(["sync"])
+    out = M.dump_tree(images, "extent")
+    leaves = [int(b) for b in re.findall(r"^leaf (\d+) items \d+ free space -?\d+ generation \d+ owner EXTENT_TREE",
+                                         out, re.M)]
+    if len(leaves) < 2:
+        pytest.skip("test setup: the extent tree has a single leaf (its root): the filesystem would not open")
+    lay = D.Layout(images)
+    dmg = D.Damage(lay, random.Random(91))
+    dmg.all_copies("tree", leaves[-1], lay.nodesize)
+    _, _, whole = scrub("start", "-B", "-r", *images)
+    cp = T.ubtrfs("scrub", "start", "-B", "-r", *images)
+    assert cp.returncode == 1, T.describe(cp)
+    assert b"cannot be read: not scrubbed" in cp.stderr, T.describe(cp)
+    assert verified(whole) > 0
+
+
+def test_read_errors(casedir, ubtrfs_bin):  # noqa: F811
+    """Copies a device fails to read (tests/tools/scrub_crash.c's failing ranges): each is a read
+    error on its line, rewritten from the other copy, and counted in the device's read errors."""
+    tool = T.test_tool("scrub_crash")
+    images, hashes = D.make_fs(casedir, ("raid1", "raid1"), 2, 95)
+    lay = D.Layout(images)
+    blk = sorted(lay.tree_blocks)[len(lay.tree_blocks) // 2]
+    sec = lay.sectors(True)[len(lay.sectors(True)) // 2]
+    places = [(blk, lay.nodesize, 0), (sec, 4096, 1)]
+    args = []
+    want = []
+    for logical, length, copy in places:
+        devid, phys = lay.chunk(logical).copies(logical)[copy]
+        args += ["--bad-read", "%d:%d:%d" % (images.index(lay.image(devid)), phys + 512, 512)]
+        want.append((devid, phys, length))
+    out = T.run([tool, *args, casedir, 0, *images]).stdout.decode()
+    got = sorted((int(d), int(p), int(n)) for d, p, n in re.findall(
+        r"^problem read error repaired devid (\d+) physical (\d+) length (\d+)$", out, re.M))
+    assert got == sorted(want), out
+    assert len(re.findall(r"^problem ", out, re.M)) == len(want), out
+    stats = ub_stats(images)
+    assert sum(s["read_io_errs"] for s in stats) == sum(n // 4096 for _, _, n in want), stats
+    scrub("start", "-B", "-r", *images, expect=0)
     kernel_checks(images, hashes, str(casedir / "mnt"), stats=stats)
