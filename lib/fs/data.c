@@ -252,35 +252,62 @@ int ub_data_read(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf,
 	return ret;
 }
 
+int ub_data_csums(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *csums, uint8_t *have)
+{
+	const uint32_t ss = fs->vol->sectorsize;
+
+	if (logical % ss || len % ss || !len)
+		return -EINVAL;
+	return lookup_csums(fs, logical, len / ss, csums, have);
+}
+
+int ub_data_read_checked(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify,
+			 const uint8_t *csums, const uint8_t *have)
+{
+	const uint32_t ss = fs->vol->sectorsize;
+	uint64_t nsec = len / ss;
+	uint8_t good_small[64], *good = good_small;
+	int ret = -EIO;
+
+	if (logical % ss || len % ss || !nsec)
+		return -EINVAL;
+	if (!ub_volume_num_copies(fs->vol, logical) || ub_volume_read(fs->vol, logical, len, 0, buf))
+		return -EIO;
+	if (!verify)
+		return 0;
+	if (nsec > sizeof(good_small) && !(good = malloc(nsec)))
+		return -ENOMEM;
+	if (verify_run(fs, 0, nsec, buf, csums, have, good, buf) == 0)
+		ret = 0;
+	/* a sector without a checksum is for ub_data_read to name */
+	for (uint64_t i = 0; i < nsec && !ret; i++)
+		if (!have[i])
+			ret = -EIO;
+	if (good != good_small)
+		free(good);
+	return ret;
+}
+
 int ub_data_read_ahead(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify)
 {
 	const uint32_t ss = fs->vol->sectorsize, cs = fs->vol->csum_size;
 	uint64_t nsec = len / ss;
-	uint8_t *csums, *have, *good;
+	uint8_t *csums, *have;
 	int ret = -EIO;
 
 	if (logical % ss || len % ss || !nsec)
 		return -EINVAL;
 	csums = malloc(nsec * cs);
 	have = calloc(nsec, 1);
-	good = malloc(nsec);
-	if (!csums || !have || !good) {
+	if (!csums || !have) {
 		ret = -ENOMEM;
 		goto out;
 	}
 	if (verify && lookup_csums(fs, logical, nsec, csums, have))
 		goto out;
-	if (!ub_volume_num_copies(fs->vol, logical) || ub_volume_read(fs->vol, logical, len, 0, buf))
-		goto out;
-	if (verify_run(fs, 0, nsec, buf, csums, have, good, buf) == 0)
-		ret = 0;
-	/* a sector without a checksum is for ub_data_read to name */
-	for (uint64_t i = 0; verify && i < nsec && !ret; i++)
-		if (!have[i])
-			ret = -EIO;
+	ret = ub_data_read_checked(fs, logical, len, buf, verify, csums, have);
 out:
 	free(csums);
 	free(have);
-	free(good);
 	return ret;
 }

@@ -33,6 +33,12 @@ struct ub_dc_pool {
 
 static void run(struct ub_dc_job *job)
 {
+	if (job->read_fs && ub_data_read_checked(job->read_fs, job->read_logical, job->inlen, job->read_buf,
+						 job->read_verify, job->read_csums, job->read_have)) {
+		job->ret = -EAGAIN;
+		job->produced = 0;
+		return;
+	}
 	job->ret = ub_decompress(job->type, job->in, job->inlen, job->out, job->outlen, job->sectorsize,
 				 &job->produced, job->why, sizeof(job->why));
 }

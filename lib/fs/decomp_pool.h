@@ -24,6 +24,18 @@ struct ub_dc_job {
 	uint8_t *out;
 	size_t outlen;
 	uint32_t sectorsize;
+	/*
+	 * Optional, before the decoding: `inlen` bytes at `read_logical` read
+	 * into `read_buf` (the same buffer as `in`) and checked against
+	 * `read_csums`/`read_have` by ub_data_read_checked on the worker's thread
+	 * (no tree is read there); when anything is short of good, `ret` is
+	 * -EAGAIN, nothing is decoded and the caller reads the extent again itself.
+	 */
+	struct ub_fs *read_fs;
+	uint64_t read_logical;
+	uint8_t *read_buf;
+	bool read_verify;
+	const uint8_t *read_csums, *read_have;
 	/* results, valid once ub_dc_wait returned */
 	int ret;
 	size_t produced;
@@ -89,5 +101,15 @@ void ub_dc_ahead_free(struct ub_dc_pool *pool, struct ub_dc_ahead *a);
  * of it is good, else the extent is left to ub_data_read and its messages.
  */
 int ub_data_read_ahead(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify);
+/*
+ * Its two halves: the checksums of [logical, +len) (a tree search, on the
+ * reading call's thread: 0 or the search's error), and the read of the
+ * first copy checked against them, which touches no tree (so any thread may
+ * run it during the read call): 0 only when every sector is good and, with
+ * `verify`, has a checksum.
+ */
+int ub_data_csums(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *csums, uint8_t *have);
+int ub_data_read_checked(struct ub_fs *fs, uint64_t logical, uint64_t len, uint8_t *buf, bool verify,
+			 const uint8_t *csums, const uint8_t *have);
 
 #endif

@@ -23,13 +23,23 @@
 /* Requests from this size on read ahead past their end (see ub_file_read). */
 #define READ_AHEAD_MIN (512U * 1024U)
 
+/* The most sectors a compressed extent has (btrfs sectors are 4 KiB at least). */
+#define DC_MAX_SECTORS (MAX_UNCOMPRESSED / 4096)
+
 /* A compressed extent on its way: its job, buffers, and where its bytes go. */
 struct dc_slot {
 	struct ub_dc_job job;
 	uint8_t *in, *out, *bad;
-	uint64_t key_off, num, eoff, dbytenr;
+	uint64_t key_off, num, eoff, dbytenr, dlen;
 	bool direct; /* decoded straight into the caller's buffer */
 	bool unzeroed; /* its part of the buffer was not cleared first: its bytes (or zeros) fill it */
+	/*
+	 * Read by the worker that decodes it, against these checksums: the
+	 * reading thread only looks them up. Anything short of good is read
+	 * again by dc_finish_oldest, in file order, with ub_data_read's messages.
+	 */
+	bool worker_reads;
+	uint8_t csums[DC_MAX_SECTORS * UB_CSUM_SIZE_MAX], have[DC_MAX_SECTORS];
 	struct ub_dc_ahead *ahead; /* read by an earlier call: its job and buffers stand in for these */
 };
 
@@ -54,6 +64,7 @@ struct file_ctx {
 	 * compressed extent) is not cleared first.
 	 */
 	uint64_t zeroed;
+	int fatal; /* an error a finished extent met that ends the read (as a failed read_extent would) */
 	/* the committed extent tree, part of a read-ahead entry's key; have_era false: no read-ahead */
 	struct ub_root era;
 	bool have_era, took_ahead;
@@ -225,13 +236,46 @@ static void place(struct file_ctx *c, uint64_t at, const uint8_t *src, uint64_t 
  * error reported. Always in file order, so the output and the messages are
  * those of reading one extent after the other.
  */
+/*
+ * An extent its worker could not read whole and good: read here as any
+ * extent is (every copy, sector by sector, each failure named), then
+ * decoded on this thread. False when nothing is left to decode (named, or
+ * an error that ends the read).
+ */
+static bool read_again(struct file_ctx *c, struct dc_slot *sl)
+{
+	const uint32_t ss = c->fs->vol->sectorsize;
+	struct ub_dc_job *job = &sl->job;
+	int ret = ub_data_read(c->fs, sl->dbytenr, sl->dlen, sl->in, c->verify, sl->bad,
+			       &(struct ub_data_owner){ .subvol = c->subvol, .ino = c->ino, .foff = sl->key_off,
+							.logical = sl->dbytenr, .compressed = true });
+
+	if (ret) {
+		if (sl->direct || sl->unzeroed)
+			zero_range(c, sl->key_off, sl->num);
+		if (ret == -EIO)
+			report_bad(c, sl->key_off, sl->key_off, sl->num, sl->dbytenr, "compressed data unreadable on every copy");
+		else if (!c->fatal)
+			c->fatal = ret;
+		return false;
+	}
+	/* the stream is decoded whole: one unverified sector leaves every byte it gives unverified */
+	if (c->verify && memchr(sl->bad, 2, sl->dlen / ss))
+		report_unverified(c, sl->key_off, sl->key_off, sl->num, sl->dbytenr, true);
+	job->ret = ub_decompress(job->type, job->in, job->inlen, job->out, job->outlen, job->sectorsize,
+				 &job->produced, job->why, sizeof(job->why));
+	return true;
+}
+
 static void dc_finish_oldest(struct file_ctx *c)
 {
 	struct dc_slot *sl = &c->slots[c->dc_head];
 	struct ub_dc_job *job = sl->ahead ? &sl->ahead->job : &sl->job;
 
 	ub_dc_wait(c->pool, job);
-	if (job->ret) {
+	if (!sl->ahead && sl->worker_reads && job->ret == -EAGAIN && !read_again(c, sl)) {
+		/* named already (or the read ends): nothing to place */
+	} else if (job->ret) {
 		/* a direct decode left what it made of the bad stream where zeros belong; nothing cleared the rest */
 		if (sl->direct || sl->unzeroed)
 			zero_range(c, sl->key_off, sl->num);
@@ -466,6 +510,7 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 	sl->eoff = FE(offset, d);
 	sl->dbytenr = dbytenr;
 	sl->unzeroed = false;
+	sl->worker_reads = false;
 	if (ahead_key(c, d, &k) && (sl->ahead = ub_dc_ahead_take(c->pool, &k)) != NULL) {
 		/* an earlier call read it, checked it and has it decoding already: placed whole, or zeros */
 		sl->direct = false;
@@ -497,23 +542,42 @@ static int read_compressed(struct file_ctx *c, const struct ub_key *key, const u
 		sl->bad = malloc(MAX_UNCOMPRESSED / ss + 1);
 	if (!sl->in || (!sl->out && !sl->direct) || !sl->bad)
 		return -ENOMEM;
-	ret = ub_data_read(c->fs, dbytenr, dlen, sl->in, c->verify, sl->bad,
-			   &(struct ub_data_owner){ .subvol = c->subvol, .ino = c->ino, .foff = key->offset,
-						    .logical = dbytenr, .compressed = true });
-	if (ret == -EIO) {
-		dc_drain(c);
-		report_bad(c, key->offset, key->offset, num, dbytenr, "compressed data unreadable on every copy");
-		return 0;
-	}
-	if (ret)
-		return ret;
-	/* the stream is decoded whole: one unverified sector leaves every byte it gives unverified */
-	if (c->verify && memchr(sl->bad, 2, dlen / ss))
-		report_unverified(c, key->offset, key->offset, num, dbytenr, true);
+	sl->dlen = dlen;
 	/* what the stream does not produce comes back as zeros, as the kernel reads it */
 	sl->job = (struct ub_dc_job){ .type = (int)FE(compression, d), .in = sl->in, .inlen = dlen,
 				      .out = sl->direct ? c->buf + (key->offset - c->off) : sl->out,
 				      .outlen = ram, .sectorsize = ss };
+	/*
+	 * The worker reads it too (this thread only looks its checksums up), so
+	 * that reading and checking go on on every core; a failed look-up is the
+	 * read's as before, here and now.
+	 */
+	sl->worker_reads = dlen / ss <= DC_MAX_SECTORS &&
+			   (!c->verify || !ub_data_csums(c->fs, dbytenr, dlen, sl->csums, sl->have));
+	if (sl->worker_reads) {
+		sl->job.read_fs = c->fs;
+		sl->job.read_logical = dbytenr;
+		sl->job.read_buf = sl->in;
+		sl->job.read_verify = c->verify;
+		sl->job.read_csums = sl->csums;
+		sl->job.read_have = sl->have;
+	} else {
+		ret = ub_data_read(c->fs, dbytenr, dlen, sl->in, c->verify, sl->bad,
+				   &(struct ub_data_owner){ .subvol = c->subvol, .ino = c->ino, .foff = key->offset,
+							    .logical = dbytenr, .compressed = true });
+		if (ret == -EIO) {
+			dc_drain(c);
+			if (sl->direct)
+				zero_range(c, key->offset, num);
+			report_bad(c, key->offset, key->offset, num, dbytenr, "compressed data unreadable on every copy");
+			return 0;
+		}
+		if (ret)
+			return ret;
+		/* the stream is decoded whole: one unverified sector leaves every byte it gives unverified */
+		if (c->verify && memchr(sl->bad, 2, dlen / ss))
+			report_unverified(c, key->offset, key->offset, num, dbytenr, true);
+	}
 	ub_dc_submit(c->pool, &sl->job);
 	if (sl->direct)
 		c->zeroed = key->offset + num;
@@ -676,6 +740,8 @@ static int file_read_inode_impl(struct ub_fs *fs, const struct ub_inode *inode, 
 		d = ub_icur_data(&cur, &size);
 		c.covered = covered;
 		ret = read_extent(&c, &key, d, size);
+		if (!ret)
+			ret = c.fatal;
 		if (ret)
 			break;
 		covered = max_u64(covered, extent_end(fs, &key, d));
@@ -689,6 +755,8 @@ static int file_read_inode_impl(struct ub_fs *fs, const struct ub_inode *inode, 
 		read_ahead(&c, &cur);
 	ub_icur_close(&cur);
 	dc_free(&c);
+	if (ret >= 0 && c.fatal)
+		ret = c.fatal;
 	/* holes, preallocated and unreadable ranges, and whatever no item reached */
 	zero_to(&c, c.end);
 	/*
