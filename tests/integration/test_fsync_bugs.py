@@ -512,7 +512,7 @@ class DirMoveFsyncFile:
         r.promise_data("e/sub/f")
 
 
-@workload("dir_move_fsync_dir")
+@workload("dir_move_fsync_dir", logs=True)
 class DirMoveFsyncDir:
     """a directory moved, then fsync of the directory itself (CrashMonkey: directory lost in both
     places)."""
@@ -958,6 +958,161 @@ class FsyncUnlinkedOpenFile:
         r.fsync("e/old0")
         r.promise("e/old0")
         r.promise_gone("d/gone")
+
+
+@workload("link_unlink_original_fsync_link", logs=True)
+class LinkUnlinkOriginalFsyncLink:
+    """link foo bar; unlink foo; fsync bar (seq-2): bar alone, with foo's bytes and one link."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+        r.write("d/foo", data_of(75, 9000))
+
+    @staticmethod
+    def action(r):
+        r.link("d/foo", "e/bar")
+        r.unlink("d/foo")
+        r.fsync("e/bar")
+        r.promise("e/bar", keys=("type", "size", "sha256", "nlink"))
+        r.promise_gone("d/foo")
+
+
+@workload("rmdir_fsync_parent", logs=True)
+class RmdirFsyncParent:
+    """an empty committed directory removed, fsync of its parent: it stays removed."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+        r.mkdir("d/empty")
+
+    @staticmethod
+    def action(r):
+        os.rmdir(r.p("d/empty"))
+        r.fsync("d")
+        r.promise_gone("d/empty")
+
+
+@workload("rename_dir_over_empty_dir_fsync", logs=True)
+class RenameDirOverEmptyDir:
+    """a directory renamed over an empty one, fsync of the parent (seq-2)."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+        r.mkdir("d/src")
+        r.write("d/src/f", data_of(76, 2000))
+        r.mkdir("d/dst")
+
+    @staticmethod
+    def action(r):
+        r.rename("d/src", "d/dst")
+        r.fsync("d")
+        r.promise("d/dst", keys=("type",))
+        r.promise_gone("d/src")
+
+
+@workload("truncate_zero_write_fdatasync", logs=True)
+class TruncateZeroWriteFdatasync:
+    """truncate to 0, write new bytes, fdatasync (the old extents must not come back)."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+        r.write("d/a", data_of(77, 100000))
+
+    @staticmethod
+    def action(r):
+        r.truncate("d/a", 0)
+        r.write("d/a", data_of(78, 20000), off=0, create=False)
+        r.fsync("d/a", datasync=True)
+        r.promise("d/a", keys=("type", "size", "sha256", "blocks"))
+
+
+@workload("write_fsync_punch_fdatasync", logs=True)
+class WriteFsyncPunchFdatasync:
+    """write, fsync, punch, fdatasync in one transaction (seq-2)."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+        r.write("d/a", data_of(79, 50000))
+
+    @staticmethod
+    def action(r):
+        r.write("d/a", data_of(80, 40000), off=60000, create=False)
+        r.fsync("d/a")
+        r.fallocate("d/a", 70000, 20000, T.FALLOC_FL_PUNCH_HOLE | T.FALLOC_FL_KEEP_SIZE)
+        r.fsync("d/a", datasync=True)
+        r.promise("d/a", keys=("type", "size", "sha256", "blocks"))
+
+
+@workload("dir_xattr_fsync", logs=True)
+class DirXattrFsync:
+    """an xattr set on a directory, fsync of the directory."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+
+    @staticmethod
+    def action(r):
+        r.setxattr("d", "user.dirattr", b"on the directory")
+        r.fsync("d")
+        r.promise("d", keys=("type", "mode", "xattrs"))
+
+
+@workload("new_dir_renamed_fsync", logs=True)
+class NewDirRenamedFsync:
+    """mkdir, rename the new directory, fsync it under its new name."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+
+    @staticmethod
+    def action(r):
+        r.mkdir("d/n1")
+        r.write("d/n1/f", data_of(81, 500))
+        r.rename("d/n1", "e/n2")
+        r.fsync("e/n2")
+        r.promise("e/n2", keys=("type", "mode"))
+        r.promise_gone("d/n1")
+
+    more = {"e/n2/f": "logged whole, the kernel logs that it exists (empty)"}
+
+
+@workload("symlink_replaced_fsync_dir", logs=True)
+class SymlinkReplacedFsyncDir:
+    """a file renamed over a symlink, fsync of the directory."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+        os.symlink("old0", r.p("d/s"))
+        r.write("d/f", data_of(82, 700))
+
+    @staticmethod
+    def action(r):
+        r.rename("d/f", "d/s")
+        r.fsync("d")
+        r.promise("d/s", keys=("type", "size", "sha256"))
+        r.promise_gone("d/f")
+
+
+@workload("dir_swap_nesting_fsync")
+class DirSwapNestingFsync:
+    """a/x/b becomes b, then a moves into b (their nesting swapped), fsync of b/a: logged alone,
+    a's move would put a into b while b is still a's grandchild at the last commit (a cycle the
+    replay must never build: b's move is in x, which nothing logs). ubtrfs commits there."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+        r.mkdir("d/a")
+        r.mkdir("d/a/x")
+        r.mkdir("d/a/x/b")
+        r.write("d/a/f", data_of(83, 900))
+
+    @staticmethod
+    def action(r):
+        r.rename("d/a/x/b", "d/b")
+        r.rename("d/a", "d/b/a")
+        r.fsync("d/b/a")
+        r.promise("d/b/a", keys=("type", "mode"))
+        r.promise("d/b/a/f")
 
 
 # ---------------------------------------------------------------------------------------------
