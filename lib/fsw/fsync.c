@@ -852,7 +852,8 @@ static int log_names(struct fsync_ctx *c, uint64_t ino, bool isdir)
 
 		if (names_have(old, nm))
 			continue;
-		if (isdir) {
+		if (isdir && old->n) {
+			/* (a directory new in this transaction was nobody's ancestor at the last commit) */
 			ret = stable_ancestors(w, nm->dir);
 			if (ret == 0)
 				c->why = "a directory moved below a directory moved in this transaction";

@@ -1115,6 +1115,24 @@ class DirSwapNestingFsync:
         r.promise("d/b/a/f")
 
 
+@workload("new_dir_in_moved_dir_fsync", logs=True)
+class NewDirInMovedDirFsync:
+    """a committed directory moved, a new directory made in it with a file, fsync of the file: the
+    new directory goes in as its parent (it was nobody's ancestor at the last commit: no cycle)."""
+    @staticmethod
+    def baseline(r):
+        _two_dirs(r)
+        r.mkdir("d/m")
+
+    @staticmethod
+    def action(r):
+        r.rename("d/m", "e/m")
+        r.mkdir("e/m/n")
+        r.write("e/m/n/f", data_of(84, 1200))
+        r.fsync("e/m/n/f")
+        r.promise_data("e/m/n/f")
+
+
 # ---------------------------------------------------------------------------------------------
 # running a workload on each side
 
