@@ -18,8 +18,8 @@
  * named by a logged range), and as a parent only (its inode and names) when
  * a logged name is in it.
  *
- * What a log cannot say yet (a directory moved in this transaction,
- * extended references, a subvolume the last commit does not have, RAID5/6
+ * What a log cannot say yet (a directory moved below a directory moved in
+ * this transaction, extended references, a subvolume the last commit does not have, RAID5/6
  * whose stripes a transaction writes whole) makes the fsync a full commit
  * instead, as the kernel's fallbacks do; the reason is said at debug level.
  */
@@ -791,7 +791,41 @@ static int forget_logged_names(struct fsync_ctx *c, uint64_t ino, const struct n
  * the last commit had and the inode lost (a rename, an unlink of one of its
  * links) is dropped through its old directory's index range.
  */
-static int log_names(struct fsync_ctx *c, uint64_t ino)
+/*
+ * Whether dir and every directory above it have the names the last commit
+ * gave them (or were made in this transaction below such directories): a
+ * directory given a name in dir can then be logged without the replay building
+ * a cycle (an ancestor moved in this transaction and not logged may have been
+ * the moved directory's own child at the last commit). 1 yes, 0 no, <0.
+ */
+static int stable_ancestors(struct fsw *w, uint64_t dir)
+{
+	for (int depth = 0; depth < 256; depth++) {
+		struct names *now = NULL, *old = NULL;
+		bool same = false, fresh = false;
+		uint64_t up = 0;
+		int ret;
+
+		if (dir == BTRFS_FIRST_FREE_OBJECTID)
+			return 1;
+		ret = names_now_old(w, dir, &now, &old);
+		if (!ret && now->n == 1) {
+			same = names_equal(now, old);
+			fresh = old->n == 0;
+			up = now->v[0].dir;
+		}
+		free(now);
+		free(old);
+		if (ret)
+			return ret == -EOPNOTSUPP ? 0 : ret;
+		if (!same && !fresh)
+			return 0;
+		dir = up;
+	}
+	return 0;
+}
+
+static int log_names(struct fsync_ctx *c, uint64_t ino, bool isdir)
 {
 	struct fsw *w = c->l.w;
 	struct names *now = NULL, *old = NULL;
@@ -818,6 +852,14 @@ static int log_names(struct fsync_ctx *c, uint64_t ino)
 
 		if (names_have(old, nm))
 			continue;
+		if (isdir && old->n) {
+			/* (a directory new in this transaction was nobody's ancestor at the last commit) */
+			ret = stable_ancestors(w, nm->dir);
+			if (ret == 0)
+				c->why = "a directory moved below a directory moved in this transaction";
+			if (ret <= 0)
+				break;
+		}
 		/*
 		 * a new name: the replay adds the entry to its directory, which a
 		 * directory made in this transaction must get from the log too
@@ -857,7 +899,7 @@ static int log_nondir(struct fsync_ctx *c, uint64_t ino, const uint8_t *ii)
 		c->why = "an unlinked file";
 		return 0;
 	}
-	ret = log_names(c, ino);
+	ret = log_names(c, ino, false);
 	if (ret || c->why)
 		return ret;
 	ret = ub_log_take(w->t, w->subvol, ino, &ch);
@@ -949,15 +991,7 @@ static int log_entry_inode(struct fsync_ctx *c, uint64_t ino)
 	}
 	if (ret || same)
 		return ret;
-	if (S_ISDIR(II(mode, ii))) {
-		/* a new directory is logged whole (log_dir); a moved one the log does not follow */
-		ret = fs_exists_committed(w, ino, NULL);
-		if (ret <= 0) {
-			if (!ret)
-				c->why = "a directory moved in this transaction";
-			return ret;
-		}
-	}
+	/* a new directory is logged whole, a moved one with its new names (log_dir, log_names) */
 	return log_one(c, ino);
 }
 
@@ -988,7 +1022,7 @@ static int log_new_parent(struct fsync_ctx *c, uint64_t dir)
 		c->why = "too many inodes to log";
 		return 0;
 	}
-	ret = log_names(c, dir);
+	ret = log_names(c, dir, true);
 	if (!ret && !c->why)
 		ret = mark_logged(c->l.w, dir);
 	if (!ret && !c->why)
@@ -1014,7 +1048,7 @@ static int log_dir(struct fsync_ctx *c, uint64_t dir, const uint8_t *ii)
 		 * directory (every entry, one index range over all of them, and
 		 * what they name: new files whole, new directories the same way)
 		 */
-		ret = log_names(c, dir);
+		ret = log_names(c, dir, true);
 		if (!ret && !c->why)
 			ret = mark_logged(w, dir);
 		if (!ret && !c->why)
@@ -1023,7 +1057,7 @@ static int log_dir(struct fsync_ctx *c, uint64_t dir, const uint8_t *ii)
 			ret = log_meta(l, dir);
 		return ret;
 	}
-	ret = log_names(c, dir);
+	ret = log_names(c, dir, true);
 	if (ret || c->why)
 		return ret;
 	ret = ub_log_take(w->t, w->subvol, dir, &ch);

@@ -129,7 +129,9 @@ class Judge:
     def under_old_path(self, path, kind, last):
         """A name made below a directory after it moved, shown below the directory's old path: the
         entry was logged, the directory's move was not (POSIX; the kernel's log does the same)."""
-        base = path.rsplit("/", 1)[-1]
+        parent, _, base = path.rpartition("/")
+        if parent and (parent, "dir") not in self.names_upto[last] and not self.under_old_path(parent, "dir", last):
+            return False
         return any(q.rsplit("/", 1)[-1] == base and t == kind and self.moved_above(q, last)
                    for q, t in self.names_upto[last])
 
