@@ -85,5 +85,6 @@ int cmd_check(int argc, char **argv);
 int cmd_find_root(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_scrub(int argc, char **argv);
+int cmd_rescue(int argc, char **argv);
 
 #endif

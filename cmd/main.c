@@ -23,6 +23,7 @@ static const struct {
 	{ "check", cmd_check, "verify a filesystem read-only and report every problem found" },
 	{ "find-root", cmd_find_root, "list the root trees still on disk (for --root BYTENR)" },
 	{ "restore", cmd_restore, "copy the files out of a filesystem, damaged or not, read-only" },
+	{ "rescue", cmd_rescue, "undo, super-recover, zero-log, fix-device-size: repair what keeps it from opening" },
 	{ "scrub", cmd_scrub, "verify every copy and parity, repair what a good copy proves (start, status...)" },
 };
 

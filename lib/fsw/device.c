@@ -25,8 +25,7 @@ static const char *dev_name(const struct ub_vdev *v)
 	return v->dev ? ub_dev_path(v->dev) : "(missing)";
 }
 
-/* The dev item of `devid` in the running transaction's chunk tree, changed by `fn`, then the volume's copy. */
-static int update_dev_item(struct ub_txn *t, uint64_t devid, void (*fn)(uint8_t *item, uint64_t arg), uint64_t arg)
+int fsw_update_dev_item(struct ub_txn *t, uint64_t devid, void (*fn)(uint8_t *item, uint64_t arg), uint64_t arg)
 {
 	struct ub_engine *e = t->e;
 	struct ub_key key = { BTRFS_DEV_ITEMS_OBJECTID, BTRFS_DEV_ITEM_KEY, devid };
@@ -452,7 +451,7 @@ int ub_engine_device_resize(struct ub_engine *e, uint64_t devid, uint64_t size)
 	ret = ub_engine_begin_op(e, ub_chunk_op_blocks(UB_MAX_LEVEL - 1) * vol->nodesize, UB_CHUNK_OP_ADD, &t);
 	if (ret)
 		return ret;
-	ret = update_dev_item(t, devid, set_total, size);
+	ret = fsw_update_dev_item(t, devid, set_total, size);
 	if (!ret) {
 		uint64_t total = SB_GET(total_bytes);
 
@@ -624,7 +623,7 @@ int ub_engine_device_replace(struct ub_engine *e, uint64_t devid, const char *pa
 		ret = ub_engine_begin_op(e, ub_chunk_op_blocks(UB_MAX_LEVEL - 1) * vol->nodesize, UB_CHUNK_OP_ADD, &t);
 		if (!ret) {
 			v = ub_volume_vdev(vol, devid);
-			ret = v ? update_dev_item(t, devid, set_total, DI_GET(total_bytes, v->item)) : -ENOENT;
+			ret = v ? fsw_update_dev_item(t, devid, set_total, DI_GET(total_bytes, v->item)) : -ENOENT;
 			ub_engine_end_op(e);
 		}
 		if (!ret)

@@ -113,5 +113,7 @@ int fsw_zero_past(struct fsw *w, uint64_t ino, uint8_t *ii, uint64_t size);
 /* checksums as given (n sectors from bytenr) into the csum tree; every checksum of a range out of it */
 int fsw_csum_put(struct fsw *w, uint64_t bytenr, const uint8_t *sums, uint64_t n);
 int fsw_csum_delete(struct fsw *w, uint64_t start, uint64_t len);
+/* The dev item of `devid` in the running transaction's chunk tree, changed by `fn`, then the volume's copy (device.c). */
+int fsw_update_dev_item(struct ub_txn *t, uint64_t devid, void (*fn)(uint8_t *item, uint64_t arg), uint64_t arg);
 
 #endif

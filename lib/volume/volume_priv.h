@@ -315,6 +315,15 @@ int ub_volume_write_super_images(struct ub_volume *vol, struct ub_super_images *
 int ub_volume_write_super_images_primary(struct ub_volume *vol, struct ub_super_images *ims);
 void ub_super_images_free(struct ub_super_images *ims);
 /*
+ * Only the copies `want` picks (devid, mirror 0..2) among those that fit,
+ * written as ub_volume_write_supers writes each (the device's own dev item,
+ * bytenr, checksum), flushed before and after: a superblock rewritten where a
+ * copy is bad or stale (rescue super-recover). The volume's own copy and
+ * generation stay. *written (may be NULL) counts the copies written.
+ */
+int ub_volume_write_super_copies(struct ub_volume *vol, const uint8_t *sb,
+				 bool (*want)(void *arg, uint64_t devid, int mirror), void *arg, int *written);
+/*
  * mkfs: a writable volume over blank devices (devs[i] gets devid i+1, total
  * bytes = its size, until ub_volume_add_dev_item says otherwise) from a
  * superblock template holding magic, fsid, sector and node sizes, csum type

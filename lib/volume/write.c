@@ -206,7 +206,15 @@ void ub_super_images_free(struct ub_super_images *ims)
 	free(ims);
 }
 
-static int write_super_images(struct ub_volume *vol, struct ub_super_images *ims, int mirrors)
+/* Which copies a writing of superblock images covers: all up to `mirrors`, or those `want` picks. */
+struct super_pick {
+	int mirrors;
+	bool (*want)(void *arg, uint64_t devid, int mirror);
+	void *arg;
+	int *written;
+};
+
+static int write_super_images(struct ub_volume *vol, struct ub_super_images *ims, const struct super_pick *pick)
 {
 	int ret, written = 0;
 
@@ -218,12 +226,14 @@ static int write_super_images(struct ub_volume *vol, struct ub_super_images *ims
 		struct ub_super_image *im = &ims->im[i];
 		unsigned csum_type = (unsigned)UB_GET(ub_disk_super, csum_type, im->sb);
 
-		for (int m = 0; m < mirrors; m++) {
+		for (int m = 0; m < pick->mirrors; m++) {
 			uint64_t off = ub_super_offset(m);
 			uint8_t csum[UB_CSUM_SIZE_MAX];
 
 			if (off + UB_SUPER_INFO_SIZE > im->limit)
 				break;
+			if (pick->want && !pick->want(pick->arg, im->v->devid, m))
+				continue;
 			UB_SET(ub_disk_super, bytenr, im->sb, off);
 			ret = ub_csum(csum_type, im->sb + UB_CSUM_SIZE_MAX, UB_SUPER_INFO_SIZE - UB_CSUM_SIZE_MAX, csum);
 			if (ret)
@@ -238,24 +248,46 @@ static int write_super_images(struct ub_volume *vol, struct ub_super_images *ims
 			written++;
 		}
 	}
-	if (!written) {
+	if (pick->written)
+		*pick->written = written;
+	if (!written && !pick->want) {
 		ub_err(&vol->log, "no device to write the superblock to");
 		return -EIO;
 	}
 	ret = ub_volume_flush(vol);
-	if (!ret && ims->n)
+	if (!ret && ims->n && !pick->want)
 		__atomic_store_n(&vol->generation, UB_GET(ub_disk_super, generation, ims->im[0].sb), __ATOMIC_RELEASE);
 	return ret;
 }
 
 int ub_volume_write_super_images(struct ub_volume *vol, struct ub_super_images *ims)
 {
-	return write_super_images(vol, ims, UB_SUPER_MIRROR_MAX);
+	const struct super_pick all = { .mirrors = UB_SUPER_MIRROR_MAX };
+
+	return write_super_images(vol, ims, &all);
 }
 
 int ub_volume_write_super_images_primary(struct ub_volume *vol, struct ub_super_images *ims)
 {
-	return write_super_images(vol, ims, 1);
+	const struct super_pick primary = { .mirrors = 1 };
+
+	return write_super_images(vol, ims, &primary);
+}
+
+int ub_volume_write_super_copies(struct ub_volume *vol, const uint8_t *sb,
+				 bool (*want)(void *arg, uint64_t devid, int mirror), void *arg, int *written)
+{
+	const struct super_pick pick = { UB_SUPER_MIRROR_MAX, want, arg, written };
+	struct ub_super_images *ims = NULL;
+	int ret;
+
+	if (!want)
+		return -EINVAL;
+	ret = ub_volume_super_images(vol, sb, &ims);
+	if (!ret)
+		ret = write_super_images(vol, ims, &pick);
+	ub_super_images_free(ims);
+	return ret;
 }
 
 int ub_volume_write_supers(struct ub_volume *vol, const uint8_t *sb)
