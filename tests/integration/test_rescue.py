@@ -247,6 +247,24 @@ def test_undo_refuses_foreign_and_garbage(ubtrfs_bin, work):
     rescue("frobnicate", img, ok=(2,))
 
 
+@pytest.mark.parametrize("threads,start,end,finish", [
+    (8, 1 * MiB, 3 * MiB, True),     # many writers racing for the same pieces
+    (4, 0, 60 * MiB, False),         # the primary superblock too, the run aborted (no trailer)
+])
+def test_undo_device_under_threads(ubtrfs_bin, work, threads, start, end, finish):
+    driver = T.test_tool("undo_driver")
+    img = work / "t.img"
+    mkfs(img, 300 * MiB)
+    before = digest(img)
+    undo = work / "t.undo"
+    T.run([driver, img, str(undo) if finish else "-:%s" % undo, threads, 200, 34, start, end])
+    assert digest(img) != before
+    cp = rescue("undo", undo, img)
+    assert ("complete" if finish else "cut short") in out(cp), out(cp)
+    assert digest(img) == before
+    progs_check(img)
+
+
 def random_bytes(n, seed=34):
     import random
     return random.Random(seed).randbytes(n)
