@@ -302,6 +302,7 @@ static int do_super(struct rescue_args *a)
 	if (ret || !s.generation) {
 		fprintf(stderr, "ubtrfs rescue super-recover: error: %s\n",
 			ret ? strerror(-ret) : "no valid superblock copy on any device: nothing to recover from");
+		ub_sb_survey_free(&s);
 		free(devs);
 		return EXIT_FATAL;
 	}

@@ -21,6 +21,7 @@ struct rec_dev {
 	struct undo_disk_dev d;
 	char path[4097];
 	int match;            /* index into the paths, -1 while none */
+	uint64_t size_now;    /* the matched device's size */
 };
 
 /* A RANGE record: where its data lies in the file. */
@@ -165,7 +166,8 @@ static int read_record(struct undo_read *r, uint64_t *off, uint8_t *buf)
 	}
 	case UNDO_REC_RANGE:
 		if (dev >= (uint32_t)r->ndevs || !len ||
-		    UB_GET(undo_disk_rec, offset, &h) + len > UB_GET(undo_disk_dev, size, &r->devs[dev].d))
+		    UB_GET(undo_disk_rec, offset, &h) > UB_GET(undo_disk_dev, size, &r->devs[dev].d) ||
+		    len > UB_GET(undo_disk_dev, size, &r->devs[dev].d) - UB_GET(undo_disk_rec, offset, &h))
 			goto bad;
 		ret = add_range(r, &h, *off + sizeof(h));
 		if (ret)
@@ -290,10 +292,21 @@ static int match_devices(struct undo_read *r, const char *const *paths, int n)
 			ret = -EINVAL;
 			continue;
 		}
-		if (now.size < UB_GET(undo_disk_dev, size, &r->devs[found].d))
-			ub_warn(r->log, "%s: is %" PRIu64 " bytes now, was %" PRIu64, paths[i], now.size,
-				UB_GET(undo_disk_dev, size, &r->devs[found].d));
 		r->devs[found].match = i;
+		r->devs[found].size_now = now.size;
+	}
+	/* a device that shrank cannot take its old bytes back: refuse before anything is written */
+	for (size_t i = 0; i < r->nranges; i++) {
+		const struct rec_dev *d = &r->devs[r->ranges[i].dev];
+
+		if (d->match < 0 || r->ranges[i].offset + r->ranges[i].len <= d->size_now)
+			continue;
+		ub_err(r->log, "%s: is %" PRIu64 " bytes, but the undo file holds bytes up to %" PRIu64 " (it was %" PRIu64
+		       " bytes)", paths[d->match], d->size_now, r->ranges[i].offset + r->ranges[i].len,
+		       UB_GET(undo_disk_dev, size, &d->d));
+		if (!ret)
+			ret = -ENOSPC;
+		break;
 	}
 	for (int k = 0; k < r->ndevs; k++) {
 		if (r->devs[k].match >= 0)
