@@ -10,6 +10,8 @@
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/fsinfo.h"
 #include "ubtrfs/mkfs.h"
+#include "ubtrfs/repair.h"
+#include <uuid/uuid.h>
 #include "cmd.h"
 #include "print_priv.h"
 
@@ -22,7 +24,8 @@
 #define CHECK_CACHE_BYTES (16ULL << 20)
 
 static const char help[] =
-	"usage: ubtrfs check [OPTIONS] DEV...\n\n"
+	"usage: ubtrfs check [OPTIONS] DEV...\n"
+	"       ubtrfs check --repair [--dry-run] [--undo-file FILE] [OPTIONS] DEV...\n\n"
 	"Check the filesystem on DEV... without changing it (devices are opened read-only):\n"
 	"superblocks, tree blocks (every copy), chunks, block groups, device extents, the\n"
 	"extent tree's references against the trees, the free space tree or v1 space cache,\n"
@@ -37,15 +40,24 @@ static const char help[] =
 	"      --check-data-csum  read every data sector the checksum tree covers, on every copy,\n"
 	"                     and verify its checksum; compare each RAID5/6 full stripe's\n"
 	"                     parity with its data\n"
+	"      --repair       then cure what has a cure (docs/check.md lists them), in one\n"
+	"                     copy-on-write commit, every byte it overwrites saved first in an\n"
+	"                     undo file; then check again and report what is left\n"
+	"      --dry-run      with --repair: say each change, write nothing\n"
+	"      --undo-file FILE  with --repair: the undo file (default: ubtrfs-undo-UUID-genN.undo\n"
+	"                     in the current folder; never overwritten); `ubtrfs rescue undo`\n"
+	"                     puts the devices back from it\n"
 	"  -h, --help         this text\n"
 	OPEN_ARGS_HELP
-	"\nExit codes: 0 no problem found, 1 problems found, 2 usage or fatal error (the\n"
-	"filesystem could not be opened or a pass could not run).\n";
+	"\nExit codes: 0 no problem found (with --repair: none left), 1 problems found (left),\n"
+	"2 usage or fatal error (the filesystem could not be opened, a pass could not run, the\n"
+	"repair failed: then nothing of it was committed).\n";
 
 struct out {
 	bool json;
 	bool tty;          /* progress on stderr */
 	bool progress_shown;
+	bool nomem;        /* a problem could not be noted for the repair */
 	struct timespec last;
 };
 
@@ -276,6 +288,199 @@ static void print_summary(const struct out *o, const struct ub_chk_summary *s, b
 	printf(")%s\n", opened ? "" : "; the filesystem could not be opened, so only its superblocks were checked");
 }
 
+/* One check: open, refuse a mounted device, every pass, the summary. rc as the command's exit code. */
+struct check_run {
+	struct open_args *oa;
+	char **devs;
+	int ndevs;
+	struct out *o;
+	struct ub_chk_opts copts;
+	bool force;
+	struct ub_repair *repair;      /* the problems are noted for it too */
+	/* ---- what the run found out, for the repair ---- */
+	struct ub_volume_info vi;
+	char **paths;                  /* every device of the filesystem (freed by the caller) */
+	int npaths;
+	bool missing;
+	uint64_t problems;
+};
+
+static void on_problem_noted(void *arg, const struct ub_chk_problem *p)
+{
+	struct check_run *cr = arg;
+
+	on_problem(cr->o, p);
+	if (cr->repair && ub_repair_note(cr->repair, p))
+		cr->o->nomem = true;
+}
+
+static void on_progress_run(void *arg, const char *phase, uint64_t done, uint64_t total)
+{
+	on_progress(((struct check_run *)arg)->o, phase, done, total);
+}
+
+/* The paths of every device of the open filesystem (what a repair opens for writing). */
+static int keep_paths(struct check_run *cr, struct ub_fs *fs)
+{
+	struct ub_device_info *devs = NULL;
+	int n = 0, ret = ub_volume_list_devices(ub_fs_volume(fs), &devs, &n);
+
+	if (!ret)
+		ret = ub_volume_get_info(ub_fs_volume(fs), &cr->vi);
+	if (!ret && n > 0 && !(cr->paths = calloc((size_t)n, sizeof(*cr->paths))))
+		ret = -ENOMEM;
+	for (int i = 0; !ret && i < n; i++) {
+		if (devs[i].missing || !devs[i].path) {
+			cr->missing = true;
+			continue;
+		}
+		if (!(cr->paths[cr->npaths] = strdup(devs[i].path)))
+			ret = -ENOMEM;
+		else
+			cr->npaths++;
+	}
+	free(devs);
+	return ret;
+}
+
+static int check_once(struct check_run *cr)
+{
+	struct ub_chk_sink sink = { on_problem_noted, on_progress_run, cr };
+	struct ub_chk_summary sum;
+	struct ub_checker *c = NULL;
+	struct ub_fs *fs = NULL;
+	struct ub_log log;
+	int ret, rc = EXIT_OK;
+
+	if (ub_checker_new(&cr->copts, &sink, &c)) {
+		fprintf(stderr, "ubtrfs check: error: out of memory\n");
+		return EXIT_FATAL;
+	}
+	ub_checker_log(c, &log);
+	{
+		struct ub_fs_opts fo = open_args_fs_opts(cr->oa);
+
+		/*
+		 * The passes stream their trees in key order and a block is rarely
+		 * wanted twice: a small cache is faster here than a mount's large one
+		 * (fewer fresh pages to fault in) and holds less (docs/check.md).
+		 */
+		if (!fo.cache_bytes)
+			fo.cache_bytes = CHECK_CACHE_BYTES;
+		ret = open_fs_with(cr->oa, cr->devs, cr->ndevs, &fo, &log, &fs);
+	}
+	if (ret) {
+		/* what can be read without the filesystem: the superblocks of the devices named */
+		ub_checker_supers(c, (const char *const *)cr->devs, cr->ndevs, NULL);
+		rc = EXIT_FATAL;
+		goto out;
+	}
+	if (!cr->force && refuse_mounted(fs)) {
+		ub_fs_close(fs);
+		ub_checker_free(c);
+		return EXIT_FATAL;
+	}
+	ret = ub_checker_supers(c, (const char *const *)cr->devs, cr->ndevs, fs);
+	if (!ret)
+		ret = ub_checker_run(c, fs);
+	if (ret) {
+		clear_progress(cr->o);
+		fprintf(stderr, "ubtrfs check: error: the check could not be completed: %s\n", strerror(-ret));
+		rc = EXIT_FATAL;
+	}
+	if (cr->repair && !cr->paths && keep_paths(cr, fs)) {
+		fprintf(stderr, "ubtrfs check: error: out of memory\n");
+		rc = EXIT_FATAL;
+	}
+out:
+	clear_progress(cr->o);
+	ub_checker_summary(c, &sum);
+	print_summary(cr->o, &sum, fs != NULL);
+	cr->problems = 0;
+	for (int i = 0; i < UB_CHK_NCLASSES; i++)
+		cr->problems += sum.problems[i];
+	if (rc == EXIT_OK && cr->problems)
+		rc = EXIT_PROBLEMS;
+	if (fs)
+		ub_fs_close(fs);
+	ub_checker_free(c);
+	return rc;
+}
+
+static void on_change(void *arg, const struct ub_repair_change *ch)
+{
+	struct out *o = arg;
+
+	if (o->json) {
+		printf("{\"repair\":");
+		json_string(ch->msg);
+		printf(",\"tree\":%llu,\"inode\":%llu,\"devid\":%llu,\"was\":%llu,\"want\":%llu}\n",
+		       (unsigned long long)ch->tree, (unsigned long long)ch->inode, (unsigned long long)ch->devid,
+		       (unsigned long long)ch->was, (unsigned long long)ch->want);
+	} else {
+		printf("repair: %s\n", ch->msg);
+	}
+}
+
+/* The undo file's default name: the filesystem's UUID and the generation repaired, in the current folder. */
+static void default_undo_name(const struct ub_volume_info *vi, char *buf, size_t len)
+{
+	char uuid[37];
+
+	uuid_unparse_lower(vi->fsid, uuid);
+	snprintf(buf, len, "ubtrfs-undo-%s-gen%llu.undo", uuid, (unsigned long long)vi->generation);
+}
+
+/* --repair after the check that noted the problems: the repair, then a check of what it left. */
+static int repair(struct check_run *cr, bool dry_run, const char *undo_file)
+{
+	struct ub_repair_sink rsink = { on_change, cr->o };
+	struct ub_repair_opts ro = { .dry_run = dry_run, .sink = &rsink };
+	struct ub_repair_result res;
+	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = cr->oa->verbosity, .errors = NULL };
+	char undo_name[128];
+	int ret;
+
+	if (!cr->problems) {
+		if (!cr->o->json)
+			printf("repair: nothing to repair\n");
+		return EXIT_OK;
+	}
+	if (cr->missing) {
+		fprintf(stderr, "ubtrfs check: error: a device of the filesystem is missing: no repair without every "
+			"device\n");
+		return EXIT_FATAL;
+	}
+	if (!dry_run) {
+		if (!undo_file) {
+			default_undo_name(&cr->vi, undo_name, sizeof(undo_name));
+			undo_file = undo_name;
+		}
+		ro.undo_file = undo_file;
+	}
+	ret = ub_repair_run(cr->repair, (const char *const *)cr->paths, cr->npaths, &ro, &log, &res);
+	if (ret) {
+		fprintf(stderr, "ubtrfs check: error: the repair failed (%s); nothing of it was committed%s%s\n",
+			strerror(-ret), ro.undo_file ? ", the undo file " : "", ro.undo_file ? ro.undo_file : "");
+		return EXIT_FATAL;
+	}
+	if (!cr->o->json) {
+		printf("repair: %llu problems found, %llu with a cure this repair has, %llu changes %s\n",
+		       (unsigned long long)res.noted, (unsigned long long)res.curable, (unsigned long long)res.changes,
+		       dry_run ? "it would make (dry run: nothing written)" : "made");
+		if (res.generation)
+			printf("repair: committed as generation %llu; `ubtrfs rescue undo %s DEV...` puts the devices "
+			       "back as they were\n", (unsigned long long)res.generation, ro.undo_file);
+	}
+	if (dry_run || !res.changes)
+		return cr->problems ? EXIT_PROBLEMS : EXIT_OK;
+	/* what is left: a full check of the repaired filesystem */
+	if (!cr->o->json)
+		printf("after the repair:\n");
+	cr->repair = NULL;
+	return check_once(cr);
+}
+
 int cmd_check(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -283,19 +488,18 @@ int cmd_check(int argc, char **argv)
 		{ "json", no_argument, NULL, 0x400 },
 		{ "force", no_argument, NULL, 0x401 },
 		{ "check-data-csum", no_argument, NULL, 0x402 },
+		{ "repair", no_argument, NULL, 0x403 },
+		{ "dry-run", no_argument, NULL, 0x404 },
+		{ "undo-file", required_argument, NULL, 0x405 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct open_args oa;
 	struct out o = { 0 };
-	struct ub_chk_sink sink = { on_problem, on_progress, &o };
-	struct ub_chk_opts copts = { 0 };
-	struct ub_chk_summary sum;
-	struct ub_checker *c = NULL;
-	struct ub_fs *fs = NULL;
-	struct ub_log log;
-	bool force = false;
-	int opt, ret, rc = EXIT_OK;
+	struct check_run cr = { .oa = &oa, .o = &o };
+	bool do_repair = false, dry_run = false;
+	const char *undo_file = NULL;
+	int opt, rc;
 
 	open_args_init(&oa);
 	optind = 1;
@@ -308,63 +512,47 @@ int cmd_check(int argc, char **argv)
 			continue;
 		switch (opt) {
 		case 0x400: o.json = true; break;
-		case 0x401: force = true; break;
-		case 0x402: copts.check_data_csum = true; break;
+		case 0x401: cr.force = true; break;
+		case 0x402: cr.copts.check_data_csum = true; break;
+		case 0x403: do_repair = true; break;
+		case 0x404: dry_run = true; break;
+		case 0x405: undo_file = optarg; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("check", "invalid option");
 		}
 	}
 	if (optind >= argc)
 		return usage_error("check", "no device given");
+	if ((dry_run || undo_file) && !do_repair)
+		return usage_error("check", "--dry-run and --undo-file go with --repair");
+	if (do_repair && cr.force)
+		return usage_error("check", "--repair never changes a mounted filesystem: --force is refused with it");
+	if (do_repair && (oa.generation || oa.backup || oa.root_bytenr || oa.super_mirror > 0))
+		return usage_error("check", "--repair repairs the newest commit: --generation, --backup, --root and --super are "
+				   "refused with it");
+	cr.devs = argv + optind;
+	cr.ndevs = argc - optind;
 	o.tty = isatty(2);
-	copts.verbosity = oa.verbosity;
-	copts.no_log = oa.no_log;
-	if (ub_checker_new(&copts, &sink, &c)) {
+	cr.copts.verbosity = oa.verbosity;
+	cr.copts.no_log = oa.no_log;
+	if (do_repair && ub_repair_new(&cr.repair)) {
 		fprintf(stderr, "ubtrfs check: error: out of memory\n");
 		return EXIT_FATAL;
 	}
-	ub_checker_log(c, &log);
-	{
-		struct ub_fs_opts fo = open_args_fs_opts(&oa);
+	rc = check_once(&cr);
+	if (do_repair) {
+		struct ub_repair *r = cr.repair;
 
-		/*
-		 * The passes stream their trees in key order and a block is rarely
-		 * wanted twice: a small cache is faster here than a mount's large one
-		 * (fewer fresh pages to fault in) and holds less (docs/check.md).
-		 */
-		if (!fo.cache_bytes)
-			fo.cache_bytes = CHECK_CACHE_BYTES;
-		ret = open_fs_with(&oa, argv + optind, argc - optind, &fo, &log, &fs);
+		if (o.nomem) {
+			fprintf(stderr, "ubtrfs check: error: out of memory while noting the problems: no repair\n");
+			rc = EXIT_FATAL;
+		} else if (rc != EXIT_FATAL) {
+			rc = repair(&cr, dry_run, undo_file);
+		}
+		ub_repair_free(r);
 	}
-	if (ret) {
-		/* what can be read without the filesystem: the superblocks of the devices named */
-		ub_checker_supers(c, (const char *const *)argv + optind, argc - optind, NULL);
-		rc = EXIT_FATAL;
-		goto out;
-	}
-	if (!force && refuse_mounted(fs)) {
-		ub_fs_close(fs);
-		ub_checker_free(c);
-		return EXIT_FATAL;
-	}
-	ret = ub_checker_supers(c, (const char *const *)argv + optind, argc - optind, fs);
-	if (!ret)
-		ret = ub_checker_run(c, fs);
-	if (ret) {
-		clear_progress(&o);
-		fprintf(stderr, "ubtrfs check: error: the check could not be completed: %s\n", strerror(-ret));
-		rc = EXIT_FATAL;
-	}
-out:
-	clear_progress(&o);
-	ub_checker_summary(c, &sum);
-	print_summary(&o, &sum, fs != NULL);
-	if (rc == EXIT_OK)
-		for (int i = 0; i < UB_CHK_NCLASSES; i++)
-			if (sum.problems[i])
-				rc = EXIT_PROBLEMS;
-	if (fs)
-		ub_fs_close(fs);
-	ub_checker_free(c);
+	for (int i = 0; i < cr.npaths; i++)
+		free(cr.paths[i]);
+	free(cr.paths);
 	return rc;
 }

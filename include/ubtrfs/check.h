@@ -38,6 +38,21 @@ enum ub_chk_class {
 /* "super", "tree", "chunk", "extent", "free-space", "root", "csum", "fs", "qgroup", "other". */
 const char *ub_chk_class_name(enum ub_chk_class c);
 
+/*
+ * What a repair (ub_repair, include/ubtrfs/repair.h) does about a problem, when the checker knows
+ * the cure: the field to set and the value `want` it must have. UB_CHK_FIX_NONE: no simple cure.
+ */
+enum ub_chk_fix {
+	UB_CHK_FIX_NONE = 0,
+	UB_CHK_FIX_NLINK,     /* the inode's nlink becomes `want`, the number of its names */
+	UB_CHK_FIX_NBYTES,    /* the inode's nbytes becomes `want`, what its file extents hold */
+	UB_CHK_FIX_DIR_SIZE,  /* the directory's size becomes `want`, its entries' name bytes */
+	UB_CHK_FIX_SPACE,     /* block group used bytes, the superblock's bytes_used, the free space tree:
+				 recounted from the extent tree */
+	UB_CHK_FIX_DEV_USED,  /* devid `devid`'s DEV_ITEM bytes_used becomes `want`, its device extents' sum */
+	UB_CHK_FIX_COUNT
+};
+
 /* One problem. Fields not known are 0 (has_key false, path NULL). Valid during the callback only. */
 struct ub_chk_problem {
 	enum ub_chk_class cls;
@@ -50,6 +65,8 @@ struct ub_chk_problem {
 	uint64_t inode;       /* 0 if none */
 	const char *path;     /* the inode's path or the device's path, NULL if unknown */
 	const char *msg;      /* what is wrong */
+	enum ub_chk_fix fix;  /* what a repair does about it (UB_CHK_FIX_NONE: nothing simple) */
+	uint64_t want;        /* the value the fix sets */
 };
 
 struct ub_chk_sink {

@@ -776,6 +776,7 @@ int ub_alloc_for_each_dirty_bg(struct ub_alloc *a, int (*fn)(void *arg, const st
 			.old_used = bg->old_used,
 			.is_new = bg->is_new,
 			.fst_bitmaps = bg->fst_bitmaps,
+			.fst_rebuild = bg->fst_rebuild,
 			.became_free = &bg->became_free,
 			.became_used = &bg->became_used,
 			.free = &bg->free,
@@ -797,6 +798,7 @@ void ub_alloc_clear_dirty(struct ub_alloc *a)
 		ub_rs_clear(&bg->became_used);
 		bg->old_used = bg->used;
 		bg->is_new = false;
+		bg->fst_rebuild = false;
 		bg->dirty = false;
 	}
 }

@@ -92,6 +92,16 @@ struct ub_alloc; /* per open fs */
  */
 int ub_alloc_load(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_root *extent_root,
 		  const struct ub_root *fst_root /* NULL: no free space tree */, struct ub_alloc **out);
+/*
+ * For a repair (lib/repair): the block groups as ub_alloc_load reads them, but
+ * the free space from the extent tree whatever the free space tree says, each
+ * group's used bytes recounted from its extents, and every group dirty with
+ * its free space tree items to be rewritten whole at the next commit (a
+ * BLOCK_GROUP_ITEM's `used` and the superblock's bytes_used follow). What
+ * changed is counted in *fixed (groups whose used bytes were wrong).
+ */
+int ub_alloc_load_repair(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_root *extent_root,
+			 uint64_t *fixed, struct ub_alloc **out);
 /* An allocator with no block group (mkfs, tests); sizes from vol (NULL: sectorsize 4096, nodesize 16384). */
 int ub_alloc_create(struct ub_volume *vol, const struct ub_log *log, struct ub_alloc **out);
 void ub_alloc_free(struct ub_alloc *a);
@@ -184,6 +194,7 @@ struct ub_bg_delta {
 	uint64_t old_used;       /* at the last commit */
 	bool is_new;             /* added this transaction: insert its BLOCK_GROUP_ITEM and FREE_SPACE_INFO */
 	bool fst_bitmaps;        /* its FREE_SPACE_INFO has BTRFS_FREE_SPACE_USING_BITMAPS (as loaded) */
+	bool fst_rebuild;        /* a repair: its free space tree items rewritten whole from `free` */
 	/*
 	 * Since the last commit, netted (a range freed then allocated again in
 	 * between appears in neither): ranges that became free space (add to

@@ -18,6 +18,7 @@ struct ub_bg {
 	uint64_t pinned;   /* bytes pinned in the group */
 	uint64_t full_stripe; /* RAID5/6: logical bytes per full stripe, else 0 */
 	bool dirty, is_new, fst_bitmaps;
+	bool fst_rebuild;  /* a repair: the commit rewrites the group's free space tree items whole */
 	bool ro;           /* being relocated (ub_alloc_set_ro): nothing new goes in */
 	struct ub_range_set free;        /* committed free (free space tree view) */
 	struct ub_range_set avail;       /* may be handed out now */

@@ -376,6 +376,53 @@ static int rebuild_avail(struct ub_bg *bg)
 	return 0;
 }
 
+int ub_alloc_load_repair(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_root *extent_root,
+			 uint64_t *fixed, struct ub_alloc **out)
+{
+	struct ub_alloc *a = NULL;
+	int ret;
+
+	*fixed = 0;
+	if (SB_GET(compat_ro_flags, vol->super) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE) {
+		ub_err(&vol->log, "repair does not support the block-group-tree feature");
+		return -EOPNOTSUPP;
+	}
+	if (!extent_root || !extent_root->bytenr) {
+		ub_err(&vol->log, "a repair of the space accounting needs the extent tree, and it has no root");
+		return -EUCLEAN;
+	}
+	ret = ub_alloc_create(vol, &vol->log, &a);
+	if (ret)
+		return ret;
+	ret = load_groups(a, tc, extent_root);
+	if (!ret)
+		ret = load_from_extents(a, tc, extent_root);
+	if (ret)
+		goto fail;
+	for (int i = 0; i < a->nbgs; i++) {
+		struct ub_bg *bg = a->bgs[i];
+		/* what the extents leave free is the truth; the item's old count stays old_used */
+		uint64_t used = bg->length - bg->free.bytes;
+
+		if (used != bg->used) {
+			ub_info(&a->log, "block group %" PRIu64 ": used %" PRIu64 " becomes %" PRIu64 " (its extents)",
+				bg->start, bg->used, used);
+			bg->used = used;
+			(*fixed)++;
+		}
+		bg->dirty = true;
+		bg->fst_rebuild = true;
+		ret = rebuild_avail(bg);
+		if (ret)
+			goto fail;
+	}
+	*out = a;
+	return 0;
+fail:
+	ub_alloc_free(a);
+	return ret;
+}
+
 int ub_alloc_load(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_root *extent_root,
 		  const struct ub_root *fst_root, struct ub_alloc **out)
 {

@@ -582,10 +582,12 @@ static void check_totals(struct cstate *s)
 			p.tree = BTRFS_EXTENT_TREE_OBJECTID;
 			k = (struct ub_key){ ci->logical, BTRFS_BLOCK_GROUP_ITEM_KEY, ci->length };
 			p.key = k;
+			p.fix = UB_CHK_FIX_SPACE;
 			chk_report(s->c, &p, "block group %llu: used %llu, its extents sum to %llu",
 				   (unsigned long long)ci->logical, (unsigned long long)ci->bg_used,
 				   (unsigned long long)ci->extents_sum);
 			p.tree = BTRFS_CHUNK_TREE_OBJECTID;
+			p.fix = UB_CHK_FIX_NONE;
 		}
 		for (unsigned j = 0; j < ci->num && !s->devext_incomplete; j++)
 			if (!ci->st[j].found) {
@@ -604,6 +606,7 @@ static void check_totals(struct cstate *s)
 			used += s->ch[i].bg_used;
 		memset(&p, 0, sizeof(p));
 		p.cls = UB_CHK_SUPER;
+		p.fix = UB_CHK_FIX_SPACE;
 		if (used != UB_GET(ub_disk_super, bytes_used, sb))
 			chk_report(s->c, &p, "superblock bytes_used %llu, the block groups' used bytes sum to %llu",
 				   (unsigned long long)UB_GET(ub_disk_super, bytes_used, sb), (unsigned long long)used);
@@ -613,6 +616,8 @@ static void check_totals(struct cstate *s)
 
 		chk_where(&p, BTRFS_CHUNK_TREE_OBJECTID, &k, 0);
 		p.devid = s->dev[i].devid;
+		p.fix = UB_CHK_FIX_DEV_USED;
+		p.want = s->dev[i].extents_sum;
 		if (s->dev[i].used != s->dev[i].extents_sum)
 			chk_report(s->c, &p, "devid %llu: bytes_used %llu, its device extents sum to %llu",
 				   (unsigned long long)s->dev[i].devid, (unsigned long long)s->dev[i].used,

@@ -13,6 +13,8 @@ static void where_free(struct ub_chk_problem *p, const struct ub_key *k)
 {
 	chk_where(p, BTRFS_FREE_SPACE_TREE_OBJECTID, k, k ? k->objectid : 0);
 	p->cls = UB_CHK_FREE_SPACE;
+	/* every free space tree problem is cured the same way: the tree rewritten from the extent tree */
+	p->fix = UB_CHK_FIX_SPACE;
 }
 
 /* Free bytes of a bitmap item: one bit per sector, set = free. */

@@ -87,10 +87,16 @@ static void inode_verdicts(struct fstate *f)
 	}
 	if (i->ino == f->root_dirid)
 		f->saw_root_dir = true;
-	if (i->nlink != i->names)
+	if (i->nlink != i->names) {
+		/* an inode no name reaches needs a name (lost+found), not a count of zero */
+		if (i->names) {
+			p.fix = UB_CHK_FIX_NLINK;
+			p.want = i->names;
+		}
 		chk_report(f->s.c, &p, "nlink %llu, but the inode has %llu names (INODE_REF and INODE_EXTREF entries)",
 			   (unsigned long long)i->nlink, (unsigned long long)i->names);
-	else if (is_dir && i->nlink > 1)
+		p.fix = UB_CHK_FIX_NONE;
+	} else if (is_dir && i->nlink > 1)
 		chk_report(f->s.c, &p, "a directory with %llu names (directories have one)", (unsigned long long)i->nlink);
 	if (!i->nlink && add_u64(&f->unlinked, &f->nunlinked, &f->unlinked_cap, i->ino))
 		f->nomem = true;
@@ -103,15 +109,23 @@ static void inode_verdicts(struct fstate *f)
 			   (unsigned long long)i->dir_entries);
 	if (i->extents && !has_data)
 		chk_report(f->s.c, &p, "a %s with %llu file extents", kind_of(i->mode), (unsigned long long)i->extents);
-	if (is_dir && i->size != i->dir_bytes)
+	if (is_dir && i->size != i->dir_bytes) {
+		p.fix = UB_CHK_FIX_DIR_SIZE;
+		p.want = i->dir_bytes;
 		chk_report(f->s.c, &p, "directory size %llu, its entries' names (DIR_ITEM and DIR_INDEX) sum to %llu",
 			   (unsigned long long)i->size, (unsigned long long)i->dir_bytes);
+		p.fix = UB_CHK_FIX_NONE;
+	}
 	/* an unlinked inode waits for its orphan cleanup: its nbytes may be stale (btrfs check's rule too) */
 	if (!has_data || !i->nlink)
 		return;
-	if (i->nbytes != i->found)
+	if (i->nbytes != i->found) {
+		p.fix = UB_CHK_FIX_NBYTES;
+		p.want = i->found;
 		chk_report(f->s.c, &p, "nbytes %llu, its file extents hold %llu", (unsigned long long)i->nbytes,
 			   (unsigned long long)i->found);
+		p.fix = UB_CHK_FIX_NONE;
+	}
 	if (f->no_holes || !i->size)
 		return;
 	/* without NO_HOLES every byte up to the size has an extent item, holes included */

@@ -175,8 +175,16 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
 	/* a free space tree the superblock does not flag is stale: the engine neither trusts nor updates it */
 	if (!(e->compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE))
 		e->fs.fst_tree = NULL;
-	ret = ub_alloc_load(&e->fs.tc, e->fs.vol, &e->fs.extent_tree->root, e->fs.fst_tree ? &e->fs.fst_tree->root : NULL,
-			    &e->alloc);
+	if (flags & UB_ENGINE_OPEN_REPAIR_SPACE) {
+		uint64_t fixed;
+
+		ret = ub_alloc_load_repair(&e->fs.tc, e->fs.vol, &e->fs.extent_tree->root, &fixed, &e->alloc);
+		e->repair_fixed_groups = (int)(fixed > INT32_MAX ? INT32_MAX : fixed);
+		e->fst_strays = true;
+	} else {
+		ret = ub_alloc_load(&e->fs.tc, e->fs.vol, &e->fs.extent_tree->root,
+				    e->fs.fst_tree ? &e->fs.fst_tree->root : NULL, &e->alloc);
+	}
 	if (ret) {
 		ub_err(&e->fs.log, "cannot open for writing: cannot load the block groups and free space: %s",
 		       strerror(-ret));
@@ -201,6 +209,11 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
 fail:
 	ub_engine_close(e);
 	return ret;
+}
+
+int ub_engine_repair_fixed_groups(const struct ub_engine *e)
+{
+	return e->repair_fixed_groups;
 }
 
 int ub_engine_ready(struct ub_engine *e)

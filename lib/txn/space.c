@@ -15,6 +15,7 @@
  * allocator's own count of free extents, which catches any drift.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "txn.h"
@@ -200,6 +201,99 @@ static int fst_rewrite(struct ub_txn *t, const struct ub_bg_delta *d, int64_t *c
 	return 0;
 }
 
+/*
+ * A repair (d->fst_rebuild): the group's items rewritten whole from the
+ * allocator's free set, its FREE_SPACE_INFO inserted when it has none.
+ */
+static int rebuild_fst(struct ub_txn *t, const struct ub_bg_delta *d)
+{
+	struct ub_key key = { d->start, BTRFS_FREE_SPACE_INFO_KEY, d->length };
+	struct ub_path p;
+	int64_t count;
+	uint32_t size;
+	int ret = fst_rewrite(t, d, &count);
+
+	if (ret)
+		return ret;
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(&t->e->fs.tc, &t->ta, fst(t), &key, &p, 0, true);
+	if (ret > 0) {
+		ub_path_release(&p);
+		ret = ub_tree_insert_item(&t->e->fs.tc, &t->ta, fst(t), &key, NULL, sizeof(struct btrfs_free_space_info));
+		if (ret)
+			return ret;
+		ub_path_init(&p);
+		ret = ub_tree_search_slot(&t->e->fs.tc, &t->ta, fst(t), &key, &p, 0, true);
+	}
+	if (ret == 0) {
+		uint8_t *info = ub_path_data_mut(&p, &size);
+
+		if (size < sizeof(struct btrfs_free_space_info)) {
+			ret = -EUCLEAN;
+		} else {
+			UB_SET(btrfs_free_space_info, extent_count, info, (uint64_t)count);
+			UB_SET(btrfs_free_space_info, flags, info, 0);
+			ub_path_mark_dirty(&p);
+		}
+	}
+	ub_path_release(&p);
+	return ret > 0 ? -EUCLEAN : ret;
+}
+
+/* Whether free space tree item k belongs where it is: an info of a group, an extent or bitmap inside one. */
+static bool fst_item_fits(struct ub_txn *t, const struct ub_key *k)
+{
+	struct ub_bg_info bi;
+
+	if (ub_alloc_bg_info(t->e->alloc, k->objectid, &bi))
+		return false;
+	if (k->type == BTRFS_FREE_SPACE_INFO_KEY)
+		return bi.start == k->objectid && bi.length == k->offset;
+	if (k->type == BTRFS_FREE_SPACE_EXTENT_KEY || k->type == BTRFS_FREE_SPACE_BITMAP_KEY)
+		return k->offset && k->objectid + k->offset <= bi.start + bi.length;
+	return false;
+}
+
+/* A repair: every free space tree item that is no group's (stray infos, items across groups) goes first. */
+static int fst_drop_strays(struct ub_txn *t)
+{
+	struct ub_key *strays = NULL, k = { 0, 0, 0 };
+	size_t n = 0, cap = 0;
+	struct ub_path p;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search(&t->e->fs.tc, fst(t), &k, &p);
+	/* 0 or 1: at the first item; 2: the tree is empty */
+	ret = ret == 2 ? 1 : ret < 0 ? ret : 0;
+	while (ret == 0) {
+		ub_path_key(&p, &k);
+		if (!fst_item_fits(t, &k)) {
+			if (n == cap) {
+				struct ub_key *m = realloc(strays, (cap = cap ? cap * 2 : 16) * sizeof(*m));
+
+				if (!m) {
+					ret = -ENOMEM;
+					break;
+				}
+				strays = m;
+			}
+			strays[n++] = k;
+		}
+		ret = ub_tree_next(&p);
+	}
+	ub_path_release(&p);
+	if (ret == 1)
+		ret = 0;
+	for (size_t i = 0; !ret && i < n; i++) {
+		ub_info(&t->e->fs.log, "free space tree: item (%llu %u %llu) belongs to no block group: removed",
+			(unsigned long long)strays[i].objectid, strays[i].type, (unsigned long long)strays[i].offset);
+		ret = del_key(t, fst(t), &strays[i]);
+	}
+	free(strays);
+	return ret;
+}
+
 static int update_fst(struct ub_txn *t, const struct ub_bg_delta *d)
 {
 	struct ub_key key = { d->start, BTRFS_FREE_SPACE_INFO_KEY, d->length };
@@ -288,14 +382,22 @@ static int one_bg(void *arg, const struct ub_bg_delta *d)
 	}
 	ret = update_bg_item(t, d);
 	if (!ret && t->e->fs.fst_tree)
-		ret = update_fst(t, d);
+		ret = d->fst_rebuild ? rebuild_fst(t, d) : update_fst(t, d);
 	return ret;
 }
 
 int ub_txn_write_space(struct ub_txn *t)
 {
 	struct space_ctx sc = { t, 0 };
-	int ret = ub_alloc_for_each_dirty_bg(t->e->alloc, one_bg, &sc);
+	int ret = 0;
+
+	if (t->e->fst_strays && t->e->fs.fst_tree) {
+		ret = fst_drop_strays(t);
+		if (!ret)
+			t->e->fst_strays = false;
+	}
+	if (!ret)
+		ret = ub_alloc_for_each_dirty_bg(t->e->alloc, one_bg, &sc);
 
 	if (!ret)
 		ub_alloc_clear_dirty(t->e->alloc);

@@ -72,6 +72,9 @@ struct ub_engine {
 	struct ub_log_trees *log;
 	/* what changed in each file during the running transaction (log_tree.h, ub_log_note) */
 	struct ub_log_marks *marks;
+	/* a repair (lib/repair): the next commit first drops free space tree items no block group owns */
+	bool fst_strays;
+	int repair_fixed_groups; /* UB_ENGINE_OPEN_REPAIR_SPACE: block groups whose used bytes were recounted */
 	/* the next index of each directory an entry was added to (dir_index.c) */
 	struct ub_dir_indexes *dir_indexes;
 };
@@ -174,6 +177,14 @@ int ub_engine_begin_op(struct ub_engine *e, uint64_t op_bytes, int op, struct ub
  */
 int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int n, const struct ub_log *log,
 		       unsigned flags, struct ub_engine **out);
+/*
+ * A repair's open (lib/repair): the free space from the extent tree, block
+ * group used bytes recounted, the free space tree rewritten at the first
+ * commit (ub_alloc_load_repair); *fixed counts the groups whose used bytes
+ * were wrong. Not in ubtrfs/engine.h: only the library repairs.
+ */
+#define UB_ENGINE_OPEN_REPAIR_SPACE (1U << 16)
+int ub_engine_repair_fixed_groups(const struct ub_engine *e);
 int ub_engine_ready(struct ub_engine *e);
 
 /*

@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Repair: the cures of the problems a check noted, in one copy-on-write
+ * transaction of the write engine (include/ubtrfs/repair.h).
+ *
+ * The checker decides what is wrong and what the value must be (struct
+ * ub_chk_problem's fix and want); this file only applies it, so the rule of
+ * what is right lives in one place. Nothing is written in place: the tree
+ * blocks changed are new copies, the superblocks point at them at the commit,
+ * and until then every device still holds the filesystem as it was.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "ubtrfs/repair.h"
+#include "ubtrfs/undo.h"
+#include "fsw/fsw.h"
+#include "repair/repair_priv.h"
+
+int ub_repair_new(struct ub_repair **out)
+{
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -ENOMEM;
+}
+
+void ub_repair_free(struct ub_repair *r)
+{
+	if (!r)
+		return;
+	free(r->notes);
+	free(r);
+}
+
+int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
+{
+	struct rp_note *n;
+
+	r->noted++;
+	if (p->fix == UB_CHK_FIX_NONE || (unsigned)p->fix >= UB_CHK_FIX_COUNT)
+		return 0;
+	if (r->nnotes == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 64;
+		struct rp_note *m = realloc(r->notes, cap * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		r->notes = m;
+		r->cap = cap;
+	}
+	n = &r->notes[r->nnotes++];
+	memset(n, 0, sizeof(*n));
+	n->fix = p->fix;
+	n->tree = p->tree;
+	n->inode = p->inode;
+	n->devid = p->devid;
+	n->want = p->want;
+	/* every space problem has the one cure: keep one note of them */
+	if (p->fix == UB_CHK_FIX_SPACE) {
+		n->tree = n->inode = n->devid = n->want = 0;
+	}
+	return 0;
+}
+
+static int note_cmp(const void *a, const void *b)
+{
+	const struct rp_note *x = a, *y = b;
+
+	if (x->fix != y->fix)
+		return x->fix < y->fix ? -1 : 1;
+	if (x->tree != y->tree)
+		return x->tree < y->tree ? -1 : 1;
+	if (x->inode != y->inode)
+		return x->inode < y->inode ? -1 : 1;
+	if (x->devid != y->devid)
+		return x->devid < y->devid ? -1 : 1;
+	return 0;
+}
+
+/* One note per cure: sorted, the same (fix, tree, inode, device) once. */
+static void notes_unique(struct ub_repair *r)
+{
+	size_t k = 0;
+
+	qsort(r->notes, r->nnotes, sizeof(*r->notes), note_cmp);
+	for (size_t i = 0; i < r->nnotes; i++)
+		if (!k || note_cmp(&r->notes[k - 1], &r->notes[i]))
+			r->notes[k++] = r->notes[i];
+	r->nnotes = k;
+}
+
+void rp_say(struct rp_ctx *c, const struct rp_note *n, uint64_t was, const char *fmt, ...)
+{
+	struct ub_repair_change ch = { n->fix, n->tree, n->inode, n->devid, was, n->want, NULL };
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	ch.msg = msg;
+	c->res->changes++;
+	if (c->opts->sink && c->opts->sink->change)
+		c->opts->sink->change(c->opts->sink->arg, &ch);
+}
+
+static const char *const field_name[UB_CHK_FIX_COUNT] = {
+	[UB_CHK_FIX_NLINK] = "nlink",
+	[UB_CHK_FIX_NBYTES] = "nbytes",
+	[UB_CHK_FIX_DIR_SIZE] = "size",
+};
+
+/* A dry run: what each note would change, nothing opened for writing. */
+static void dry_run(struct rp_ctx *c)
+{
+	for (size_t i = 0; i < c->r->nnotes; i++) {
+		const struct rp_note *n = &c->r->notes[i];
+
+		switch (n->fix) {
+		case UB_CHK_FIX_NLINK:
+		case UB_CHK_FIX_NBYTES:
+		case UB_CHK_FIX_DIR_SIZE:
+			rp_say(c, n, 0, "would set inode %llu's %s to %llu (tree %llu)", (unsigned long long)n->inode,
+			       field_name[n->fix], (unsigned long long)n->want, (unsigned long long)n->tree);
+			break;
+		case UB_CHK_FIX_DEV_USED:
+			rp_say(c, n, 0, "would set devid %llu's bytes_used to %llu, its device extents' sum",
+			       (unsigned long long)n->devid, (unsigned long long)n->want);
+			break;
+		case UB_CHK_FIX_SPACE:
+			rp_say(c, n, 0, "would recount every block group's used bytes and the superblock's bytes_used "
+			       "from the extent tree and rewrite the free space tree from them");
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+/* The inode fields: the item read from the running transaction, one field set, written back (copied on write). */
+static int fix_inode(struct rp_ctx *c, const struct rp_note *n)
+{
+	uint8_t ii[UB_II_SIZE];
+	struct fsw w;
+	uint64_t was;
+	int ret = fsw_init_ro(&w, c->t, n->tree);
+
+	if (!ret)
+		ret = fsw_inode_get(&w, n->inode, ii);
+	if (ret) {
+		ub_err(c->log, "repair: inode %llu of tree %llu cannot be read for its %s: %s",
+		       (unsigned long long)n->inode, (unsigned long long)n->tree, field_name[n->fix], strerror(-ret));
+		return ret;
+	}
+	switch (n->fix) {
+	case UB_CHK_FIX_NLINK:
+		if (n->want > UINT32_MAX)
+			return -EOVERFLOW;
+		was = UB_GET(btrfs_inode_item, nlink, ii);
+		UB_SET(btrfs_inode_item, nlink, ii, (uint32_t)n->want);
+		break;
+	case UB_CHK_FIX_NBYTES:
+		was = UB_GET(btrfs_inode_item, nbytes, ii);
+		UB_SET(btrfs_inode_item, nbytes, ii, n->want);
+		break;
+	default:
+		was = UB_GET(btrfs_inode_item, size, ii);
+		UB_SET(btrfs_inode_item, size, ii, n->want);
+		break;
+	}
+	if (was == n->want)
+		return 0;
+	ret = fsw_inode_put(&w, n->inode, ii);
+	if (ret)
+		return ret;
+	rp_say(c, n, was, "inode %llu of tree %llu: %s %llu -> %llu", (unsigned long long)n->inode,
+	       (unsigned long long)n->tree, field_name[n->fix], (unsigned long long)was, (unsigned long long)n->want);
+	return 0;
+}
+
+static int apply(struct rp_ctx *c)
+{
+	int ret = 0;
+
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++) {
+		const struct rp_note *n = &c->r->notes[i];
+
+		switch (n->fix) {
+		case UB_CHK_FIX_NLINK:
+		case UB_CHK_FIX_NBYTES:
+		case UB_CHK_FIX_DIR_SIZE:
+			ret = fix_inode(c, n);
+			break;
+		case UB_CHK_FIX_DEV_USED:
+			ret = rp_fix_dev_used(c, n);
+			break;
+		case UB_CHK_FIX_SPACE:
+			/* done by the engine's open (UB_ENGINE_OPEN_REPAIR_SPACE) and its commit */
+			rp_say(c, n, 0, "block group used bytes recounted from the extent tree (wrong in %d block groups), "
+			       "the superblock's bytes_used from them, the free space tree rewritten",
+			       ub_engine_repair_fixed_groups(c->e));
+			break;
+		default:
+			break;
+		}
+	}
+	return ret;
+}
+
+/* The devices, each saving what it overwrites into the undo file first when there is one. */
+static int open_devices(struct rp_ctx *c, const char *const *paths, int n, struct ub_dev **devs)
+{
+	int ret = 0, i;
+
+	for (i = 0; i < n; i++) {
+		struct ub_dev *d;
+
+		ret = ub_dev_open(paths[i], true, &d);
+		if (ret) {
+			ub_err(c->log, "repair: cannot open %s for writing: %s", paths[i], strerror(-ret));
+			break;
+		}
+		if (c->undo) {
+			ret = ub_dev_open_undo(d, c->undo, &devs[i]);
+			if (ret) {
+				ub_err(c->log, "repair: %s: cannot record its old bytes into the undo file: %s", paths[i],
+				       strerror(-ret));
+				break;
+			}
+		} else {
+			devs[i] = d;
+		}
+	}
+	if (ret)
+		while (i-- > 0)
+			ub_dev_close(devs[i]);
+	return ret;
+}
+
+int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, const struct ub_repair_opts *opts,
+		  const struct ub_log *log, struct ub_repair_result *res)
+{
+	static const struct ub_repair_opts none;
+	struct rp_ctx c = { .r = r, .opts = opts ? opts : &none, .log = log, .res = res };
+	struct ub_dev **devs = NULL;
+	unsigned flags = UB_ENGINE_OPEN_NO_LOG_REPLAY;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	res->noted = r->noted;
+	notes_unique(r);
+	res->curable = r->nnotes;
+	if (npaths <= 0)
+		return -EINVAL;
+	if (!r->nnotes)
+		return 0;
+	if (c.opts->dry_run) {
+		dry_run(&c);
+		return 0;
+	}
+	for (size_t i = 0; i < r->nnotes; i++)
+		if (r->notes[i].fix == UB_CHK_FIX_SPACE)
+			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
+	devs = calloc((size_t)npaths, sizeof(*devs));
+	if (!devs)
+		return -ENOMEM;
+	if (c.opts->undo_file) {
+		ret = ub_undo_create(c.opts->undo_file, &c.undo);
+		if (ret) {
+			ub_err(log, "repair: cannot create the undo file %s: %s", c.opts->undo_file,
+			       ret == -EEXIST ? "it exists (an undo file is never overwritten)" : strerror(-ret));
+			free(devs);
+			return ret;
+		}
+	}
+	ret = open_devices(&c, paths, npaths, devs);
+	if (ret)
+		goto out;
+	/* the engine takes the devices over, also when it fails */
+	ret = ub_engine_open_raw(NULL, devs, npaths, log, flags, &c.e);
+	if (!ret)
+		ret = ub_engine_ready(c.e);
+	if (ret)
+		goto out;
+	ret = ub_txn_start(c.e, &c.t);
+	if (ret)
+		goto out;
+	ret = apply(&c);
+	if (ret) {
+		ub_txn_abort(c.t);
+		goto out;
+	}
+	ret = ub_txn_commit(c.t);
+	if (!ret)
+		res->generation = ub_engine_generation(c.e);
+out:
+	if (c.e) {
+		int err = ub_engine_error(c.e);
+
+		ub_engine_close(c.e);
+		if (!ret && err)
+			ret = err;
+	}
+	if (c.undo) {
+		int u = ub_undo_finish(c.undo);
+
+		if (!ret && u)
+			ret = u;
+	}
+	free(devs);
+	return ret;
+}

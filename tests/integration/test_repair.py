@@ -1,0 +1,321 @@
+# SPDX-License-Identifier: MIT
+"""`ubtrfs check --repair` (issue 34): damage cured, nothing made worse, undo byte for byte.
+
+The base image is made by the kernel (files of several sizes, a hard link, directories,
+a snapshot), then damaged with craft.py (checksums rewritten, so the damage is read, not
+rejected) in a class the repair has a cure for. For each: `btrfs check --readonly` calls
+the image broken (the referee that it is damage); `ubtrfs check --repair` exits 0 (nothing
+left); `btrfs check` and `ubtrfs check` find it clean; the kernel mounts it and every file
+reads as before the damage; `ubtrfs rescue undo` with the undo file gives back the damaged
+image byte for byte. Around that: a dry run writes nothing, a clean filesystem is left
+untouched, an existing undo file is never overwritten, a pending fsync log is refused,
+and a problem without a cure is left as it was (exit 1) with every file still intact.
+
+Budget: about 30 s with -n 2.
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import craft as C
+import ubtrfs_testlib as T
+
+MiB = T.MiB
+
+
+def tree_of(top):
+    out = {}
+    for root, dirs, files in os.walk(top):
+        for n in dirs:
+            out[os.path.relpath(os.path.join(root, n), top)] = "dir"
+        for n in files:
+            p = os.path.join(root, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, top)] = (hashlib.sha256(f.read()).hexdigest(), os.lstat(p).st_nlink)
+    return out
+
+
+def sha(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def kernel_base(tmp_path_factory):
+    """A kernel-made image and what the kernel reads from it."""
+    d = tmp_path_factory.mktemp("repair-base")
+    img = d / "base.img"
+    with open(img, "wb") as f:
+        f.truncate(256 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    with T.mounted([img], d / "mnt", readonly=False) as m:
+        os.makedirs(os.path.join(m, "dir", "sub"))
+        for i, size in enumerate((0, 100, 3000, 5000, 70000, 300000, 1 << 20)):
+            with open(os.path.join(m, "dir", "f%d" % i), "wb") as f:
+                f.write(bytes((i * 7 + j) % 251 for j in range(size)))
+        os.link(os.path.join(m, "dir", "f4"), os.path.join(m, "dir", "sub", "hard"))
+        for i in range(40):
+            with open(os.path.join(m, "dir", "sub", "n%02d" % i), "w") as f:
+                f.write("x" * i)
+        T.run(["btrfs", "subvolume", "snapshot", m, os.path.join(m, "snap")])
+    with T.mounted([img], d / "mnt", readonly=True) as m:
+        files = tree_of(m)
+    assert T.run(["btrfs", "check", "--readonly", str(img)], check=False).returncode == 0
+    yield img, files
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def base(kernel_base, tmp_path):
+    img = tmp_path / "fs.img"
+    T.copy_sparse(kernel_base[0], img)
+    return img, kernel_base[1]
+
+
+def btrfs_check(img):
+    return T.run(["btrfs", "check", "--readonly", str(img)], check=False, timeout=120)
+
+
+def damage(img, edit):
+    with C.Image(img) as im:
+        edit(im)
+    ref = btrfs_check(img)
+    assert ref.returncode != 0, "the referee calls the damage clean:\n" + ref.stdout.decode()[-2000:]
+
+
+def repair(img, *args, undo=None):
+    undo = undo or (img.parent / "repair.undo")
+    return T.ubtrfs("check", "--repair", "--undo-file", str(undo), *[str(a) for a in args], str(img), timeout=120)
+
+
+def assert_repaired(img, files, damaged_sha, undo):
+    ref = btrfs_check(img)
+    assert ref.returncode == 0, "btrfs check after the repair:\n" + ref.stdout.decode()[-3000:] + \
+        ref.stderr.decode()[-3000:]
+    cp = T.ubtrfs("check", str(img))
+    assert cp.returncode == 0, T.describe(cp)
+    with T.mounted([img], img.parent / "kmnt", readonly=True) as m:
+        assert tree_of(m) == files, "a file reads differently after the repair"
+    # and back: the undo file gives the damaged image byte for byte
+    cp = T.ubtrfs("rescue", "undo", str(undo), str(img))
+    assert cp.returncode == 0, T.describe(cp)
+    assert sha(img) == damaged_sha, "rescue undo did not give back the image as it was before the repair"
+
+
+def first_inode(im, tree, pred):
+    root = im.tree_root(tree)[0]
+    for b, s in im.walk(root):
+        k = b.item_key(s)
+        if k.type == C.INODE_ITEM and k.objectid >= 257 and pred(b, s):
+            return b, s
+    raise AssertionError("no such inode")
+
+
+def is_reg(b, s):
+    return (b.get_item(s, C.INODE_MODE, "<I") & 0o170000) == 0o100000
+
+
+def is_dir(b, s):
+    return (b.get_item(s, C.INODE_MODE, "<I") & 0o170000) == 0o040000
+
+
+def edit_nlink(im):
+    b, s = first_inode(im, C.FS_TREE, lambda b, s: is_reg(b, s) and b.get_item(s, C.INODE_NLINK, "<I") == 2)
+    b.patch_item(s, C.INODE_NLINK, "<I", 7)
+    im.write_block(b)
+
+
+def edit_nlink_zero(im):
+    b, s = first_inode(im, C.FS_TREE, lambda b, s: is_reg(b, s) and b.get_item(s, C.INODE_NBYTES, "<Q") > 0)
+    b.patch_item(s, C.INODE_NLINK, "<I", 0)
+    im.write_block(b)
+
+
+def edit_nbytes(im):
+    b, s = first_inode(im, C.FS_TREE, lambda b, s: is_reg(b, s) and b.get_item(s, C.INODE_NBYTES, "<Q") > 4096)
+    b.patch_item(s, C.INODE_NBYTES, "<Q", b.get_item(s, C.INODE_NBYTES, "<Q") + 8192)
+    im.write_block(b)
+
+
+def edit_dir_size(im):
+    b, s = first_inode(im, C.FS_TREE, lambda b, s: is_dir(b, s) and b.get_item(s, C.INODE_SIZE, "<Q") > 0)
+    b.patch_item(s, C.INODE_SIZE, "<Q", b.get_item(s, C.INODE_SIZE, "<Q") + 6)
+    im.write_block(b)
+
+
+def edit_bg_used(im):
+    first = min(c.logical for c in im.chunks)
+    b, s = im.find_item(im.tree_root(C.EXTENT_TREE)[0],
+                        lambda k: k.type == C.BLOCK_GROUP_ITEM and k.objectid >= first)
+    b.patch_item(s, 0, "<Q", b.get_item(s, 0, "<Q") + 3 * 4096)
+    im.write_block(b)
+
+
+def edit_bytes_used(im):
+    im.set_super(bytes_used=im.super("bytes_used") - 65536)
+
+
+def edit_free_space(im):
+    first = min(c.logical for c in im.chunks)
+    b, s = im.find_item(im.tree_root(10)[0], lambda k: k.type == 199 and k.objectid >= first)
+    k = b.item_key(s)
+    b.set_item_key(s, C.Key(k.objectid, k.type, k.offset - im.sectorsize))
+    im.write_block(b)
+
+
+def edit_dev_used(im):
+    b, s = im.find_item(im.super("chunk_root"), lambda k: k.type == C.DEV_ITEM)
+    b.patch_item(s, 16, "<Q", b.get_item(s, 16, "<Q") + 8 * MiB)  # dev_item: devid, total_bytes, bytes_used
+    im.write_block(b)
+
+
+CURES = {
+    "nlink": edit_nlink,
+    "nlink-zero": edit_nlink_zero,
+    "nbytes": edit_nbytes,
+    "dir-size": edit_dir_size,
+    "bg-used": edit_bg_used,
+    "bytes-used": edit_bytes_used,
+    "free-space-tree": edit_free_space,
+    "dev-bytes-used": edit_dev_used,
+}
+
+
+@pytest.mark.parametrize("cls", sorted(CURES))
+def test_repair_cures(ubtrfs_bin, base, cls):
+    img, files = base
+    damage(img, CURES[cls])
+    damaged_sha = sha(img)
+    undo = img.parent / "repair.undo"
+    cp = repair(img, undo=undo)
+    out = cp.stdout.decode()
+    assert cp.returncode == 0, T.describe(cp)
+    assert "repair: " in out and "after the repair:" in out, out
+    assert_repaired(img, files, damaged_sha, undo)
+
+
+def test_repair_all_at_once(ubtrfs_bin, base):
+    img, files = base
+
+    def edit(im):
+        for e in (edit_nlink, edit_nbytes, edit_dir_size, edit_bg_used, edit_free_space, edit_dev_used):
+            e(im)
+    damage(img, edit)
+    damaged_sha = sha(img)
+    undo = img.parent / "all.undo"
+    cp = repair(img, "--json", undo=undo)
+    assert cp.returncode == 0, T.describe(cp)
+    changes = [ln for ln in cp.stdout.decode().splitlines() if ln.startswith('{"repair"')]
+    assert len(changes) >= 5, cp.stdout.decode()
+    assert_repaired(img, files, damaged_sha, undo)
+
+
+def test_dry_run_writes_nothing(ubtrfs_bin, base):
+    img, _ = base
+    damage(img, lambda im: (edit_nlink(im), edit_bg_used(im)))
+    before = sha(img)
+    cp = T.ubtrfs("check", "--repair", "--dry-run", str(img))
+    out = cp.stdout.decode()
+    assert cp.returncode == 1, T.describe(cp)
+    assert "would set inode" in out and "nlink to 2" in out and "would recount" in out, out
+    assert "dry run: nothing written" in out, out
+    assert sha(img) == before
+    assert not list(img.parent.glob("*.undo")) and not list(img.parent.glob("ubtrfs-undo-*"))
+
+
+def test_clean_filesystem_untouched(ubtrfs_bin, base, tmp_path):
+    img, _ = base
+    before = sha(img)
+    cp = subprocess.run([str(ubtrfs_bin), "check", "--repair", str(img)], capture_output=True, cwd=str(tmp_path),
+                        timeout=120)
+    assert cp.returncode == 0 and b"nothing to repair" in cp.stdout, T.describe(cp)
+    assert sha(img) == before
+    assert not list(tmp_path.glob("ubtrfs-undo-*"))
+
+
+def test_default_undo_file_named_after_the_filesystem(ubtrfs_bin, base, tmp_path):
+    img, files = base
+    damage(img, edit_nbytes)
+    damaged_sha = sha(img)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    cp = subprocess.run([str(ubtrfs_bin), "check", "--repair", str(img)], capture_output=True, cwd=str(work),
+                        timeout=120)
+    assert cp.returncode == 0, T.describe(cp)
+    fsid = T.run(["btrfs", "inspect-internal", "dump-super", str(img)]).stdout.decode().split("\nfsid")[1].split()[0]
+    undos = list(work.glob("ubtrfs-undo-*.undo"))
+    assert len(undos) == 1 and fsid in undos[0].name, (undos, fsid)
+    assert_repaired(img, files, damaged_sha, undos[0])
+
+
+def test_existing_undo_file_never_overwritten(ubtrfs_bin, base):
+    img, _ = base
+    damage(img, edit_nlink)
+    before = sha(img)
+    undo = img.parent / "taken.undo"
+    undo.write_bytes(b"not yours")
+    cp = repair(img, undo=undo)
+    assert cp.returncode == 2 and b"exists" in cp.stderr, T.describe(cp)
+    assert undo.read_bytes() == b"not yours" and sha(img) == before
+
+
+def test_no_cure_left_as_it_was(ubtrfs_bin, base):
+    """An inode whose transid is newer than the filesystem: no cure in this version; the repair
+    changes nothing (the image byte for byte), says so, exits 1."""
+    img, _ = base
+
+    def edit(im):
+        b, s = first_inode(im, C.FS_TREE, is_reg)
+        b.patch_item(s, 8, "<Q", im.super("generation") + 100)  # inode item: generation, transid
+        im.write_block(b)
+    damage(img, edit)
+    before = sha(img)
+    cp = repair(img)
+    out = cp.stdout.decode()
+    assert cp.returncode == 1, T.describe(cp)
+    assert "0 with a cure" in out, out
+    assert sha(img) == before, "a repair with no cure wrote to the image"
+    assert not (img.parent / "repair.undo").exists()
+
+
+def test_pending_log_refused(ubtrfs_bin, tmp_path):
+    """A crash image with the kernel's fsync log: the repair refuses (replay it by a mount, or zero-log)."""
+    img = tmp_path / "log.img"
+    with open(img, "wb") as f:
+        f.truncate(256 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    crash = tmp_path / "crash.img"
+    with T.mounted([img], tmp_path / "mnt", options="commit=300", readonly=False) as m:
+        with open(os.path.join(m, "f"), "wb") as f:
+            f.write(b"y" * 10000)
+        os.sync()
+        with open(os.path.join(m, "g"), "wb") as f:
+            f.write(b"z" * 5000)
+            f.flush()
+            os.fsync(f.fileno())
+        T.copy_sparse(img, crash)
+    if not T.run(["btrfs", "inspect-internal", "dump-super", str(crash)]).stdout.decode().count("log_root\t\t0") == 0:
+        pytest.skip("the kernel committed before the copy: no log tree in the crash image")
+
+    def edit(im):
+        im.set_super(bytes_used=im.super("bytes_used") + 65536)
+    with C.Image(crash) as im:
+        edit(im)
+    before = sha(crash)
+    cp = repair(crash)
+    assert cp.returncode == 2 and b"log" in cp.stderr, T.describe(cp)
+    assert sha(crash) == before
+
+
+def test_usage(ubtrfs_bin, base):
+    img, _ = base
+    for args in (["--dry-run"], ["--undo-file", "x"], ["--repair", "--force"], ["--repair", "--generation", "5"]):
+        cp = T.ubtrfs("check", *args, str(img))
+        assert cp.returncode == 2, (args, T.describe(cp))
