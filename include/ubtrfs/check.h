@@ -50,6 +50,9 @@ enum ub_chk_fix {
 	UB_CHK_FIX_SPACE,     /* block group used bytes, the superblock's bytes_used, the free space tree:
 				 recounted from the extent tree */
 	UB_CHK_FIX_DEV_USED,  /* devid `devid`'s DEV_ITEM bytes_used becomes `want`, its device extents' sum */
+	UB_CHK_FIX_NAMES,     /* the names of `inode` in directory `want` made whole: INODE_REF, DIR_ITEM and
+				 DIR_INDEX of each name, one index, the type of the inode's mode */
+	UB_CHK_FIX_LOST,      /* `inode` has no name (and no orphan item): linked into /lost+found */
 	UB_CHK_FIX_COUNT
 };
 

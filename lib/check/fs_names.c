@@ -92,6 +92,8 @@ static void check_link(struct fstate *f, const struct chk_name *g, size_t n)
 		const struct chk_name *e = have[NAME_INDEX] ? have[NAME_INDEX] : have[NAME_ITEM];
 
 		where_name(&p, f, e);
+		p.fix = UB_CHK_FIX_NAMES;
+		p.want = e->dir;
 		chk_report(f->s.c, &p, "directory %llu has an entry (%s%s) for inode %llu, which has no INODE_REF with that name there",
 			   (unsigned long long)e->dir, have[NAME_ITEM] ? "DIR_ITEM" : "",
 			   have[NAME_INDEX] ? (have[NAME_ITEM] ? " and DIR_INDEX" : "DIR_INDEX") : "",
@@ -103,6 +105,8 @@ static void check_link(struct fstate *f, const struct chk_name *g, size_t n)
 
 		if (!e) {
 			where_name(&p, f, have[NAME_REF]);
+			p.fix = UB_CHK_FIX_NAMES;
+			p.want = have[NAME_REF]->dir;
 			chk_report(f->s.c, &p, "the name of inode %llu in directory %llu (index %llu) has no %s",
 				   (unsigned long long)have[NAME_REF]->child, (unsigned long long)have[NAME_REF]->dir,
 				   (unsigned long long)have[NAME_REF]->index, kind_names[k]);
@@ -110,12 +114,16 @@ static void check_link(struct fstate *f, const struct chk_name *g, size_t n)
 		}
 		if (have[NAME_REF]->type && e->type != have[NAME_REF]->type) {
 			where_name(&p, f, e);
+			p.fix = UB_CHK_FIX_NAMES;
+			p.want = e->dir;
 			chk_report(f->s.c, &p, "%s type %u for inode %llu, whose mode says type %u", kind_names[k],
 				   e->type, (unsigned long long)e->child, have[NAME_REF]->type);
 		}
 	}
 	if (have[NAME_INDEX] && have[NAME_INDEX]->index != have[NAME_REF]->index) {
 		where_name(&p, f, have[NAME_REF]);
+		p.fix = UB_CHK_FIX_NAMES;
+		p.want = have[NAME_REF]->dir;
 		chk_report(f->s.c, &p, "INODE_REF says index %llu, the DIR_INDEX of the name is %llu",
 			   (unsigned long long)have[NAME_REF]->index, (unsigned long long)have[NAME_INDEX]->index);
 	}
@@ -279,6 +287,8 @@ void chk_orphans_check(struct fstate *f)
 		if (o < f->norphans && f->orphans[o] == ino)
 			continue;
 		chk_fs_where(&p, f, ino, BTRFS_INODE_ITEM_KEY, 0);
+		/* its data is kept: a name in lost+found rather than an orphan item that would delete it */
+		p.fix = UB_CHK_FIX_LOST;
 		chk_report(f->s.c, &p, "nlink 0 and no orphan item: an unlinked inode nothing will delete");
 	}
 }

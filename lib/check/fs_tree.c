@@ -92,6 +92,8 @@ static void inode_verdicts(struct fstate *f)
 		if (i->names) {
 			p.fix = UB_CHK_FIX_NLINK;
 			p.want = i->names;
+		} else {
+			p.fix = UB_CHK_FIX_LOST;
 		}
 		chk_report(f->s.c, &p, "nlink %llu, but the inode has %llu names (INODE_REF and INODE_EXTREF entries)",
 			   (unsigned long long)i->nlink, (unsigned long long)i->names);

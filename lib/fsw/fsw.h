@@ -78,6 +78,9 @@ int fsw_lookup(struct fsw *w, uint64_t dir, const char *name, size_t len, struct
 /* the same from outside: the name checked, dir a directory of subvol (for a look, no change) */
 int fsw_lookup_name(struct ub_txn *t, uint64_t subvol, uint64_t dir, const char *name, size_t len,
 		    struct ub_key *loc, uint8_t *type);
+/* a name's back reference in ino (INODE_REF, or INODE_EXTREF when the ref item is full) added / removed */
+int fsw_add_ref(struct fsw *w, uint64_t ino, uint64_t parent, const char *name, size_t len, uint64_t index);
+int fsw_del_ref(struct fsw *w, uint64_t ino, uint64_t parent, const char *name, size_t len, uint64_t *index);
 /* DIR_ITEM + DIR_INDEX of a name, the directory's size and times */
 int fsw_add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, const struct ub_key *loc, uint8_t type,
 		  uint64_t index);

@@ -427,7 +427,7 @@ static uint64_t extref_hash(uint64_t parent, const char *name, size_t len)
 }
 
 /* the name's back reference in ino: an INODE_REF record, or an INODE_EXTREF when the ref item is full */
-static int add_ref(struct fsw *w, uint64_t ino, uint64_t parent, const char *name, size_t len, uint64_t index)
+int fsw_add_ref(struct fsw *w, uint64_t ino, uint64_t parent, const char *name, size_t len, uint64_t index)
 {
 	uint8_t rec[EXTREF_HDR + UB_NAME_LEN];
 	struct ub_key key = { ino, BTRFS_INODE_REF_KEY, parent };
@@ -501,7 +501,7 @@ static int del_ref_rec(struct fsw *w, const struct ub_key *key, bool ext, uint64
 	return ret;
 }
 
-static int del_ref(struct fsw *w, uint64_t ino, uint64_t parent, const char *name, size_t len, uint64_t *index)
+int fsw_del_ref(struct fsw *w, uint64_t ino, uint64_t parent, const char *name, size_t len, uint64_t *index)
 {
 	struct ub_key key = { ino, BTRFS_INODE_REF_KEY, parent };
 	int ret = del_ref_rec(w, &key, false, parent, name, len, index);
@@ -579,7 +579,7 @@ static int add_name(struct fsw *w, uint64_t dir, const char *name, size_t len, u
 	ub_log_note_names(w->t, w->subvol, ino);
 	ret = fsw_next_index(w, dir, &index);
 	if (!ret)
-		ret = add_ref(w, ino, dir, name, len, index);
+		ret = fsw_add_ref(w, ino, dir, name, len, index);
 	if (!ret)
 		ret = fsw_add_entry(w, dir, name, len, &loc, ub_mode_ftype(mode), index);
 	return ret;
@@ -591,7 +591,7 @@ static int del_name(struct fsw *w, uint64_t dir, const char *name, size_t len, u
 	int ret;
 
 	ub_log_note_names(w->t, w->subvol, ino);
-	ret = del_ref(w, ino, dir, name, len, &index);
+	ret = fsw_del_ref(w, ino, dir, name, len, &index);
 
 	if (ret)
 		return ret == -ENOENT ? -EUCLEAN : ret;

@@ -74,6 +74,8 @@ static int note_cmp(const void *a, const void *b)
 		return x->inode < y->inode ? -1 : 1;
 	if (x->devid != y->devid)
 		return x->devid < y->devid ? -1 : 1;
+	if (x->want != y->want)
+		return x->want < y->want ? -1 : 1;
 	return 0;
 }
 
@@ -127,6 +129,14 @@ static void dry_run(struct rp_ctx *c)
 			rp_say(c, n, 0, "would set devid %llu's bytes_used to %llu, its device extents' sum",
 			       (unsigned long long)n->devid, (unsigned long long)n->want);
 			break;
+		case UB_CHK_FIX_NAMES:
+			rp_say(c, n, 0, "would make the names of inode %llu in directory %llu whole (tree %llu)",
+			       (unsigned long long)n->inode, (unsigned long long)n->want, (unsigned long long)n->tree);
+			break;
+		case UB_CHK_FIX_LOST:
+			rp_say(c, n, 0, "would link inode %llu (tree %llu) into /lost+found unless a name is made again",
+			       (unsigned long long)n->inode, (unsigned long long)n->tree);
+			break;
 		case UB_CHK_FIX_SPACE:
 			rp_say(c, n, 0, "would recount every block group's used bytes and the superblock's bytes_used "
 			       "from the extent tree and rewrite the free space tree from them");
@@ -178,17 +188,55 @@ static int fix_inode(struct rp_ctx *c, const struct rp_note *n)
 	return 0;
 }
 
+int rp_touch(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size)
+{
+	for (size_t i = 0; i < c->ntouched; i++)
+		if (c->touched[i].tree == tree && c->touched[i].ino == ino && c->touched[i].dir_size == dir_size)
+			return 0;
+	if (c->ntouched == c->captouched) {
+		size_t cap = c->captouched ? c->captouched * 2 : 16;
+		struct rp_touched *m = realloc(c->touched, cap * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		c->touched = m;
+		c->captouched = cap;
+	}
+	c->touched[c->ntouched++] = (struct rp_touched){ tree, ino, dir_size };
+	return 0;
+}
+
+static bool touched(const struct rp_ctx *c, const struct rp_note *n)
+{
+	for (size_t i = 0; i < c->ntouched; i++)
+		if (c->touched[i].tree == n->tree && c->touched[i].ino == n->inode &&
+		    c->touched[i].dir_size == (n->fix == UB_CHK_FIX_DIR_SIZE))
+			return true;
+	return false;
+}
+
 static int apply(struct rp_ctx *c)
 {
 	int ret = 0;
 
+	/* names first: the counts that follow them are counted again after, not taken from the check */
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_NAMES)
+			ret = rp_fix_names(c, &c->r->notes[i]);
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_LOST)
+			ret = rp_fix_lost(c, &c->r->notes[i]);
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++) {
 		const struct rp_note *n = &c->r->notes[i];
 
 		switch (n->fix) {
 		case UB_CHK_FIX_NLINK:
-		case UB_CHK_FIX_NBYTES:
 		case UB_CHK_FIX_DIR_SIZE:
+			if (touched(c, n))
+				break;
+			ret = fix_inode(c, n);
+			break;
+		case UB_CHK_FIX_NBYTES:
 			ret = fix_inode(c, n);
 			break;
 		case UB_CHK_FIX_DEV_USED:
@@ -204,6 +252,8 @@ static int apply(struct rp_ctx *c)
 			break;
 		}
 	}
+	for (size_t i = 0; !ret && i < c->ntouched; i++)
+		ret = rp_recount(c, c->touched[i].tree, c->touched[i].ino, c->touched[i].dir_size);
 	return ret;
 }
 
@@ -307,6 +357,7 @@ out:
 		if (!ret && u)
 			ret = u;
 	}
+	free(c.touched);
 	free(devs);
 	return ret;
 }

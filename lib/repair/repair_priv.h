@@ -4,6 +4,7 @@
 #define UBTRFS_REPAIR_PRIV_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include "ubtrfs/repair.h"
 #include "txn/txn.h"
@@ -29,11 +30,24 @@ struct rp_ctx {
 	struct ub_undo *undo;
 	struct ub_engine *e;
 	struct ub_txn *t;
+	/* inodes whose names the repair changed: counted again at the end (rp_touch) */
+	struct rp_touched {
+		uint64_t tree, ino;
+		bool dir_size;
+	} *touched;
+	size_t ntouched, captouched;
 };
 
 /* A change made (or that would be): counted and handed to the caller's sink. */
 void rp_say(struct rp_ctx *c, const struct rp_note *n, uint64_t was, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* names.c: the names of n->inode in directory n->want made whole; an inode with no name into /lost+found */
+int rp_fix_names(struct rp_ctx *c, const struct rp_note *n);
+int rp_fix_lost(struct rp_ctx *c, const struct rp_note *n);
+/* Set ino's nlink (dir_size: its size) to what its items say now. */
+int rp_recount(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
+/* An inode whose names changed: its nlink (dir_size: its size) counted again at the end. -ENOMEM only. */
+int rp_touch(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
 

@@ -176,6 +176,64 @@ def edit_dev_used(im):
     im.write_block(b)
 
 
+DIR_TYPE_OFF = 29  # btrfs_dir_item: location (17), transid (8), data_len (2), name_len (2), type
+
+
+def fs_item(im, pred):
+    root = im.tree_root(C.FS_TREE)[0]
+    for b, s in im.walk(root):
+        if pred(b.item_key(s), b, s):
+            return b, s
+    raise AssertionError("no such item")
+
+
+def reg_child(b, s):
+    return b.get_item(s, DIR_TYPE_OFF, "<B") == C.FT_REG_FILE
+
+
+def edit_dir_index_dropped(im):
+    b, s = fs_item(im, lambda k, b, s: k.type == C.DIR_INDEX and k.objectid >= 257 and reg_child(b, s))
+    b.delete_item(s)
+    im.write_block(b)
+
+
+def edit_dir_item_dropped(im):
+    b, s = fs_item(im, lambda k, b, s: k.type == C.DIR_ITEM and k.objectid >= 257 and reg_child(b, s)
+                   and len(b.item_data(s)) < 300)
+    b.delete_item(s)
+    im.write_block(b)
+
+
+def edit_inode_ref_dropped(im):
+    b, s = first_inode(im, C.FS_TREE, lambda b, s: is_reg(b, s) and b.get_item(s, C.INODE_NLINK, "<I") == 1)
+    ino = b.item_key(s).objectid
+    rb, rs = im.find_item(im.tree_root(C.FS_TREE)[0], lambda k: k.objectid == ino and k.type == C.INODE_REF)
+    rb.delete_item(rs)
+    im.write_block(rb)
+
+
+def edit_entry_type(im):
+    b, s = fs_item(im, lambda k, b, s: k.type == C.DIR_INDEX and k.objectid >= 257 and reg_child(b, s))
+    b.patch_item(s, DIR_TYPE_OFF, "<B", C.FT_SYMLINK)
+    im.write_block(b)
+
+
+def edit_no_name(im):
+    """Every record of a file's one name gone: its data only reachable from lost+found."""
+    b, s = first_inode(im, C.FS_TREE, lambda b, s: is_reg(b, s) and b.get_item(s, C.INODE_NLINK, "<I") == 1
+                       and b.get_item(s, C.INODE_NBYTES, "<Q") > 0)
+    ino = b.item_key(s).objectid
+    root = im.tree_root(C.FS_TREE)[0]
+    rb, rs = im.find_item(root, lambda k: k.objectid == ino and k.type == C.INODE_REF)
+    d = rb.item_key(rs).offset
+    rb.delete_item(rs)
+    im.write_block(rb)
+    for typ in (C.DIR_INDEX, C.DIR_ITEM):
+        eb, es = fs_item(im, lambda k, b, s: k.objectid == d and k.type == typ and b.get_item(s, 0, "<Q") == ino)
+        eb.delete_item(es)
+        im.write_block(eb)
+
+
 CURES = {
     "nlink": edit_nlink,
     "nlink-zero": edit_nlink_zero,
@@ -185,7 +243,31 @@ CURES = {
     "bytes-used": edit_bytes_used,
     "free-space-tree": edit_free_space,
     "dev-bytes-used": edit_dev_used,
+    "dir-index-dropped": edit_dir_index_dropped,
+    "dir-item-dropped": edit_dir_item_dropped,
+    "inode-ref-dropped": edit_inode_ref_dropped,
+    "entry-type": edit_entry_type,
 }
+
+
+def test_no_name_to_lost_found(ubtrfs_bin, base):
+    """A file no name reaches any more gets one in /lost+found, named by its inode number, with its data."""
+    img, files = base
+    damage(img, edit_no_name)
+    damaged_sha = sha(img)
+    undo = img.parent / "lf.undo"
+    cp = repair(img, undo=undo)
+    assert cp.returncode == 0, T.describe(cp) + cp.stdout.decode()[-3000:]
+    assert "lost+found" in cp.stdout.decode()
+    assert btrfs_check(img).returncode == 0
+    with T.mounted([img], img.parent / "kmnt", readonly=True) as m:
+        got = tree_of(m)
+    lost = {k: v for k, v in got.items() if k.startswith("lost+found/")}
+    gone = {k: v for k, v in files.items() if k not in got}
+    assert len(gone) == 1 and len(lost) == 1, (gone, lost)
+    assert list(gone.values())[0] == list(lost.values())[0], "the file in lost+found holds other bytes"
+    cp = T.ubtrfs("rescue", "undo", str(undo), str(img))
+    assert cp.returncode == 0 and sha(img) == damaged_sha, T.describe(cp)
 
 
 @pytest.mark.parametrize("cls", sorted(CURES))
@@ -205,7 +287,8 @@ def test_repair_all_at_once(ubtrfs_bin, base):
     img, files = base
 
     def edit(im):
-        for e in (edit_nlink, edit_nbytes, edit_dir_size, edit_bg_used, edit_free_space, edit_dev_used):
+        for e in (edit_nlink, edit_nbytes, edit_dir_size, edit_bg_used, edit_free_space, edit_dev_used,
+                  edit_dir_index_dropped, edit_inode_ref_dropped):
             e(im)
     damage(img, edit)
     damaged_sha = sha(img)
