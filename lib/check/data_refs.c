@@ -153,9 +153,16 @@ static void finish(struct cstate *s)
 		return;
 	s->dref_open = false;
 	where_ref(&p, &s->dref_key);
-	if (!s->dref_unknown && s->dref_sum != s->dref_refs)
+	if (!s->dref_unknown && s->dref_sum != s->dref_refs) {
+		/* the file extent items that point at it agree with its references: the count alone is wrong */
+		if (files_known(s) && s->fext_n == s->dref_sum && s->dref_sum) {
+			p.fix = UB_CHK_FIX_EXTENT_REFS;
+			p.want = s->dref_sum;
+		}
 		chk_report(s->c, &p, "data extent item counts %llu references, its references count %llu",
 			   (unsigned long long)s->dref_refs, (unsigned long long)s->dref_sum);
+		p.fix = UB_CHK_FIX_NONE;
+	}
 	if (!files_known(s) || s->dref_unknown)
 		return;
 	if (s->drefs_nomem) {

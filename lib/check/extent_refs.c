@@ -320,9 +320,14 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 			   (unsigned long long)UB_GET(btrfs_extent_item, generation, d), (unsigned long long)b->gen);
 	if (!c->walk_complete || (c->dropped_roots && subvol_tree(tree_of(c, b))))
 		return;
-	if (refs != b->ptrs)
+	if (refs != b->ptrs) {
+		/* every tree walked: the pointers are the block's references, whatever its refs say */
+		p.fix = UB_CHK_FIX_EXTENT_REFS;
+		p.want = b->ptrs;
 		chk_report(c, &p, "extent item counts %llu references, %u pointers reach the block",
 			   (unsigned long long)refs, b->ptrs);
+		p.fix = UB_CHK_FIX_NONE;
+	}
 	/* ---- individual tree block references ---- */
 	owner_refs(c, &p, b, k, d, size, refs);
 	inline_block_refs(c, &p, k, d, size);

@@ -55,6 +55,13 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 	n->inode = p->inode;
 	n->devid = p->devid;
 	n->want = p->want;
+	if (p->fix == UB_CHK_FIX_EXTENT_REFS) {
+		if (!p->has_key)
+			return 0;
+		n->key = p->key;
+		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
+		n->inode = p->key.objectid; /* sorts and tells the notes of two extents apart */
+	}
 	/* every space problem has the one cure: keep one note of them */
 	if (p->fix == UB_CHK_FIX_SPACE) {
 		n->tree = n->inode = n->devid = n->want = 0;
@@ -128,6 +135,12 @@ static void dry_run(struct rp_ctx *c)
 		case UB_CHK_FIX_DEV_USED:
 			rp_say(c, n, 0, "would set devid %llu's bytes_used to %llu, its device extents' sum",
 			       (unsigned long long)n->devid, (unsigned long long)n->want);
+			break;
+		case UB_CHK_FIX_EXTENT_REFS:
+			rp_say(c, n, 0, "would set the references of extent %llu (%s) to %llu",
+			       (unsigned long long)n->key.objectid,
+			       n->key.type == BTRFS_METADATA_ITEM_KEY ? "tree block" : "extent item",
+			       (unsigned long long)n->want);
 			break;
 		case UB_CHK_FIX_NAMES:
 			rp_say(c, n, 0, "would make the names of inode %llu in directory %llu whole (tree %llu)",
@@ -219,6 +232,14 @@ static int apply(struct rp_ctx *c)
 {
 	int ret = 0;
 
+	/*
+	 * The extent items' counts before anything else: they are the counts as
+	 * the check saw them, and every copy-on-write of this transaction changes
+	 * them by its delayed references, applied after (at the commit).
+	 */
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_EXTENT_REFS)
+			ret = rp_fix_extent_refs(c, &c->r->notes[i]);
 	/* names first: the counts that follow them are counted again after, not taken from the check */
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_NAMES)

@@ -234,6 +234,19 @@ def edit_no_name(im):
         im.write_block(eb)
 
 
+def edit_tree_block_refs(im):
+    b, s = im.find_item(im.tree_root(C.EXTENT_TREE)[0], lambda k: k.type == C.METADATA_ITEM)
+    b.patch_item(s, 0, "<Q", b.get_item(s, 0, "<Q") + 2)  # extent item: refs, generation, flags
+    im.write_block(b)
+
+
+def edit_data_refs(im):
+    b, s = im.find_item(im.tree_root(C.EXTENT_TREE)[0],
+                        lambda k: k.type == C.EXTENT_ITEM and k.offset > 16384)
+    b.patch_item(s, 0, "<Q", b.get_item(s, 0, "<Q") + 1)
+    im.write_block(b)
+
+
 CURES = {
     "nlink": edit_nlink,
     "nlink-zero": edit_nlink_zero,
@@ -247,6 +260,8 @@ CURES = {
     "dir-item-dropped": edit_dir_item_dropped,
     "inode-ref-dropped": edit_inode_ref_dropped,
     "entry-type": edit_entry_type,
+    "tree-block-refs": edit_tree_block_refs,
+    "data-refs": edit_data_refs,
 }
 
 
@@ -288,7 +303,7 @@ def test_repair_all_at_once(ubtrfs_bin, base):
 
     def edit(im):
         for e in (edit_nlink, edit_nbytes, edit_dir_size, edit_bg_used, edit_free_space, edit_dev_used,
-                  edit_dir_index_dropped, edit_inode_ref_dropped):
+                  edit_dir_index_dropped, edit_inode_ref_dropped, edit_tree_block_refs, edit_data_refs):
             e(im)
     damage(img, edit)
     damaged_sha = sha(img)
