@@ -56,6 +56,8 @@ static void verify_copy(struct cstate *s, const struct ub_key *k, uint64_t at, u
 		ub_volume_describe_copy(vol, at, mirror, where, sizeof(where));
 		p.logical = at;
 		ub_volume_map(vol, at, mirror, &p.devid, &p.physical, &p.path);
+		/* a scrub rewrites it when another copy is good */
+		p.fix = UB_CHK_FIX_COPY;
 		chk_report(s->c, &p, "data [%llu, +%llu): %s cannot be read: %s", (unsigned long long)at,
 			   (unsigned long long)n, where, *why ? why : strerror(-ret));
 		return;
@@ -72,6 +74,7 @@ static void verify_copy(struct cstate *s, const struct ub_key *k, uint64_t at, u
 	p.logical = first;
 	ub_volume_map(vol, first, mirror, &p.devid, &p.physical, &p.path);
 	ub_volume_describe_copy(vol, first, mirror, where, sizeof(where));
+	p.fix = UB_CHK_FIX_COPY;
 	chk_report(s->c, &p, "data checksum mismatch at %llu on %s (%llu of the sectors in [%llu, +%llu))",
 		   (unsigned long long)first, where, (unsigned long long)bad, (unsigned long long)at,
 		   (unsigned long long)n);

@@ -142,6 +142,7 @@ static void report_bad_copy(void *arg, int mirror, const char *where, const char
 
 	where_block(&p, b->w, b->bytenr, b->key);
 	(void)mirror;
+	p.fix = UB_CHK_FIX_COPY;
 	chk_report(b->w->c, &p, "%s is bad: %s; another copy is good", where, why);
 }
 

@@ -62,8 +62,8 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
 		n->inode = p->key.objectid; /* sorts and tells the notes of two extents apart */
 	}
-	/* every space problem has the one cure: keep one note of them */
-	if (p->fix == UB_CHK_FIX_SPACE) {
+	/* every space problem has the one cure, every bad copy too: keep one note of each */
+	if (p->fix == UB_CHK_FIX_SPACE || p->fix == UB_CHK_FIX_COPY) {
 		n->tree = n->inode = n->devid = n->want = 0;
 	}
 	return 0;
@@ -135,6 +135,10 @@ static void dry_run(struct rp_ctx *c)
 		case UB_CHK_FIX_DEV_USED:
 			rp_say(c, n, 0, "would set devid %llu's bytes_used to %llu, its device extents' sum",
 			       (unsigned long long)n->devid, (unsigned long long)n->want);
+			break;
+		case UB_CHK_FIX_COPY:
+			rp_say(c, n, 0, "would scrub: every bad copy of a tree block or of data rewritten from a good "
+			       "one");
 			break;
 		case UB_CHK_FIX_EXTENT_REFS:
 			rp_say(c, n, 0, "would set the references of extent %llu (%s) to %llu",
@@ -351,6 +355,12 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	ret = ub_engine_open_raw(NULL, devs, npaths, log, flags, &c.e);
 	if (!ret)
 		ret = ub_engine_ready(c.e);
+	if (ret)
+		goto out;
+	/* bad copies first, by a scrub: what the transaction then reads and copies is the good bytes */
+	for (size_t i = 0; !ret && i < r->nnotes; i++)
+		if (r->notes[i].fix == UB_CHK_FIX_COPY)
+			ret = rp_scrub(&c, &r->notes[i]);
 	if (ret)
 		goto out;
 	ret = ub_txn_start(c.e, &c.t);

@@ -417,3 +417,28 @@ def test_usage(ubtrfs_bin, base):
     for args in (["--dry-run"], ["--undo-file", "x"], ["--repair", "--force"], ["--repair", "--generation", "5"]):
         cp = T.ubtrfs("check", *args, str(img))
         assert cp.returncode == 2, (args, T.describe(cp))
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_bad_copy_rewritten_from_the_good_one(ubtrfs_bin, base, which):
+    """One copy of a DUP tree block bad (btrfs check reads the good one and stays quiet: the test's
+    record of what it broke is the oracle): the repair's scrub rewrites it from the other copy."""
+    img, files = base
+    with C.Image(img) as im:
+        logical = im.tree_root(C.FS_TREE)[0]
+        phys = im.physical(logical)
+        nodesize = im.super("nodesize")
+    assert len(phys) == 2, "the base image has DUP metadata"
+    with open(img, "rb") as f:
+        f.seek(phys[1 - which])
+        good = f.read(nodesize)
+    T.overwrite(img, phys[which] + 64, b"\xa5" * 64)
+    damaged_sha = sha(img)
+    undo = img.parent / "copy.undo"
+    cp = repair(img, undo=undo)
+    assert cp.returncode == 0, T.describe(cp) + cp.stdout.decode()[-3000:]
+    assert "scrub: %d sectors of bad copies rewritten" % (nodesize // 4096) in cp.stdout.decode(), cp.stdout.decode()
+    with open(img, "rb") as f:
+        f.seek(phys[which])
+        assert f.read(nodesize) == good, "the bad copy was not rewritten from the good one"
+    assert_repaired(img, files, damaged_sha, undo)
