@@ -53,6 +53,7 @@ enum ub_chk_fix {
 	UB_CHK_FIX_NAMES,     /* the names of `inode` in directory `want` made whole: INODE_REF, DIR_ITEM and
 				 DIR_INDEX of each name, one index, the type of the inode's mode */
 	UB_CHK_FIX_LOST,      /* `inode` has no name (and no orphan item): linked into /lost+found */
+	UB_CHK_FIX_HOLES,     /* no NO_HOLES: the gaps of `inode`'s file extents up to its size get hole items */
 	UB_CHK_FIX_COPY,      /* a bad copy of a tree block or of data: rewritten from a good one (a scrub) */
 	UB_CHK_FIX_EXTENT_REFS, /* the extent item at `key` (extent tree) counts `want` references: the
 				   pointers that reach a tree block, the file extent items that point at data */

@@ -131,6 +131,7 @@ static void inode_verdicts(struct fstate *f)
 	if (f->no_holes || !i->size)
 		return;
 	/* without NO_HOLES every byte up to the size has an extent item, holes included */
+	p.fix = UB_CHK_FIX_HOLES;
 	if (i->ext_start == UINT64_MAX || i->ext_start)
 		chk_report(f->s.c, &p, "no file extent covers [0, +%llu) (size %llu; the filesystem has no NO_HOLES)",
 			   (unsigned long long)(i->ext_start == UINT64_MAX ? i->size : i->ext_start),

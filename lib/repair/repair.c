@@ -136,6 +136,10 @@ static void dry_run(struct rp_ctx *c)
 			rp_say(c, n, 0, "would set devid %llu's bytes_used to %llu, its device extents' sum",
 			       (unsigned long long)n->devid, (unsigned long long)n->want);
 			break;
+		case UB_CHK_FIX_HOLES:
+			rp_say(c, n, 0, "would add hole file extent items in the gaps of inode %llu (tree %llu)",
+			       (unsigned long long)n->inode, (unsigned long long)n->tree);
+			break;
 		case UB_CHK_FIX_COPY:
 			rp_say(c, n, 0, "would scrub: every bad copy of a tree block or of data rewritten from a good "
 			       "one");
@@ -263,6 +267,9 @@ static int apply(struct rp_ctx *c)
 			break;
 		case UB_CHK_FIX_NBYTES:
 			ret = fix_inode(c, n);
+			break;
+		case UB_CHK_FIX_HOLES:
+			ret = rp_fix_holes(c, n);
 			break;
 		case UB_CHK_FIX_DEV_USED:
 			ret = rp_fix_dev_used(c, n);

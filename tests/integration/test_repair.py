@@ -442,3 +442,48 @@ def test_bad_copy_rewritten_from_the_good_one(ubtrfs_bin, base, which):
         f.seek(phys[which])
         assert f.read(nodesize) == good, "the bad copy was not rewritten from the good one"
     assert_repaired(img, files, damaged_sha, undo)
+
+
+@pytest.fixture(scope="module")
+def holes_base(tmp_path_factory):
+    """A kernel-made image without NO_HOLES: every hole of a file is an item."""
+    d = tmp_path_factory.mktemp("repair-holes")
+    img = d / "base.img"
+    with open(img, "wb") as f:
+        f.truncate(256 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-O", "^no-holes", str(img)])
+    with T.mounted([img], d / "mnt", readonly=False) as m:
+        with open(os.path.join(m, "middle"), "wb") as f:
+            f.write(b"a" * 8192)
+            f.seek(1 << 20)
+            f.write(b"b" * 8192)
+        with open(os.path.join(m, "tail"), "wb") as f:
+            f.write(b"c" * 8192)
+            f.truncate(3 << 20)
+    with T.mounted([img], d / "mnt", readonly=True) as m:
+        files = tree_of(m)
+    yield img, files
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("which", ["middle", "tail"])
+def test_missing_hole_item(ubtrfs_bin, holes_base, tmp_path, which):
+    img = tmp_path / "fs.img"
+    T.copy_sparse(holes_base[0], img)
+    files = holes_base[1]
+
+    def edit(im):
+        root = im.tree_root(C.FS_TREE)[0]
+        holes = [(b, s) for b, s in im.walk(root) if b.item_key(s).type == C.EXTENT_DATA
+                 and b.get_item(s, C.FE_TYPE, "<B") == C.FILE_EXTENT_REG and b.get_item(s, C.FE_DISK_BYTENR, "<Q") == 0]
+        # the files in creation order: inode 257 "middle", 258 "tail"
+        b, s = [h for h in holes if h[0].item_key(h[1]).objectid == (257 if which == "middle" else 258)][0]
+        b.delete_item(s)
+        im.write_block(b)
+    damage(img, edit)
+    damaged_sha = sha(img)
+    undo = tmp_path / "holes.undo"
+    cp = repair(img, undo=undo)
+    assert cp.returncode == 0, T.describe(cp) + cp.stdout.decode()[-3000:]
+    assert "a hole item for" in cp.stdout.decode()
+    assert_repaired(img, files, damaged_sha, undo)
