@@ -333,16 +333,18 @@ static int do_super(struct rescue_args *a)
 		return EXIT_FATAL;
 	}
 	ret = ub_rescue_super_recover(devs, a->ndevs, &a->log, &s, &rewritten);
-	rc = end_undo(a, u) ? EXIT_FATAL : EXIT_OK;
+	rc = EXIT_OK;
 	if (ret) {
 		fprintf(stderr, "ubtrfs rescue super-recover: error: failed to recover bad superblocks: %s\n",
 			strerror(-ret));
 		rc = EXIT_FATAL;
 	} else {
 		printf("Recovered bad superblocks successful: %d cop%s rewritten\n", rewritten, rewritten == 1 ? "y" : "ies");
-		if (s.unrecoverable && rc == EXIT_OK)
+		if (s.unrecoverable)
 			rc = EXIT_PROBLEMS;
 	}
+	if (end_undo(a, u))
+		rc = EXIT_FATAL;
 out:
 	ub_sb_survey_free(&s);
 	free(devs);
@@ -400,7 +402,7 @@ static int do_zero_log(struct rescue_args *a)
 		return EXIT_FATAL;
 	}
 	ret = ub_rescue_zero_log(devs, a->ndevs, &a->log, &old);
-	rc = end_undo(a, u) ? EXIT_FATAL : EXIT_OK;
+	rc = EXIT_OK;
 	if (ret) {
 		fprintf(stderr, "ubtrfs rescue zero-log: error: %s\n", strerror(-ret));
 		rc = EXIT_FATAL;
@@ -409,6 +411,8 @@ static int do_zero_log(struct rescue_args *a)
 	} else {
 		printf("no log tree on %s: nothing to clear\n", a->devs[0]);
 	}
+	if (end_undo(a, u))
+		rc = EXIT_FATAL;
 	free(devs);
 	return rc;
 }
@@ -430,7 +434,7 @@ static int do_fix_size(struct rescue_args *a)
 		return EXIT_FATAL;
 	}
 	ret = ub_rescue_fix_device_size(devs, a->ndevs, &a->log, &r);
-	rc = end_undo(a, u) ? EXIT_FATAL : EXIT_OK;
+	rc = EXIT_OK;
 	if (ret) {
 		fprintf(stderr, "ubtrfs rescue fix-device-size: error: %s\n",
 			ret == -EOPNOTSUPP ? "the filesystem cannot be written as it is (see above)" : strerror(-ret));
@@ -444,8 +448,7 @@ static int do_fix_size(struct rescue_args *a)
 			fprintf(stderr, "ubtrfs rescue fix-device-size: error: devid %" PRIu64 " claims %" PRIu64
 				" bytes, the device has %" PRIu64 ", but its device extents reach %" PRIu64 ": left\n",
 				f->devid, f->old_bytes, f->dev_bytes, f->extents_end);
-			if (rc == EXIT_OK)
-				rc = EXIT_PROBLEMS;
+			rc = EXIT_PROBLEMS;
 		}
 		if (f->new_bytes != f->old_bytes)
 			printf("Fixed device size for devid %" PRIu64 ", old size: %" PRIu64 " new size: %" PRIu64 "\n",
@@ -457,6 +460,8 @@ static int do_fix_size(struct rescue_args *a)
 	if (!r.changed)
 		printf("No device size related problem found\n");
 out:
+	if (end_undo(a, u))
+		rc = EXIT_FATAL;
 	ub_devsize_result_free(&r);
 	free(devs);
 	return rc;

@@ -331,6 +331,28 @@ def test_super_recover_bad_and_stale_copies(ubtrfs_bin, work):
         assert digest(img) == before
 
 
+def test_super_recover_two_devices(ubtrfs_bin, work):
+    a, b = work / "a.img", work / "b.img"
+    for img in (a, b):
+        with open(img, "wb") as f:
+            f.truncate(300 * MiB)
+    T.run(["mkfs.btrfs", "-q", "-f", "-d", "raid1", "-m", "raid1", str(a), str(b)])
+    gen = T.super_generations(a)[0]
+    T.overwrite(b, SUPER1, random_bytes(4096, 2))
+    before = (digest(a), digest(b))
+    undo = work / "two.undo"
+    cp = rescue("super-recover", "-y", "--undo-file", undo, a, b)
+    assert "1 copy rewritten" in out(cp), out(cp)
+    assert T.super_generations(a) == T.super_generations(b) == {0: gen, 1: gen}
+    with T.mounted([a, b], work / "mnt"):
+        pass
+    # both devices, matched by devid, or nothing
+    cp = rescue("undo", undo, a, ok=(2,))
+    assert "was not given" in out(cp), out(cp)
+    rescue("undo", undo, b, a)
+    assert (digest(a), digest(b)) == before
+
+
 def test_super_recover_nothing_valid(ubtrfs_bin, work):
     img = work / "none.img"
     with open(img, "wb") as f:
