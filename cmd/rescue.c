@@ -340,7 +340,8 @@ static int do_super(struct rescue_args *a)
 		rc = EXIT_FATAL;
 	} else {
 		printf("Recovered bad superblocks successful: %d cop%s rewritten\n", rewritten, rewritten == 1 ? "y" : "ies");
-		if (s.unrecoverable)
+		/* a device named unrecoverable, or one the volume left out (stale beyond a commit) */
+		if (s.unrecoverable || rewritten < s.to_rewrite)
 			rc = EXIT_PROBLEMS;
 	}
 	if (end_undo(a, u))
@@ -379,7 +380,7 @@ static int do_zero_log(struct rescue_args *a)
 	struct ub_log_survey s;
 	struct ub_undo *u = NULL;
 	uint64_t old = 0;
-	int ret, rc;
+	int ret, rc, level = -1;
 
 	if (!devs)
 		return EXIT_FATAL;
@@ -394,6 +395,7 @@ static int do_zero_log(struct rescue_args *a)
 		return EXIT_OK;
 	} else {
 		print_log(&s);
+		level = (int)s.log_level;
 	}
 	ub_log_survey_free(&s);
 	if (start_undo(a, &u) || open_devs(a, true, u, devs)) {
@@ -407,7 +409,10 @@ static int do_zero_log(struct rescue_args *a)
 		fprintf(stderr, "ubtrfs rescue zero-log: error: %s\n", strerror(-ret));
 		rc = EXIT_FATAL;
 	} else if (old) {
-		printf("Clearing log on %s, previous log_root %" PRIu64 "\n", a->devs[0], old);
+		printf("Clearing log on %s, previous log_root %" PRIu64, a->devs[0], old);
+		if (level >= 0)
+			printf(", level %d", level);
+		putchar('\n');
 	} else {
 		printf("no log tree on %s: nothing to clear\n", a->devs[0]);
 	}

@@ -353,6 +353,18 @@ def test_super_recover_two_devices(ubtrfs_bin, work):
     assert (digest(a), digest(b)) == before
 
 
+def test_super_recover_names_a_foreign_device(ubtrfs_bin, work):
+    a, b = work / "a.img", work / "b.img"
+    mkfs(a, 200 * MiB)
+    mkfs(b, 200 * MiB)
+    T.overwrite(a, SUPER0, random_bytes(4096, 3))
+    cp = rescue("super-recover", "-y", a, b, ok=(1,))
+    text = out(cp)
+    assert "belongs to another filesystem" in text and "1 copy rewritten" in text, text
+    progs_check(a)
+    progs_check(b)
+
+
 def test_super_recover_nothing_valid(ubtrfs_bin, work):
     img = work / "none.img"
     with open(img, "wb") as f:
@@ -387,7 +399,7 @@ def test_zero_log_on_a_kernel_log(ubtrfs_bin, work):
     assert "log tree at logical %d" % crash.log_root in text, text
     inodes = re.search(r"subvolume 5: inode((?: \d+)+)", text)
     assert inodes and set(logged) <= set(map(int, inodes.group(1).split())), (logged, text)
-    assert "previous log_root %d" % crash.log_root in text, text
+    assert "previous log_root %d, level 0" % crash.log_root in text, text
     sup = L.dump_super(img)
     assert sup["log_root"] == "0" and sup["log_root_level"] == "0", sup
     progs_check(img)
