@@ -160,6 +160,45 @@ def read_at(path, off, ln):
         return f.read(ln)
 
 
+def crash_points(mode, img, work, judge=None):
+    """Run `mode` through undo_crash stopped at each of its writes in turn: the image holds
+    the writes before, the undo file what was saved before them (no trailer); `judge` sees
+    the stopped state; undo must give back the image before the run."""
+    driver = T.test_tool("undo_crash")
+    base = work / ("%s-base.img" % mode)
+    T.copy_sparse(img, base)
+    before = digest(base)
+    undo = work / ("%s-crash.undo" % mode)
+    cp = T.run([driver, mode, img, undo, 0])
+    n = int(cp.stdout.split()[0])
+    undo.unlink()
+    assert n >= 1, cp.stdout
+    for k in range(1, n + 1):
+        T.copy_sparse(base, img)
+        T.run([driver, mode, img, undo, k])
+        if judge:
+            judge(img, k)
+        rescue("undo", undo, img)
+        assert digest(img) == before, (mode, k)
+        undo.unlink()
+    base.unlink()
+    return n
+
+
+def test_fix_device_size_stopped_at_every_write(ubtrfs_bin, work):
+    """Stopped anywhere, the filesystem is the old one or the fixed one (btrfs check finds
+    nothing or only the old size), and undo from there gives back the image."""
+    img = oversized(work)
+
+    def judge(stopped, k):
+        cp = T.run(["btrfs", "check", str(stopped)], check=False)
+        errors = [l for l in cp.stderr.decode("utf-8", "replace").splitlines() if l.startswith("ERROR")]
+        assert all("smaller than total_bytes" in l or "extent allocation tree or chunk allocation" in l
+                   for l in errors), (k, errors)
+
+    assert crash_points("size", img, work, judge) >= 3
+
+
 def test_undo_cut_at_every_record(ubtrfs_bin, work):
     """A run cut short leaves a file whose records that verify are all applied: cut after
     each record (and inside the next, and with the next one's bytes damaged), the apply
@@ -329,6 +368,7 @@ def test_super_recover_bad_and_stale_copies(ubtrfs_bin, work):
     for undo, before in reversed(steps):
         rescue("undo", undo, img)
         assert digest(img) == before
+    crash_points("super", img, work)
 
 
 def test_super_recover_two_devices(ubtrfs_bin, work):
@@ -412,6 +452,7 @@ def test_zero_log_on_a_kernel_log(ubtrfs_bin, work):
     rescue("undo", undo, img)
     assert digest(img) == before
     assert L.dump_super(img)["log_root"] == str(crash.log_root)
+    crash_points("zerolog", img, work)
 
 
 def test_rescue_refuses_a_mounted_device(ubtrfs_bin, work):
