@@ -7,7 +7,7 @@
  * the undo file's trailer, as a crash leaves it. `ubtrfs rescue undo` must give
  * back the image as it was before the run, whatever K.
  *
- *   undo_crash size|super|zerolog IMAGE UNDOFILE K
+ *   undo_crash size|super|zerolog|chunk IMAGE UNDOFILE K
  *
  * K 0: nothing fails; prints the number of writes the run made. A library user.
  */
@@ -29,7 +29,7 @@ int main(int argc, char **argv)
 	int ret, rewritten;
 
 	if (argc != 5) {
-		fprintf(stderr, "usage: undo_crash size|super|zerolog IMAGE UNDOFILE K\n");
+		fprintf(stderr, "usage: undo_crash size|super|zerolog|chunk IMAGE UNDOFILE K\n");
 		return 2;
 	}
 	k = strtoull(argv[4], NULL, 0);
@@ -46,17 +46,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "undo_crash: %s\n", strerror(-ret));
 		return 2;
 	}
+	ret = 0;
 	/* from here on every write the run makes is counted; the Kth and later fail */
 	ub_fault_plan_arm(plan, UB_FAULT_WRITE, k, true);
 	if (!strcmp(argv[1], "size"))
 		ret = ub_rescue_fix_device_size(&dev, 1, &quiet, NULL);
 	else if (!strcmp(argv[1], "super"))
 		ret = ub_rescue_super_recover(&dev, 1, &quiet, NULL, &rewritten);
+	else if (!strcmp(argv[1], "chunk"))
+		ret = ub_rescue_chunk_recover((const char *const *)&argv[2], 1, &dev, 1, &quiet, &rewritten);
 	else
 		ret = ub_rescue_zero_log(&dev, 1, &quiet, NULL);
 	injected = ub_fault_plan_injected(plan);
 	printf("%llu writes, %llu failed, run %s\n", (unsigned long long)ub_fault_plan_count(plan, UB_FAULT_WRITE),
-	       (unsigned long long)injected, ret ? strerror(-ret) : "ok");
+	       (unsigned long long)injected, ret < 0 ? strerror(-ret) : "ok");
 	ub_fault_plan_put(plan);
 	/* a crash writes no trailer */
 	ub_undo_free(u);
