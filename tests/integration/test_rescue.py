@@ -417,7 +417,11 @@ def test_super_recover_nothing_valid(ubtrfs_bin, work):
 # --------------------------------------------------------------------------
 # chunk-recover
 
-def test_chunk_recover_rebuilds_the_chunk_tree(ubtrfs_bin, work):
+@pytest.mark.parametrize("damage", ["leaf", "system-chunk"])
+def test_chunk_recover_rebuilds_the_chunk_tree(ubtrfs_bin, work, damage):
+    """leaf: the chunk tree's only leaf loses both copies (older copies of leaves remain in the
+    system chunk); system-chunk: both copies of the whole system chunk zeroed, so the map comes
+    from a raw scan of the device for block group items and device extents."""
     img = work / "chunk.img"
     mkfs(img, 300 * MiB)
     with T.mounted([img], work / "mnt", readonly=False) as mnt:
@@ -432,8 +436,15 @@ def test_chunk_recover_rebuilds_the_chunk_tree(ubtrfs_bin, work):
     root = int(L.dump_super(img)["chunk_root"])
     copies = T.map_logical(img, root, 16384)
     assert len(copies) == 2, copies
+    m = re.search(rb"CHUNK_ITEM (\d+)\) itemoff \d+ itemsize \d+\n\s*length (\d+) owner \d+ stripe_len \d+ "
+                  rb"type SYSTEM", want_tree)
+    sys_logical, sys_length = int(m.group(1)), int(m.group(2))
+    sys_copies = T.map_logical(img, sys_logical, sys_length)
     for _, phys in copies:
         T.overwrite(img, phys, random_bytes(16384, phys))
+    if damage == "system-chunk":
+        for _, phys in sys_copies:
+            T.overwrite(img, phys, bytes(sys_length))
     assert T.run(["btrfs", "check", str(img)], check=False).returncode != 0
     damaged = digest(img)
     cp = rescue("chunk-recover", img, ok=(2,))
