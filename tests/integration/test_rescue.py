@@ -371,7 +371,7 @@ def test_super_recover_bad_and_stale_copies(ubtrfs_bin, work):
     crash_points("super", img, work)
 
 
-def test_super_recover_two_devices(ubtrfs_bin, work):
+def test_two_devices_super_recover_and_chunk_recover(ubtrfs_bin, work):
     a, b = work / "a.img", work / "b.img"
     for img in (a, b):
         with open(img, "wb") as f:
@@ -391,6 +391,23 @@ def test_super_recover_two_devices(ubtrfs_bin, work):
     assert "was not given" in out(cp), out(cp)
     rescue("undo", undo, b, a)
     assert (digest(a), digest(b)) == before
+    # the chunk tree's leaf lost on both devices (RAID1 system chunk: one copy on each)
+    rescue("super-recover", "-y", a, b)
+    want = T.ubtrfs("dump-tree", "-t", "chunk", a, b).stdout
+    m = re.search(rb"length (\d+) owner \d+ stripe_len \d+ type SYSTEM\|RAID1\n.*\n.*\n"
+                  rb"\s*stripe 0 devid (\d) offset (\d+)\n.*\n\s*stripe 1 devid (\d) offset (\d+)", want)
+    logical = int(re.search(rb"CHUNK_ITEM (\d+)\) itemoff \d+ itemsize \d+\n\s*length %s owner \d+ stripe_len \d+ "
+                            rb"type SYSTEM" % m.group(1), want).group(1))
+    root = int(L.dump_super(a)["chunk_root"])
+    for devid, off in ((m.group(2), m.group(3)), (m.group(4), m.group(5))):
+        T.overwrite(a if devid == b"1" else b, int(off) + root - logical, random_bytes(16384))
+    cp = rescue("chunk-recover", "-y", a, b)
+    assert "Chunk tree recovered" in out(cp), out(cp)
+    assert T.ubtrfs("dump-tree", "-t", "chunk", a, b).stdout == want
+    with T.mounted([a, b], work / "mnt2"):
+        pass
+    cp = T.ubtrfs("check", a, b)
+    assert cp.returncode == 0, T.describe(cp)
 
 
 def test_super_recover_names_a_foreign_device(ubtrfs_bin, work):
