@@ -525,7 +525,7 @@ static int do_chunk(struct rescue_args *a)
 	if (ret < 0) {
 		fprintf(stderr, "ubtrfs rescue chunk-recover: error: chunk tree not rebuilt: %s\n", strerror(-ret));
 		rc = EXIT_FATAL;
-	} else if (ret == 0) {
+	} else if (!nchunks) {
 		printf("the chunk tree reads: nothing to recover\n");
 	} else {
 		printf("Chunk tree recovered successfully: %d chunk%s\n", nchunks, nchunks == 1 ? "" : "s");

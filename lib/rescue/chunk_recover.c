@@ -192,6 +192,10 @@ static int build_leaf(struct ub_fs *fs, uint8_t *block, int *nchunks)
 				     uuids, item);
 		ret = leaf_add(&l, &k, item, ub_chunk_item_bytes(ch->num_stripes));
 	}
+	if (!ret && !*nchunks) {
+		ub_err(&fs->log, "no chunk of the rebuilt map is described by a block group item or device extents");
+		ret = -ENOENT;
+	}
 	if (ret == -EFBIG)
 		ub_err(&fs->log, "%d chunks and %d devices do not fit one chunk tree leaf: not rebuilt", vol->nchunks,
 		       vol->nvdevs);
@@ -253,6 +257,8 @@ int ub_rescue_chunk_recover(const char *const *paths, int npaths, struct ub_dev 
 	}
 	block = malloc(fs->vol->nodesize);
 	ret = block ? build_leaf(fs, block, nchunks) : -ENOMEM;
+	if (ret)
+		*nchunks = 0;
 	chunk_root = SB(chunk_root, fs->vol->super);
 	ub_fs_close(fs);
 	fs = NULL;
@@ -269,7 +275,9 @@ int ub_rescue_chunk_recover(const char *const *paths, int npaths, struct ub_dev 
 		       strerror(-ret));
 	ub_volume_close(vol);
 	free(block);
-	return ret ? ret : 1;
+	if (ret)
+		*nchunks = 0;
+	return ret;
 close_devs:
 	ub_fs_close(fs);
 	free(block);
