@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ubtrfs rescue undo|super-recover|zero-log|fix-device-size: btrfs rescue's
+ * ubtrfs rescue undo|super-recover|zero-log|fix-device-size|chunk-recover: btrfs rescue's
  * operations (include/ubtrfs/rescue.h) and the undo file's replay
  * (include/ubtrfs/undo.h); with --undo-file every write goes through undo
  * devices first. docs/rescue.md.
@@ -21,13 +21,15 @@ static const char help[] =
 	"usage: ubtrfs rescue undo [--dry-run] FILE DEV...\n"
 	"       ubtrfs rescue super-recover [-y] [--undo-file FILE] DEV...\n"
 	"       ubtrfs rescue zero-log [--undo-file FILE] DEV...\n"
-	"       ubtrfs rescue fix-device-size [--undo-file FILE] DEV...\n\n"
+	"       ubtrfs rescue fix-device-size [--undo-file FILE] DEV...\n"
+	"       ubtrfs rescue chunk-recover [-y] [--undo-file FILE] DEV...\n\n"
 	"Repair what keeps a filesystem from opening, as btrfs rescue does, on devices nothing has\n"
 	"mounted (a mounted one is refused). DEV... are every device of the filesystem.\n\n"
 	"  undo               put the devices back as an undo file saved them\n"
 	"  super-recover      rewrite bad or stale superblock copies from the newest good one\n"
 	"  zero-log           drop the fsync log (after saying what it held)\n"
-	"  fix-device-size    device sizes a multiple of the sector size and within the device\n\n"
+	"  fix-device-size    device sizes a multiple of the sector size and within the device\n"
+	"  chunk-recover      write a chunk tree that cannot be read again from a scan\n\n"
 	"'ubtrfs rescue COMMAND --help' describes each. With --undo-file FILE the old bytes of\n"
 	"everything written are saved in FILE first (a new file, never on the devices), so that\n"
 	"'ubtrfs rescue undo FILE DEV...' puts the devices back byte for byte.\n\n"
@@ -77,6 +79,18 @@ static const char size_help[] =
 	"Exit codes: 0 fixed or nothing to fix, 1 a device larger than itself that its extents\n"
 	"keep so, 2 usage or fatal error.\n";
 
+static const char chunk_help[] =
+	"usage: ubtrfs rescue chunk-recover [-y] [--undo-file FILE] DEV...\n\n"
+	"When the chunk tree cannot be read, rebuild the chunk map from older copies of its leaves,\n"
+	"or from the block group items and device extents a scan of the devices finds (what\n"
+	"restore reads through), and write it as a new one-leaf chunk tree in place of the old\n"
+	"root. A chunk tree that reads: nothing to do. A chunk tree of several levels, or more\n"
+	"chunks than one leaf holds, is refused.\n\n"
+	"  -y, --yes          do not ask for confirmation (needed without a terminal)\n"
+	"      --undo-file FILE  save the old bytes of what is written into FILE first\n"
+	"  -h, --help         this text\n\n"
+	"Exit codes: 0 rebuilt or nothing to do, 2 usage, a refusal or fatal error.\n";
+
 enum { OPT_UNDO = 0x200, OPT_DRY };
 
 struct rescue_args {
@@ -98,7 +112,8 @@ static int parse(int argc, char **argv, const char *helptext, struct rescue_args
 		{ "dry-run", no_argument, NULL, OPT_DRY },
 		{ NULL, 0, NULL, 0 },
 	};
-	bool is_undo = !strcmp(a->sub, "undo"), is_super = !strcmp(a->sub, "super-recover");
+	bool is_undo = !strcmp(a->sub, "undo");
+	bool is_super = !strcmp(a->sub, "super-recover") || !strcmp(a->sub, "chunk-recover");
 	int c;
 
 	optind = 1;
@@ -333,16 +348,19 @@ static int do_super(struct rescue_args *a)
 		return EXIT_FATAL;
 	}
 	ret = ub_rescue_super_recover(devs, a->ndevs, &a->log, &s, &rewritten);
-	rc = end_undo(a, u) ? EXIT_FATAL : EXIT_OK;
+	rc = EXIT_OK;
 	if (ret) {
 		fprintf(stderr, "ubtrfs rescue super-recover: error: failed to recover bad superblocks: %s\n",
 			strerror(-ret));
 		rc = EXIT_FATAL;
 	} else {
 		printf("Recovered bad superblocks successful: %d cop%s rewritten\n", rewritten, rewritten == 1 ? "y" : "ies");
-		if (s.unrecoverable && rc == EXIT_OK)
+		/* a device named unrecoverable, or one the volume left out (stale beyond a commit) */
+		if (s.unrecoverable || rewritten < s.to_rewrite)
 			rc = EXIT_PROBLEMS;
 	}
+	if (end_undo(a, u))
+		rc = EXIT_FATAL;
 out:
 	ub_sb_survey_free(&s);
 	free(devs);
@@ -377,7 +395,7 @@ static int do_zero_log(struct rescue_args *a)
 	struct ub_log_survey s;
 	struct ub_undo *u = NULL;
 	uint64_t old = 0;
-	int ret, rc;
+	int ret, rc, level = -1;
 
 	if (!devs)
 		return EXIT_FATAL;
@@ -392,6 +410,7 @@ static int do_zero_log(struct rescue_args *a)
 		return EXIT_OK;
 	} else {
 		print_log(&s);
+		level = (int)s.log_level;
 	}
 	ub_log_survey_free(&s);
 	if (start_undo(a, &u) || open_devs(a, true, u, devs)) {
@@ -400,15 +419,20 @@ static int do_zero_log(struct rescue_args *a)
 		return EXIT_FATAL;
 	}
 	ret = ub_rescue_zero_log(devs, a->ndevs, &a->log, &old);
-	rc = end_undo(a, u) ? EXIT_FATAL : EXIT_OK;
+	rc = EXIT_OK;
 	if (ret) {
 		fprintf(stderr, "ubtrfs rescue zero-log: error: %s\n", strerror(-ret));
 		rc = EXIT_FATAL;
 	} else if (old) {
-		printf("Clearing log on %s, previous log_root %" PRIu64 "\n", a->devs[0], old);
+		printf("Clearing log on %s, previous log_root %" PRIu64, a->devs[0], old);
+		if (level >= 0)
+			printf(", level %d", level);
+		putchar('\n');
 	} else {
 		printf("no log tree on %s: nothing to clear\n", a->devs[0]);
 	}
+	if (end_undo(a, u))
+		rc = EXIT_FATAL;
 	free(devs);
 	return rc;
 }
@@ -430,7 +454,7 @@ static int do_fix_size(struct rescue_args *a)
 		return EXIT_FATAL;
 	}
 	ret = ub_rescue_fix_device_size(devs, a->ndevs, &a->log, &r);
-	rc = end_undo(a, u) ? EXIT_FATAL : EXIT_OK;
+	rc = EXIT_OK;
 	if (ret) {
 		fprintf(stderr, "ubtrfs rescue fix-device-size: error: %s\n",
 			ret == -EOPNOTSUPP ? "the filesystem cannot be written as it is (see above)" : strerror(-ret));
@@ -444,8 +468,7 @@ static int do_fix_size(struct rescue_args *a)
 			fprintf(stderr, "ubtrfs rescue fix-device-size: error: devid %" PRIu64 " claims %" PRIu64
 				" bytes, the device has %" PRIu64 ", but its device extents reach %" PRIu64 ": left\n",
 				f->devid, f->old_bytes, f->dev_bytes, f->extents_end);
-			if (rc == EXIT_OK)
-				rc = EXIT_PROBLEMS;
+			rc = EXIT_PROBLEMS;
 		}
 		if (f->new_bytes != f->old_bytes)
 			printf("Fixed device size for devid %" PRIu64 ", old size: %" PRIu64 " new size: %" PRIu64 "\n",
@@ -457,7 +480,58 @@ static int do_fix_size(struct rescue_args *a)
 	if (!r.changed)
 		printf("No device size related problem found\n");
 out:
+	if (end_undo(a, u))
+		rc = EXIT_FATAL;
 	ub_devsize_result_free(&r);
+	free(devs);
+	return rc;
+}
+
+/* ---- chunk-recover ---- */
+
+static int do_chunk(struct rescue_args *a)
+{
+	struct ub_fs_opts o = { .super_mirror = -1, .no_log = true };
+	struct ub_log silent = { .verbosity = -1 };
+	struct ub_dev **devs;
+	struct ub_undo *u = NULL;
+	struct ub_fs *fs = NULL;
+	int ret, rc = EXIT_OK, nchunks = 0;
+
+	if (!ub_fs_open((const char *const *)a->devs, a->ndevs, &o, &silent, &fs)) {
+		ub_fs_close(fs);
+		printf("the chunk tree reads: nothing to recover\n");
+		return EXIT_OK;
+	}
+	if (!a->yes) {
+		if (!isatty(STDIN_FILENO)) {
+			fprintf(stderr, "ubtrfs rescue chunk-recover: error: no terminal to ask for confirmation: give -y\n");
+			return EXIT_FATAL;
+		}
+		if (!confirm(a->sub)) {
+			printf("Aborted\n");
+			return EXIT_FATAL;
+		}
+	}
+	devs = calloc((size_t)a->ndevs, sizeof(*devs));
+	if (!devs)
+		return EXIT_FATAL;
+	if (start_undo(a, &u) || open_devs(a, true, u, devs)) {
+		ub_undo_free(u);
+		free(devs);
+		return EXIT_FATAL;
+	}
+	ret = ub_rescue_chunk_recover((const char *const *)a->devs, a->ndevs, devs, a->ndevs, &a->log, &nchunks);
+	if (ret < 0) {
+		fprintf(stderr, "ubtrfs rescue chunk-recover: error: chunk tree not rebuilt: %s\n", strerror(-ret));
+		rc = EXIT_FATAL;
+	} else if (!nchunks) {
+		printf("the chunk tree reads: nothing to recover\n");
+	} else {
+		printf("Chunk tree recovered successfully: %d chunk%s\n", nchunks, nchunks == 1 ? "" : "s");
+	}
+	if (end_undo(a, u))
+		rc = EXIT_FATAL;
 	free(devs);
 	return rc;
 }
@@ -472,6 +546,7 @@ int cmd_rescue(int argc, char **argv)
 		{ "super-recover", super_help, do_super },
 		{ "zero-log", zero_help, do_zero_log },
 		{ "fix-device-size", size_help, do_fix_size },
+		{ "chunk-recover", chunk_help, do_chunk },
 	};
 	struct rescue_args a;
 

@@ -127,6 +127,19 @@ int ub_rescue_fix_device_size(struct ub_dev *const *devs, int ndevs, const struc
 			      struct ub_devsize_result *out);
 void ub_devsize_result_free(struct ub_devsize_result *r);
 
+/* ---- the chunk tree (lib/rescue/chunk_recover.c) ---- */
+
+/*
+ * When the chunk tree cannot be read: the chunk map rebuilt as a read-only
+ * open with rescue_chunks rebuilds it (from `paths`, opened read-only), then
+ * written as a new one-leaf chunk tree in place of the old root through
+ * `devs` (the same devices, taken over). *nchunks: the chunk items written,
+ * 0 when the chunk tree reads and nothing was written. -EOPNOTSUPP for a
+ * chunk tree of several levels, -EFBIG when the items do not fit a leaf.
+ */
+int ub_rescue_chunk_recover(const char *const *paths, int npaths, struct ub_dev *const *devs, int ndevs,
+			    const struct ub_log *log, int *nchunks);
+
 UB_API_END
 
 #endif

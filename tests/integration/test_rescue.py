@@ -160,6 +160,45 @@ def read_at(path, off, ln):
         return f.read(ln)
 
 
+def crash_points(mode, img, work, judge=None):
+    """Run `mode` through undo_crash stopped at each of its writes in turn: the image holds
+    the writes before, the undo file what was saved before them (no trailer); `judge` sees
+    the stopped state; undo must give back the image before the run."""
+    driver = T.test_tool("undo_crash")
+    base = work / ("%s-base.img" % mode)
+    T.copy_sparse(img, base)
+    before = digest(base)
+    undo = work / ("%s-crash.undo" % mode)
+    cp = T.run([driver, mode, img, undo, 0])
+    n = int(cp.stdout.split()[0])
+    undo.unlink()
+    assert n >= 1, cp.stdout
+    for k in range(1, n + 1):
+        T.copy_sparse(base, img)
+        T.run([driver, mode, img, undo, k])
+        if judge:
+            judge(img, k)
+        rescue("undo", undo, img)
+        assert digest(img) == before, (mode, k)
+        undo.unlink()
+    base.unlink()
+    return n
+
+
+def test_fix_device_size_stopped_at_every_write(ubtrfs_bin, work):
+    """Stopped anywhere, the filesystem is the old one or the fixed one (btrfs check finds
+    nothing or only the old size), and undo from there gives back the image."""
+    img = oversized(work)
+
+    def judge(stopped, k):
+        cp = T.run(["btrfs", "check", str(stopped)], check=False)
+        errors = [l for l in cp.stderr.decode("utf-8", "replace").splitlines() if l.startswith("ERROR")]
+        assert all("smaller than total_bytes" in l or "extent allocation tree or chunk allocation" in l
+                   for l in errors), (k, errors)
+
+    assert crash_points("size", img, work, judge) >= 3
+
+
 def test_undo_cut_at_every_record(ubtrfs_bin, work):
     """A run cut short leaves a file whose records that verify are all applied: cut after
     each record (and inside the next, and with the next one's bytes damaged), the apply
@@ -329,6 +368,58 @@ def test_super_recover_bad_and_stale_copies(ubtrfs_bin, work):
     for undo, before in reversed(steps):
         rescue("undo", undo, img)
         assert digest(img) == before
+    crash_points("super", img, work)
+
+
+def test_two_devices_super_recover_and_chunk_recover(ubtrfs_bin, work):
+    a, b = work / "a.img", work / "b.img"
+    for img in (a, b):
+        with open(img, "wb") as f:
+            f.truncate(300 * MiB)
+    T.run(["mkfs.btrfs", "-q", "-f", "-d", "raid1", "-m", "raid1", str(a), str(b)])
+    gen = T.super_generations(a)[0]
+    T.overwrite(b, SUPER1, random_bytes(4096, 2))
+    before = (digest(a), digest(b))
+    undo = work / "two.undo"
+    cp = rescue("super-recover", "-y", "--undo-file", undo, a, b)
+    assert "1 copy rewritten" in out(cp), out(cp)
+    assert T.super_generations(a) == T.super_generations(b) == {0: gen, 1: gen}
+    with T.mounted([a, b], work / "mnt"):
+        pass
+    # both devices, matched by devid, or nothing
+    cp = rescue("undo", undo, a, ok=(2,))
+    assert "was not given" in out(cp), out(cp)
+    rescue("undo", undo, b, a)
+    assert (digest(a), digest(b)) == before
+    # the chunk tree's leaf lost on both devices (RAID1 system chunk: one copy on each)
+    rescue("super-recover", "-y", a, b)
+    want = T.ubtrfs("dump-tree", "-t", "chunk", a, b).stdout
+    m = re.search(rb"length (\d+) owner \d+ stripe_len \d+ type SYSTEM\|RAID1\n.*\n.*\n"
+                  rb"\s*stripe 0 devid (\d) offset (\d+)\n.*\n\s*stripe 1 devid (\d) offset (\d+)", want)
+    logical = int(re.search(rb"CHUNK_ITEM (\d+)\) itemoff \d+ itemsize \d+\n\s*length %s owner \d+ stripe_len \d+ "
+                            rb"type SYSTEM" % m.group(1), want).group(1))
+    root = int(L.dump_super(a)["chunk_root"])
+    for devid, off in ((m.group(2), m.group(3)), (m.group(4), m.group(5))):
+        T.overwrite(a if devid == b"1" else b, int(off) + root - logical, random_bytes(16384))
+    cp = rescue("chunk-recover", "-y", a, b)
+    assert "Chunk tree recovered" in out(cp), out(cp)
+    assert T.ubtrfs("dump-tree", "-t", "chunk", a, b).stdout == want
+    with T.mounted([a, b], work / "mnt2"):
+        pass
+    cp = T.ubtrfs("check", a, b)
+    assert cp.returncode == 0, T.describe(cp)
+
+
+def test_super_recover_names_a_foreign_device(ubtrfs_bin, work):
+    a, b = work / "a.img", work / "b.img"
+    mkfs(a, 200 * MiB)
+    mkfs(b, 200 * MiB)
+    T.overwrite(a, SUPER0, random_bytes(4096, 3))
+    cp = rescue("super-recover", "-y", a, b, ok=(1,))
+    text = out(cp)
+    assert "belongs to another filesystem" in text and "1 copy rewritten" in text, text
+    progs_check(a)
+    progs_check(b)
 
 
 def test_super_recover_nothing_valid(ubtrfs_bin, work):
@@ -338,6 +429,55 @@ def test_super_recover_nothing_valid(ubtrfs_bin, work):
     T.overwrite(img, SUPER0, random_bytes(4096))
     cp = rescue("super-recover", "-y", img, ok=(2,))
     assert "no valid superblock" in out(cp), out(cp)
+
+
+# --------------------------------------------------------------------------
+# chunk-recover
+
+@pytest.mark.parametrize("damage", ["leaf", "system-chunk"])
+def test_chunk_recover_rebuilds_the_chunk_tree(ubtrfs_bin, work, damage):
+    """leaf: the chunk tree's only leaf loses both copies (older copies of leaves remain in the
+    system chunk); system-chunk: both copies of the whole system chunk zeroed, so the map comes
+    from a raw scan of the device for block group items and device extents."""
+    img = work / "chunk.img"
+    mkfs(img, 300 * MiB)
+    with T.mounted([img], work / "mnt", readonly=False) as mnt:
+        L.write_file(Path(mnt) / "data", random_bytes(3 * MiB, 5))
+    want_tree = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", str(img)]).stdout
+    want_file = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", str(img)]).stdout
+    # intact: nothing to do, nothing written
+    before = digest(img)
+    cp = rescue("chunk-recover", "-y", img)
+    assert "nothing to recover" in out(cp) and digest(img) == before
+    # both copies of the chunk tree's only leaf destroyed
+    root = int(L.dump_super(img)["chunk_root"])
+    copies = T.map_logical(img, root, 16384)
+    assert len(copies) == 2, copies
+    m = re.search(rb"CHUNK_ITEM (\d+)\) itemoff \d+ itemsize \d+\n\s*length (\d+) owner \d+ stripe_len \d+ "
+                  rb"type SYSTEM", want_tree)
+    sys_logical, sys_length = int(m.group(1)), int(m.group(2))
+    sys_copies = T.map_logical(img, sys_logical, sys_length)
+    for _, phys in copies:
+        T.overwrite(img, phys, random_bytes(16384, phys))
+    if damage == "system-chunk":
+        for _, phys in sys_copies:
+            T.overwrite(img, phys, bytes(sys_length))
+    assert T.run(["btrfs", "check", str(img)], check=False).returncode != 0
+    damaged = digest(img)
+    cp = rescue("chunk-recover", img, ok=(2,))
+    assert "-y" in out(cp) and digest(img) == damaged
+    crash_points("chunk", img, work)
+    undo = work / "chunk.undo"
+    cp = rescue("chunk-recover", "-y", "--undo-file", undo, img)
+    assert "Chunk tree recovered" in out(cp), out(cp)
+    progs_check(img)
+    # the same chunk tree as before the damage, item for item, and the file reads
+    assert T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk", str(img)]).stdout == want_tree
+    assert T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "5", str(img)]).stdout == want_file
+    cp = T.ubtrfs("cat", "--path", "/data", img)
+    assert cp.returncode == 0 and cp.stdout == random_bytes(3 * MiB, 5), T.describe(cp)
+    rescue("undo", undo, img)
+    assert digest(img) == damaged
 
 
 # --------------------------------------------------------------------------
@@ -365,7 +505,7 @@ def test_zero_log_on_a_kernel_log(ubtrfs_bin, work):
     assert "log tree at logical %d" % crash.log_root in text, text
     inodes = re.search(r"subvolume 5: inode((?: \d+)+)", text)
     assert inodes and set(logged) <= set(map(int, inodes.group(1).split())), (logged, text)
-    assert "previous log_root %d" % crash.log_root in text, text
+    assert "previous log_root %d, level 0" % crash.log_root in text, text
     sup = L.dump_super(img)
     assert sup["log_root"] == "0" and sup["log_root_level"] == "0", sup
     progs_check(img)
@@ -378,6 +518,7 @@ def test_zero_log_on_a_kernel_log(ubtrfs_bin, work):
     rescue("undo", undo, img)
     assert digest(img) == before
     assert L.dump_super(img)["log_root"] == str(crash.log_root)
+    crash_points("zerolog", img, work)
 
 
 def test_rescue_refuses_a_mounted_device(ubtrfs_bin, work):
@@ -420,13 +561,14 @@ def test_rescue_on_corpus_images(ubtrfs_bin, work):
         img = work / "c.img"
         T.copy_sparse(raw, img)
         before = digest(img)
-        for n, args in enumerate((("super-recover", "-y"), ("zero-log",), ("fix-device-size",))):
+        for n, args in enumerate((("super-recover", "-y"), ("zero-log",), ("fix-device-size",),
+                                  ("chunk-recover", "-y"))):
             undo = work / ("c%d.undo" % n)
             cp = T.ubtrfs("rescue", *args, "--undo-file", str(undo), str(img))
             assert cp.returncode in (0, 1, 2), (name, args, T.describe(cp))
             assert b"Sanitizer" not in cp.stderr, (name, args, T.describe(cp))
         # undone in the reverse order, each run's file gives back what it saw
-        for n in (2, 1, 0):
+        for n in (3, 2, 1, 0):
             undo = work / ("c%d.undo" % n)
             if undo.exists() and any(r[1] == REC_DEV for r in records(undo)):
                 cp = T.ubtrfs("rescue", "undo", str(undo), str(img))
