@@ -54,6 +54,10 @@ enum ub_chk_fix {
 				 DIR_INDEX of each name, one index, the type of the inode's mode */
 	UB_CHK_FIX_LOST,      /* `inode` has no name (and no orphan item): linked into /lost+found */
 	UB_CHK_FIX_HOLES,     /* no NO_HOLES: the gaps of `inode`'s file extents up to its size get hole items */
+	UB_CHK_FIX_UUID_ADD,  /* subvolume `tree` gets its entry in the uuid tree (`want`: the key type,
+				 UUID_KEY_SUBVOL or UUID_KEY_RECEIVED_SUBVOL) */
+	UB_CHK_FIX_UUID_DEL,  /* subvolume `want` leaves the uuid tree item at `key` */
+	UB_CHK_FIX_DEAD_ORPHAN, /* deleted subvolume `want` gets the orphan item that has it dropped */
 	UB_CHK_FIX_COPY,      /* a bad copy of a tree block or of data: rewritten from a good one (a scrub) */
 	UB_CHK_FIX_EXTENT_REFS, /* the extent item at `key` (extent tree) counts `want` references: the
 				   pointers that reach a tree block, the file extent items that point at data */

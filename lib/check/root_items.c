@@ -113,6 +113,9 @@ static int uuid_item(struct cstate *s, const struct ub_key *k, const uint8_t *d,
 		struct ub_chk_problem p;
 
 		where_root(&p, BTRFS_UUID_TREE_OBJECTID, k);
+		/* an entry for no (live) subvolume, or for a uuid the subvolume does not have: it goes */
+		p.fix = UB_CHK_FIX_UUID_DEL;
+		p.want = id;
 		if (!rt || !rt->refs) {
 			chk_report(s->c, &p, "the uuid tree names subvolume %llu, which %s", (unsigned long long)id,
 				   rt ? "is deleted" : "does not exist");
@@ -145,6 +148,8 @@ static void check_orphans(struct rstate *r)
 		if (found)
 			continue;
 		where_root(&p, BTRFS_ROOT_TREE_OBJECTID, &(struct ub_key){ rt->id, BTRFS_ROOT_ITEM_KEY, 0 });
+		p.fix = UB_CHK_FIX_DEAD_ORPHAN;
+		p.want = rt->id;
 		chk_report(r->s.c, &p, "deleted subvolume %llu has no orphan item: nothing will finish dropping it",
 			   (unsigned long long)rt->id);
 	}
@@ -160,9 +165,13 @@ static void check_uuid_entries(struct rstate *r)
 		if (!rt->refs || rt->id == BTRFS_FS_TREE_OBJECTID)
 			continue;
 		where_root(&p, BTRFS_ROOT_TREE_OBJECTID, &(struct ub_key){ rt->id, BTRFS_ROOT_ITEM_KEY, 0 });
+		/* the subvolume is the key's objectid (its ROOT_ITEM) */
+		p.fix = UB_CHK_FIX_UUID_ADD;
+		p.want = BTRFS_UUID_KEY_SUBVOL;
 		if (!is_zero(rt->uuid) && !rt->subvol_entry)
 			chk_report(r->s.c, &p, "subvolume %llu has no entry for its uuid in the uuid tree",
 				   (unsigned long long)rt->id);
+		p.want = BTRFS_UUID_KEY_RECEIVED_SUBVOL;
 		if (!is_zero(rt->received) && !rt->received_entry)
 			chk_report(r->s.c, &p, "subvolume %llu has no entry for its received uuid in the uuid tree",
 				   (unsigned long long)rt->id);

@@ -86,6 +86,9 @@ int fsw_add_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, con
 		  uint64_t index);
 int fsw_del_entry(struct fsw *w, uint64_t dir, const char *name, size_t len, uint64_t index);
 
+/* subvol.c: subvolume `id` added to / removed from the uuid tree's item of `uuid` (type UUID_KEY_SUBVOL or
+ * UUID_KEY_RECEIVED_SUBVOL); nothing when the filesystem has no uuid tree */
+int fsw_uuid_tree_change(struct fsw *w, const uint8_t *uuid, uint8_t type, uint64_t id, bool add);
 /* write_subvol.c: a subvolume's name moves (dir entry, ROOT_REF / ROOT_BACKREF) */
 int fsw_subvol_move(struct fsw *w, uint64_t olddir, const char *oldname, size_t oldlen, uint64_t newdir,
 		    const char *newname, size_t newlen, uint64_t id);

@@ -42,7 +42,7 @@ static int next_root_id(struct fsw *w, uint64_t *id)
 	return *id > BTRFS_LAST_FREE_OBJECTID ? -EOVERFLOW : 0;
 }
 
-static int uuid_tree_change(struct fsw *w, const uint8_t *uuid, uint8_t type, uint64_t id, bool add)
+int fsw_uuid_tree_change(struct fsw *w, const uint8_t *uuid, uint8_t type, uint64_t id, bool add)
 {
 	struct ub_key key = { ub_le64(uuid), type, ub_le64(uuid + 8) };
 	struct ub_eroot *ur;
@@ -264,7 +264,7 @@ int ub_fsw_subvol_create(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 	if (!ret)
 		ret = link_subvol(&w, dir, name, len, id);
 	if (!ret)
-		ret = uuid_tree_change(&w, uuid, BTRFS_UUID_KEY_SUBVOL, id, true);
+		ret = fsw_uuid_tree_change(&w, uuid, BTRFS_UUID_KEY_SUBVOL, id, true);
 	if (!ret && new_id)
 		*new_id = id;
 	return ret;
@@ -364,9 +364,9 @@ int ub_fsw_snapshot(struct ub_txn *t, uint64_t src, uint64_t subvol, uint64_t di
 	if (!ret)
 		ret = link_subvol(&w, dir, name, len, id);
 	if (!ret)
-		ret = uuid_tree_change(&w, uuid, BTRFS_UUID_KEY_SUBVOL, id, true);
+		ret = fsw_uuid_tree_change(&w, uuid, BTRFS_UUID_KEY_SUBVOL, id, true);
 	if (!ret && memcmp(ri + offsetof(struct btrfs_root_item, received_uuid), zero, 16))
-		ret = uuid_tree_change(&w, ri + offsetof(struct btrfs_root_item, received_uuid),
+		ret = fsw_uuid_tree_change(&w, ri + offsetof(struct btrfs_root_item, received_uuid),
 				       BTRFS_UUID_KEY_RECEIVED_SUBVOL, id, true);
 	if (!ret && !readonly) {
 		/* as the kernel, which loads the new root at once: inode numbers count from its highest now */
@@ -505,12 +505,12 @@ int ub_fsw_subvol_delete(struct ub_txn *t, uint64_t subvol, uint64_t dir, const 
 		ret = root_item_get(&w, id, er->item_offset, ri);
 	if (ret)
 		return ret == -ENOENT ? -EUCLEAN : ret;
-	ret = uuid_tree_change(&w, ri + offsetof(struct btrfs_root_item, uuid), BTRFS_UUID_KEY_SUBVOL, id, false);
+	ret = fsw_uuid_tree_change(&w, ri + offsetof(struct btrfs_root_item, uuid), BTRFS_UUID_KEY_SUBVOL, id, false);
 	if (!ret) {
 		static const uint8_t zero[16];
 		const uint8_t *ru = ri + offsetof(struct btrfs_root_item, received_uuid);
 		if (memcmp(ru, zero, 16))
-			ret = uuid_tree_change(&w, ru, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id, false);
+			ret = fsw_uuid_tree_change(&w, ru, BTRFS_UUID_KEY_RECEIVED_SUBVOL, id, false);
 	}
 	if (ret)
 		return ret;

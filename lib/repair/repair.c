@@ -55,6 +55,13 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 	n->inode = p->inode;
 	n->devid = p->devid;
 	n->want = p->want;
+	if (p->fix == UB_CHK_FIX_UUID_ADD || p->fix == UB_CHK_FIX_UUID_DEL) {
+		if (!p->has_key)
+			return 0;
+		n->key = p->key;
+		if (p->fix == UB_CHK_FIX_UUID_ADD)
+			n->tree = p->key.objectid;
+	}
 	if (p->fix == UB_CHK_FIX_EXTENT_REFS) {
 		if (!p->has_key)
 			return 0;
@@ -83,7 +90,7 @@ static int note_cmp(const void *a, const void *b)
 		return x->devid < y->devid ? -1 : 1;
 	if (x->want != y->want)
 		return x->want < y->want ? -1 : 1;
-	return 0;
+	return memcmp(&x->key, &y->key, sizeof(x->key));
 }
 
 /* One note per cure: sorted, the same (fix, tree, inode, device) once. */
@@ -139,6 +146,18 @@ static void dry_run(struct rp_ctx *c)
 		case UB_CHK_FIX_HOLES:
 			rp_say(c, n, 0, "would add hole file extent items in the gaps of inode %llu (tree %llu)",
 			       (unsigned long long)n->inode, (unsigned long long)n->tree);
+			break;
+		case UB_CHK_FIX_UUID_ADD:
+			rp_say(c, n, 0, "would add subvolume %llu to the uuid tree under its %suuid",
+			       (unsigned long long)n->tree, n->want == BTRFS_UUID_KEY_RECEIVED_SUBVOL ? "received " : "");
+			break;
+		case UB_CHK_FIX_UUID_DEL:
+			rp_say(c, n, 0, "would remove subvolume %llu from the uuid tree item (%llu %u %llu)",
+			       (unsigned long long)n->want, (unsigned long long)n->key.objectid, n->key.type,
+			       (unsigned long long)n->key.offset);
+			break;
+		case UB_CHK_FIX_DEAD_ORPHAN:
+			rp_say(c, n, 0, "would add the orphan item of deleted subvolume %llu", (unsigned long long)n->want);
 			break;
 		case UB_CHK_FIX_COPY:
 			rp_say(c, n, 0, "would scrub: every bad copy of a tree block or of data rewritten from a good "
@@ -270,6 +289,11 @@ static int apply(struct rp_ctx *c)
 			break;
 		case UB_CHK_FIX_HOLES:
 			ret = rp_fix_holes(c, n);
+			break;
+		case UB_CHK_FIX_UUID_ADD:
+		case UB_CHK_FIX_UUID_DEL:
+		case UB_CHK_FIX_DEAD_ORPHAN:
+			ret = rp_fix_roots(c, n);
 			break;
 		case UB_CHK_FIX_DEV_USED:
 			ret = rp_fix_dev_used(c, n);

@@ -51,6 +51,8 @@ int rp_recount(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 int rp_touch(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 /* holes.c: hole file extent items in the gaps of n->inode's extents (a filesystem without NO_HOLES) */
 int rp_fix_holes(struct rp_ctx *c, const struct rp_note *n);
+/* roots.c: the uuid tree's entries and a deleted subvolume's orphan item */
+int rp_fix_roots(struct rp_ctx *c, const struct rp_note *n);
 /* scrub.c: every bad copy rewritten from a good one (lib/scrub), before the transaction */
 int rp_scrub(struct rp_ctx *c, const struct rp_note *n);
 /* extents.c: the refs count of the extent item at n->key becomes n->want */

@@ -18,6 +18,8 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -47,10 +49,18 @@ def sha(path):
     return h.hexdigest()
 
 
+@pytest.fixture
+def tmp_path(scratch, request):
+    """Images on the suite's scratch (tmpfs where there is room), not the disk's /tmp."""
+    d = Path(tempfile.mkdtemp(prefix="repair-", dir=scratch))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
-def kernel_base(tmp_path_factory):
+def kernel_base(scratch):
     """A kernel-made image and what the kernel reads from it."""
-    d = tmp_path_factory.mktemp("repair-base")
+    d = Path(tempfile.mkdtemp(prefix="repair-base-", dir=scratch))
     img = d / "base.img"
     with open(img, "wb") as f:
         f.truncate(256 * MiB)
@@ -445,9 +455,9 @@ def test_bad_copy_rewritten_from_the_good_one(ubtrfs_bin, base, which):
 
 
 @pytest.fixture(scope="module")
-def holes_base(tmp_path_factory):
+def holes_base(scratch):
     """A kernel-made image without NO_HOLES: every hole of a file is an item."""
-    d = tmp_path_factory.mktemp("repair-holes")
+    d = Path(tempfile.mkdtemp(prefix="repair-holes-", dir=scratch))
     img = d / "base.img"
     with open(img, "wb") as f:
         f.truncate(256 * MiB)
@@ -487,3 +497,79 @@ def test_missing_hole_item(ubtrfs_bin, holes_base, tmp_path, which):
     assert cp.returncode == 0, T.describe(cp) + cp.stdout.decode()[-3000:]
     assert "a hole item for" in cp.stdout.decode()
     assert_repaired(img, files, damaged_sha, undo)
+
+
+UUID_KEY_SUBVOL = 251
+UUID_TREE = 9
+
+
+def test_uuid_tree_entries(ubtrfs_bin, base):
+    """The snapshot's uuid tree entry names a subvolume that does not exist: that id goes, and
+    the snapshot's own entry comes back."""
+    img, files = base
+
+    def edit(im):
+        items = [(bb, ss) for bb, ss in im.walk(im.tree_root(UUID_TREE)[0])
+                 if bb.item_key(ss).type == UUID_KEY_SUBVOL and bb.get_item(ss, 0, "<Q") >= 256]
+        b, s = items[0]
+        b.patch_item(s, 0, "<Q", 9999)
+        im.write_block(b)
+    with C.Image(img) as im:
+        edit(im)
+    cp = T.ubtrfs("check", str(img))
+    assert cp.returncode == 1 and b"9999" in cp.stdout and b"no entry for its uuid" in cp.stdout, \
+        cp.stdout.decode()
+    damaged_sha = sha(img)
+    undo = img.parent / "uuid.undo"
+    cp = repair(img, undo=undo)
+    out = cp.stdout.decode()
+    assert cp.returncode == 0, T.describe(cp) + out[-3000:]
+    assert "uuid tree: subvolume 9999 removed" in out and "added under its uuid" in out, out
+    # btrfs-progs' own look at the uuid tree: the snapshot's uuid names it
+    show = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "9", str(img)]).stdout.decode()
+    assert "9999" not in show and "subvol_id 256" in show, show
+    assert_repaired(img, files, damaged_sha, undo)
+
+
+def test_dead_subvolume_orphan_item(ubtrfs_bin, tmp_path):
+    """A deleted subvolume whose drop the kernel's unmount cut short, its orphan item then lost:
+    nothing would finish the drop. The repair puts the orphan item back, and the kernel's next
+    read-write mount finishes the drop (the root item goes)."""
+    img = tmp_path / "dead.img"
+    with open(img, "wb") as f:
+        f.truncate(512 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as m:
+        sv = os.path.join(m, "sv")
+        T.run(["btrfs", "subvolume", "create", sv])
+        for i in range(12000):
+            open(os.path.join(sv, "a-rather-long-file-name-to-fill-leaves-%06d" % i), "w").close()
+        os.sync()
+        T.run(["btrfs", "subvolume", "delete", sv])
+    tree = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "1", str(img)]).stdout.decode()
+    if "ORPHAN ORPHAN_ITEM 256" not in tree:
+        pytest.skip("the kernel finished dropping the subvolume before the unmount: no half-dropped subvolume")
+
+    def edit(im):
+        b, s = im.find_item(im.super("root"), lambda k: k.type == 48 and k.offset == 256)  # ORPHAN_ITEM
+        b.delete_item(s)
+        im.write_block(b)
+    with C.Image(img) as im:
+        edit(im)
+    cp = T.ubtrfs("check", str(img))
+    assert cp.returncode == 1 and b"deleted subvolume 256 has no orphan item" in cp.stdout, T.describe(cp)
+    damaged_sha = sha(img)
+    undo = tmp_path / "dead.undo"
+    cp = repair(img, undo=undo)
+    assert cp.returncode == 0, T.describe(cp) + cp.stdout.decode()[-3000:]
+    tree = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "1", str(img)]).stdout.decode()
+    assert "ORPHAN ORPHAN_ITEM 256" in tree
+    assert btrfs_check(img).returncode == 0
+    kimg = tmp_path / "kernel.img"
+    T.copy_sparse(img, kimg)
+    with T.mounted([kimg], tmp_path / "mnt", readonly=False) as m:
+        T.run(["btrfs", "subvolume", "sync", m], timeout=120)
+    tree = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "1", str(kimg)]).stdout.decode()
+    assert "256 ROOT_ITEM" not in tree, "the kernel did not finish the drop"
+    cp = T.ubtrfs("rescue", "undo", str(undo), str(img))
+    assert cp.returncode == 0 and sha(img) == damaged_sha, T.describe(cp)
