@@ -50,6 +50,15 @@ struct ub_repair_opts {
 	bool dry_run;          /* say each change, write nothing (the devices are opened read-only) */
 	const char *undo_file; /* save every byte overwritten there first; NULL: no undo file */
 	const struct ub_repair_sink *sink; /* may be NULL */
+	/*
+	 * Rebuild the checksum tree from the data (after the other cures, in the
+	 * same transaction), also when nothing was noted: every copy of every
+	 * sector a checksummed file extent references is read; an old checksum a
+	 * copy verifies is kept, one no copy verifies is kept too (the sector
+	 * stays unreadable rather than blessed); a sector without one gets one
+	 * computed only when every readable copy agrees (docs/check.md, Repair).
+	 */
+	bool init_csum_tree;
 };
 
 struct ub_repair_result {

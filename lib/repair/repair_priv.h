@@ -29,6 +29,9 @@ struct rp_ctx {
 	struct ub_undo *undo;
 	struct ub_engine *e;
 	struct ub_txn *t;
+	/* the devices (a dry run's --init-csum-tree opens them read-only itself) */
+	const char *const *paths;
+	int npaths;
 };
 
 /* A change made (or that would be): counted and handed to the caller's sink. */
@@ -36,5 +39,10 @@ void rp_say(struct rp_ctx *c, const struct rp_note *n, uint64_t was, const char 
 	__attribute__((format(printf, 4, 5)));
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
+/*
+ * --init-csum-tree (csum.c): the checksum tree rebuilt from every copy of the
+ * data the file trees reference, in c->t (c->e NULL: a dry run, said only).
+ */
+int rp_init_csum_tree(struct rp_ctx *c);
 
 #endif
