@@ -28,6 +28,7 @@
 
 #include "ubtrfs/fsinfo.h"
 #include "fsw/fsw.h"
+#include "txn/backref.h"
 #include "repair/repair_priv.h"
 #include "volume/volume_priv.h"
 
@@ -78,6 +79,9 @@ struct cs {
 	/* ---- reading ---- */
 	uint8_t *buf[COPIES_MAX];
 	bool *readable[COPIES_MAX];
+	/* ---- the old tree's blocks dropped (sorted when the extent tree is searched for the rest) ---- */
+	uint64_t *dropped;
+	size_t ndropped, dcap;
 	/* ---- what was decided, in sectors ---- */
 	uint64_t kept, computed, kept_bad, disagree, unreadable, bad_copies;
 };
@@ -559,6 +563,15 @@ static int verify(struct cs *s)
 
 /* ---- step 3: the new tree ---- */
 
+static int drop_one(struct cs *s, struct ub_txn *t, uint64_t bytenr, int level)
+{
+	if (grow((void **)&s->dropped, &s->dcap, s->ndropped, sizeof(*s->dropped), 64))
+		return -ENOMEM;
+	s->dropped[s->ndropped++] = bytenr;
+	return ub_dref_add_tree(t->refs, bytenr, s->vol->nodesize, level, BTRFS_CSUM_TREE_OBJECTID, 0, -1,
+				UB_DREF_LAST_REF);
+}
+
 /* Drop block `bytenr` of the old tree and, for a node, every block below it first. */
 static int drop_block(struct cs *s, struct ub_txn *t, uint64_t bytenr, int level, uint64_t gen, uint64_t *lost)
 {
@@ -582,9 +595,83 @@ static int drop_block(struct cs *s, struct ub_txn *t, uint64_t bytenr, int level
 		}
 	}
 	if (!ret)
-		ret = ub_dref_add_tree(t->refs, bytenr, s->vol->nodesize, level, BTRFS_CSUM_TREE_OBJECTID, 0, -1,
-				       UB_DREF_LAST_REF);
+		ret = drop_one(s, t, bytenr, level);
 	return ret;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* A block of the old tree found in the extent tree but not through the tree: dropped too (once). */
+static int drop_stray(struct cs *s, struct ub_txn *t, uint64_t bytenr, int level, uint64_t *strays)
+{
+	if (level < 0 || level >= UB_MAX_LEVEL ||
+	    bsearch(&bytenr, s->dropped, s->ndropped, sizeof(*s->dropped), u64_cmp))
+		return 0;
+	(*strays)++;
+	return ub_dref_add_tree(t->refs, bytenr, s->vol->nodesize, level, BTRFS_CSUM_TREE_OBJECTID, 0, -1,
+				UB_DREF_LAST_REF);
+}
+
+/*
+ * Below a node that cannot be read, the old tree's blocks are found by their
+ * back references instead: every tree block the extent tree says the checksum
+ * tree holds (its TREE_BLOCK_REF, inline or keyed; the checksum tree shares
+ * no block) that the walk did not drop. Without this they would keep extent
+ * items no tree reaches.
+ */
+static int drop_strays(struct cs *s, struct ub_txn *t, uint64_t *strays)
+{
+	struct ub_key min = { 0, 0, 0 }, max = { UINT64_MAX, 0xff, UINT64_MAX }, k;
+	struct ub_tree_iter it;
+	struct ub_root r;
+	uint64_t cur = 0;
+	int cur_level = -1;
+	const uint8_t *d;
+	uint32_t size;
+	int ret = ub_fs_tree_root(s->fs, BTRFS_EXTENT_TREE_OBJECTID, &r);
+
+	if (!ret)
+		ret = ub_tree_iter_start(&it, s->tc, &r, &min, &max);
+	if (ret)
+		return ret;
+	qsort(s->dropped, s->ndropped, sizeof(*s->dropped), u64_cmp);
+	while (!(ret = ub_tree_iter_next(&it, &k, &d, &size))) {
+		uint32_t pos = UB_EXTENT_ITEM_SIZE, count;
+		struct ub_ref ref;
+
+		if (k.type == BTRFS_TREE_BLOCK_REF_KEY) {
+			if (k.offset == BTRFS_CSUM_TREE_OBJECTID && k.objectid == cur)
+				ret = drop_stray(s, t, cur, cur_level, strays);
+			if (ret)
+				break;
+			continue;
+		}
+		if ((k.type != BTRFS_METADATA_ITEM_KEY && k.type != BTRFS_EXTENT_ITEM_KEY) || size < UB_EXTENT_ITEM_SIZE ||
+		    !(UB_GET(btrfs_extent_item, flags, d) & BTRFS_EXTENT_FLAG_TREE_BLOCK))
+			continue;
+		cur = k.objectid;
+		if (k.type == BTRFS_METADATA_ITEM_KEY) {
+			cur_level = k.offset < UB_MAX_LEVEL ? (int)k.offset : -1;
+		} else {
+			pos += (uint32_t)sizeof(struct btrfs_tree_block_info);
+			cur_level = size >= pos ? (int)UB_GET(btrfs_tree_block_info, level, d + UB_EXTENT_ITEM_SIZE) : -1;
+		}
+		while (!ret && !ub_inline_ref_next(d, size, &pos, &ref, &count))
+			if (ref.type == BTRFS_TREE_BLOCK_REF_KEY && ref.root == BTRFS_CSUM_TREE_OBJECTID)
+				ret = drop_stray(s, t, cur, cur_level, strays);
+		if (ret)
+			break;
+	}
+	ub_tree_iter_end(&it);
+	if (ret < 0)
+		ub_err(s->c->log, "repair: --init-csum-tree: the extent tree cannot be read to its end (%s): the old "
+		       "checksum tree's blocks below its unreadable nodes cannot all be found", strerror(-ret));
+	return ret < 0 ? ret : 0;
 }
 
 static int rebuild(struct cs *s)
@@ -593,7 +680,7 @@ static int rebuild(struct cs *s)
 	struct ub_eroot *er;
 	struct ub_root nr;
 	struct fsw w;
-	uint64_t lost = 0;
+	uint64_t lost = 0, strays = 0;
 	int ret = ub_engine_root(s->c->e, BTRFS_CSUM_TREE_OBJECTID, &er);
 
 	if (ret == -ENOENT) {
@@ -611,10 +698,15 @@ static int rebuild(struct cs *s)
 		if (ret)
 			return ret;
 	}
-	if (lost)
+	if (lost) {
+		ret = drop_strays(s, t, &strays);
+		if (ret)
+			return ret;
 		tell(s, BTRFS_CSUM_TREE_OBJECTID, 0,
-		     "%llu nodes of the old checksum tree cannot be read: the blocks below them keep their extent "
-		     "items (no tree reaches them; the extent tree's repair will free them)", (unsigned long long)lost);
+		     "%llu nodes of the old checksum tree cannot be read: %llu blocks below them found by their back "
+		     "references in the extent tree and freed with the rest", (unsigned long long)lost,
+		     (unsigned long long)strays);
+	}
 	ret = ub_tree_create_root(s->tc, ub_txn_ta(t), BTRFS_CSUM_TREE_OBJECTID, &nr);
 	if (ret)
 		return ret;
@@ -700,6 +792,7 @@ out:
 	free(s.sv);
 	free(s.runs);
 	free(s.sums);
+	free(s.dropped);
 	if (own)
 		ub_fs_close(own);
 	return ret;

@@ -269,3 +269,34 @@ def test_dry_run_writes_nothing(ubtrfs_bin, images, tmp_path):
     assert "checksum tree would hold" in out and "dry run: nothing written" in out, out
     assert sha(devs[0]) == before
     assert not list(tmp_path.glob("*.undo")) and not list(tmp_path.glob("ubtrfs-undo-*"))
+
+
+def test_old_tree_unreadable(ubtrfs_bin, tmp_path):
+    """The old tree's root node fails its checksum on both copies: a new tree from the data, and the
+    blocks below the node (found through the extent tree) freed, so both checkers are clean."""
+    img = tmp_path / "big.img"
+    with open(img, "wb") as f:
+        f.truncate(256 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", str(img)])
+    with T.mounted([img], tmp_path / "mnt", readonly=False) as m:
+        with open(os.path.join(m, "big"), "wb") as f:
+            f.write(random.Random(7).randbytes(40 * MiB))  # checksums for several leaves: a two-level tree
+        with open(os.path.join(m, "small"), "wb") as f:
+            f.write(b"x" * 9000)
+    files = kernel_read([img], tmp_path / "mnt")
+    with C.Image(img) as im:
+        root, level = im.tree_root(C.CSUM_TREE)
+        assert level == 1
+        for p in im.physical(root):
+            im._pwrite(p + 200, b"\x13" * 32)
+    damaged = sha(img)
+    cp, undo = init_csum([img])
+    out = cp.stdout.decode()
+    assert cp.returncode == 0, T.describe(cp) + out[-3000:]
+    assert re.search(r"1 nodes of the old checksum tree cannot be read: [1-9]\d* blocks below them found", out), out
+    assert "the old checksum tree could not be read everywhere" in out, out
+    ref = T.run(["btrfs", "check", "--readonly", "--check-data-csum", str(img)], check=False)
+    assert ref.returncode == 0, ref.stdout.decode()[-3000:] + ref.stderr.decode()[-3000:]
+    assert kernel_read([img], tmp_path / "mnt") == files
+    cp = T.ubtrfs("rescue", "undo", str(undo), str(img))
+    assert cp.returncode == 0 and sha(img) == damaged, T.describe(cp)
