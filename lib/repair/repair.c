@@ -82,7 +82,8 @@ static void notes_unique(struct ub_repair *r)
 {
 	size_t k = 0;
 
-	qsort(r->notes, r->nnotes, sizeof(*r->notes), note_cmp);
+	if (r->nnotes > 1) /* notes is NULL when nothing was noted: qsort wants a pointer */
+		qsort(r->notes, r->nnotes, sizeof(*r->notes), note_cmp);
 	for (size_t i = 0; i < r->nnotes; i++)
 		if (!k || note_cmp(&r->notes[k - 1], &r->notes[i]))
 			r->notes[k++] = r->notes[i];
