@@ -15,6 +15,8 @@ with its source, whose source was changed after it (partly referenced extents). 
 - both copies damaged: the old checksum is kept and the file named; the kernel's read fails
   (EIO) instead of returning the damaged bytes, which btrfs check's rebuild blesses;
 - a RAID1 mirror damaged: every copy is read, the bad one named at -v, the checksum kept;
+- a RAID5 data strip damaged: the copy rebuilt from parity proves the old checksum;
+- the old tree's root node unreadable: a new tree, the blocks below the node freed;
 - a dry run writes nothing and says per subvolume what it would rebuild.
 
 Budget: about 40 s with -n 2.
@@ -300,3 +302,46 @@ def test_old_tree_unreadable(ubtrfs_bin, tmp_path):
     assert kernel_read([img], tmp_path / "mnt") == files
     cp = T.ubtrfs("rescue", "undo", str(undo), str(img))
     assert cp.returncode == 0 and sha(img) == damaged, T.describe(cp)
+
+
+def raid5_data_copy(devs, logical):
+    """(device path, physical) of the data strip holding `logical` in a RAID5 chunk (stripe rotation as the
+    kernel's: the data strips of full stripe k start at device stripe k mod n)."""
+    out = T.ubtrfs("dump-tree", "-t", "chunk", *map(str, devs)).stdout.decode()
+    for m in re.finditer(r"CHUNK_ITEM (\d+)\).*?\n\s+length (\d+) .*?type (\S+)\n(.*?)(?=\n\titem|\Z)", out, re.S):
+        start, length = int(m.group(1)), int(m.group(2))
+        if start <= logical < start + length and "RAID5" in m.group(3):
+            stripes = [(int(d), int(o)) for d, o in re.findall(r"stripe \d+ devid (\d+) offset (\d+)", m.group(4))]
+            unit, ndata = 65536, len(stripes) - 1
+            off = logical - start
+            k, j = off // (unit * ndata), off % (unit * ndata) // unit
+            devid, base = stripes[(k + j) % len(stripes)]
+            return devs[devid - 1], base + k * unit + off % unit
+    raise AssertionError("logical %d in no RAID5 chunk" % logical)
+
+
+def test_raid5_copy_rebuilt_from_parity(ubtrfs_bin, tmp_path):
+    """RAID5: a data strip's sector damaged; the copy rebuilt from P proves the old checksum, which stays,
+    so the kernel rebuilds the sector from parity and reads the original bytes."""
+    devs = [tmp_path / ("r%d.img" % i) for i in range(3)]
+    for p in devs:
+        with open(p, "wb") as f:
+            f.truncate(256 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", "-d", "raid5", "-m", "raid1", *map(str, devs)])
+    with T.mounted(devs, tmp_path / "mnt", readonly=False) as m:
+        with open(os.path.join(m, "f"), "wb") as f:
+            f.write(random.Random(5).randbytes(MiB))
+        os.sync()
+        at = first_extent(os.path.join(m, "f"))
+    files = kernel_read(devs, tmp_path / "mnt")
+    path, phys = raid5_data_copy(devs, at)
+    with open(path, "r+b") as f:
+        f.seek(phys)
+        f.write(b"\x5a" * 64)
+    cp, _ = init_csum(devs, "-v")
+    out, err = cp.stdout.decode(), cp.stderr.decode()
+    assert cp.returncode == 0, T.describe(cp) + out[-3000:]
+    # the damaged sector's own copy, and the copy of the sector beside it in the row rebuilt through it
+    assert "2 bad copies of good sectors" in out and " 0 old checksums no copy matches" in out, out
+    assert "(/f) of tree 5, file offset 0: copy 1 (devid" in err, err
+    assert kernel_read(devs, tmp_path / "mnt") == files
