@@ -477,13 +477,18 @@ static int repair(struct check_run *cr, bool dry_run, const char *undo_file, boo
 			printf("repair: committed as generation %llu; `ubtrfs rescue undo %s DEV...` puts the devices "
 			       "back as they were\n", (unsigned long long)res.generation, ro.undo_file);
 	}
+	if (res.unverified && !cr->o->json)
+		printf("repair: %llu data sectors %s no copy verifies (named above): reading them fails or is "
+		       "unchecked\n", (unsigned long long)res.unverified, dry_run ? "would be left that" : "left that");
 	if (dry_run || !res.changes)
-		return cr->problems ? EXIT_PROBLEMS : EXIT_OK;
+		return cr->problems || res.unverified ? EXIT_PROBLEMS : EXIT_OK;
 	/* what is left: a full check of the repaired filesystem */
 	if (!cr->o->json)
 		printf("after the repair:\n");
 	cr->repair = NULL;
-	return check_once(cr);
+	ret = check_once(cr);
+	/* data the rebuilt checksum tree could not vouch for is a problem left too */
+	return ret == EXIT_OK && res.unverified ? EXIT_PROBLEMS : ret;
 }
 
 int cmd_check(int argc, char **argv)

@@ -66,6 +66,12 @@ struct ub_repair_result {
 	uint64_t curable;    /* of them, with a cure this repair has */
 	uint64_t changes;    /* changes made (dry run: that would be made) */
 	uint64_t generation; /* the repair's commit (0: nothing committed) */
+	/*
+	 * init_csum_tree: data sectors left unreadable or unverified (an old
+	 * checksum no copy matches, or none given because copies differ or none
+	 * reads), each stretch named through the sink
+	 */
+	uint64_t unverified;
 };
 
 int ub_repair_new(struct ub_repair **out);

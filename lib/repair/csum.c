@@ -780,8 +780,10 @@ int rp_init_csum_tree(struct rp_ctx *c)
 		ret = verify(&s);
 	if (!ret && c->e)
 		ret = rebuild(&s);
-	if (!ret)
+	if (!ret) {
 		summary(&s);
+		c->res->unverified = s.kept_bad + s.disagree + s.unreadable;
+	}
 out:
 	ub_path_free(s.op);
 	for (int m = 0; m < COPIES_MAX; m++) {
