@@ -17,6 +17,7 @@ with its source, whose source was changed after it (partly referenced extents). 
 - a RAID1 mirror damaged: every copy is read, the bad one named at -v, the checksum kept;
 - a RAID5 data strip damaged: the copy rebuilt from parity proves the old checksum;
 - the old tree's root node unreadable: a new tree, the blocks below the node freed;
+- no old checksum and DUP copies that differ: no checksum, the file named, exit 1;
 - a dry run writes nothing and says per subvolume what it would rebuild.
 
 Budget: about 40 s with -n 2.
@@ -346,3 +347,23 @@ def test_raid5_copy_rebuilt_from_parity(ubtrfs_bin, tmp_path):
     assert "2 bad copies of good sectors" in out and " 0 old checksums no copy matches" in out, out
     assert "(/f) of tree 5, file offset 0: copy 1 (devid" in err, err
     assert kernel_read(devs, tmp_path / "mnt") == files
+
+
+def test_copies_differ_without_old_checksum(ubtrfs_bin, images, tmp_path):
+    """The old tree unreadable and the two DUP copies of a sector different: nothing tells which is
+    right, so the sector gets no checksum, the file is named and the exit code says a problem is left."""
+    devs, files, where = private(images, "dup", tmp_path)
+    with C.Image(devs[0]) as im:
+        root, _ = im.tree_root(C.CSUM_TREE)
+        for p in im.physical(root):
+            im._pwrite(p + 200, b"\x13" * 32)
+    damage_copy(devs, where["f2"], {0})
+    cp, _ = init_csum(devs)
+    out = cp.stdout.decode()
+    assert cp.returncode == 1, T.describe(cp) + out[-3000:]
+    assert re.search(r"inode \d+ \(/d/f2\) of tree 5, file offset 0: 1 sectors from logical %d have no checksum "
+                     r"and copies that differ: none is written" % where["f2"], out), out
+    assert "(copies differ: 1, unreadable: 0)" in out and "1 data sectors left that no copy verifies" in out, out
+    # every other file reads as it did
+    ours = kernel_read(devs, tmp_path / "mnt")
+    assert {p: h for p, h in ours.items() if "f2" not in p} == {p: h for p, h in files.items() if "f2" not in p}
