@@ -32,7 +32,7 @@ struct ub_repair;
 
 /* One change the repair makes (or, dry run, would make). Valid during the callback only. */
 struct ub_repair_change {
-	enum ub_chk_fix fix;
+	enum ub_chk_fix fix; /* UB_CHK_FIX_NONE: a line of init_csum_tree's (a summary, or data it could not vouch for) */
 	uint64_t tree;     /* the tree changed (a subvolume, the extent tree, the chunk tree...) */
 	uint64_t inode;    /* fix on an inode: its number */
 	uint64_t devid;    /* UB_CHK_FIX_DEV_USED: the device */
