@@ -25,7 +25,7 @@
 
 static const char help[] =
 	"usage: ubtrfs check [OPTIONS] DEV...\n"
-	"       ubtrfs check --repair [--dry-run] [--undo-file FILE] [OPTIONS] DEV...\n\n"
+	"       ubtrfs check --repair [--init-csum-tree] [--dry-run] [--undo-file FILE] [OPTIONS] DEV...\n\n"
 	"Check the filesystem on DEV... without changing it (devices are opened read-only):\n"
 	"superblocks, tree blocks (every copy), chunks, block groups, device extents, the\n"
 	"extent tree's references against the trees, the free space tree or v1 space cache,\n"
@@ -43,6 +43,11 @@ static const char help[] =
 	"      --repair       then cure what has a cure (docs/check.md lists them), in one\n"
 	"                     copy-on-write commit, every byte it overwrites saved first in an\n"
 	"                     undo file; then check again and report what is left\n"
+	"      --init-csum-tree  rebuild the checksum tree from the data (implies --repair):\n"
+	"                     every copy of every sector is read; a checksum a copy verifies\n"
+	"                     is kept, one no copy verifies is kept too (the sector stays\n"
+	"                     unreadable, named); a sector without one gets one only when\n"
+	"                     all its copies agree\n"
 	"      --dry-run      with --repair: say each change, write nothing\n"
 	"      --undo-file FILE  with --repair: the undo file (default: ubtrfs-undo-UUID-genN.undo\n"
 	"                     in the current folder; never overwritten); `ubtrfs rescue undo`\n"
@@ -432,16 +437,16 @@ static void default_undo_name(const struct ub_volume_info *vi, char *buf, size_t
 }
 
 /* --repair after the check that noted the problems: the repair, then a check of what it left. */
-static int repair(struct check_run *cr, bool dry_run, const char *undo_file)
+static int repair(struct check_run *cr, bool dry_run, const char *undo_file, bool init_csum)
 {
 	struct ub_repair_sink rsink = { on_change, cr->o };
-	struct ub_repair_opts ro = { .dry_run = dry_run, .sink = &rsink };
+	struct ub_repair_opts ro = { .dry_run = dry_run, .sink = &rsink, .init_csum_tree = init_csum };
 	struct ub_repair_result res;
 	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = cr->oa->verbosity, .errors = NULL };
 	char undo_name[128];
 	int ret;
 
-	if (!cr->problems) {
+	if (!cr->problems && !init_csum) {
 		if (!cr->o->json)
 			printf("repair: nothing to repair\n");
 		return EXIT_OK;
@@ -472,13 +477,18 @@ static int repair(struct check_run *cr, bool dry_run, const char *undo_file)
 			printf("repair: committed as generation %llu; `ubtrfs rescue undo %s DEV...` puts the devices "
 			       "back as they were\n", (unsigned long long)res.generation, ro.undo_file);
 	}
+	if (res.unverified && !cr->o->json)
+		printf("repair: %llu data sectors %s no copy verifies (named above): reading them fails or is "
+		       "unchecked\n", (unsigned long long)res.unverified, dry_run ? "would be left that" : "left that");
 	if (dry_run || !res.changes)
-		return cr->problems ? EXIT_PROBLEMS : EXIT_OK;
+		return cr->problems || res.unverified ? EXIT_PROBLEMS : EXIT_OK;
 	/* what is left: a full check of the repaired filesystem */
 	if (!cr->o->json)
 		printf("after the repair:\n");
 	cr->repair = NULL;
-	return check_once(cr);
+	ret = check_once(cr);
+	/* data the rebuilt checksum tree could not vouch for is a problem left too */
+	return ret == EXIT_OK && res.unverified ? EXIT_PROBLEMS : ret;
 }
 
 int cmd_check(int argc, char **argv)
@@ -491,13 +501,14 @@ int cmd_check(int argc, char **argv)
 		{ "repair", no_argument, NULL, 0x403 },
 		{ "dry-run", no_argument, NULL, 0x404 },
 		{ "undo-file", required_argument, NULL, 0x405 },
+		{ "init-csum-tree", no_argument, NULL, 0x406 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct open_args oa;
 	struct out o = { 0 };
 	struct check_run cr = { .oa = &oa, .o = &o };
-	bool do_repair = false, dry_run = false;
+	bool do_repair = false, dry_run = false, init_csum = false;
 	const char *undo_file = NULL;
 	int opt, rc;
 
@@ -517,6 +528,7 @@ int cmd_check(int argc, char **argv)
 		case 0x403: do_repair = true; break;
 		case 0x404: dry_run = true; break;
 		case 0x405: undo_file = optarg; break;
+		case 0x406: init_csum = do_repair = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("check", "invalid option");
 		}
@@ -547,7 +559,7 @@ int cmd_check(int argc, char **argv)
 			fprintf(stderr, "ubtrfs check: error: out of memory while noting the problems: no repair\n");
 			rc = EXIT_FATAL;
 		} else if (rc != EXIT_FATAL) {
-			rc = repair(&cr, dry_run, undo_file);
+			rc = repair(&cr, dry_run, undo_file, init_csum);
 		}
 		ub_repair_free(r);
 	}

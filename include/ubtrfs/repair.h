@@ -32,7 +32,7 @@ struct ub_repair;
 
 /* One change the repair makes (or, dry run, would make). Valid during the callback only. */
 struct ub_repair_change {
-	enum ub_chk_fix fix;
+	enum ub_chk_fix fix; /* UB_CHK_FIX_NONE: a line of init_csum_tree's (a summary, or data it could not vouch for) */
 	uint64_t tree;     /* the tree changed (a subvolume, the extent tree, the chunk tree...) */
 	uint64_t inode;    /* fix on an inode: its number */
 	uint64_t devid;    /* UB_CHK_FIX_DEV_USED: the device */
@@ -50,6 +50,15 @@ struct ub_repair_opts {
 	bool dry_run;          /* say each change, write nothing (the devices are opened read-only) */
 	const char *undo_file; /* save every byte overwritten there first; NULL: no undo file */
 	const struct ub_repair_sink *sink; /* may be NULL */
+	/*
+	 * Rebuild the checksum tree from the data (after the other cures, in the
+	 * same transaction), also when nothing was noted: every copy of every
+	 * sector a checksummed file extent references is read; an old checksum a
+	 * copy verifies is kept, one no copy verifies is kept too (the sector
+	 * stays unreadable rather than blessed); a sector without one gets one
+	 * computed only when every readable copy agrees (docs/check.md, Repair).
+	 */
+	bool init_csum_tree;
 };
 
 struct ub_repair_result {
@@ -57,6 +66,12 @@ struct ub_repair_result {
 	uint64_t curable;    /* of them, with a cure this repair has */
 	uint64_t changes;    /* changes made (dry run: that would be made) */
 	uint64_t generation; /* the repair's commit (0: nothing committed) */
+	/*
+	 * init_csum_tree: data sectors left unreadable or unverified (an old
+	 * checksum no copy matches, or none given because copies differ or none
+	 * reads), each stretch named through the sink
+	 */
+	uint64_t unverified;
 };
 
 int ub_repair_new(struct ub_repair **out);

@@ -98,7 +98,8 @@ static void notes_unique(struct ub_repair *r)
 {
 	size_t k = 0;
 
-	qsort(r->notes, r->nnotes, sizeof(*r->notes), note_cmp);
+	if (r->nnotes > 1) /* notes is NULL when nothing was noted: qsort wants a pointer */
+		qsort(r->notes, r->nnotes, sizeof(*r->notes), note_cmp);
 	for (size_t i = 0; i < r->nnotes; i++)
 		if (!k || note_cmp(&r->notes[k - 1], &r->notes[i]))
 			r->notes[k++] = r->notes[i];
@@ -347,7 +348,8 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 		  const struct ub_log *log, struct ub_repair_result *res)
 {
 	static const struct ub_repair_opts none;
-	struct rp_ctx c = { .r = r, .opts = opts ? opts : &none, .log = log, .res = res };
+	struct rp_ctx c = { .r = r, .opts = opts ? opts : &none, .log = log, .res = res, .paths = paths,
+			    .npaths = npaths };
 	struct ub_dev **devs = NULL;
 	unsigned flags = UB_ENGINE_OPEN_NO_LOG_REPLAY;
 	int ret;
@@ -358,11 +360,11 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	res->curable = r->nnotes;
 	if (npaths <= 0)
 		return -EINVAL;
-	if (!r->nnotes)
+	if (!r->nnotes && !c.opts->init_csum_tree)
 		return 0;
 	if (c.opts->dry_run) {
 		dry_run(&c);
-		return 0;
+		return c.opts->init_csum_tree ? rp_init_csum_tree(&c) : 0;
 	}
 	for (size_t i = 0; i < r->nnotes; i++)
 		if (r->notes[i].fix == UB_CHK_FIX_SPACE)
@@ -398,6 +400,8 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	if (ret)
 		goto out;
 	ret = apply(&c);
+	if (!ret && c.opts->init_csum_tree)
+		ret = rp_init_csum_tree(&c);
 	if (ret) {
 		ub_txn_abort(c.t);
 		goto out;

@@ -37,6 +37,9 @@ struct rp_ctx {
 		bool dir_size;
 	} *touched;
 	size_t ntouched, captouched;
+	/* the devices (a dry run's --init-csum-tree opens them read-only itself) */
+	const char *const *paths;
+	int npaths;
 };
 
 /* A change made (or that would be): counted and handed to the caller's sink. */
@@ -59,5 +62,10 @@ int rp_scrub(struct rp_ctx *c, const struct rp_note *n);
 int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
+/*
+ * --init-csum-tree (csum.c): the checksum tree rebuilt from every copy of the
+ * data the file trees reference, in c->t (c->e NULL: a dry run, said only).
+ */
+int rp_init_csum_tree(struct rp_ctx *c);
 
 #endif
