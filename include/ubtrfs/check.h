@@ -61,6 +61,10 @@ enum ub_chk_fix {
 	UB_CHK_FIX_COPY,      /* a bad copy of a tree block or of data: rewritten from a good one (a scrub) */
 	UB_CHK_FIX_EXTENT_REFS, /* the extent item at `key` (extent tree) counts `want` references: the
 				   pointers that reach a tree block, the file extent items that point at data */
+	UB_CHK_FIX_EXTENT_ADD, /* tree block `logical` (reached by one pointer, from node `want2` or, 0, a
+				  root item, of tree `want`) gets its extent item back */
+	UB_CHK_FIX_EXTENT_DEL, /* the extent item at `key`, of a tree block no tree reaches, goes (its space
+				  becomes free) */
 	UB_CHK_FIX_COUNT
 };
 
@@ -78,6 +82,7 @@ struct ub_chk_problem {
 	const char *msg;      /* what is wrong */
 	enum ub_chk_fix fix;  /* what a repair does about it (UB_CHK_FIX_NONE: nothing simple) */
 	uint64_t want;        /* the value the fix sets */
+	uint64_t want2;       /* a second value, where the fix needs one */
 };
 
 struct ub_chk_sink {

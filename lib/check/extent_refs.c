@@ -43,6 +43,21 @@ static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 		p.cls = UB_CHK_EXTENT;
 		p.tree = tree_of(c, b);
 		p.logical = b->addr;
+		/*
+		 * One pointer, from the tree its header names: the item is known
+		 * (one reference, of that tree or of the pointing node). Anything
+		 * shared is left: which form its references take is its history's.
+		 */
+		if (c->walk_complete && !c->dropped_roots && b->ptrs == 1 && b->owner_reached && !b->reloc && b->gen) {
+			size_t ne;
+			const struct chk_edge *e = chk_edges_of(c, b->addr, &ne);
+
+			if (ne == 1) {
+				p.fix = UB_CHK_FIX_EXTENT_ADD;
+				p.want = b->owner;
+				p.want2 = e[0].parent;
+			}
+		}
 		chk_report(c, &p, "tree block of %s has no extent item", ub_tree_name(p.tree, name, sizeof(name)));
 	}
 }
@@ -303,8 +318,10 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 			   (unsigned long long)k->offset, nodesize);
 	missing_before(c, cursor, k->objectid);
 	if (*cursor >= c->blocks.n || c->blocks.v[*cursor].addr != k->objectid) {
-		if (c->walk_complete && !c->dropped_roots)
+		if (c->walk_complete && !c->dropped_roots) {
+			p.fix = UB_CHK_FIX_EXTENT_DEL;
 			chk_report(c, &p, "extent item for a tree block that no tree reaches");
+		}
 		return;
 	}
 	b = &c->blocks.v[(*cursor)++];

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 #include "repair/repair_priv.h"
+#include "txn/backref.h"
 
 int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n)
 {
@@ -43,5 +44,151 @@ int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n)
 		rp_say(c, n, was, "extent %llu (%s): references %llu -> %llu", (unsigned long long)n->key.objectid,
 		       n->key.type == BTRFS_METADATA_ITEM_KEY ? "tree block" : "extent item", (unsigned long long)was,
 		       (unsigned long long)n->want);
+	return 0;
+}
+
+/* ---- a tree block's extent item made again, a stray one removed ---- */
+
+int rp_extent_claim(struct rp_ctx *c, const struct rp_note *n)
+{
+	uint64_t at = n->key.objectid, len = c->e->fs.vol->nodesize;
+	int ret = ub_alloc_reserve_at(c->e->alloc, at, len);
+
+	/* the extent tree said free, the repair's open took it so: now it is the block's again */
+	if (!ret)
+		ret = ub_alloc_account(c->e->alloc, at, len, true);
+	if (ret) {
+		ub_err(c->log, "repair: tree block %llu: its space cannot be taken back from the free space: %s",
+		       (unsigned long long)at, strerror(-ret));
+		return ret;
+	}
+	c->e->bytes_used += len;
+	return 0;
+}
+
+/* The extent item of the node at `parent`: its flags (FULL_BACKREF decides how its children are referenced). */
+static int parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags)
+{
+	struct ub_key k = { parent, BTRFS_METADATA_ITEM_KEY, 0 };
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search(&c->e->fs.tc, &c->e->fs.extent_tree->root, &k, &p);
+	if (ret == 0 || ret == 1) {
+		ub_path_key(&p, &k);
+		d = ub_path_data(&p, &size);
+		if (k.objectid != parent || (k.type != BTRFS_METADATA_ITEM_KEY && k.type != BTRFS_EXTENT_ITEM_KEY))
+			ret = -ENOENT;
+		else if (size < sizeof(struct btrfs_extent_item))
+			ret = -EUCLEAN;
+		else
+			*flags = UB_GET(btrfs_extent_item, flags, d), ret = 0;
+	} else if (ret == 2) {
+		ret = -ENOENT;
+	}
+	ub_path_release(&p);
+	return ret;
+}
+
+int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n)
+{
+	struct ub_expect exp = { .owner = 0, .level = -1 };
+	uint8_t item[sizeof(struct btrfs_extent_item) + 32];
+	struct ub_ref ref = { .type = BTRFS_TREE_BLOCK_REF_KEY, .root = n->want };
+	uint64_t at = n->key.objectid, pflags = 0;
+	struct ub_eb *eb = NULL;
+	struct ub_key k;
+	uint32_t size;
+	int ret = ub_tree_read_block(&c->e->fs.tc, at, &exp, &eb);
+
+	if (ret) {
+		ub_err(c->log, "repair: tree block %llu cannot be read to make its extent item: %s",
+		       (unsigned long long)at, strerror(-ret));
+		return ret;
+	}
+	if (ub_eb_owner(eb) != n->want) {
+		ub_eb_put(&c->e->fs.tc, eb);
+		ub_err(c->log, "repair: tree block %llu: its owner is %llu now, the check saw %llu", (unsigned long long)at,
+		       (unsigned long long)ub_eb_owner(eb), (unsigned long long)n->want);
+		return -ESTALE;
+	}
+	k = (struct ub_key){ at, BTRFS_METADATA_ITEM_KEY, ub_eb_level(eb) };
+	memset(item, 0, sizeof(item));
+	UB_SET(btrfs_extent_item, refs, item, 1);
+	UB_SET(btrfs_extent_item, generation, item, ub_eb_generation(eb));
+	UB_SET(btrfs_extent_item, flags, item, BTRFS_EXTENT_FLAG_TREE_BLOCK);
+	ub_eb_put(&c->e->fs.tc, eb);
+	/* below a node with full back references, the reference names that node (the kernel's rule) */
+	if (n->want2) {
+		ret = parent_flags(c, n->want2, &pflags);
+		if (ret) {
+			ub_err(c->log, "repair: tree block %llu: the extent item of its parent %llu cannot be read: %s",
+			       (unsigned long long)at, (unsigned long long)n->want2, strerror(-ret));
+			return ret;
+		}
+		if (pflags & BTRFS_BLOCK_FLAG_FULL_BACKREF)
+			ref = (struct ub_ref){ .type = BTRFS_SHARED_BLOCK_REF_KEY, .parent = n->want2 };
+	}
+	ub_inline_ref_write(item + sizeof(struct btrfs_extent_item), &ref, 1);
+	size = (uint32_t)sizeof(struct btrfs_extent_item) + ub_ref_inline_size(ref.type);
+	ret = ub_tree_insert_item(&c->e->fs.tc, ub_txn_ta(c->t), &c->e->fs.extent_tree->root, &k, item, size);
+	if (ret) {
+		ub_err(c->log, "repair: tree block %llu: its extent item cannot be inserted: %s", (unsigned long long)at,
+		       strerror(-ret));
+		return ret;
+	}
+	rp_say(c, n, 0, "tree block %llu (tree %llu, level %llu): its extent item made again (%s %llu)",
+	       (unsigned long long)at, (unsigned long long)n->want, (unsigned long long)k.offset,
+	       ref.type == BTRFS_TREE_BLOCK_REF_KEY ? "TREE_BLOCK_REF root" : "SHARED_BLOCK_REF parent",
+	       (unsigned long long)(ref.type == BTRFS_TREE_BLOCK_REF_KEY ? ref.root : ref.parent));
+	return 0;
+}
+
+int rp_fix_extent_del(struct rp_ctx *c, const struct rp_note *n)
+{
+	struct ub_root *root = &c->e->fs.extent_tree->root;
+	uint64_t at = n->key.objectid;
+	uint64_t len = n->key.type == BTRFS_METADATA_ITEM_KEY ? c->e->fs.vol->nodesize : n->key.offset;
+	int ret = 0;
+
+	/* the item, then every keyed reference of the same block (their keys follow it) */
+	for (;;) {
+		struct ub_key k = { at, 0, 0 };
+		struct ub_path p;
+
+		ub_path_init(&p);
+		ret = ub_tree_search_slot(&c->e->fs.tc, ub_txn_ta(c->t), root, &k, &p, -1, true);
+		if (ret >= 0) {
+			if (p.slots[0] >= (int)ub_eb_nritems(p.nodes[0])) {
+				ret = 1;
+			} else {
+				ub_path_key(&p, &k);
+				ret = k.objectid == at && (k.type == BTRFS_METADATA_ITEM_KEY || k.type == BTRFS_EXTENT_ITEM_KEY ||
+							  k.type == BTRFS_TREE_BLOCK_REF_KEY || k.type == BTRFS_SHARED_BLOCK_REF_KEY)
+					      ? ub_tree_del_items(&c->e->fs.tc, ub_txn_ta(c->t), root, &p, p.slots[0], 1)
+					      : 1;
+			}
+		}
+		ub_path_release(&p);
+		if (ret)
+			break;
+	}
+	if (ret < 0) {
+		ub_err(c->log, "repair: the extent item of %llu cannot be removed: %s", (unsigned long long)at,
+		       strerror(-ret));
+		return ret;
+	}
+	/* nothing reaches the block: its space is free once the commit is durable */
+	ret = ub_alloc_account(c->e->alloc, at, len, false);
+	if (!ret)
+		ret = ub_alloc_pin(c->e->alloc, at, len);
+	if (ret)
+		return ret;
+	c->e->bytes_used -= len;
+	rp_say(c, n, 0, "the extent item of tree block %llu, which no tree reaches, removed (%llu bytes free)",
+	       (unsigned long long)at, (unsigned long long)len);
 	return 0;
 }

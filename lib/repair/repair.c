@@ -55,6 +55,19 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 	n->inode = p->inode;
 	n->devid = p->devid;
 	n->want = p->want;
+	n->want2 = p->want2;
+	if (p->fix == UB_CHK_FIX_EXTENT_ADD) {
+		if (!p->logical)
+			return 0;
+		n->key = (struct ub_key){ p->logical, 0, 0 };
+		n->inode = p->logical;
+	}
+	if (p->fix == UB_CHK_FIX_EXTENT_DEL) {
+		if (!p->has_key)
+			return 0;
+		n->key = p->key;
+		n->inode = p->key.objectid;
+	}
 	if (p->fix == UB_CHK_FIX_UUID_ADD || p->fix == UB_CHK_FIX_UUID_DEL) {
 		if (!p->has_key)
 			return 0;
@@ -164,6 +177,14 @@ static void dry_run(struct rp_ctx *c)
 			rp_say(c, n, 0, "would scrub: every bad copy of a tree block or of data rewritten from a good "
 			       "one");
 			break;
+		case UB_CHK_FIX_EXTENT_ADD:
+			rp_say(c, n, 0, "would give tree block %llu its extent item back (one reference, of tree %llu)",
+			       (unsigned long long)n->key.objectid, (unsigned long long)n->want);
+			break;
+		case UB_CHK_FIX_EXTENT_DEL:
+			rp_say(c, n, 0, "would remove the extent item of tree block %llu, which no tree reaches",
+			       (unsigned long long)n->key.objectid);
+			break;
 		case UB_CHK_FIX_EXTENT_REFS:
 			rp_say(c, n, 0, "would set the references of extent %llu (%s) to %llu",
 			       (unsigned long long)n->key.objectid,
@@ -268,6 +289,12 @@ static int apply(struct rp_ctx *c)
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_EXTENT_REFS)
 			ret = rp_fix_extent_refs(c, &c->r->notes[i]);
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD)
+			ret = rp_fix_extent_add(c, &c->r->notes[i]);
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_EXTENT_DEL)
+			ret = rp_fix_extent_del(c, &c->r->notes[i]);
 	/* names first: the counts that follow them are counted again after, not taken from the check */
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_NAMES)
@@ -366,8 +393,15 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 		dry_run(&c);
 		return c.opts->init_csum_tree ? rp_init_csum_tree(&c) : 0;
 	}
+	/*
+	 * The space the extent tree gives: a tree block without its item has its
+	 * space counted free there, a stray item holds space nothing uses. Both
+	 * need the allocator loaded from the extent tree and corrected before
+	 * anything is allocated (rp_extent_claim), as the space problems do.
+	 */
 	for (size_t i = 0; i < r->nnotes; i++)
-		if (r->notes[i].fix == UB_CHK_FIX_SPACE)
+		if (r->notes[i].fix == UB_CHK_FIX_SPACE || r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD ||
+		    r->notes[i].fix == UB_CHK_FIX_EXTENT_DEL)
 			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
 	devs = calloc((size_t)npaths, sizeof(*devs));
 	if (!devs)
@@ -388,6 +422,11 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	ret = ub_engine_open_raw(NULL, devs, npaths, log, flags, &c.e);
 	if (!ret)
 		ret = ub_engine_ready(c.e);
+	if (ret)
+		goto out;
+	for (size_t i = 0; !ret && i < r->nnotes; i++)
+		if (r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD)
+			ret = rp_extent_claim(&c, &r->notes[i]);
 	if (ret)
 		goto out;
 	/* bad copies first, by a scrub: what the transaction then reads and copies is the good bytes */

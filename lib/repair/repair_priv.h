@@ -12,7 +12,7 @@
 /* One cure noted from the check (a problem's fix, where and to what). */
 struct rp_note {
 	enum ub_chk_fix fix;
-	uint64_t tree, inode, devid, want;
+	uint64_t tree, inode, devid, want, want2;
 	struct ub_key key; /* UB_CHK_FIX_EXTENT_REFS: the extent item */
 };
 
@@ -60,6 +60,16 @@ int rp_fix_roots(struct rp_ctx *c, const struct rp_note *n);
 int rp_scrub(struct rp_ctx *c, const struct rp_note *n);
 /* extents.c: the refs count of the extent item at n->key becomes n->want */
 int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n);
+/*
+ * Tree block n->key.objectid's extent item made again (owner n->want, pointed
+ * at from node n->want2, 0: a root item), or a stray one (n->key) removed; the
+ * allocator follows. rp_extent_claim: before anything is allocated, the
+ * space of the blocks that get their item back is taken out of the free
+ * space the repair's open found (the extent tree said it was free).
+ */
+int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n);
+int rp_fix_extent_del(struct rp_ctx *c, const struct rp_note *n);
+int rp_extent_claim(struct rp_ctx *c, const struct rp_note *n);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
 /*

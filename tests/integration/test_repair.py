@@ -17,6 +17,7 @@ Budget: about 30 s with -n 2.
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
@@ -573,3 +574,65 @@ def test_dead_subvolume_orphan_item(ubtrfs_bin, tmp_path):
     assert "256 ROOT_ITEM" not in tree, "the kernel did not finish the drop"
     cp = T.ubtrfs("rescue", "undo", str(undo), str(img))
     assert cp.returncode == 0 and sha(img) == damaged_sha, T.describe(cp)
+
+
+METADATA_ITEM, TREE_BLOCK_REF, BG_METADATA = 169, 176, 4
+
+
+def test_tree_block_extent_item_missing(ubtrfs_bin, base):
+    """The extent item of the top-level tree's root block deleted: the block is live, the
+    extent tree and the free space tree say its space is free (a later allocation would write
+    over it). The repair gives the item back, and its space."""
+    img, files = base
+    where = {}
+
+    def edit(im):
+        root = im.tree_root(C.FS_TREE)[0]
+        where["root"] = root
+        b, s = im.find_item(im.tree_root(C.EXTENT_TREE)[0], lambda k: k.type == METADATA_ITEM and k.objectid == root)
+        b.delete_item(s)
+        im.write_block(b)
+    damage(img, edit)
+    damaged_sha = sha(img)
+    undo = img.parent / "add.undo"
+    cp = repair(img, undo=undo)
+    out = cp.stdout.decode()
+    assert cp.returncode == 0, T.describe(cp) + out[-3000:]
+    assert "tree block %d (tree 5" % where["root"] in out and "extent item made again" in out, out
+    tree = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "2", str(img)]).stdout.decode()
+    assert "key (%d METADATA_ITEM" % where["root"] in tree
+    assert_repaired(img, files, damaged_sha, undo)
+
+
+def test_stray_tree_block_extent_item(ubtrfs_bin, base):
+    """An extent item for a tree block nothing reaches (free space counted used for ever):
+    the repair removes it and its space is free again."""
+    img, files = base
+    where = {}
+
+    def edit(im):
+        ext = im.tree_root(C.EXTENT_TREE)[0]
+        used = {b.item_key(s).objectid for b, s in im.walk(ext) if b.item_key(s).type == METADATA_ITEM}
+        nodesize = im.super("nodesize")
+        meta = [c for c in im.chunks if c.type & BG_METADATA]
+        free = None
+        for c in meta:
+            for at in range(c.logical, c.logical + c.length, nodesize):
+                if at not in used:
+                    free = at
+                    break
+            if free:
+                break
+        where["at"] = free
+        b, s = im.find_item(ext, lambda k: k.type == METADATA_ITEM and k.objectid > free)
+        item = struct.pack("<QQQ", 1, im.super("generation"), 2) + struct.pack("<BQ", TREE_BLOCK_REF, 5)
+        b.insert_item(C.Key(free, METADATA_ITEM, 0), item)
+        im.write_block(b)
+    damage(img, edit)
+    damaged_sha = sha(img)
+    undo = img.parent / "del.undo"
+    cp = repair(img, undo=undo)
+    out = cp.stdout.decode()
+    assert cp.returncode == 0, T.describe(cp) + out[-3000:]
+    assert "the extent item of tree block %d, which no tree reaches, removed" % where["at"] in out, out
+    assert_repaired(img, files, damaged_sha, undo)
