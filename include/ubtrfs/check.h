@@ -58,11 +58,16 @@ enum ub_chk_fix {
 				 UUID_KEY_SUBVOL or UUID_KEY_RECEIVED_SUBVOL) */
 	UB_CHK_FIX_UUID_DEL,  /* subvolume `want` leaves the uuid tree item at `key` */
 	UB_CHK_FIX_DEAD_ORPHAN, /* deleted subvolume `want` gets the orphan item that has it dropped */
+	UB_CHK_FIX_UNCOUNTED, /* no cure, and a warning to the repair: the extent tree misses an extent it
+				 cannot make again, so nothing may be recounted from it (the space it
+				 would call free is in use) */
 	UB_CHK_FIX_COPY,      /* a bad copy of a tree block or of data: rewritten from a good one (a scrub) */
 	UB_CHK_FIX_EXTENT_REFS, /* the extent item at `key` (extent tree) counts `want` references: the
 				   pointers that reach a tree block, the file extent items that point at data */
 	UB_CHK_FIX_EXTENT_ADD, /* tree block `logical` (reached by one pointer, from node `want2` or, 0, a
 				  root item, of tree `want`) gets its extent item back */
+	UB_CHK_FIX_DATA_ADD,  /* data at `logical` gets its extent item back: `want` file extent items of inode
+				 `inode` of tree `tree` point at it, all from leaf `want2` */
 	UB_CHK_FIX_EXTENT_DEL, /* the extent item at `key`, of a tree block no tree reaches, goes (its space
 				  becomes free) */
 	UB_CHK_FIX_COUNT

@@ -58,6 +58,8 @@ static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 				p.want2 = e[0].parent;
 			}
 		}
+		if (p.fix == UB_CHK_FIX_NONE)
+			p.fix = UB_CHK_FIX_UNCOUNTED;
 		chk_report(c, &p, "tree block of %s has no extent item", ub_tree_name(p.tree, name, sizeof(name)));
 	}
 }

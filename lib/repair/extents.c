@@ -49,16 +49,73 @@ int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n)
 
 /* ---- a tree block's extent item made again, a stray one removed ---- */
 
-int rp_extent_claim(struct rp_ctx *c, const struct rp_note *n)
+/*
+ * The file extent items of n->inode in leaf n->want2 that point at the data:
+ * the extent's length, the data reference's offset (file offset minus the
+ * offset into the extent) and the generation, the same in all of them, and
+ * as many as the check counted. -ESTALE when the leaf says otherwise now.
+ */
+static int data_from_leaf(struct rp_ctx *c, struct rp_note *n)
+{
+	struct ub_expect exp = { .owner = 0, .level = 0 };
+	struct ub_eb *eb = NULL;
+	uint64_t count = 0;
+	int ret = ub_tree_read_block(&c->e->fs.tc, n->want2, &exp, &eb);
+
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < ub_eb_nritems(eb) && !ret; i++) {
+		struct ub_key k;
+		const uint8_t *d;
+		uint32_t size;
+		uint8_t type;
+
+		ub_eb_item_key(eb, (int)i, &k);
+		if (k.objectid != n->inode || k.type != BTRFS_EXTENT_DATA_KEY)
+			continue;
+		d = ub_eb_item_data(eb, (int)i, &size);
+		if (!d || size < sizeof(struct btrfs_file_extent_item))
+			continue;
+		type = (uint8_t)UB_GET(btrfs_file_extent_item, type, d);
+		if ((type != BTRFS_FILE_EXTENT_REG && type != BTRFS_FILE_EXTENT_PREALLOC) ||
+		    UB_GET(btrfs_file_extent_item, disk_bytenr, d) != n->key.objectid)
+			continue;
+		if (count && (n->data_len != UB_GET(btrfs_file_extent_item, disk_num_bytes, d) ||
+			      n->data_offset != k.offset - UB_GET(btrfs_file_extent_item, offset, d)))
+			ret = -ESTALE;
+		n->data_len = UB_GET(btrfs_file_extent_item, disk_num_bytes, d);
+		n->data_offset = k.offset - UB_GET(btrfs_file_extent_item, offset, d);
+		if (!count || UB_GET(btrfs_file_extent_item, generation, d) < n->data_gen)
+			n->data_gen = UB_GET(btrfs_file_extent_item, generation, d);
+		count++;
+	}
+	ub_eb_put(&c->e->fs.tc, eb);
+	if (!ret && (count != n->want || !n->data_len || n->data_len % c->e->fs.vol->sectorsize))
+		ret = -ESTALE;
+	return ret;
+}
+
+int rp_extent_claim(struct rp_ctx *c, struct rp_note *n)
 {
 	uint64_t at = n->key.objectid, len = c->e->fs.vol->nodesize;
-	int ret = ub_alloc_reserve_at(c->e->alloc, at, len);
+	int ret = 0;
+
+	if (n->fix == UB_CHK_FIX_DATA_ADD) {
+		ret = data_from_leaf(c, n);
+		if (ret) {
+			ub_err(c->log, "repair: the data at %llu: its file extent items in leaf %llu cannot be read as the "
+			       "check saw them: %s", (unsigned long long)at, (unsigned long long)n->want2, strerror(-ret));
+			return ret;
+		}
+		len = n->data_len;
+	}
+	ret = ub_alloc_reserve_at(c->e->alloc, at, len);
 
 	/* the extent tree said free, the repair's open took it so: now it is the block's again */
 	if (!ret)
 		ret = ub_alloc_account(c->e->alloc, at, len, true);
 	if (ret) {
-		ub_err(c->log, "repair: tree block %llu: its space cannot be taken back from the free space: %s",
+		ub_err(c->log, "repair: the extent at %llu: its space cannot be taken back from the free space: %s",
 		       (unsigned long long)at, strerror(-ret));
 		return ret;
 	}
@@ -190,5 +247,41 @@ int rp_fix_extent_del(struct rp_ctx *c, const struct rp_note *n)
 	c->e->bytes_used -= len;
 	rp_say(c, n, 0, "the extent item of tree block %llu, which no tree reaches, removed (%llu bytes free)",
 	       (unsigned long long)at, (unsigned long long)len);
+	return 0;
+}
+
+int rp_fix_data_add(struct rp_ctx *c, const struct rp_note *n)
+{
+	uint8_t item[sizeof(struct btrfs_extent_item) + 64];
+	struct ub_ref ref = { .type = BTRFS_EXTENT_DATA_REF_KEY, .root = n->tree, .owner = n->inode,
+			      .offset = n->data_offset };
+	struct ub_key k = { n->key.objectid, BTRFS_EXTENT_ITEM_KEY, n->data_len };
+	uint64_t pflags = 0;
+	uint32_t size;
+	int ret = parent_flags(c, n->want2, &pflags);
+
+	if (ret) {
+		ub_err(c->log, "repair: the data at %llu: the extent item of leaf %llu cannot be read: %s",
+		       (unsigned long long)k.objectid, (unsigned long long)n->want2, strerror(-ret));
+		return ret;
+	}
+	/* from a leaf with full back references, the reference names the leaf (the kernel's rule) */
+	if (pflags & BTRFS_BLOCK_FLAG_FULL_BACKREF)
+		ref = (struct ub_ref){ .type = BTRFS_SHARED_DATA_REF_KEY, .parent = n->want2 };
+	memset(item, 0, sizeof(item));
+	UB_SET(btrfs_extent_item, refs, item, n->want);
+	UB_SET(btrfs_extent_item, generation, item, n->data_gen);
+	UB_SET(btrfs_extent_item, flags, item, BTRFS_EXTENT_FLAG_DATA);
+	ub_inline_ref_write(item + sizeof(struct btrfs_extent_item), &ref, (uint32_t)n->want);
+	size = (uint32_t)sizeof(struct btrfs_extent_item) + ub_ref_inline_size(ref.type);
+	ret = ub_tree_insert_item(&c->e->fs.tc, ub_txn_ta(c->t), &c->e->fs.extent_tree->root, &k, item, size);
+	if (ret) {
+		ub_err(c->log, "repair: the data at %llu: its extent item cannot be inserted: %s",
+		       (unsigned long long)k.objectid, strerror(-ret));
+		return ret;
+	}
+	rp_say(c, n, 0, "data at %llu (%llu bytes): its extent item made again (%llu references of inode %llu, tree %llu)",
+	       (unsigned long long)k.objectid, (unsigned long long)n->data_len, (unsigned long long)n->want,
+	       (unsigned long long)n->inode, (unsigned long long)n->tree);
 	return 0;
 }

@@ -62,6 +62,11 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->key = (struct ub_key){ p->logical, 0, 0 };
 		n->inode = p->logical;
 	}
+	if (p->fix == UB_CHK_FIX_DATA_ADD) {
+		if (!p->logical || !p->tree || !p->inode)
+			return 0;
+		n->key = (struct ub_key){ p->logical, 0, 0 };
+	}
 	if (p->fix == UB_CHK_FIX_EXTENT_DEL) {
 		if (!p->has_key)
 			return 0;
@@ -87,6 +92,40 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->tree = n->inode = n->devid = n->want = 0;
 	}
 	return 0;
+}
+
+static bool space_cure(enum ub_chk_fix f)
+{
+	return f == UB_CHK_FIX_SPACE || f == UB_CHK_FIX_EXTENT_ADD || f == UB_CHK_FIX_DATA_ADD ||
+	       f == UB_CHK_FIX_EXTENT_DEL;
+}
+
+/*
+ * An extent the extent tree misses and this repair cannot make again: the
+ * space cures all count from the extent tree, and it would call that
+ * extent's space free (a later write would go over it). They are dropped,
+ * and the space accounting is left as it is; so is the warning itself, which
+ * has no cure.
+ */
+static void drop_space_cures(struct rp_ctx *c)
+{
+	struct ub_repair *r = c->r;
+	size_t k = 0, uncounted = 0, dropped = 0;
+
+	for (size_t i = 0; i < r->nnotes; i++)
+		uncounted += r->notes[i].fix == UB_CHK_FIX_UNCOUNTED;
+	for (size_t i = 0; i < r->nnotes; i++) {
+		if (r->notes[i].fix == UB_CHK_FIX_UNCOUNTED || (uncounted && space_cure(r->notes[i].fix))) {
+			dropped += r->notes[i].fix != UB_CHK_FIX_UNCOUNTED;
+			continue;
+		}
+		r->notes[k++] = r->notes[i];
+	}
+	r->nnotes = k;
+	if (dropped)
+		ub_warn(c->log, "repair: the extent tree misses %zu extents this repair cannot make again: the block "
+			"group counts, the free space tree and the extent items are left as they are (counted again "
+			"from the extent tree they would call space in use free)", uncounted);
 }
 
 static int note_cmp(const void *a, const void *b)
@@ -180,6 +219,11 @@ static void dry_run(struct rp_ctx *c)
 		case UB_CHK_FIX_EXTENT_ADD:
 			rp_say(c, n, 0, "would give tree block %llu its extent item back (one reference, of tree %llu)",
 			       (unsigned long long)n->key.objectid, (unsigned long long)n->want);
+			break;
+		case UB_CHK_FIX_DATA_ADD:
+			rp_say(c, n, 0, "would give the data at %llu its extent item back (%llu references of inode %llu, "
+			       "tree %llu)", (unsigned long long)n->key.objectid, (unsigned long long)n->want,
+			       (unsigned long long)n->inode, (unsigned long long)n->tree);
 			break;
 		case UB_CHK_FIX_EXTENT_DEL:
 			rp_say(c, n, 0, "would remove the extent item of tree block %llu, which no tree reaches",
@@ -293,6 +337,9 @@ static int apply(struct rp_ctx *c)
 		if (c->r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD)
 			ret = rp_fix_extent_add(c, &c->r->notes[i]);
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_DATA_ADD)
+			ret = rp_fix_data_add(c, &c->r->notes[i]);
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_EXTENT_DEL)
 			ret = rp_fix_extent_del(c, &c->r->notes[i]);
 	/* names first: the counts that follow them are counted again after, not taken from the check */
@@ -384,6 +431,7 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	memset(res, 0, sizeof(*res));
 	res->noted = r->noted;
 	notes_unique(r);
+	drop_space_cures(&c);
 	res->curable = r->nnotes;
 	if (npaths <= 0)
 		return -EINVAL;
@@ -401,7 +449,7 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	 */
 	for (size_t i = 0; i < r->nnotes; i++)
 		if (r->notes[i].fix == UB_CHK_FIX_SPACE || r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD ||
-		    r->notes[i].fix == UB_CHK_FIX_EXTENT_DEL)
+		    r->notes[i].fix == UB_CHK_FIX_EXTENT_DEL || r->notes[i].fix == UB_CHK_FIX_DATA_ADD)
 			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
 	devs = calloc((size_t)npaths, sizeof(*devs));
 	if (!devs)
@@ -425,7 +473,7 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	if (ret)
 		goto out;
 	for (size_t i = 0; !ret && i < r->nnotes; i++)
-		if (r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD)
+		if (r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD || r->notes[i].fix == UB_CHK_FIX_DATA_ADD)
 			ret = rp_extent_claim(&c, &r->notes[i]);
 	if (ret)
 		goto out;

@@ -13,7 +13,9 @@
 struct rp_note {
 	enum ub_chk_fix fix;
 	uint64_t tree, inode, devid, want, want2;
-	struct ub_key key; /* UB_CHK_FIX_EXTENT_REFS: the extent item */
+	struct ub_key key; /* UB_CHK_FIX_EXTENT_*: the extent item (DATA_ADD, EXTENT_ADD: its address) */
+	/* DATA_ADD, found by rp_extent_claim in the leaf: the extent's length, the reference's offset, generation */
+	uint64_t data_len, data_offset, data_gen;
 };
 
 struct ub_repair {
@@ -69,7 +71,9 @@ int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n);
  */
 int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n);
 int rp_fix_extent_del(struct rp_ctx *c, const struct rp_note *n);
-int rp_extent_claim(struct rp_ctx *c, const struct rp_note *n);
+int rp_extent_claim(struct rp_ctx *c, struct rp_note *n);
+/* Data at n->key.objectid gets its extent item back, from the file extent items in leaf n->want2. */
+int rp_fix_data_add(struct rp_ctx *c, const struct rp_note *n);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
 /*
