@@ -237,19 +237,62 @@ static int open_devices(struct rp_ctx *c, const char *const *paths, int n, struc
 	return ret;
 }
 
+/* What every run does first: the notes made unique and counted. */
+static void run_begin(struct ub_repair *r, struct ub_repair_result *res)
+{
+	memset(res, 0, sizeof(*res));
+	res->noted = r->noted;
+	notes_unique(r);
+	res->curable = r->nnotes;
+}
+
+/* The engine on the opened devices (taken over), the cures, the commit. */
+static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
+{
+	unsigned flags = UB_ENGINE_OPEN_NO_LOG_REPLAY;
+	int ret;
+
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_SPACE)
+			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
+	/* the engine takes the devices over, also when it fails */
+	ret = ub_engine_open_raw(NULL, devs, ndevs, c->log, flags, &c->e);
+	if (!ret)
+		ret = ub_engine_ready(c->e);
+	if (ret)
+		goto out;
+	ret = ub_txn_start(c->e, &c->t);
+	if (ret)
+		goto out;
+	ret = apply(c);
+	if (ret) {
+		ub_txn_abort(c->t);
+		goto out;
+	}
+	ret = ub_txn_commit(c->t);
+	if (!ret)
+		c->res->generation = ub_engine_generation(c->e);
+out:
+	if (c->e) {
+		int err = ub_engine_error(c->e);
+
+		ub_engine_close(c->e);
+		c->e = NULL;
+		if (!ret && err)
+			ret = err;
+	}
+	return ret;
+}
+
 int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, const struct ub_repair_opts *opts,
 		  const struct ub_log *log, struct ub_repair_result *res)
 {
 	static const struct ub_repair_opts none;
 	struct rp_ctx c = { .r = r, .opts = opts ? opts : &none, .log = log, .res = res };
 	struct ub_dev **devs = NULL;
-	unsigned flags = UB_ENGINE_OPEN_NO_LOG_REPLAY;
 	int ret;
 
-	memset(res, 0, sizeof(*res));
-	res->noted = r->noted;
-	notes_unique(r);
-	res->curable = r->nnotes;
+	run_begin(r, res);
 	if (npaths <= 0)
 		return -EINVAL;
 	if (!r->nnotes)
@@ -258,9 +301,6 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 		dry_run(&c);
 		return 0;
 	}
-	for (size_t i = 0; i < r->nnotes; i++)
-		if (r->notes[i].fix == UB_CHK_FIX_SPACE)
-			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
 	devs = calloc((size_t)npaths, sizeof(*devs));
 	if (!devs)
 		return -ENOMEM;
@@ -274,33 +314,8 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 		}
 	}
 	ret = open_devices(&c, paths, npaths, devs);
-	if (ret)
-		goto out;
-	/* the engine takes the devices over, also when it fails */
-	ret = ub_engine_open_raw(NULL, devs, npaths, log, flags, &c.e);
 	if (!ret)
-		ret = ub_engine_ready(c.e);
-	if (ret)
-		goto out;
-	ret = ub_txn_start(c.e, &c.t);
-	if (ret)
-		goto out;
-	ret = apply(&c);
-	if (ret) {
-		ub_txn_abort(c.t);
-		goto out;
-	}
-	ret = ub_txn_commit(c.t);
-	if (!ret)
-		res->generation = ub_engine_generation(c.e);
-out:
-	if (c.e) {
-		int err = ub_engine_error(c.e);
-
-		ub_engine_close(c.e);
-		if (!ret && err)
-			ret = err;
-	}
+		ret = run_on(&c, devs, npaths);
 	if (c.undo) {
 		int u = ub_undo_finish(c.undo);
 
@@ -309,4 +324,23 @@ out:
 	}
 	free(devs);
 	return ret;
+}
+
+int ub_repair_run_devs(struct ub_repair *r, struct ub_dev *const *devs, int ndevs, const struct ub_repair_opts *opts,
+		       const struct ub_log *log, struct ub_repair_result *res)
+{
+	static const struct ub_repair_opts none;
+	struct rp_ctx c = { .r = r, .opts = opts ? opts : &none, .log = log, .res = res };
+	int ret;
+
+	run_begin(r, res);
+	ret = ndevs <= 0 ? -EINVAL : c.opts->undo_file ? -EINVAL : 0;
+	if (!ret && c.opts->dry_run)
+		dry_run(&c);
+	if (ret || c.opts->dry_run || !r->nnotes) {
+		for (int i = 0; i < ndevs; i++)
+			ub_dev_close(devs[i]);
+		return ret;
+	}
+	return run_on(&c, devs, ndevs);
 }
