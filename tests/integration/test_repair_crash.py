@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: MIT
+"""`ubtrfs check --repair` interrupted at every write: the old filesystem or the repaired
+one, never a third; `rescue undo` from the undo file as the crash left it gives back the
+image byte for byte.
+
+A kernel-made image is damaged in every class the repair cures (test_repair.py's edits:
+nlink, nbytes, a directory's size, a block group's used bytes, the free space tree, a
+device's bytes_used). tests/tools/repair_driver runs the checker and the repair library
+on it with the devices stacked as `check --repair` stacks them, the undo device over a
+recorder (include/ubtrfs/dev.h), so every undo record is durable before the write it
+covers reaches the log. For every point k of the recorded writes and flushes (and both
+sides of every superblock write), a crash image keeps the writes before the last flush
+and a seeded choice of the later ones (dropped, reordered). Each must be:
+
+  * the old filesystem: `ubtrfs check` finds the same problems as before the repair; or
+  * the repaired one: `ubtrfs check` and `btrfs check` find nothing;
+
+and in both, every file reads as before. The undo file cut to its length when the last
+write before k was issued (what fdatasync had made durable) gives the image back byte for
+byte through `ubtrfs rescue undo` (a crash before the first write leaves a file that
+names no device: rescue undo says the run wrote nothing, and the image is as it was).
+
+Budget: about 15 s.
+"""
+
+import os
+import re
+import shutil
+
+import pytest
+
+import craft as C
+import repair_lib as RL
+import test_repair as R
+import ubtrfs_testlib as T
+
+MiB = T.MiB
+EDITS = (R.edit_nlink, R.edit_nbytes, R.edit_dir_size, R.edit_bg_used, R.edit_free_space, R.edit_dev_used)
+
+
+def _build(d):
+    """A kernel-made image with every curable class damaged; what it reads and what check says."""
+    img = os.path.join(str(d), "damaged.img")
+    with open(img, "wb") as f:
+        f.truncate(128 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q", img])
+    with T.mounted([img], os.path.join(str(d), "mnt"), readonly=False) as m:
+        os.makedirs(os.path.join(m, "dir", "sub"))
+        for i, size in enumerate((0, 100, 3000, 5000, 70000, 300000)):
+            with open(os.path.join(m, "dir", "f%d" % i), "wb") as f:
+                f.write(bytes((i * 7 + j) % 251 for j in range(size)))
+        os.link(os.path.join(m, "dir", "f4"), os.path.join(m, "dir", "sub", "hard"))
+        for i in range(30):
+            with open(os.path.join(m, "dir", "sub", "n%02d" % i), "w") as f:
+                f.write("x" * i)
+        os.symlink("dir/f3", os.path.join(m, "link"))
+    with C.Image(img) as im:
+        for e in EDITS:
+            e(im)
+    return {"img": img}
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    d, got = T.shared_build("repair-crash-base", _build, fallback_dir=tmp_path_factory.mktemp("rcb"))
+    work = tmp_path_factory.mktemp("repair-crash")
+    files, _ = RL.readable_files(got["img"], str(work))
+    rc, probs = RL.ubtrfs_check(got["img"])
+    assert rc == 1 and len(probs) >= 6, probs
+    assert not RL.btrfs_check_clean(got["img"]), "the referee calls the damage clean"
+    assert any(k.startswith("dir/f") for k in files), files
+    yield got["img"], files, probs, work
+    shutil.rmtree(str(work), ignore_errors=True)
+
+
+def undo_length_at(lengths, k):
+    """The undo file's length a crash after the first k log entries left at least: what
+    was durable when the last write before k was issued."""
+    best = lengths["start"]
+    for idx, n in lengths["writes"]:
+        if idx < k:
+            best = n
+    return best
+
+
+def undo_lengths_at(lengths, k):
+    n = undo_length_at(lengths, k)
+    later = [m for idx, m in lengths["writes"] if idx >= k and m > n] + [lengths["end"]]
+    return [n, n + (later[0] - n) // 2] if later[0] > n else [n]
+
+
+def undo_back(crash, cut, base, n, what, failures):
+    """`rescue undo` with the first n bytes of the undo file gives back the image as it was.
+    A copy of the crash image: each length starts from the same one."""
+    undo = crash / "cut.undo"
+    img = crash / "cut-undone.img"
+    with open(crash / "repair.undo", "rb") as f:
+        data = f.read(n)
+    with open(undo, "wb") as f:
+        f.write(data)
+    RL.copy_sparse(cut, img)
+    cp = T.ubtrfs("rescue", "undo", undo, img)
+    if cp.returncode == 2 and b"wrote nothing" in cp.stderr and RL.same_bytes(img, base):
+        pass  # a crash before the first write: the file names no device, the image is as it was
+    elif cp.returncode != 0 or RL.sanitizer_report(cp.stderr):
+        failures.append("%s: rescue undo with %d bytes of undo file: %s" % (what, n, T.describe(cp)))
+    elif not RL.same_bytes(img, base):
+        failures.append("%s: rescue undo with %d bytes of undo file did not give back the image" % (what, n))
+    os.unlink(undo)
+    os.unlink(img)
+
+
+def parse_lengths(path):
+    out = {"writes": []}
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if w[0] == "W":
+                out["writes"].append((int(w[1]), int(w[2])))
+            else:
+                out[w[0]] = int(w[1])
+    return out
+
+
+def test_repair_interrupted_at_every_write(ubtrfs_bin, damaged):
+    src, files, probs_before, work = damaged
+    driver = T.test_tool("repair_driver")
+    crash = work / "crash"
+    crash.mkdir()
+    img = work / "fs.img"
+    RL.copy_sparse(src, img)
+    cp = T.run([driver, "--crash-dir", crash, "--crash-cuts", "all", img], check=False, timeout=120)
+    out = cp.stdout.decode()
+    assert cp.returncode == 0 and not RL.sanitizer_report(cp.stderr), cp.stderr.decode(errors="replace")[-4000:]
+    assert re.search(r"^noted \d+ curable [1-9]\d* changes [1-9]\d* generation [1-9]", out, re.M), out
+    # the repair itself: what a finished run leaves
+    assert RL.btrfs_check_clean(img), "btrfs check after the driver's repair"
+    assert RL.ubtrfs_check(img)[0] == 0
+    lengths = parse_lengths(crash / "undo_lengths")
+    assert lengths["end"] > lengths["start"] and lengths["writes"], lengths
+    cuts = [(int(c), int(k), int(n)) for c, k, n in re.findall(r"^cut (\d+) entries (\d+) of (\d+)$", out, re.M)]
+    total = cuts[0][2]
+    # every point of the log, 0..total
+    assert {k for _, k, _ in cuts} == set(range(total + 1)), (cuts, total)
+    base = crash / "base_dev0.img"
+    assert RL.same_bytes(base, src)
+    seen = {"old": 0, "repaired": 0}
+    failures = []
+    for c, k, _ in cuts:
+        cut = crash / ("cut%d_dev0.img" % c)
+        what = "cut %d (after %d of %d entries)" % (c, k, total)
+        rc, probs = RL.ubtrfs_check(cut)
+        if rc == 1 and probs == probs_before:
+            state = "old"
+        elif rc == 0 and RL.btrfs_check_clean(cut):
+            state = "repaired"
+        else:
+            failures.append("%s: neither the old filesystem nor the repaired one: ubtrfs check exit %d\n%s" % (
+                what, rc, "\n".join(repr(p) for p in probs[:10])))
+            state = None
+        if state:
+            seen[state] += 1
+        got, _ = RL.readable_files(cut, str(work))
+        if got != files:
+            lost = sorted(set(files.items()) - set(got.items()))[:10]
+            failures.append("%s (%s): files read differently: %r" % (what, state, lost))
+        # the undo file as the crash left it: what was durable, and that with half of the
+        # record being written when the crash came (not yet durable, so torn)
+        for n in undo_lengths_at(lengths, k):
+            undo_back(crash, cut, base, n, what, failures)
+        os.unlink(cut)
+        if len(failures) > 6:
+            break
+    assert not failures, "\n\n".join(failures)
+    # the log covers both: crash points before the commit and after it
+    assert seen["old"] > 0 and seen["repaired"] > 0, seen
