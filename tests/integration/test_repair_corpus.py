@@ -16,8 +16,9 @@ For every image, on a private sparse copy:
     that ours makes clean fails the test until it leaves the list.
 
 UBTRFS_REPAIR_TABLE=FILE appends one tab-separated row per image (image, btrfs check
-before, ubtrfs repair exit, btrfs check after ours, btrfs check --repair exit, btrfs check
-after theirs), for the table in docs/check.md.
+before, files readable before, ubtrfs repair exit, btrfs check after ours, btrfs check
+--repair exit, btrfs check after theirs, files readable before that are not after theirs),
+for the table in docs/check.md.
 
 The default run takes SMOKE (the images with problems the repair has cures for, and a
 slice of the others); all images with UBTRFS_LONG_TESTS=1. Budget: about 10 s.
@@ -152,7 +153,10 @@ def test_repair_corpus_image(ubtrfs_bin, cache, tmp_path, name, archive):
         their_rc, _ = RL.btrfs_repair(theirs, timeout=60)
         their_verdict = _btrfs_verdict(theirs) if their_rc is not None else "hang"
         their_rc = "timeout" if their_rc is None else their_rc
-        _table_row((name, before_verdict, cp.returncode, ours_verdict, their_rc, their_verdict))
+        after_theirs, _ = RL.readable_files(theirs, str(tmp_path))
+        their_lost = sum(1 for p, h in before.items() if after_theirs.get(p) != h)
+        _table_row((name, before_verdict, len(before), cp.returncode, ours_verdict, their_rc, their_verdict,
+                    their_lost))
         if their_verdict == "clean" and before_verdict != "clean" and ours_verdict != "clean":
             assert name in THEIRS_ONLY, "btrfs check --repair cleans it, ubtrfs check --repair does not:\n" + \
                 cp.stdout.decode(errors="replace")[-3000:] + err[-2000:]
