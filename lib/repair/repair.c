@@ -82,6 +82,9 @@ static void notes_unique(struct ub_repair *r)
 {
 	size_t k = 0;
 
+	/* nothing noted: notes is NULL, which qsort may not be given even for no elements */
+	if (!r->nnotes)
+		return;
 	qsort(r->notes, r->nnotes, sizeof(*r->notes), note_cmp);
 	for (size_t i = 0; i < r->nnotes; i++)
 		if (!k || note_cmp(&r->notes[k - 1], &r->notes[i]))
