@@ -33,8 +33,14 @@ def _sha_file(path):
     return h.hexdigest()
 
 
+def devices(img):
+    """An image path, or a list of them (every device of the filesystem), as argv words."""
+    return [str(i) for i in img] if isinstance(img, (list, tuple)) else [str(img)]
+
+
 def readable_files(img, work, timeout=60):
-    """{path: what it holds} of what restore gets out whole, and restore's exit code."""
+    """{path: what it holds} of what restore gets out whole, and restore's exit code. `img`:
+    an image, or the list of a filesystem's devices."""
     out = os.path.join(work, "restore-out")
     report = os.path.join(work, "restore-report.json")
     shutil.rmtree(out, ignore_errors=True)
@@ -42,7 +48,7 @@ def readable_files(img, work, timeout=60):
         os.unlink(report)
     try:
         cp = subprocess.run([str(T.ubtrfs_binary()), "restore", "-q", "--no-scavenge", "--no-privileged",
-                             "--report", report, str(img), out], stdin=subprocess.DEVNULL,
+                             "--report", report, *devices(img), out], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
     except subprocess.TimeoutExpired:
         shutil.rmtree(out, ignore_errors=True)
@@ -158,9 +164,10 @@ def btrfs_check_clean(img, timeout=120):
 
 
 def ubtrfs_check(img, timeout=60):
-    """Exit code and the problems (class and message of each JSON record) of `ubtrfs check`."""
+    """Exit code and the problems (class and message of each JSON record) of `ubtrfs check`
+    (`img`: an image or a list of devices)."""
     try:
-        cp = subprocess.run([str(T.ubtrfs_binary()), "check", "--json", str(img)], stdin=subprocess.DEVNULL,
+        cp = subprocess.run([str(T.ubtrfs_binary()), "check", "--json", *devices(img)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise AssertionError("ubtrfs check %s: no exit within %d s" % (img, timeout))

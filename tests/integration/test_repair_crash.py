@@ -31,6 +31,7 @@ names no device: rescue undo says the run wrote nothing, and the image is as it 
 Budget: about 20 s.
 """
 
+import difflib
 import os
 import re
 import shutil
@@ -39,6 +40,7 @@ from pathlib import Path
 import pytest
 
 import craft as C
+import multidev_lib as M
 import repair_lib as RL
 import test_repair as R
 import ubtrfs_testlib as T
@@ -61,20 +63,31 @@ def edit_many_nlinks(im):
     assert n > 200, n
 
 
-# damage name: (the edits, the crash points: "all" of them or that many spread over the log)
+# damage name: (the edits, the crash points: "all" of them or that many spread over the
+# log, the devices)
 CASES = {
-    "every-class": (EDITS, "all"),
-    "many-leaves": (EDITS + (edit_many_nlinks,), "30"),
+    "every-class": (EDITS, "all", 1),
+    "many-leaves": (EDITS + (edit_many_nlinks,), "30", 1),
+    "two-devices": (EDITS, "all", 2),
 }
 
 
 def _build(d, case):
-    """A kernel-made image damaged as `case` says; what it reads and what check says."""
-    img = os.path.join(str(d), "damaged.img")
-    with open(img, "wb") as f:
-        f.truncate(128 * MiB)
-    T.run(["mkfs.btrfs", "-f", "-q", img])
-    with T.mounted([img], os.path.join(str(d), "mnt"), readonly=False) as m:
+    """A kernel-made image damaged as `case` says; what it reads and what check says.
+    Two devices: metadata DUP and data single, so every tree block lies on one device
+    (devid 2, where mkfs.btrfs puts it), the one craft.py edits."""
+    ndev = CASES[case][2]
+    imgs = [os.path.join(str(d), "damaged%d.img" % i) for i in range(ndev)]
+    for img in imgs:
+        with open(img, "wb") as f:
+            f.truncate(128 * MiB if ndev == 1 else 160 * MiB)
+    T.run(["mkfs.btrfs", "-f", "-q"] + (["-m", "dup", "-d", "single"] if ndev > 1 else []) + imgs)
+    img = imgs[-1]
+    if ndev > 1:
+        dump = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "chunk"] + imgs).stdout.decode()
+        meta = [c for c in M.parse_chunks(dump) if c.kind != "data"]
+        assert meta and all(dev == ndev for c in meta for dev, _ in c.stripes), meta
+    with T.mounted(imgs, os.path.join(str(d), "mnt"), readonly=False) as m:
         os.makedirs(os.path.join(m, "dir", "sub"))
         for i, size in enumerate((0, 100, 3000, 5000, 70000, 300000)):
             with open(os.path.join(m, "dir", "f%d" % i), "wb") as f:
@@ -87,7 +100,7 @@ def _build(d, case):
     with C.Image(img) as im:
         for e in CASES[case][0]:
             e(im)
-    return {"img": img}
+    return {"imgs": imgs}
 
 
 @pytest.fixture(params=sorted(CASES))
@@ -96,12 +109,11 @@ def damaged(request, scratch):
     d, got = T.shared_build("repair-crash-" + case, lambda d: _build(d, case), fallback_dir=scratch)
     work = Path(scratch) / ("repair-crash-" + case)
     work.mkdir()
-    files, _ = RL.readable_files(got["img"], str(work))
-    rc, probs = RL.ubtrfs_check(got["img"])
+    files, _ = RL.readable_files(got["imgs"], str(work))
+    rc, probs = RL.ubtrfs_check(got["imgs"])
     assert rc == 1 and len(probs) >= 6, probs
-    assert not RL.btrfs_check_clean(got["img"]), "the referee calls the damage clean"
     assert any(k.startswith("dir/f") for k in files), files
-    yield got["img"], files, probs, work, CASES[case][1]
+    yield got["imgs"], files, probs, work, CASES[case][1]
     shutil.rmtree(str(work), ignore_errors=True)
 
 
@@ -115,13 +127,26 @@ def undo_length_at(lengths, k):
     return best
 
 
-def btrfs_view(img):
-    """None when `btrfs check` calls the image clean, else its output less the lines that
-    name the image (the same damage, the same lines)."""
-    cp = T.run(["btrfs", "check", "--readonly", img], check=False, timeout=60)
+def btrfs_view(imgs, scratch):
+    """None when `btrfs check` calls the filesystem clean, else its output less the lines
+    that name the devices (the same damage, the same lines). Several devices: on loop
+    devices (btrfs check finds the others by a scan)."""
+    loops = []
+    try:
+        if len(imgs) > 1:
+            loops = [T.losetup_attach(str(i), readonly=True) for i in imgs]
+            T.run(["btrfs", "device", "scan"] + loops)
+        cp = T.run(["btrfs", "check", "--readonly", loops[0] if loops else str(imgs[0])], check=False, timeout=60)
+    finally:
+        for dev in loops:
+            T.losetup_detach(dev)
     if cp.returncode == 0:
         return None
-    return [ln for ln in (cp.stdout + cp.stderr).decode(errors="replace").splitlines() if str(img) not in ln]
+    names = [str(i) for i in imgs] + loops
+    lines = (cp.stdout + cp.stderr).decode(errors="replace").splitlines()
+    # its scan of every block device also meets other tests' loop devices (one being
+    # detached: "cannot scan /dev/loopN")
+    return [ln for ln in lines if not any(n in ln for n in names) and not ln.startswith("ERROR: cannot scan ")]
 
 
 def undo_lengths_at(lengths, k):
@@ -130,25 +155,28 @@ def undo_lengths_at(lengths, k):
     return [n, n + (later[0] - n) // 2] if later[0] > n else [n]
 
 
-def undo_back(crash, cut, base, n, what, failures):
-    """`rescue undo` with the first n bytes of the undo file gives back the image as it was.
-    A copy of the crash image: each length starts from the same one."""
+def undo_back(crash, cuts, bases, n, what, failures):
+    """`rescue undo` with the first n bytes of the undo file gives back the devices as they
+    were. On copies of the crash images: each length starts from the same ones."""
     undo = crash / "cut.undo"
-    img = crash / "cut-undone.img"
+    imgs = [crash / ("cut-undone%d.img" % d) for d in range(len(cuts))]
     with open(crash / "repair.undo", "rb") as f:
         data = f.read(n)
     with open(undo, "wb") as f:
         f.write(data)
-    RL.copy_sparse(cut, img)
-    cp = T.ubtrfs("rescue", "undo", undo, img)
-    if cp.returncode == 2 and b"wrote nothing" in cp.stderr and RL.same_bytes(img, base):
-        pass  # a crash before the first write: the file names no device, the image is as it was
+    for cut, img in zip(cuts, imgs):
+        RL.copy_sparse(cut, img)
+    cp = T.ubtrfs("rescue", "undo", undo, *imgs)
+    same = all(RL.same_bytes(img, base) for img, base in zip(imgs, bases))
+    if cp.returncode == 2 and b"wrote nothing" in cp.stderr and same:
+        pass  # a crash before the first write: the file names no device, the images are as they were
     elif cp.returncode != 0 or RL.sanitizer_report(cp.stderr):
         failures.append("%s: rescue undo with %d bytes of undo file: %s" % (what, n, T.describe(cp)))
-    elif not RL.same_bytes(img, base):
-        failures.append("%s: rescue undo with %d bytes of undo file did not give back the image" % (what, n))
+    elif not same:
+        failures.append("%s: rescue undo with %d bytes of undo file did not give back the devices" % (what, n))
     os.unlink(undo)
-    os.unlink(img)
+    for img in imgs:
+        os.unlink(img)
 
 
 def parse_lengths(path):
@@ -164,19 +192,21 @@ def parse_lengths(path):
 
 
 def test_repair_interrupted_at_every_write(ubtrfs_bin, damaged):
-    src, files, probs_before, work, cuts_arg = damaged
+    srcs, files, probs_before, work, cuts_arg = damaged
+    ndev = len(srcs)
     driver = T.test_tool("repair_driver")
     crash = work / "crash"
     crash.mkdir()
-    img = work / "fs.img"
-    RL.copy_sparse(src, img)
-    cp = T.run([driver, "--crash-dir", crash, "--crash-cuts", cuts_arg, img], check=False, timeout=120)
+    imgs = [work / ("fs%d.img" % d) for d in range(ndev)]
+    for src, img in zip(srcs, imgs):
+        RL.copy_sparse(src, img)
+    cp = T.run([driver, "--crash-dir", crash, "--crash-cuts", cuts_arg] + imgs, check=False, timeout=120)
     out = cp.stdout.decode()
     assert cp.returncode == 0 and not RL.sanitizer_report(cp.stderr), cp.stderr.decode(errors="replace")[-4000:]
     assert re.search(r"^noted \d+ curable [1-9]\d* changes [1-9]\d* generation [1-9]", out, re.M), out
     # the repair itself: what a finished run leaves
-    assert RL.btrfs_check_clean(img), "btrfs check after the driver's repair"
-    assert RL.ubtrfs_check(img)[0] == 0
+    assert btrfs_view(imgs, work) is None, "btrfs check after the driver's repair"
+    assert RL.ubtrfs_check(imgs)[0] == 0
     lengths = parse_lengths(crash / "undo_lengths")
     assert lengths["end"] > lengths["start"] and lengths["writes"], lengths
     cuts = [(int(c), int(k), int(n)) for c, k, n in re.findall(r"^cut (\d+) entries (\d+) of (\d+)$", out, re.M)]
@@ -186,39 +216,41 @@ def test_repair_interrupted_at_every_write(ubtrfs_bin, damaged):
         assert {k for _, k, _ in cuts} == set(range(total + 1)), (cuts, total)
     else:
         assert len({k for _, k, _ in cuts}) >= int(cuts_arg), (cuts, total)
-    base = crash / "base_dev0.img"
-    assert RL.same_bytes(base, src)
-    ref_before = btrfs_view(src)
-    assert ref_before, "btrfs check calls the damaged image clean"
+    bases = [crash / ("base_dev%d.img" % d) for d in range(ndev)]
+    assert all(RL.same_bytes(base, src) for base, src in zip(bases, srcs))
+    ref_before = btrfs_view(srcs, work)
+    assert ref_before, "btrfs check calls the damaged filesystem clean"
     seen = {"old": 0, "repaired": 0, "primary behind": 0}
     failures = []
     for c, k, _ in cuts:
-        cut = crash / ("cut%d_dev0.img" % c)
+        cut = [crash / ("cut%d_dev%d.img" % (c, d)) for d in range(ndev)]
         what = "cut %d (after %d of %d entries)" % (c, k, total)
         # ubtrfs reads the newest valid superblock copy, btrfs check (and the kernel) the
         # primary: a crash between the two copies' writes may show each another commit,
         # and each must be the old filesystem or the repaired one
         rc, probs = RL.ubtrfs_check(cut)
         ours = "old" if rc == 1 and probs == probs_before else "repaired" if rc == 0 else None
-        ref = btrfs_view(cut)
+        ref = btrfs_view(cut, work)
         theirs = "repaired" if ref is None else "old" if ref == ref_before else None
         if ours is None or theirs is None:
             failures.append("%s: neither the old filesystem nor the repaired one: ubtrfs check exit %d (%s), "
                             "btrfs check (%s)\n%s\n%s" % (what, rc, ours, theirs,
                                                          "\n".join(repr(p) for p in probs[:10]),
-                                                         "\n".join((ref or [])[:20])))
+                                                         "\n".join(difflib.unified_diff(ref_before, ref or [], lineterm="",
+                                                                                        n=1))))
         else:
             seen[ours] += 1
             seen["primary behind"] += ours != theirs
         got, _ = RL.readable_files(cut, str(work))
         if got != files:
             lost = sorted(set(files.items()) - set(got.items()))[:10]
-            failures.append("%s (%s): files read differently: %r" % (what, state, lost))
+            failures.append("%s (%s): files read differently: %r" % (what, ours, lost))
         # the undo file as the crash left it: what was durable, and that with half of the
         # record being written when the crash came (not yet durable, so torn)
         for n in undo_lengths_at(lengths, k):
-            undo_back(crash, cut, base, n, what, failures)
-        os.unlink(cut)
+            undo_back(crash, cut, bases, n, what, failures)
+        for p in cut:
+            os.unlink(p)
         if len(failures) > 6:
             break
     assert not failures, "\n\n".join(failures)
