@@ -6,7 +6,8 @@ image byte for byte.
 A kernel-made image is damaged in every class the repair cures (test_repair.py's edits:
 nlink, nbytes, a directory's size, a block group's used bytes, the free space tree, a
 device's bytes_used); a second copy also in the nlink of every fourth of 300 files, so the
-repair copies many leaves on write. tests/tools/repair_driver runs the checker and the repair library
+repair copies many leaves on write; a third on two devices (metadata DUP on one of them,
+so craft.py can edit it), so the undo file and the recorder serve two devices at once. tests/tools/repair_driver runs the checker and the repair library
 on it with the devices stacked as `check --repair` stacks them, the undo device over a
 recorder (include/ubtrfs/dev.h), so every undo record is durable before the write it
 covers reaches the log. For every point k of the recorded writes and flushes (the second
@@ -28,7 +29,7 @@ write before k was issued (what fdatasync had made durable) gives the image back
 byte through `ubtrfs rescue undo` (a crash before the first write leaves a file that
 names no device: rescue undo says the run wrote nothing, and the image is as it was).
 
-Budget: about 20 s.
+Budget: about 30 s with -n 2 (btrfs check of the two-device states runs on loop devices).
 """
 
 import difflib
