@@ -26,7 +26,6 @@ slice of the others); all images with UBTRFS_LONG_TESTS=1. Budget: about 10 s.
 
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -65,7 +64,8 @@ THEIRS_ONLY = {
     "fsck/017-missing-all-file-extent": "fs: missing hole items without no-holes (no cure yet)",
     "fsck/026-bad-dir-item-name": BLOCK,
     "fsck/027-bad-extent-inline-ref-type": BLOCK,
-    "fsck/028-unaligned-super-dev-sizes": "super: no valid superblock to open (`ubtrfs rescue fix-device-size` is the cure)",
+    "fsck/028-unaligned-super-dev-sizes":
+        "super: no valid superblock to open (`ubtrfs rescue fix-device-size` is the cure)",
     "fsck/032-corrupted-qgroup": "qgroup: counts (no cure yet)",
     "fsck/035-inline-bad-ram-bytes": BLOCK,
     "fsck/038-missing-one-file-extent": V1_CACHE + "; fs: a missing file extent (no cure yet)",

@@ -7,7 +7,8 @@ A kernel-made image is damaged in every class the repair cures (test_repair.py's
 nlink, nbytes, a directory's size, a block group's used bytes, the free space tree, a
 device's bytes_used); a second copy also in the nlink of every fourth of 300 files, so the
 repair copies many leaves on write; a third on two devices (metadata DUP on one of them,
-so craft.py can edit it), so the undo file and the recorder serve two devices at once. tests/tools/repair_driver runs the checker and the repair library
+so craft.py can edit it), so the undo file and the recorder serve two devices at once.
+tests/tools/repair_driver runs the checker and the repair library
 on it with the devices stacked as `check --repair` stacks them, the undo device over a
 recorder (include/ubtrfs/dev.h), so every undo record is durable before the write it
 covers reaches the log. For every point k of the recorded writes and flushes (the second
@@ -234,11 +235,10 @@ def test_repair_interrupted_at_every_write(ubtrfs_bin, damaged):
         ref = btrfs_view(cut, work)
         theirs = "repaired" if ref is None else "old" if ref == ref_before else None
         if ours is None or theirs is None:
+            diff = difflib.unified_diff(ref_before, ref or [], lineterm="", n=1)
             failures.append("%s: neither the old filesystem nor the repaired one: ubtrfs check exit %d (%s), "
-                            "btrfs check (%s)\n%s\n%s" % (what, rc, ours, theirs,
-                                                         "\n".join(repr(p) for p in probs[:10]),
-                                                         "\n".join(difflib.unified_diff(ref_before, ref or [], lineterm="",
-                                                                                        n=1))))
+                            "btrfs check (%s)\n%s\nbtrfs check against before:\n%s" % (
+                                what, rc, ours, theirs, "\n".join(repr(p) for p in probs[:10]), "\n".join(diff)))
         else:
             seen[ours] += 1
             seen["primary behind"] += ours != theirs
