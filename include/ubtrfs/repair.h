@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "ubtrfs/check.h"
+#include "ubtrfs/dev.h"
 #include "ubtrfs/log.h"
 #include "ubtrfs/api.h"
 
@@ -87,6 +88,15 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p);
  */
 int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, const struct ub_repair_opts *opts,
 		  const struct ub_log *log, struct ub_repair_result *res);
+/*
+ * ub_repair_run on devices the caller opened for writing (every device of the
+ * filesystem; taken over: closed before the return, also on failure), e.g.
+ * wrapped in the caller's own undo devices or a crash test's recorders.
+ * opts->undo_file must be NULL (-EINVAL): the caller wraps the devices in
+ * ub_dev_open_undo and finishes the undo file after this returns.
+ */
+int ub_repair_run_devs(struct ub_repair *r, struct ub_dev *const *devs, int ndevs, const struct ub_repair_opts *opts,
+		       const struct ub_log *log, struct ub_repair_result *res);
 
 UB_API_END
 

@@ -150,8 +150,10 @@ static void notes_unique(struct ub_repair *r)
 {
 	size_t k = 0;
 
-	if (r->nnotes > 1) /* notes is NULL when nothing was noted: qsort wants a pointer */
-		qsort(r->notes, r->nnotes, sizeof(*r->notes), note_cmp);
+	/* nothing noted: notes is NULL, which qsort may not be given even for no elements */
+	if (!r->nnotes)
+		return;
+	qsort(r->notes, r->nnotes, sizeof(*r->notes), note_cmp);
 	for (size_t i = 0; i < r->nnotes; i++)
 		if (!k || note_cmp(&r->notes[k - 1], &r->notes[i]))
 			r->notes[k++] = r->notes[i];
@@ -418,6 +420,74 @@ static int open_devices(struct rp_ctx *c, const char *const *paths, int n, struc
 	return ret;
 }
 
+/* What every run does first: the notes made unique and counted. */
+static void run_begin(struct rp_ctx *c)
+{
+	memset(c->res, 0, sizeof(*c->res));
+	c->res->noted = c->r->noted;
+	notes_unique(c->r);
+	drop_space_cures(c);
+	c->res->curable = c->r->nnotes;
+}
+
+/* The engine on the opened devices (taken over), the cures, the commit. */
+static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
+{
+	struct ub_repair *r = c->r;
+	unsigned flags = UB_ENGINE_OPEN_NO_LOG_REPLAY;
+	int ret;
+
+	/*
+	 * The space the extent tree gives: a tree block or data without its item
+	 * has its space counted free there, a stray item holds space nothing
+	 * uses. They need the allocator loaded from the extent tree and
+	 * corrected before anything is allocated (rp_extent_claim), as the space
+	 * problems do.
+	 */
+	for (size_t i = 0; i < r->nnotes; i++)
+		if (space_cure(r->notes[i].fix))
+			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
+	/* the engine takes the devices over, also when it fails */
+	ret = ub_engine_open_raw(NULL, devs, ndevs, c->log, flags, &c->e);
+	if (!ret)
+		ret = ub_engine_ready(c->e);
+	for (size_t i = 0; !ret && i < r->nnotes; i++)
+		if (r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD || r->notes[i].fix == UB_CHK_FIX_DATA_ADD)
+			ret = rp_extent_claim(c, &r->notes[i]);
+	/* bad copies first, by a scrub: what the transaction then reads and copies is the good bytes */
+	for (size_t i = 0; !ret && i < r->nnotes; i++)
+		if (r->notes[i].fix == UB_CHK_FIX_COPY)
+			ret = rp_scrub(c, &r->notes[i]);
+	if (ret)
+		goto out;
+	ret = ub_txn_start(c->e, &c->t);
+	if (ret)
+		goto out;
+	ret = apply(c);
+	if (!ret && c->opts->init_csum_tree)
+		ret = rp_init_csum_tree(c);
+	if (ret) {
+		ub_txn_abort(c->t);
+		goto out;
+	}
+	ret = ub_txn_commit(c->t);
+	if (!ret)
+		c->res->generation = ub_engine_generation(c->e);
+out:
+	if (c->e) {
+		int err = ub_engine_error(c->e);
+
+		ub_engine_close(c->e);
+		c->e = NULL;
+		if (!ret && err)
+			ret = err;
+	}
+	free(c->touched);
+	c->touched = NULL;
+	c->ntouched = c->captouched = 0;
+	return ret;
+}
+
 int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, const struct ub_repair_opts *opts,
 		  const struct ub_log *log, struct ub_repair_result *res)
 {
@@ -425,14 +495,9 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	struct rp_ctx c = { .r = r, .opts = opts ? opts : &none, .log = log, .res = res, .paths = paths,
 			    .npaths = npaths };
 	struct ub_dev **devs = NULL;
-	unsigned flags = UB_ENGINE_OPEN_NO_LOG_REPLAY;
 	int ret;
 
-	memset(res, 0, sizeof(*res));
-	res->noted = r->noted;
-	notes_unique(r);
-	drop_space_cures(&c);
-	res->curable = r->nnotes;
+	run_begin(&c);
 	if (npaths <= 0)
 		return -EINVAL;
 	if (!r->nnotes && !c.opts->init_csum_tree)
@@ -441,16 +506,6 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 		dry_run(&c);
 		return c.opts->init_csum_tree ? rp_init_csum_tree(&c) : 0;
 	}
-	/*
-	 * The space the extent tree gives: a tree block without its item has its
-	 * space counted free there, a stray item holds space nothing uses. Both
-	 * need the allocator loaded from the extent tree and corrected before
-	 * anything is allocated (rp_extent_claim), as the space problems do.
-	 */
-	for (size_t i = 0; i < r->nnotes; i++)
-		if (r->notes[i].fix == UB_CHK_FIX_SPACE || r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD ||
-		    r->notes[i].fix == UB_CHK_FIX_EXTENT_DEL || r->notes[i].fix == UB_CHK_FIX_DATA_ADD)
-			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
 	devs = calloc((size_t)npaths, sizeof(*devs));
 	if (!devs)
 		return -ENOMEM;
@@ -464,53 +519,36 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 		}
 	}
 	ret = open_devices(&c, paths, npaths, devs);
-	if (ret)
-		goto out;
-	/* the engine takes the devices over, also when it fails */
-	ret = ub_engine_open_raw(NULL, devs, npaths, log, flags, &c.e);
 	if (!ret)
-		ret = ub_engine_ready(c.e);
-	if (ret)
-		goto out;
-	for (size_t i = 0; !ret && i < r->nnotes; i++)
-		if (r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD || r->notes[i].fix == UB_CHK_FIX_DATA_ADD)
-			ret = rp_extent_claim(&c, &r->notes[i]);
-	if (ret)
-		goto out;
-	/* bad copies first, by a scrub: what the transaction then reads and copies is the good bytes */
-	for (size_t i = 0; !ret && i < r->nnotes; i++)
-		if (r->notes[i].fix == UB_CHK_FIX_COPY)
-			ret = rp_scrub(&c, &r->notes[i]);
-	if (ret)
-		goto out;
-	ret = ub_txn_start(c.e, &c.t);
-	if (ret)
-		goto out;
-	ret = apply(&c);
-	if (!ret && c.opts->init_csum_tree)
-		ret = rp_init_csum_tree(&c);
-	if (ret) {
-		ub_txn_abort(c.t);
-		goto out;
-	}
-	ret = ub_txn_commit(c.t);
-	if (!ret)
-		res->generation = ub_engine_generation(c.e);
-out:
-	if (c.e) {
-		int err = ub_engine_error(c.e);
-
-		ub_engine_close(c.e);
-		if (!ret && err)
-			ret = err;
-	}
+		ret = run_on(&c, devs, npaths);
 	if (c.undo) {
 		int u = ub_undo_finish(c.undo);
 
 		if (!ret && u)
 			ret = u;
 	}
-	free(c.touched);
 	free(devs);
 	return ret;
+}
+
+int ub_repair_run_devs(struct ub_repair *r, struct ub_dev *const *devs, int ndevs, const struct ub_repair_opts *opts,
+		       const struct ub_log *log, struct ub_repair_result *res)
+{
+	static const struct ub_repair_opts none;
+	struct rp_ctx c = { .r = r, .opts = opts ? opts : &none, .log = log, .res = res };
+	int ret;
+
+	run_begin(&c);
+	/* no paths: --init-csum-tree's dry run opens the devices by their paths, so it is ub_repair_run's */
+	ret = ndevs <= 0 ? -EINVAL : c.opts->undo_file ? -EINVAL : 0;
+	if (!ret && c.opts->dry_run && c.opts->init_csum_tree)
+		ret = -EINVAL;
+	if (!ret && c.opts->dry_run)
+		dry_run(&c);
+	if (ret || c.opts->dry_run || (!r->nnotes && !c.opts->init_csum_tree)) {
+		for (int i = 0; i < ndevs; i++)
+			ub_dev_close(devs[i]);
+		return ret;
+	}
+	return run_on(&c, devs, ndevs);
 }
