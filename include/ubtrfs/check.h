@@ -66,8 +66,8 @@ enum ub_chk_fix {
 				   pointers that reach a tree block, the file extent items that point at data */
 	UB_CHK_FIX_EXTENT_ADD, /* tree block `logical` (reached by one pointer, from node `want2` or, 0, a
 				  root item, of tree `want`) gets its extent item back */
-	UB_CHK_FIX_DATA_ADD,  /* data at `logical` gets its extent item back: `want` file extent items of inode
-				 `inode` of tree `tree` point at it, all from leaf `want2` */
+	UB_CHK_FIX_DATA_ADD,  /* data at `logical` gets its extent item back: `want` file extent items point at
+				 it (the first: inode `inode` of tree `tree`, in leaf `want2`) */
 	UB_CHK_FIX_EXTENT_DEL, /* the extent item at `key`, of a tree block no tree reaches, goes (its space
 				  becomes free) */
 	UB_CHK_FIX_COUNT

@@ -57,25 +57,10 @@ static void unowned_before(struct cstate *s, uint64_t upto)
 		chk_where(&p, f->root, NULL, at);
 		p.cls = UB_CHK_EXTENT;
 		p.inode = f->ino;
-		/*
-		 * One file's items (one data reference), all in one leaf: the item is
-		 * known. Several files or leaves are left: which of them holds a
-		 * shared reference is the history's.
-		 */
-		{
-			bool one = true;
-
-			for (size_t i = 1; i < n && one; i++)
-				one = f[i].root == f->root && f[i].ino == f->ino && f[i].offset == f->offset &&
-				      f[i].leaf == f->leaf;
-			if (one && f->leaf) {
-				p.fix = UB_CHK_FIX_DATA_ADD;
-				p.want = n;
-				p.want2 = f->leaf;
-			} else {
-				p.fix = UB_CHK_FIX_UNCOUNTED;
-			}
-		}
+		/* the repair finds the items again (every leaf once) and makes the extent item from them */
+		p.fix = UB_CHK_FIX_DATA_ADD;
+		p.want = n;
+		p.want2 = f->leaf;
 		chk_report(s->c, &p, "%llu file extent item%s (the first: root %llu inode %llu) point at data at %llu, "
 			   "which has no data extent item", (unsigned long long)n, n == 1 ? "" : "s",
 			   (unsigned long long)f->root, (unsigned long long)f->ino, (unsigned long long)at);

@@ -7,6 +7,7 @@
  * every tree was walked, which is when the checker offers this cure.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include "repair/repair_priv.h"
 #include "txn/backref.h"
@@ -49,66 +50,13 @@ int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n)
 
 /* ---- a tree block's extent item made again, a stray one removed ---- */
 
-/*
- * The file extent items of n->inode in leaf n->want2 that point at the data:
- * the extent's length, the data reference's offset (file offset minus the
- * offset into the extent) and the generation, the same in all of them, and
- * as many as the check counted. -ESTALE when the leaf says otherwise now.
- */
-static int data_from_leaf(struct rp_ctx *c, struct rp_note *n)
-{
-	struct ub_expect exp = { .owner = 0, .level = 0 };
-	struct ub_eb *eb = NULL;
-	uint64_t count = 0;
-	int ret = ub_tree_read_block(&c->e->fs.tc, n->want2, &exp, &eb);
-
-	if (ret)
-		return ret;
-	for (uint32_t i = 0; i < ub_eb_nritems(eb) && !ret; i++) {
-		struct ub_key k;
-		const uint8_t *d;
-		uint32_t size;
-		uint8_t type;
-
-		ub_eb_item_key(eb, (int)i, &k);
-		if (k.objectid != n->inode || k.type != BTRFS_EXTENT_DATA_KEY)
-			continue;
-		d = ub_eb_item_data(eb, (int)i, &size);
-		if (!d || size < sizeof(struct btrfs_file_extent_item))
-			continue;
-		type = (uint8_t)UB_GET(btrfs_file_extent_item, type, d);
-		if ((type != BTRFS_FILE_EXTENT_REG && type != BTRFS_FILE_EXTENT_PREALLOC) ||
-		    UB_GET(btrfs_file_extent_item, disk_bytenr, d) != n->key.objectid)
-			continue;
-		if (count && (n->data_len != UB_GET(btrfs_file_extent_item, disk_num_bytes, d) ||
-			      n->data_offset != k.offset - UB_GET(btrfs_file_extent_item, offset, d)))
-			ret = -ESTALE;
-		n->data_len = UB_GET(btrfs_file_extent_item, disk_num_bytes, d);
-		n->data_offset = k.offset - UB_GET(btrfs_file_extent_item, offset, d);
-		if (!count || UB_GET(btrfs_file_extent_item, generation, d) < n->data_gen)
-			n->data_gen = UB_GET(btrfs_file_extent_item, generation, d);
-		count++;
-	}
-	ub_eb_put(&c->e->fs.tc, eb);
-	if (!ret && (count != n->want || !n->data_len || n->data_len % c->e->fs.vol->sectorsize))
-		ret = -ESTALE;
-	return ret;
-}
-
 int rp_extent_claim(struct rp_ctx *c, struct rp_note *n)
 {
 	uint64_t at = n->key.objectid, len = c->e->fs.vol->nodesize;
 	int ret = 0;
 
-	if (n->fix == UB_CHK_FIX_DATA_ADD) {
-		ret = data_from_leaf(c, n);
-		if (ret) {
-			ub_err(c->log, "repair: the data at %llu: its file extent items in leaf %llu cannot be read as the "
-			       "check saw them: %s", (unsigned long long)at, (unsigned long long)n->want2, strerror(-ret));
-			return ret;
-		}
+	if (n->fix == UB_CHK_FIX_DATA_ADD)
 		len = n->data_len;
-	}
 	ret = ub_alloc_reserve_at(c->e->alloc, at, len);
 
 	/* the extent tree said free, the repair's open took it so: now it is the block's again */
@@ -252,36 +200,269 @@ int rp_fix_extent_del(struct rp_ctx *c, const struct rp_note *n)
 
 int rp_fix_data_add(struct rp_ctx *c, const struct rp_note *n)
 {
-	uint8_t item[sizeof(struct btrfs_extent_item) + 64];
-	struct ub_ref ref = { .type = BTRFS_EXTENT_DATA_REF_KEY, .root = n->tree, .owner = n->inode,
-			      .offset = n->data_offset };
+	uint32_t max = ub_max_extent_item_size(c->e->fs.vol->nodesize), size = sizeof(struct btrfs_extent_item);
 	struct ub_key k = { n->key.objectid, BTRFS_EXTENT_ITEM_KEY, n->data_len };
-	uint64_t pflags = 0;
-	uint32_t size;
-	int ret = parent_flags(c, n->want2, &pflags);
+	uint8_t *item;
+	int ret;
 
-	if (ret) {
-		ub_err(c->log, "repair: the data at %llu: the extent item of leaf %llu cannot be read: %s",
-		       (unsigned long long)k.objectid, (unsigned long long)n->want2, strerror(-ret));
-		return ret;
+	for (size_t i = 0; i < n->ndrefs; i++)
+		size += ub_ref_inline_size(n->drefs[i].type);
+	/* the kernel keeps references inline while the item stays below its limit; more take keyed items */
+	if (size >= max) {
+		ub_err(c->log, "repair: the data at %llu has %zu references, more than one extent item holds: left",
+		       (unsigned long long)k.objectid, n->ndrefs);
+		return -EOPNOTSUPP;
 	}
-	/* from a leaf with full back references, the reference names the leaf (the kernel's rule) */
-	if (pflags & BTRFS_BLOCK_FLAG_FULL_BACKREF)
-		ref = (struct ub_ref){ .type = BTRFS_SHARED_DATA_REF_KEY, .parent = n->want2 };
-	memset(item, 0, sizeof(item));
+	item = calloc(1, size);
+	if (!item)
+		return -ENOMEM;
 	UB_SET(btrfs_extent_item, refs, item, n->want);
 	UB_SET(btrfs_extent_item, generation, item, n->data_gen);
 	UB_SET(btrfs_extent_item, flags, item, BTRFS_EXTENT_FLAG_DATA);
-	ub_inline_ref_write(item + sizeof(struct btrfs_extent_item), &ref, (uint32_t)n->want);
-	size = (uint32_t)sizeof(struct btrfs_extent_item) + ub_ref_inline_size(ref.type);
+	size = sizeof(struct btrfs_extent_item);
+	for (size_t i = 0; i < n->ndrefs; i++) {
+		const struct rp_dref *d = &n->drefs[i];
+		struct ub_ref r = { .type = d->type, .root = d->root, .owner = d->ino, .offset = d->offset,
+				    .parent = d->parent };
+
+		ub_inline_ref_write(item + size, &r, d->count);
+		size += ub_ref_inline_size(d->type);
+	}
 	ret = ub_tree_insert_item(&c->e->fs.tc, ub_txn_ta(c->t), &c->e->fs.extent_tree->root, &k, item, size);
+	free(item);
 	if (ret) {
 		ub_err(c->log, "repair: the data at %llu: its extent item cannot be inserted: %s",
 		       (unsigned long long)k.objectid, strerror(-ret));
 		return ret;
 	}
-	rp_say(c, n, 0, "data at %llu (%llu bytes): its extent item made again (%llu references of inode %llu, tree %llu)",
-	       (unsigned long long)k.objectid, (unsigned long long)n->data_len, (unsigned long long)n->want,
-	       (unsigned long long)n->inode, (unsigned long long)n->tree);
+	rp_say(c, n, 0, "data at %llu (%llu bytes): its extent item made again (%llu references in %zu back references)",
+	       (unsigned long long)k.objectid, (unsigned long long)n->data_len, (unsigned long long)n->want, n->ndrefs);
 	return 0;
+}
+
+/* ---- the references of data that lost its extent item, from the file trees ---- */
+
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static struct rp_note *note_at(struct rp_ctx *c, uint64_t at)
+{
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_DATA_ADD && c->r->notes[i].key.objectid == at)
+			return &c->r->notes[i];
+	return NULL;
+}
+
+/* One file extent item's reference, into its note's list (same reference: its count grows). */
+static int add_dref(struct rp_note *n, const struct rp_dref *d)
+{
+	for (size_t i = 0; i < n->ndrefs; i++) {
+		struct rp_dref *e = &n->drefs[i];
+
+		if (e->type == d->type && e->root == d->root && e->ino == d->ino && e->offset == d->offset &&
+		    e->parent == d->parent) {
+			e->count++;
+			return 0;
+		}
+	}
+	{
+		struct rp_dref *m = realloc(n->drefs, (n->ndrefs + 1) * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		n->drefs = m;
+		n->drefs[n->ndrefs++] = *d;
+	}
+	return 0;
+}
+
+/* The kernel's order of inline references: by type, then by its sequence value within the type. */
+static int dref_cmp(const void *a, const void *b)
+{
+	const struct rp_dref *x = a, *y = b;
+	struct ub_ref rx = { .type = x->type, .root = x->root, .owner = x->ino, .offset = x->offset, .parent = x->parent };
+	struct ub_ref ry = { .type = y->type, .root = y->root, .owner = y->ino, .offset = y->offset, .parent = y->parent };
+	uint64_t sx, sy;
+
+	if (x->type != y->type)
+		return x->type < y->type ? -1 : 1;
+	sx = ub_ref_seq(&rx);
+	sy = ub_ref_seq(&ry);
+	return sx < sy ? -1 : sx > sy;
+}
+
+struct scan {
+	uint64_t *leaves;    /* leaves of the trees walked before: a shared leaf counts once */
+	size_t nleaves, cap;
+	uint64_t *done;      /* this tree's leaves, added to `leaves` after it */
+	size_t ndone, capdone;
+};
+
+static bool seen_leaf(const struct scan *s, uint64_t leaf)
+{
+	return s->nleaves && bsearch(&leaf, s->leaves, s->nleaves, sizeof(uint64_t), u64_cmp);
+}
+
+static int push(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
+{
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 256;
+		uint64_t *m = realloc(*v, nc * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		*v = m;
+		*cap = nc;
+	}
+	(*v)[(*n)++] = x;
+	return 0;
+}
+
+/* One file extent item at slot of leaf eb: its reference, when it points at a noted extent. */
+static int scan_item(struct rp_ctx *c, const struct ub_eb *eb, const struct ub_key *k, const uint8_t *d, uint32_t size)
+{
+	uint64_t at, pflags = 0, leaf = ub_eb_start(eb);
+	struct rp_note *n;
+	struct rp_dref r = { 0 };
+	uint8_t type;
+	int ret;
+
+	if (size < sizeof(struct btrfs_file_extent_item))
+		return 0;
+	type = (uint8_t)UB_GET(btrfs_file_extent_item, type, d);
+	if (type != BTRFS_FILE_EXTENT_REG && type != BTRFS_FILE_EXTENT_PREALLOC)
+		return 0;
+	at = UB_GET(btrfs_file_extent_item, disk_bytenr, d);
+	if (!at || !(n = note_at(c, at)))
+		return 0;
+	if (n->data_found && n->data_len != UB_GET(btrfs_file_extent_item, disk_num_bytes, d))
+		return -ESTALE;
+	n->data_len = UB_GET(btrfs_file_extent_item, disk_num_bytes, d);
+	if (!n->data_found || UB_GET(btrfs_file_extent_item, generation, d) < n->data_gen)
+		n->data_gen = UB_GET(btrfs_file_extent_item, generation, d);
+	n->data_found++;
+	/* from a leaf with full back references, the reference names the leaf; else the leaf's tree */
+	ret = parent_flags(c, leaf, &pflags);
+	if (ret)
+		return ret;
+	if (pflags & BTRFS_BLOCK_FLAG_FULL_BACKREF) {
+		r.type = BTRFS_SHARED_DATA_REF_KEY;
+		r.parent = leaf;
+	} else {
+		r.type = BTRFS_EXTENT_DATA_REF_KEY;
+		r.root = ub_eb_owner(eb);
+		r.ino = k->objectid;
+		r.offset = k->offset - UB_GET(btrfs_file_extent_item, offset, d);
+	}
+	r.count = 1;
+	return add_dref(n, &r);
+}
+
+static int scan_tree(struct rp_ctx *c, struct scan *s, const struct ub_root *root)
+{
+	struct ub_key k = { 0, 0, 0 };
+	struct ub_path p;
+	uint64_t cur = 0;
+	bool skip = false;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search(&c->e->fs.tc, root, &k, &p);
+	ret = ret == 2 ? 1 : ret < 0 ? ret : 0;
+	while (ret == 0) {
+		const struct ub_eb *eb = p.nodes[0];
+		const uint8_t *d;
+		uint32_t size;
+
+		if (ub_eb_start(eb) != cur) {
+			cur = ub_eb_start(eb);
+			skip = seen_leaf(s, cur);
+			if (!skip && (ret = push(&s->done, &s->ndone, &s->capdone, cur)))
+				break;
+		}
+		ub_path_key(&p, &k);
+		if (!skip && k.type == BTRFS_EXTENT_DATA_KEY) {
+			d = ub_path_data(&p, &size);
+			ret = scan_item(c, eb, &k, d, size);
+			if (ret)
+				break;
+		}
+		ret = ub_tree_next(&p);
+	}
+	ub_path_release(&p);
+	return ret == 1 ? 0 : ret;
+}
+
+int rp_data_scan(struct rp_ctx *c)
+{
+	struct scan s = { 0 };
+	struct ub_key k = { BTRFS_FS_TREE_OBJECTID, BTRFS_ROOT_ITEM_KEY, 0 };
+	uint64_t *ids = NULL;
+	size_t nids = 0, capids = 0;
+	struct ub_path p;
+	bool any = false;
+	int ret = 0;
+
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		any |= c->r->notes[i].fix == UB_CHK_FIX_DATA_ADD;
+	if (!any)
+		return 0;
+	/* the live subvolumes (refs > 0): a dropped one's leaves are the cleaner's, the check left them out too */
+	ub_path_init(&p);
+	ret = ub_tree_search(&c->e->fs.tc, &c->e->fs.root_tree->root, &k, &p);
+	ret = ret == 2 ? 1 : ret < 0 ? ret : 0;
+	while (ret == 0) {
+		const uint8_t *d;
+		uint32_t size;
+
+		ub_path_key(&p, &k);
+		if (k.objectid > BTRFS_LAST_FREE_OBJECTID) {
+			ret = 1;
+			break;
+		}
+		d = ub_path_data(&p, &size);
+		if (k.type == BTRFS_ROOT_ITEM_KEY &&
+		    (k.objectid == BTRFS_FS_TREE_OBJECTID || k.objectid >= BTRFS_FIRST_FREE_OBJECTID) &&
+		    size >= offsetof(struct btrfs_root_item, refs) + 4 && UB_GET(btrfs_root_item, refs, d) &&
+		    (ret = push(&ids, &nids, &capids, k.objectid)))
+			break;
+		ret = ub_tree_next(&p);
+	}
+	ub_path_release(&p);
+	if (ret == 1)
+		ret = 0;
+	for (size_t i = 0; !ret && i < nids; i++) {
+		struct ub_eroot *er;
+
+		ret = ub_engine_root(c->e, ids[i], &er);
+		if (!ret)
+			ret = scan_tree(c, &s, &er->root);
+		for (size_t j = 0; !ret && j < s.ndone; j++)
+			ret = push(&s.leaves, &s.nleaves, &s.cap, s.done[j]);
+		s.ndone = 0;
+		if (!ret && s.nleaves)
+			qsort(s.leaves, s.nleaves, sizeof(uint64_t), u64_cmp);
+	}
+	free(ids);
+	free(s.leaves);
+	free(s.done);
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++) {
+		struct rp_note *n = &c->r->notes[i];
+
+		if (n->fix != UB_CHK_FIX_DATA_ADD)
+			continue;
+		if (n->data_found != n->want || !n->data_len || n->data_len % c->e->fs.vol->sectorsize) {
+			ub_err(c->log, "repair: the data at %llu: %llu file extent items point at it now, the check counted "
+			       "%llu", (unsigned long long)n->key.objectid, (unsigned long long)n->data_found,
+			       (unsigned long long)n->want);
+			ret = -ESTALE;
+			break;
+		}
+		qsort(n->drefs, n->ndrefs, sizeof(*n->drefs), dref_cmp);
+	}
+	return ret;
 }

@@ -28,6 +28,8 @@ void ub_repair_free(struct ub_repair *r)
 {
 	if (!r)
 		return;
+	for (size_t i = 0; i < r->nnotes; i++)
+		free(r->notes[i].drefs);
 	free(r->notes);
 	free(r);
 }
@@ -49,7 +51,7 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		r->cap = cap;
 	}
 	n = &r->notes[r->nnotes++];
-	memset(n, 0, sizeof(*n));
+	memset(n, 0, sizeof(*n)); /* drefs NULL: filled by rp_data_scan */
 	n->fix = p->fix;
 	n->tree = p->tree;
 	n->inode = p->inode;
@@ -451,6 +453,8 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 	ret = ub_engine_open_raw(NULL, devs, ndevs, c->log, flags, &c->e);
 	if (!ret)
 		ret = ub_engine_ready(c->e);
+	if (!ret)
+		ret = rp_data_scan(c);
 	for (size_t i = 0; !ret && i < r->nnotes; i++)
 		if (r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD || r->notes[i].fix == UB_CHK_FIX_DATA_ADD)
 			ret = rp_extent_claim(c, &r->notes[i]);

@@ -14,8 +14,14 @@ struct rp_note {
 	enum ub_chk_fix fix;
 	uint64_t tree, inode, devid, want, want2;
 	struct ub_key key; /* UB_CHK_FIX_EXTENT_*: the extent item (DATA_ADD, EXTENT_ADD: its address) */
-	/* DATA_ADD, found by rp_extent_claim in the leaf: the extent's length, the reference's offset, generation */
-	uint64_t data_len, data_offset, data_gen;
+	/* DATA_ADD, found by rp_data_scan in the file trees: the extent's length, generation, its references */
+	uint64_t data_len, data_gen, data_found;
+	struct rp_dref {
+		uint8_t type;          /* EXTENT_DATA_REF or SHARED_DATA_REF */
+		uint64_t root, ino, offset, parent;
+		uint32_t count;
+	} *drefs;
+	size_t ndrefs;
 };
 
 struct ub_repair {
@@ -72,6 +78,13 @@ int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n);
 int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n);
 int rp_fix_extent_del(struct rp_ctx *c, const struct rp_note *n);
 int rp_extent_claim(struct rp_ctx *c, struct rp_note *n);
+/*
+ * Every file extent item of every subvolume (each leaf once) that points at
+ * the data of a DATA_ADD note: its references, grouped as the kernel keeps
+ * them. Before rp_extent_claim; -ESTALE when what is found is not what the
+ * check counted.
+ */
+int rp_data_scan(struct rp_ctx *c);
 /* Data at n->key.objectid gets its extent item back, from the file extent items in leaf n->want2. */
 int rp_fix_data_add(struct rp_ctx *c, const struct rp_note *n);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */

@@ -665,14 +665,36 @@ def test_data_extent_item_missing(ubtrfs_bin, holes_base, tmp_path):
     assert_repaired(img, files, damaged_sha, undo)
 
 
-def test_missing_extent_without_cure_keeps_the_space(ubtrfs_bin, base):
-    """The extent item of data that two trees' leaves point at (the snapshot's copy of the leaf)
-    deleted: no cure in this version. Recounting the block groups or rewriting the free space
-    tree from the extent tree would call that live data free (a later write would go over it),
-    so the repair leaves the whole space accounting as it is: nothing written."""
-    img, _ = base
+def test_data_extent_item_missing_shared(ubtrfs_bin, base):
+    """The extent item of data that two trees' leaves point at (the snapshot's copy of the leaf):
+    made again with one reference per tree, found by walking every subvolume."""
+    img, files = base
     where = {}
     damage(img, lambda im: delete_largest_data_extent_item(im, where))
+    damaged_sha = sha(img)
+    undo = img.parent / "shared.undo"
+    cp = repair(img, undo=undo)
+    out = cp.stdout.decode()
+    assert cp.returncode == 0, T.describe(cp) + out[-3000:]
+    assert "data at %d" % where["at"] in out and "extent item made again" in out, out
+    assert_repaired(img, files, damaged_sha, undo)
+
+
+def test_missing_extent_without_cure_keeps_the_space(ubtrfs_bin, base):
+    """The extent item of a tree block two pointers reach deleted: no cure in this version (the
+    form of its references is its history's). Recounting the block groups or rewriting the free
+    space tree from the extent tree would call that live block free (a later write would go over
+    it), so the repair leaves the whole space accounting as it is: nothing written."""
+    img, _ = base
+
+    def edit(im):
+        ext = im.tree_root(C.EXTENT_TREE)[0]
+        shared = [(b, s) for b, s in im.walk(ext) if b.item_key(s).type == METADATA_ITEM and b.get_item(s, 0, "<Q") >= 2]
+        assert shared, "the base image has no tree block two pointers reach"
+        b, s = shared[0]
+        b.delete_item(s)
+        im.write_block(b)
+    damage(img, edit)
     before = sha(img)
     cp = repair(img)
     assert cp.returncode == 1, T.describe(cp) + cp.stdout.decode()[-3000:]
