@@ -9,7 +9,7 @@
 #include "ubtrfs/check.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/fsinfo.h"
-#include "ubtrfs/mkfs.h"
+#include "ubtrfs/rescue.h"
 #include "ubtrfs/repair.h"
 #include <uuid/uuid.h>
 #include "cmd.h"
@@ -171,40 +171,6 @@ static void on_progress(void *arg, const char *phase, uint64_t done, uint64_t to
 	o->progress_shown = true;
 }
 
-/*
- * A ubtrfs (FUSE) mount names its first device in mountinfo's source field;
- * the kernel's mounts are found by ub_mkfs_check_paths.
- */
-static bool fuse_mounted(const char *path)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	struct stat want, st;
-	char *line = NULL;
-	size_t cap = 0;
-	bool found = false;
-
-	if (!f)
-		return false;
-	if (stat(path, &want)) {
-		fclose(f);
-		return false;
-	}
-	while (!found && getline(&line, &cap, f) > 0) {
-		char *sep = strstr(line, " - ");
-		char fstype[256], src[4096];
-
-		if (!sep || sscanf(sep + 3, "%255s %4095s", fstype, src) != 2 || strcmp(fstype, "fuse.ubtrfs"))
-			continue;
-		if (stat(src, &st))
-			continue;
-		found = S_ISBLK(want.st_mode) ? S_ISBLK(st.st_mode) && st.st_rdev == want.st_rdev
-					      : st.st_dev == want.st_dev && st.st_ino == want.st_ino;
-	}
-	free(line);
-	fclose(f);
-	return found;
-}
-
 /* The devices of the open filesystem, refused when a mount holds one. 0 or -EBUSY (said). */
 static int refuse_mounted(struct ub_fs *fs)
 {
@@ -217,12 +183,8 @@ static int refuse_mounted(struct ub_fs *fs)
 
 		if (!path)
 			continue;
-		if (ub_mkfs_check_paths(&path, 1, true, why, sizeof(why)) == -EBUSY) {
+		if (ub_rescue_check_unmounted(&path, 1, why, sizeof(why)) == -EBUSY) {
 			fprintf(stderr, "ubtrfs check: error: %s (--force checks it anyway)\n", why);
-			ret = -EBUSY;
-		} else if (fuse_mounted(path)) {
-			fprintf(stderr, "ubtrfs check: error: %s is mounted by ubtrfs mount (--force checks it anyway)\n",
-				path);
 			ret = -EBUSY;
 		}
 	}

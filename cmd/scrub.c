@@ -30,7 +30,7 @@
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/engine.h"
 #include "ubtrfs/fsinfo.h"
-#include "ubtrfs/mkfs.h"
+#include "ubtrfs/rescue.h"
 #include "ubtrfs/scrub.h"
 
 static const char help[] =
@@ -455,37 +455,6 @@ static int parse_args(int argc, char **argv, const char *sub, struct sargs *a, i
 
 /* ---- devices nothing may have mounted ---- */
 
-/* A ubtrfs (FUSE) mount names its first device in mountinfo's source field. */
-static bool fuse_mounted(const char *path)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	struct stat want, st;
-	char *line = NULL;
-	size_t cap = 0;
-	bool found = false;
-
-	if (!f)
-		return false;
-	if (stat(path, &want)) {
-		fclose(f);
-		return false;
-	}
-	while (!found && getline(&line, &cap, f) > 0) {
-		char *sep = strstr(line, " - ");
-		char fstype[256], src[4096];
-
-		if (!sep || sscanf(sep + 3, "%255s %4095s", fstype, src) != 2 || strcmp(fstype, "fuse.ubtrfs"))
-			continue;
-		if (stat(src, &st))
-			continue;
-		found = S_ISBLK(want.st_mode) ? S_ISBLK(st.st_mode) && st.st_rdev == want.st_rdev
-					      : st.st_dev == want.st_dev && st.st_ino == want.st_ino;
-	}
-	free(line);
-	fclose(f);
-	return found;
-}
-
 /* Every device of the filesystem, refused when the kernel or a ubtrfs mount holds it: 0 or -EBUSY (said). */
 int scrub_refuse_mounted(struct ub_fs *fs, const char *sub)
 {
@@ -498,12 +467,8 @@ int scrub_refuse_mounted(struct ub_fs *fs, const char *sub)
 
 		if (!path)
 			continue;
-		if (ub_mkfs_check_paths(&path, 1, true, why, sizeof(why)) == -EBUSY) {
+		if (ub_rescue_check_unmounted(&path, 1, why, sizeof(why)) == -EBUSY) {
 			fprintf(stderr, "ubtrfs %s: error: %s: give its mount point instead\n", sub, why);
-			ret = -EBUSY;
-		} else if (fuse_mounted(path)) {
-			fprintf(stderr, "ubtrfs %s: error: %s is mounted by ubtrfs mount: give its mount point instead\n",
-				sub, path);
 			ret = -EBUSY;
 		}
 	}

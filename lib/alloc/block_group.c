@@ -376,6 +376,21 @@ static int rebuild_avail(struct ub_bg *bg)
 	return 0;
 }
 
+/* The block groups can be read from the extent tree: 0, or -EOPNOTSUPP / -EUCLEAN said. */
+static int loadable(struct ub_volume *vol, const struct ub_root *extent_root)
+{
+	if (SB_GET(compat_ro_flags, vol->super) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE) {
+		ub_err(&vol->log, "the allocator does not support the block-group-tree feature "
+				  "(block group items outside the extent tree)");
+		return -EOPNOTSUPP;
+	}
+	if (!extent_root || !extent_root->bytenr) {
+		ub_err(&vol->log, "the allocator needs the extent tree, and this filesystem has no extent tree root");
+		return -EUCLEAN;
+	}
+	return 0;
+}
+
 int ub_alloc_load_repair(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_root *extent_root,
 			 uint64_t *fixed, struct ub_alloc **out)
 {
@@ -383,15 +398,9 @@ int ub_alloc_load_repair(struct ub_tree_ctx *tc, struct ub_volume *vol, const st
 	int ret;
 
 	*fixed = 0;
-	if (SB_GET(compat_ro_flags, vol->super) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE) {
-		ub_err(&vol->log, "repair does not support the block-group-tree feature");
-		return -EOPNOTSUPP;
-	}
-	if (!extent_root || !extent_root->bytenr) {
-		ub_err(&vol->log, "a repair of the space accounting needs the extent tree, and it has no root");
-		return -EUCLEAN;
-	}
-	ret = ub_alloc_create(vol, &vol->log, &a);
+	ret = loadable(vol, extent_root);
+	if (!ret)
+		ret = ub_alloc_create(vol, &vol->log, &a);
 	if (ret)
 		return ret;
 	ret = load_groups(a, tc, extent_root);
@@ -429,16 +438,10 @@ int ub_alloc_load(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub
 	struct ub_alloc *a = NULL;
 	int ret;
 	uint64_t compat_ro = SB_GET(compat_ro_flags, vol->super);
-	if (compat_ro & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE) {
-		ub_err(&vol->log, "the allocator does not support the block-group-tree feature "
-				  "(block group items outside the extent tree)");
-		return -EOPNOTSUPP;
-	}
-	if (!extent_root || !extent_root->bytenr) {
-		ub_err(&vol->log, "the allocator needs the extent tree, and this filesystem has no extent tree root");
-		return -EUCLEAN;
-	}
-	ret = ub_alloc_create(vol, &vol->log, &a);
+
+	ret = loadable(vol, extent_root);
+	if (!ret)
+		ret = ub_alloc_create(vol, &vol->log, &a);
 	if (ret)
 		return ret;
 	ret = load_groups(a, tc, extent_root);
