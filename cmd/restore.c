@@ -602,6 +602,11 @@ int cmd_restore(int argc, char **argv)
 		r.fs_gen = r.generation;
 		r.last_commit = ub_volume_get_info(ub_fs_volume(r.fs), &vi) == 0 ? vi.generation : 0;
 	}
+	if (rs_older_init(&r) || rs_recover_init(&r)) {
+		fprintf(stderr, "ubtrfs: error: out of memory\n");
+		r.rc = EXIT_FATAL;
+		goto out;
+	}
 	r.defer_open = true;
 	if (path) {
 		restore_path(&r, &root, path);
@@ -664,6 +669,7 @@ out:
 	if (fflush(stdout) && r.rc == EXIT_OK)
 		r.rc = EXIT_FATAL;
 	rs_stale_free(&r);
+	ub_recover_free(r.recover);
 	rs_older_close(&r);
 	ub_fs_close(r.fs);
 	if (r.rootfd >= 0)
