@@ -261,14 +261,12 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 		rs_problem(r, rel, "inode %llu of subvolume %llu cannot be read: %s", (unsigned long long)e->de.ino,
 			   (unsigned long long)e->de.subvol, strerror(-ret));
 		/* a second chance in the older roots: the inode as it was there */
-		for (int i = 0; ret && !e->fs && !rs_older(r, i, &fs, &gen); i++) {
-			if (ub_dirent_inode(fs, &e->de, &in) == 0) {
-				ret = 0;
-				r->fs = fs;
-				r->fs_gen = gen;
-				rs_note(r, UB_LOG_WARN, rel, "restored as it was in the older root of generation %llu",
-					(unsigned long long)gen);
-			}
+		if (!e->fs && ub_older_roots_dirent_inode(r->older, &e->de, &in, &fs, &gen) == 0) {
+			ret = 0;
+			r->fs = fs;
+			r->fs_gen = gen;
+			rs_note(r, UB_LOG_WARN, rel, "restored as it was in the older root of generation %llu",
+				(unsigned long long)gen);
 		}
 	}
 	if (!ret)

@@ -50,6 +50,21 @@ int ub_older_roots_new(struct ub_fs *fs, uint64_t generation, ub_older_open_fn o
 		       struct ub_older_roots **out);
 /* Older root i (0: the newest): 0 and its filesystem and generation, -ENOENT past the last. Thread-safe. */
 int ub_older_roots_get(struct ub_older_roots *o, int i, struct ub_fs **fs, uint64_t *generation);
+/*
+ * The inode entry `de` leads to, from the newest older root that gives it:
+ * 0 and *in, *fs, *generation; -ENOENT when none does.
+ */
+int ub_older_roots_dirent_inode(struct ub_older_roots *o, const struct ub_dirent *de, struct ub_inode *in,
+				struct ub_fs **fs, uint64_t *generation);
+/*
+ * From older root *i on, the next one other than `skip` that holds the same
+ * file as `in` (same inode generation, same size): 0, *old as that root has
+ * it, *fs, *generation, and *i past it for the next call; -ENOENT when no
+ * root is left. For data the root in use cannot find: never for data that
+ * fails its checksum (an older root would give older bytes there).
+ */
+int ub_older_roots_same_file(struct ub_older_roots *o, int *i, const struct ub_inode *in, const struct ub_fs *skip,
+			     struct ub_inode *old, struct ub_fs **fs, uint64_t *generation);
 /* Closes every root opened (NULL: nothing). */
 void ub_older_roots_free(struct ub_older_roots *o);
 

@@ -86,6 +86,33 @@ int ub_older_roots_get(struct ub_older_roots *o, int i, struct ub_fs **fs, uint6
 	return 0;
 }
 
+int ub_older_roots_dirent_inode(struct ub_older_roots *o, const struct ub_dirent *de, struct ub_inode *in,
+				struct ub_fs **fs, uint64_t *generation)
+{
+	/* the newest first: the closest to what the entry led to when it was written */
+	for (int i = 0; !ub_older_roots_get(o, i, fs, generation); i++)
+		if (ub_dirent_inode(*fs, de, in) == 0)
+			return 0;
+	return -ENOENT;
+}
+
+int ub_older_roots_same_file(struct ub_older_roots *o, int *i, const struct ub_inode *in, const struct ub_fs *skip,
+			     struct ub_inode *old, struct ub_fs **fs, uint64_t *generation)
+{
+	while (!ub_older_roots_get(o, *i, fs, generation)) {
+		(*i)++;
+		/*
+		 * The same inode generation is the same file (not one that took
+		 * its number since); the same size is the file not grown or cut
+		 * since, so its extents there cover the same range.
+		 */
+		if (*fs != skip && !ub_inode_read(*fs, in->subvol, in->ino, old) && old->generation == in->generation &&
+		    old->size == in->size)
+			return 0;
+	}
+	return -ENOENT;
+}
+
 void ub_older_roots_free(struct ub_older_roots *o)
 {
 	if (!o)
