@@ -48,7 +48,10 @@ typedef int (*ub_older_open_fn)(void *arg, uint64_t root_bytenr, uint64_t cache_
  */
 int ub_older_roots_new(struct ub_fs *fs, uint64_t generation, ub_older_open_fn open, void *arg,
 		       struct ub_older_roots **out);
-/* Older root i (0: the newest): 0 and its filesystem and generation, -ENOENT past the last. Thread-safe. */
+/*
+ * Older root i (0: the newest): 0 and its filesystem and generation, -ENOENT
+ * past the last (or with `o` NULL: no older roots). Thread-safe.
+ */
 int ub_older_roots_get(struct ub_older_roots *o, int i, struct ub_fs **fs, uint64_t *generation);
 /*
  * The inode entry `de` leads to, from the newest older root that gives it:
