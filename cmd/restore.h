@@ -83,9 +83,9 @@ struct restorer {
 	/*
 	 * Taken by every thread for what they share: stderr and the report, the
 	 * counts the data copies add to (bytes, files_*, bytes_lost, bytes_zeroed,
-	 * nproblems), and opening the older roots (which may print). The walk's own counts (ndirs,
-	 * nsymlinks, ...) are the walking thread's alone; nfiles and nexisting
-	 * are added to atomically (a copier makes most files: defer_open).
+	 * nproblems), and opening an older root (which may print). The walk's own
+	 * counts (ndirs, nsymlinks, ...) are the walking thread's alone; nfiles and
+	 * nexisting are added to atomically (a copier makes most files: defer_open).
 	 */
 	pthread_mutex_t lock;
 	/* ---- scavenging (restore_scavenge.c) ---- */

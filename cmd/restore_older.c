@@ -6,9 +6,6 @@
  * restore only opens each the way it opened the filesystem (its devices, its
  * options), quietly: what they give is reported by restore.
  */
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
 #include "restore.h"
 
 static int open_older(void *arg, uint64_t root_bytenr, uint64_t cache_bytes, struct ub_fs **out)
