@@ -67,7 +67,7 @@ TOOL_HELPER_SRCS := $(sort $(patsubst %.h,%.c,$(wildcard tests/tools/*.h)))
 TOOL_SRCS := $(sort $(filter-out $(TOOL_HELPER_SRCS) tests/tools/slowdev.c tests/tools/nbd_record.c,\
 	$(wildcard tests/tools/*.c)))
 # tools written as library users: built without -Ilib, they can include no private header
-LIBUSER_TOOLS := nocow_driver threads_driver balance_driver undo_driver undo_crash
+LIBUSER_TOOLS := nocow_driver threads_driver balance_driver undo_driver undo_crash recover_driver
 MAN_SRCS := $(sort $(wildcard man/*.scd))
 
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)

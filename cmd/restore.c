@@ -261,14 +261,12 @@ static void walk_entry(struct restorer *r, struct frame *f, const struct entry *
 		rs_problem(r, rel, "inode %llu of subvolume %llu cannot be read: %s", (unsigned long long)e->de.ino,
 			   (unsigned long long)e->de.subvol, strerror(-ret));
 		/* a second chance in the older roots: the inode as it was there */
-		for (int i = 0; ret && !e->fs && !rs_older(r, i, &fs, &gen); i++) {
-			if (ub_dirent_inode(fs, &e->de, &in) == 0) {
-				ret = 0;
-				r->fs = fs;
-				r->fs_gen = gen;
-				rs_note(r, UB_LOG_WARN, rel, "restored as it was in the older root of generation %llu",
-					(unsigned long long)gen);
-			}
+		if (!e->fs && ub_older_roots_dirent_inode(r->older, &e->de, &in, &fs, &gen) == 0) {
+			ret = 0;
+			r->fs = fs;
+			r->fs_gen = gen;
+			rs_note(r, UB_LOG_WARN, rel, "restored as it was in the older root of generation %llu",
+				(unsigned long long)gen);
 		}
 	}
 	if (!ret)
@@ -602,6 +600,11 @@ int cmd_restore(int argc, char **argv)
 		r.fs_gen = r.generation;
 		r.last_commit = ub_volume_get_info(ub_fs_volume(r.fs), &vi) == 0 ? vi.generation : 0;
 	}
+	if (rs_older_init(&r) || rs_recover_init(&r)) {
+		fprintf(stderr, "ubtrfs: error: out of memory\n");
+		r.rc = EXIT_FATAL;
+		goto out;
+	}
 	r.defer_open = true;
 	if (path) {
 		restore_path(&r, &root, path);
@@ -664,6 +667,7 @@ out:
 	if (fflush(stdout) && r.rc == EXIT_OK)
 		r.rc = EXIT_FATAL;
 	rs_stale_free(&r);
+	ub_recover_free(r.recover);
 	rs_older_close(&r);
 	ub_fs_close(r.fs);
 	if (r.rootfd >= 0)

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <time.h>
 #include "cmd.h"
+#include "ubtrfs/recover.h"
 
 /* (subvolume, inode) -> a path under OUTDIR (or NULL: only "seen"). */
 struct rmap {
@@ -72,12 +73,7 @@ struct restorer {
 	char **devs;          /* the devices as given, to open older roots from */
 	int ndevs;
 	uint64_t generation;  /* of the root in use: only older ones are a second chance */
-	bool older_tried;
-	struct rs_older {
-		struct ub_fs *fs;
-		uint64_t generation;
-	} *older;
-	int nolder;
+	struct ub_older_roots *older;
 	/* ---- the report ---- */
 	FILE *report;      /* --report: one JSON line per damaged or lost file */
 	uint64_t files_complete, files_partial, files_lost, bytes_lost;
@@ -87,9 +83,9 @@ struct restorer {
 	/*
 	 * Taken by every thread for what they share: stderr and the report, the
 	 * counts the data copies add to (bytes, files_*, bytes_lost, bytes_zeroed,
-	 * nproblems), and opening the older roots. The walk's own counts (ndirs,
-	 * nsymlinks, ...) are the walking thread's alone; nfiles and nexisting
-	 * are added to atomically (a copier makes most files: defer_open).
+	 * nproblems), and opening an older root (which may print). The walk's own
+	 * counts (ndirs, nsymlinks, ...) are the walking thread's alone; nfiles and
+	 * nexisting are added to atomically (a copier makes most files: defer_open).
 	 */
 	pthread_mutex_t lock;
 	/* ---- scavenging (restore_scavenge.c) ---- */
@@ -102,11 +98,13 @@ struct restorer {
 	 * Files the walk read from a root older than the last commit (the root
 	 * in use, or an older one it fell back to) wait for the scan: intact
 	 * leaves of a later commit may hold a newer version of them (stale.c).
+	 * The scan, and what is trusted, is the library's (ub_recover, lib/recover).
 	 */
+	struct ub_recover *recover;
 	uint64_t fs_gen;      /* the generation of the root r->fs is: the walk keeps it with r->fs */
 	uint64_t last_commit; /* the superblock's generation */
 	bool defer_stale;     /* during the walk of a whole-filesystem restore that scavenges */
-	struct rs_stale *stale;
+	struct rs_stale *stale; /* by the tag each has in r->recover: its index here */
 	size_t nstale, stale_cap;
 	uint64_t nfresh;      /* of those, restored newer from the leaves */
 };
@@ -139,6 +137,9 @@ struct rs_dir {
 	struct ub_inode in;
 };
 
+/* The older roots (r->fs and r->generation set) and the scavenging session: 0 or -ENOMEM. */
+int rs_older_init(struct restorer *r);
+int rs_recover_init(struct restorer *r);
 /*
  * Older root i (0: the newest below the one in use), opened on the first call:
  * 0 and the filesystem and its generation, -ENOENT past the last.
@@ -227,23 +228,18 @@ void rs_dir_done(struct restorer *r, struct frame *f);
 void rs_scavenge(struct restorer *r, struct frame *root);
 /*
  * Files that wait for the scan (restore_stale.c). rs_stale_defer takes a file
- * the walk read from an older root (false: restore it now); the scan marks
- * those a later leaf holds (`fresh`); rs_stale_restore
- * restores each, newer when those leaves give it whole and verified, else as
- * the walk read it.
+ * the walk read from an older root (false: restore it now) and holds it in
+ * r->recover; rs_stale_restore, once the scan has run, restores each, newer
+ * when the library says the leaves give it whole and verified, else as the
+ * walk read it.
  */
 struct rs_stale {
-	uint64_t subvol, ino, gen; /* gen: of the root it was read from */
+	uint64_t gen; /* of the root it was read from */
 	struct ub_fs *fs;
 	char *rel;
 	struct ub_inode in;
-	bool fresh;     /* a leaf of a later commit (up to the last) holds its inode item */
-	bool bad_csums; /* some of its newer data's checksums could not be looked for */
 };
 bool rs_stale_defer(struct restorer *r, const char *rel, const struct ub_inode *in);
-void rs_stale_sort(struct restorer *r);
-/* The first file (once sorted) of subvolume `subvol` with an inode >= `ino` (r->nstale: none). */
-size_t rs_stale_lower(const struct restorer *r, uint64_t subvol, uint64_t ino);
 void rs_stale_restore(struct restorer *r, struct frame *root);
 void rs_stale_free(struct restorer *r);
 /* The directory at `path` under OUTDIR (made if it is not), with its chain of frames; rs_close_chain leaves them. */

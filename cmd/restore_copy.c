@@ -168,27 +168,25 @@ static int copy_from(struct restorer *r, struct ub_fs *fs, const struct ub_inode
 
 /*
  * The file's extent items cannot be read from *offp on in the root in use:
- * the rest of the range from an older root where the same inode (same
- * generation, same size) is whole. Only for a failure to find the data,
- * never for data that fails its checksum (an older root would give older
- * bytes there).
+ * the rest of the range from an older root where the same file is whole
+ * (which roots hold the same file is the library's: ub_older_roots_same_file).
+ * Only for a failure to find the data, never for data that fails its
+ * checksum (an older root would give older bytes there).
  */
 static int data_from_older(struct restorer *r, struct rs_file *f, uint8_t *buf, uint64_t end, uint64_t *offp,
 			   uint64_t *wend, int ret, struct ub_read_report *rep, struct rs_lostv *lost)
 {
 	const struct ub_inode *in = &f->in;
+	struct ub_inode old;
 	struct ub_fs *fs;
 	uint64_t gen;
+	int i = 0;
 
-	for (int i = 0; !rs_older(r, i, &fs, &gen); i++) {
-		struct ub_inode old;
+	while (!ub_older_roots_same_file(r->older, &i, in, f->fs, &old, &fs, &gen)) {
 		uint64_t o = *offp;
 		size_t nlost = lost->n;
 		int ret2;
 
-		if (fs == f->fs || ub_inode_read(fs, in->subvol, in->ino, &old) || old.generation != in->generation ||
-		    old.size != in->size)
-			continue;
 		ret2 = copy_from(r, fs, &old, f, buf, end, &o, wend, rep);
 		if (ret2 == -ECANCELED)
 			return ret2;

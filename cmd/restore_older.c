@@ -1,78 +1,45 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * restore's second chance: older roots of the same filesystem (the backup
- * roots and the root trees a scan of the metadata finds, newest first), each
- * opened as a filesystem of its own, for a directory or an inode the current
- * root cannot give. Opened once, on the first need: an undamaged filesystem
- * never pays for the scan.
+ * restore's second chance: older roots of the same filesystem, for a
+ * directory or an inode the current root cannot give. Which roots, and when
+ * they are found, is the library's (ub_older_roots, lib/recover/older.c);
+ * restore only opens each the way it opened the filesystem (its devices, its
+ * options), quietly: what they give is reported by restore.
  */
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-#include "ubtrfs/rootscan.h"
 #include "restore.h"
 
-#define OLDER_MAX 4                  /* older roots kept open */
-#define OLDER_CACHE (32ULL << 20)    /* tree block cache of each */
-
-static void open_all(struct restorer *r)
+static int open_older(void *arg, uint64_t root_bytenr, uint64_t cache_bytes, struct ub_fs **out)
 {
-	struct ub_root_candidate *c = NULL;
+	struct restorer *r = arg;
 	struct ub_log quiet = { .verbosity = -1 };
+	struct ub_fs_opts opts = open_args_fs_opts(&r->oa);
 	struct open_args oa = r->oa;
-	size_t n = 0;
+	int ret;
 
-	r->older_tried = true;
-	if (ub_find_roots(r->fs, true, NULL, NULL, &c, &n))
-		return;
-	r->older = calloc(OLDER_MAX, sizeof(*r->older));
-	if (!r->older) {
-		free(c);
-		return;
-	}
-	/* older opens say nothing of their own damage: what they give is reported by restore */
 	oa.verbosity = -1;
-	for (size_t i = 0; i < n && r->nolder < OLDER_MAX; i++) {
-		struct ub_fs_opts opts = open_args_fs_opts(&r->oa);
-		struct ub_fs *fs;
+	opts.root_generation = 0;
+	opts.backup = false;
+	opts.root_bytenr = root_bytenr;
+	opts.cache_bytes = cache_bytes;
+	/* open_fs_with may say why a device fails: one thread on stderr at a time */
+	pthread_mutex_lock(&r->lock);
+	ret = open_fs_with(&oa, r->devs, r->ndevs, &opts, &quiet, out);
+	pthread_mutex_unlock(&r->lock);
+	return ret;
+}
 
-		if (c[i].current || c[i].probe.tree_err || c[i].generation >= r->generation)
-			continue;
-		opts.root_generation = 0;
-		opts.backup = false;
-		opts.root_bytenr = c[i].bytenr;
-		opts.cache_bytes = OLDER_CACHE;
-		if (open_fs_with(&oa, r->devs, r->ndevs, &opts, &quiet, &fs))
-			continue;
-		r->older[r->nolder].fs = fs;
-		r->older[r->nolder].generation = c[i].generation;
-		r->nolder++;
-	}
-	free(c);
+int rs_older_init(struct restorer *r)
+{
+	return ub_older_roots_new(r->fs, r->generation, open_older, r, &r->older);
 }
 
 int rs_older(struct restorer *r, int i, struct ub_fs **fs, uint64_t *generation)
 {
-	int n;
-
-	/* the walk and the copiers may both need them first: opened once, then only read */
-	pthread_mutex_lock(&r->lock);
-	if (!r->older_tried)
-		open_all(r);
-	n = r->nolder;
-	pthread_mutex_unlock(&r->lock);
-	if (i < 0 || i >= n)
-		return -ENOENT;
-	*fs = r->older[i].fs;
-	*generation = r->older[i].generation;
-	return 0;
+	return ub_older_roots_get(r->older, i, fs, generation);
 }
 
 void rs_older_close(struct restorer *r)
 {
-	for (int i = 0; i < r->nolder; i++)
-		ub_fs_close(r->older[i].fs);
-	free(r->older);
+	ub_older_roots_free(r->older);
 	r->older = NULL;
-	r->nolder = 0;
 }

@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Scavenging: inodes no name leads to any more. After the walk, the metadata
- * block groups are scanned for leaves of subvolume trees (the live tree's
- * and older copies alike); every inode item there whose inode the walk did
- * not restore is looked up: in the live tree first, then in the older roots.
- * One that is found (a file whose directory was lost, say) is restored under
- * OUTDIR/lost+found/<subvolume>/<inode>; one that the live tree says does not
- * exist was deleted and stays so (counted), unless --deleted asks for it:
- * then the newest older root that still has it linked gives it, under
- * OUTDIR/deleted/<subvolume>/<inode>, with its data as that root has it
- * (verified against that root's checksums: space reused since shows as lost).
+ * Scavenging: inodes no name leads to any more. What is found, and which copy
+ * of it is trusted, is the library's (ub_recover, lib/recover): after the
+ * walk it scans the metadata block groups for inode items of inodes the walk
+ * did not restore and looks each up, in the live tree first, then in the
+ * older roots, then in the leaves themselves. Here each finding is put under
+ * OUTDIR: one a tree has (a file whose directory was lost, say) under
+ * OUTDIR/lost+found/<subvolume>/<inode>; one no tree has at its own name when
+ * its directory is known, else there too; a deleted one stays deleted
+ * (counted), unless --deleted asks for it: then as the newest older root that
+ * still has it linked gives it, or the leaves do, under
+ * OUTDIR/deleted/<subvolume>/<inode>.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,159 +20,29 @@
 #include <sys/stat.h>
 #include "dirlist.h"
 #include "restore.h"
-#include "ubtrfs/rootscan.h"
-#include "ubtrfs/tree.h"
 
-struct cand {
-	uint64_t subvol, ino;
-};
-
-struct scan {
-	struct restorer *r;
-	struct cand *v;
-	size_t n, cap;
-	bool nomem;
-	/* inodes the scan found that no readable tree gives: their items from the leaves, then */
-	struct cand *lost;
-	size_t nlost, lost_cap;
-	/* deleted inodes no older root has (--deleted): from the leaves too; gone_bad: their data cannot be checked */
-	struct cand *gone;
-	size_t ngone, gone_cap;
-	uint8_t *gone_bad;
-	size_t nfresh; /* held-back files (r->stale) a later leaf has */
-};
-
-static bool subvol_tree(uint64_t id)
+static bool subvol_wanted(void *arg, uint64_t subvol)
 {
-	return id == BTRFS_FS_TREE_OBJECTID || (id >= BTRFS_FIRST_FREE_OBJECTID && id <= BTRFS_LAST_FREE_OBJECTID);
+	struct restorer *r = arg;
+
+	/* only subvolumes the walk went into: one left out (--no-snapshots) stays out */
+	return rmap_has(&r->entered, subvol, BTRFS_FIRST_FREE_OBJECTID);
 }
 
-static bool want(void *arg, uint64_t owner, uint64_t generation, int level)
+static bool reached(void *arg, uint64_t subvol, uint64_t ino)
 {
-	(void)arg;
-	(void)generation;
-	return level == 0 && subvol_tree(owner);
+	struct restorer *r = arg;
+
+	return rmap_has(&r->reached, subvol, ino) || rmap_has(&r->entered, subvol, ino);
 }
 
-/* An inode item of a file the walk held back (restore_stale.c), in a leaf of a later commit than its root's. */
-static void mark_fresh(struct restorer *r, const struct ub_eb *eb, uint64_t ino)
+int rs_recover_init(struct restorer *r)
 {
-	uint64_t owner = ub_eb_owner(eb), gen = ub_eb_generation(eb);
+	struct ub_recover_opts o = { .last_commit = r->last_commit, .older = r->older, .undelete = r->deleted,
+				     .subvol_wanted = subvol_wanted, .reached = reached,
+				     .progress = r->tty ? rs_progress_scan : NULL, .arg = r };
 
-	if (gen > r->last_commit)
-		return; /* a transaction that never committed */
-	for (size_t x = rs_stale_lower(r, owner, ino);
-	     x < r->nstale && r->stale[x].subvol == owner && r->stale[x].ino == ino; x++)
-		if (gen > r->stale[x].gen)
-			r->stale[x].fresh = true;
-}
-
-static int found(void *arg, const struct ub_eb *eb)
-{
-	struct scan *s = arg;
-	uint32_t n = ub_eb_nritems(eb);
-
-	for (uint32_t i = 0; i < n; i++) {
-		struct ub_key k;
-
-		ub_eb_item_key(eb, (int)i, &k);
-		if (k.type != BTRFS_INODE_ITEM_KEY || k.objectid < BTRFS_FIRST_FREE_OBJECTID ||
-		    k.objectid > BTRFS_LAST_FREE_OBJECTID)
-			continue;
-		/* only subvolumes the walk went into: one left out (--no-snapshots) stays out */
-		if (!rmap_has(&s->r->entered, ub_eb_owner(eb), BTRFS_FIRST_FREE_OBJECTID))
-			continue;
-		mark_fresh(s->r, eb, k.objectid);
-		if (rmap_has(&s->r->reached, ub_eb_owner(eb), k.objectid) ||
-		    rmap_has(&s->r->entered, ub_eb_owner(eb), k.objectid))
-			continue;
-		if (s->n == s->cap) {
-			size_t cap = s->cap ? s->cap * 2 : 256;
-			struct cand *v = realloc(s->v, cap * sizeof(*v));
-
-			if (!v) {
-				s->nomem = true;
-				return -ENOMEM;
-			}
-			s->v = v;
-			s->cap = cap;
-		}
-		s->v[s->n++] = (struct cand){ ub_eb_owner(eb), k.objectid };
-	}
-	return 0;
-}
-
-/* ub_scan_metadata's progress: its arg is the scan's */
-static void scan_progress(void *arg, uint64_t done, uint64_t total)
-{
-	struct scan *s = arg;
-
-	rs_progress_scan(s->r, done, total);
-}
-
-static int cand_cmp(const void *a, const void *b)
-{
-	const struct cand *x = a, *y = b;
-
-	if (x->subvol != y->subvol)
-		return x->subvol < y->subvol ? -1 : 1;
-	return x->ino < y->ino ? -1 : x->ino > y->ino;
-}
-
-/* The inode in the live tree, else in the newest older root that has it: 0 and *fs, or -errno. */
-static int find_inode(struct restorer *r, uint64_t subvol, uint64_t ino, struct ub_inode *in, struct ub_fs **fs,
-		      uint64_t *gen)
-{
-	int ret = ub_inode_read(r->fs, subvol, ino, in);
-
-	*fs = r->fs;
-	*gen = 0;
-	/* not there: deleted (or its subvolume is), not lost */
-	if (ret == 0 || ret == -ENOENT || ret == -ENOMEM)
-		return ret;
-	for (int i = 0; !rs_older(r, i, fs, gen); i++)
-		if (ub_inode_read(*fs, subvol, ino, in) == 0)
-			return 0;
-	return ret;
-}
-
-/*
- * A deleted inode, from the newest older root where it still has a name:
- * false when none has it (the leaves may still: restore_loose). Directories
- * have nothing to give.
- */
-static bool undelete(struct restorer *r, struct frame *dir, uint64_t subvol, uint64_t ino)
-{
-	char name[24], rel[64], was[512];
-	struct ub_fs *fs, *saved = r->fs;
-	struct ub_inode in;
-	uint64_t gen;
-
-	for (int i = 0; !rs_older(r, i, &fs, &gen); i++) {
-		if (ub_inode_read(fs, subvol, ino, &in) || !in.nlink)
-			continue;
-		if (S_ISDIR(in.mode))
-			return true;
-		snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
-		snprintf(rel, sizeof(rel), "deleted/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
-		if (ub_inode_path(fs, subvol, ino, was, sizeof(was)))
-			snprintf(was, sizeof(was), "?");
-		if (r->oa.verbosity >= UB_LOG_WARN) {
-			/* a path from the disk: escaped, as in every message */
-			char *shown = name_shown(was, strlen(was));
-
-			fprintf(stderr, "ubtrfs: %s: deleted inode %llu of subvolume %llu, restored as generation %llu has it "
-				"(it was %s)\n", rel, (unsigned long long)ino, (unsigned long long)subvol,
-				(unsigned long long)gen, shown ? shown : "?");
-			free(shown);
-		}
-		r->nundeleted++;
-		r->fs = fs;
-		rs_entry(r, dir, name, rel, &in);
-		r->fs = saved;
-		return true;
-	}
-	return false;
+	return ub_recover_new(r->fs, &o, &r->recover);
 }
 
 /* An inode restored under lost+found: from `fs` (an older root: gen, the leaves a scan found: loose). */
@@ -201,176 +72,88 @@ static void restore_lost(struct restorer *r, struct frame *dir, const struct ub_
 	r->fs = saved;
 }
 
-static int add_cand(struct cand **v, size_t *n, size_t *cap, uint64_t subvol, uint64_t ino)
+/* A deleted inode as the newest older root that still has it linked gives it. */
+static void undeleted_older(struct restorer *r, struct frame *dir, const struct ub_recover_inode *ri)
 {
-	if (*n == *cap) {
-		size_t c = *cap ? *cap * 2 : 16;
-		struct cand *nv = realloc(*v, c * sizeof(*nv));
+	char name[24], rel[64], was[512];
+	struct ub_fs *saved = r->fs;
 
-		if (!nv)
-			return -ENOMEM;
-		*v = nv;
-		*cap = c;
+	snprintf(name, sizeof(name), "%llu", (unsigned long long)ri->ino);
+	snprintf(rel, sizeof(rel), "deleted/%llu/%llu", (unsigned long long)ri->subvol, (unsigned long long)ri->ino);
+	if (ub_inode_path(ri->fs, ri->subvol, ri->ino, was, sizeof(was)))
+		snprintf(was, sizeof(was), "?");
+	if (r->oa.verbosity >= UB_LOG_WARN) {
+		/* a path from the disk: escaped, as in every message */
+		char *shown = name_shown(was, strlen(was));
+
+		fprintf(stderr, "ubtrfs: %s: deleted inode %llu of subvolume %llu, restored as generation %llu has it "
+			"(it was %s)\n", rel, (unsigned long long)ri->ino, (unsigned long long)ri->subvol,
+			(unsigned long long)ri->generation, shown ? shown : "?");
+		free(shown);
 	}
-	(*v)[(*n)++] = (struct cand){ subvol, ino };
-	return 0;
+	r->nundeleted++;
+	r->fs = ri->fs;
+	rs_entry(r, dir, name, rel, &ri->in);
+	r->fs = saved;
 }
 
-static void restore_one(struct restorer *r, struct scan *sc, struct frame *dir, struct frame *deleted, uint64_t subvol,
-			uint64_t ino)
-{
-	char rel[64];
-	struct ub_inode in;
-	struct ub_fs *fs;
-	uint64_t gen;
-	int ret = find_inode(r, subvol, ino, &in, &fs, &gen);
+/* The scan's candidates, one subvolume after another: its folders under lost+found and deleted. */
+struct found_ctx {
+	struct restorer *r;
+	struct frame *lf, *df;
+	bool open;
+	uint64_t subvol;
+	char sname[24], srel[40], drel[40];
+	struct frame sf, dsf;
+};
 
-	snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
-	if (ret == -ENOENT || (!ret && !in.nlink)) {
-		/* not there, or unlinked and waiting for its orphan cleanup: deleted */
+static void found_close(struct found_ctx *fc)
+{
+	if (!fc->open)
+		return;
+	rs_dir_done(fc->r, &fc->sf);
+	rs_dir_done(fc->r, &fc->dsf);
+	fc->open = false;
+}
+
+static int found_one(void *arg, const struct ub_recover_inode *ri)
+{
+	struct found_ctx *fc = arg;
+	struct restorer *r = fc->r;
+	char rel[64];
+
+	if (!fc->open || fc->subvol != ri->subvol) {
+		found_close(fc);
+		fc->subvol = ri->subvol;
+		snprintf(fc->sname, sizeof(fc->sname), "%llu", (unsigned long long)ri->subvol);
+		snprintf(fc->srel, sizeof(fc->srel), "lost+found/%llu", (unsigned long long)ri->subvol);
+		snprintf(fc->drel, sizeof(fc->drel), "deleted/%llu", (unsigned long long)ri->subvol);
+		fc->sf = (struct frame){ fc->lf, fc->sname, fc->srel, -1, false, false, false };
+		fc->dsf = (struct frame){ fc->df, fc->sname, fc->drel, -1, false, false, false };
+		fc->open = true;
+	}
+	switch (ri->kind) {
+	case UB_RECOVER_DELETED:
 		r->ndeleted++;
-		if (r->deleted && !undelete(r, deleted, subvol, ino) && ret == -ENOENT)
-			add_cand(&sc->gone, &sc->ngone, &sc->gone_cap, subvol, ino);
-		return;
-	}
-	if (ret && ret != -ENOMEM && !add_cand(&sc->lost, &sc->nlost, &sc->lost_cap, subvol, ino))
-		return; /* from the leaves, after the walk of the others (restore_loose) */
-	if (ret) {
+		if (ri->undeleted)
+			undeleted_older(r, &fc->dsf, ri);
+		break;
+	case UB_RECOVER_LOST:
+		break; /* from the leaves, after the others (restore_loose) */
+	case UB_RECOVER_UNREADABLE:
+		snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)ri->subvol,
+			 (unsigned long long)ri->ino);
 		rs_problem(r, rel, "inode %llu of subvolume %llu was found by the scan but cannot be read: %s",
-			   (unsigned long long)ino, (unsigned long long)subvol, strerror(-ret));
-		return;
+			   (unsigned long long)ri->ino, (unsigned long long)ri->subvol, strerror(-ri->err));
+		break;
+	case UB_RECOVER_FOUND:
+		restore_lost(r, &fc->sf, &ri->in, ri->fs, ri->generation, false);
+		break;
 	}
-	restore_lost(r, dir, &in, fs, gen, false);
+	return 0;
 }
 
 /* ---- the last resort: inodes no tree gives, from the leaves themselves ---- */
-
-/* The index of (subvol, ino) in the sorted v[0..n), or -1. */
-static long cand_index(const struct cand *v, size_t n, uint64_t subvol, uint64_t ino)
-{
-	struct cand key = { subvol, ino };
-	size_t lo = 0, hi = n;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (cand_cmp(&v[mid], &key) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < n && !cand_cmp(&v[lo], &key) ? (long)lo : -1;
-}
-
-/*
- * A file extent of a deleted inode (or of a held-back file's newer version):
- * its checksums may be in no tree the fs reads, so they are looked for in old
- * checksum-tree leaves, between the extent's generation and this leaf's (the
- * file held it then). *bad when that cannot be done.
- */
-static int leaf_extent(struct scan *s, const struct ub_eb *eb, int slot, bool *bad)
-{
-	uint32_t size;
-	const uint8_t *d = ub_eb_item_data(eb, slot, &size);
-	uint64_t gen = ub_eb_generation(eb), egen;
-	int ret;
-
-	if (size < sizeof(struct btrfs_file_extent_item) ||
-	    UB_GET(btrfs_file_extent_item, type, d) != BTRFS_FILE_EXTENT_REG || !UB_GET(btrfs_file_extent_item, disk_bytenr, d))
-		return 0; /* inline (in the leaf, checked with it), preallocated or a hole: nothing on disk to check */
-	egen = UB_GET(btrfs_file_extent_item, generation, d);
-	ret = ub_fs_loose_csum_range(s->r->fs, UB_GET(btrfs_file_extent_item, disk_bytenr, d),
-				     UB_GET(btrfs_file_extent_item, disk_num_bytes, d), egen < gen ? egen : gen, gen);
-	if (ret == -ENOMEM)
-		return ret;
-	if (ret)
-		*bad = true;
-	return 0;
-}
-
-/*
- * The held-back files with a newer version whose inode numbers this leaf
- * spans: it held every item of theirs in that span (ub_fs_loose_cover), and
- * their items here are added. Leaves of no commit are left out.
- */
-static int fresh_leaf(struct scan *s, const struct ub_eb *eb)
-{
-	struct restorer *r = s->r;
-	uint64_t owner = ub_eb_owner(eb), gen = ub_eb_generation(eb);
-	uint32_t n = ub_eb_nritems(eb), i = 0;
-	struct ub_key first, last;
-	int ret = 0;
-
-	if (!n || gen > r->last_commit)
-		return 0;
-	ub_eb_item_key(eb, 0, &first);
-	ub_eb_item_key(eb, (int)n - 1, &last);
-	for (size_t x = rs_stale_lower(r, owner, first.objectid);
-	     !ret && x < r->nstale && r->stale[x].subvol == owner && r->stale[x].ino <= last.objectid; x++) {
-		struct rs_stale *st = &r->stale[x];
-		struct ub_key lo = { st->ino, 0, 0 }, hi = { st->ino, UINT8_MAX, UINT64_MAX };
-
-		if (!st->fresh || (x && r->stale[x - 1].subvol == owner && r->stale[x - 1].ino == st->ino))
-			continue;
-		ret = ub_fs_loose_cover(r->fs, owner, gen, ub_key_cmp(&first, &lo) > 0 ? &first : &lo,
-					ub_key_cmp(&last, &hi) < 0 ? &last : &hi);
-		for (; !ret && i < n; i++) {
-			struct ub_key k;
-
-			ub_eb_item_key(eb, (int)i, &k);
-			if (k.objectid > st->ino)
-				break;
-			if (k.objectid < st->ino)
-				continue;
-			ret = ub_fs_loose_add(r->fs, owner, eb, (int)i);
-			if (!ret && k.type == BTRFS_EXTENT_DATA_KEY)
-				ret = leaf_extent(s, eb, (int)i, &st->bad_csums);
-		}
-	}
-	return ret;
-}
-
-static int found_loose(void *arg, const struct ub_eb *eb)
-{
-	struct scan *s = arg;
-	uint32_t n = ub_eb_nritems(eb);
-	uint64_t owner = ub_eb_owner(eb);
-
-	for (uint32_t i = 0; i < n; i++) {
-		struct ub_key k;
-		long g = -1;
-		int ret;
-
-		ub_eb_item_key(eb, (int)i, &k);
-		if (cand_index(s->lost, s->nlost, owner, k.objectid) < 0 &&
-		    (g = cand_index(s->gone, s->ngone, owner, k.objectid)) < 0)
-			continue;
-		ret = ub_fs_loose_add(s->r->fs, owner, eb, (int)i);
-		if (!ret && g >= 0 && k.type == BTRFS_EXTENT_DATA_KEY) {
-			bool bad = false;
-
-			ret = leaf_extent(s, eb, (int)i, &bad);
-			s->gone_bad[g] |= bad;
-		}
-		if (ret)
-			return ret;
-	}
-	return s->nfresh ? fresh_leaf(s, eb) : 0;
-}
-
-static bool want_csums(void *arg, uint64_t owner, uint64_t generation, int level)
-{
-	(void)arg;
-	(void)generation;
-	return level == 0 && owner == BTRFS_CSUM_TREE_OBJECTID;
-}
-
-static int found_csums(void *arg, const struct ub_eb *eb)
-{
-	struct scan *s = arg;
-
-	return ub_fs_loose_csum_leaf(s->r->fs, eb);
-}
 
 /* Where a deleted inode was: its own name is only in the leaves, its directory's path in the trees ("?" if not). */
 static void gone_path(struct restorer *r, uint64_t subvol, uint64_t ino, char *was, size_t size)
@@ -391,25 +174,24 @@ static void gone_path(struct restorer *r, uint64_t subvol, uint64_t ino, char *w
 	was[at + len] = 0;
 }
 
-/* A deleted inode no older root has, from the items of the leaves the scan found (once published). */
-static void restore_gone(struct restorer *r, struct scan *s, struct frame *df, size_t g)
+/* A deleted inode no older root has, from the items of the leaves the scan found. */
+static int restore_gone(void *arg, const struct ub_recover_inode *ri)
 {
-	uint64_t subvol = s->gone[g].subvol, ino = s->gone[g].ino;
+	struct restorer *r = ((struct found_ctx *)arg)->r;
+	struct frame *df = ((struct found_ctx *)arg)->df;
+	uint64_t subvol = ri->subvol, ino = ri->ino;
 	char sname[24], srel[40], name[24], rel[64], was[512];
 	struct frame dsf = { df, sname, srel, -1, false, false, false };
-	struct ub_inode in;
 
-	if (ub_inode_read(r->fs, subvol, ino, &in) || !in.nlink || S_ISDIR(in.mode))
-		return; /* deleted it stays (counted) */
 	snprintf(sname, sizeof(sname), "%llu", (unsigned long long)subvol);
 	snprintf(srel, sizeof(srel), "deleted/%llu", (unsigned long long)subvol);
 	snprintf(name, sizeof(name), "%llu", (unsigned long long)ino);
 	snprintf(rel, sizeof(rel), "deleted/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
-	if (s->gone_bad[g]) {
+	if (ri->unchecked) {
 		rs_problem(r, rel, "deleted inode %llu of subvolume %llu: not undeleted: the checksums of its data cannot "
 			   "all be looked for (an extent not on sector boundaries, or past the bound of 16 GiB of data)",
 			   (unsigned long long)ino, (unsigned long long)subvol);
-		return;
+		return 0;
 	}
 	gone_path(r, subvol, ino, was, sizeof(was));
 	if (r->oa.verbosity >= UB_LOG_WARN) {
@@ -422,8 +204,9 @@ static void restore_gone(struct restorer *r, struct scan *s, struct frame *df, s
 		free(shown);
 	}
 	r->nundeleted_loose++;
-	rs_entry(r, &dsf, name, rel, &in);
+	rs_entry(r, &dsf, name, rel, &ri->in);
 	rs_dir_done(r, &dsf);
+	return 0;
 }
 
 /*
@@ -560,184 +343,106 @@ static void retime_entered(struct restorer *r, struct frame *root, const struct 
 	}
 }
 
-/* One loose inode's names, tried where their directories are known (ub_inode_names' callback). */
+/* Where a lost inode goes at its own name: a directory the walk entered, or a lost one placed already. */
 struct place_ctx {
 	struct restorer *r;
 	struct frame *root;
-	struct rmap *placed, *touched;
-	uint64_t subvol, ino;
-	uint64_t *tried; /* the names (by their order, the first 64) tried already */
-	int nth;
-	bool placed_one;
-	struct ub_inode in;
+	struct rmap placed, touched;
 };
 
-static int place_name(void *arg, uint64_t dir, const char *bytes, size_t len)
+static int place_name(void *arg, const struct ub_inode *in, uint64_t dir, const char *name)
 {
 	struct place_ctx *pc = arg;
-	uint64_t bit = pc->nth < 64 ? 1ULL << pc->nth : 0;
-	char name[UB_NAME_LEN + 1], *made;
-	const char *ppath;
-	bool walked;
+	struct restorer *r = pc->r;
+	const char *ppath = rmap_get(&r->entered, in->subvol, dir);
+	bool walked = ppath != NULL;
+	char *made;
 
-	pc->nth++;
-	if (!bit || (*pc->tried & bit))
-		return 0;
-	if (!ub_name_valid(bytes, len)) {
-		*pc->tried |= bit;
-		return 0;
-	}
-	memcpy(name, bytes, len);
-	name[len] = 0;
-	ppath = rmap_get(&pc->r->entered, pc->subvol, dir);
-	walked = ppath != NULL;
 	if (!ppath)
-		ppath = rmap_get(pc->placed, pc->subvol, dir);
+		ppath = rmap_get(&pc->placed, in->subvol, dir);
 	if (!ppath)
-		return 0; /* its directory may be placed in a later pass */
-	*pc->tried |= bit;
-	if (place_at(pc->r, pc->root, ppath, name, &pc->in, &made))
-		return 0; /* the name is taken */
-	pc->placed_one = true;
-	if (walked && rmap_add(pc->touched, pc->subvol, dir, ppath, NULL) < 0)
-		pc->r->rc = EXIT_FATAL;
-	if (made && rmap_add(pc->placed, pc->subvol, pc->ino, made, NULL) < 0)
-		pc->r->rc = EXIT_FATAL;
+		return -EAGAIN;
+	if (place_at(r, pc->root, ppath, name, in, &made))
+		return -EEXIST;
+	if (walked && rmap_add(&pc->touched, in->subvol, dir, ppath, NULL) < 0)
+		r->rc = EXIT_FATAL;
+	if (made && rmap_add(&pc->placed, in->subvol, in->ino, made, NULL) < 0)
+		r->rc = EXIT_FATAL;
 	free(made);
-	/* a directory has one name: a second would be a second directory */
-	if (S_ISDIR(pc->in.mode)) {
-		*pc->tried = ~0ULL;
-		return 1;
-	}
 	return 0;
 }
 
-static void restore_loose(struct restorer *r, struct scan *s, struct frame *lf, struct frame *df)
+/* A lost inode no name took: under lost+found (one the leaves say is unlinked stays deleted). */
+static int restore_unplaced(void *arg, const struct ub_recover_inode *ri)
 {
-	struct ub_meta_scan_ops cops = { .want = want_csums, .found = found_csums, .arg = s,
-					 .progress = r->tty ? scan_progress : NULL };
-	struct ub_meta_scan_ops ops = { .want = want, .found = found_loose, .arg = s,
-					.progress = r->tty ? scan_progress : NULL };
-	struct rmap placed = { 0 }, touched = { 0 };
-	uint8_t *done = calloc(s->nlost ? s->nlost : 1, 1);
-	uint64_t *tried = calloc(s->nlost ? s->nlost : 1, sizeof(*tried));
-	bool progress = true;
+	struct found_ctx *fc = arg;
+	struct restorer *r = fc->r;
+	char sname[24], srel[40], rel[64];
+	struct frame sf = { fc->lf, sname, srel, -1, false, false, false };
+
+	snprintf(sname, sizeof(sname), "%llu", (unsigned long long)ri->subvol);
+	snprintf(srel, sizeof(srel), "lost+found/%llu", (unsigned long long)ri->subvol);
+	snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)ri->subvol, (unsigned long long)ri->ino);
+	if (ri->kind == UB_RECOVER_UNREADABLE)
+		rs_problem(r, rel, "inode %llu of subvolume %llu was found by the scan but cannot be read, from a tree or from the leaves found: %s",
+			   (unsigned long long)ri->ino, (unsigned long long)ri->subvol, strerror(-ri->err));
+	else if (ri->kind == UB_RECOVER_DELETED)
+		r->ndeleted++;
+	else
+		restore_lost(r, &sf, &ri->in, ri->fs, 0, true);
+	rs_dir_done(r, &sf);
+	return 0;
+}
+
+static void restore_loose(struct restorer *r, struct found_ctx *fc)
+{
+	struct place_ctx pc = { r, fc->lf->parent, { 0 }, { 0 } };
 	int ret;
 
-	if (s->nlost)
-		qsort(s->lost, s->nlost, sizeof(*s->lost), cand_cmp);
-	if (s->ngone)
-		qsort(s->gone, s->ngone, sizeof(*s->gone), cand_cmp);
-	s->gone_bad = calloc(s->ngone ? s->ngone : 1, 1);
 	/* the copiers read this fs: they must be idle while its loose inodes (and checksums) are added */
 	rs_copy_drain(r);
-	ret = done && tried && s->gone_bad ? ub_scan_metadata(r->fs, &ops) : -ENOMEM;
-	if (!ret)
-		ret = ub_fs_loose_publish(r->fs);
+	ret = ub_recover_gather(r->recover);
 	/* a failed checksum scan leaves sectors without one: those read as lost, never as good */
-	if (!ret && (s->ngone || s->nfresh) && ub_scan_metadata(r->fs, &cops))
+	if (!ret && ub_recover_gather_csums(r->recover))
 		fprintf(stderr, "ubtrfs: warning: the scan for the checksums of deleted files stopped: their data may "
 			"show as lost\n");
 	/* the files held back, newer where the leaves give them so, before any loose inode takes a name */
-	rs_stale_restore(r, lf->parent);
+	rs_stale_restore(r, fc->lf->parent);
 	/*
 	 * At their names where their directory is known, parents before children
 	 * (a loose directory placed makes its own known): each name once, the
 	 * second and later names of a file as hard links to the first.
 	 */
-	for (int pass = 0; !ret && progress && pass < 64; pass++) {
-		progress = false;
-		for (size_t i = 0; i < s->nlost; i++) {
-			struct place_ctx pc = { r, lf->parent, &placed, &touched, s->lost[i].subvol, s->lost[i].ino,
-						&tried[i], 0, false };
-
-			/* every name tried already: nothing a later pass can add */
-			if (tried[i] == ~0ULL || ub_inode_read(r->fs, pc.subvol, pc.ino, &pc.in) || !pc.in.nlink)
-				continue;
-			ub_inode_names(r->fs, pc.subvol, pc.ino, place_name, &pc);
-			if (pc.nth < 64 && tried[i] == (1ULL << pc.nth) - 1)
-				tried[i] = ~0ULL;
-			if (pc.placed_one) {
-				done[i] = 1;
-				progress = true;
-			}
-		}
-	}
-	for (size_t i = 0; i < s->nlost; i++) {
-		uint64_t subvol = s->lost[i].subvol, ino = s->lost[i].ino;
-		char sname[24], srel[40], rel[64];
-		struct frame sf = { lf, sname, srel, -1, false, false, false };
-		struct ub_inode in;
-		int ret2 = ret ? ret : ub_inode_read(r->fs, subvol, ino, &in);
-
-		if (done && done[i] == 1)
-			continue;
-		snprintf(sname, sizeof(sname), "%llu", (unsigned long long)subvol);
-		snprintf(srel, sizeof(srel), "lost+found/%llu", (unsigned long long)subvol);
-		snprintf(rel, sizeof(rel), "lost+found/%llu/%llu", (unsigned long long)subvol, (unsigned long long)ino);
-		if (ret2)
-			rs_problem(r, rel, "inode %llu of subvolume %llu was found by the scan but cannot be read, from a tree or from the leaves found: %s",
-				   (unsigned long long)ino, (unsigned long long)subvol, strerror(-ret2));
-		else if (!in.nlink)
-			r->ndeleted++;
-		else
-			restore_lost(r, &sf, &in, r->fs, 0, true);
-		rs_dir_done(r, &sf);
-	}
-	for (size_t g = 0; !ret && g < s->ngone; g++)
-		restore_gone(r, s, df, g);
-	finish_placed(r, lf->parent, &placed);
-	retime_entered(r, lf->parent, &touched);
-	rmap_free(&placed);
-	rmap_free(&touched);
-	free(done);
-	free(tried);
+	if (!ret)
+		ret = ub_recover_place(r->recover, place_name, &pc);
+	ub_recover_unplaced(r->recover, ret, restore_unplaced, fc);
+	if (!ret)
+		ub_recover_deleted(r->recover, restore_gone, fc);
+	finish_placed(r, fc->lf->parent, &pc.placed);
+	retime_entered(r, fc->lf->parent, &pc.touched);
+	rmap_free(&pc.placed);
+	rmap_free(&pc.touched);
 }
 
 void rs_scavenge(struct restorer *r, struct frame *root)
 {
-	struct scan s = { .r = r };
-	struct ub_meta_scan_ops ops = { .want = want, .found = found, .arg = &s,
-					.progress = r->tty ? scan_progress : NULL };
 	struct frame lf = { root, "lost+found", "lost+found", -1, false, false, false };
 	struct frame df = { root, "deleted", "deleted", -1, false, false, false };
+	struct found_ctx fc = { .r = r, .lf = &lf, .df = &df };
 	int ret;
 
-	rs_stale_sort(r);
-	ret = ub_scan_metadata(r->fs, &ops);
-	for (size_t i = 0; i < r->nstale; i++)
-		s.nfresh += r->stale[i].fresh;
-
-	if (ret && !s.nomem)
+	if (!r->recover)
+		return;
+	ret = ub_recover_scan(r->recover);
+	if (ret && ret != -ENOMEM)
 		fprintf(stderr, "ubtrfs: warning: the scan of the metadata for lost inodes stopped: %s\n",
 			strerror(-ret));
-	if (s.n)
-		qsort(s.v, s.n, sizeof(*s.v), cand_cmp);
-	for (size_t i = 0; i < s.n;) {
-		uint64_t subvol = s.v[i].subvol;
-		char sname[24], srel[40], drel[40];
-		struct frame sf = { &lf, sname, srel, -1, false, false, false };
-		struct frame dsf = { &df, sname, drel, -1, false, false, false };
-
-		snprintf(sname, sizeof(sname), "%llu", (unsigned long long)subvol);
-		snprintf(srel, sizeof(srel), "lost+found/%llu", (unsigned long long)subvol);
-		snprintf(drel, sizeof(drel), "deleted/%llu", (unsigned long long)subvol);
-		for (; i < s.n && s.v[i].subvol == subvol; i++) {
-			if (i && !cand_cmp(&s.v[i], &s.v[i - 1]))
-				continue;
-			restore_one(r, &s, &sf, &dsf, subvol, s.v[i].ino);
-		}
-		rs_dir_done(r, &sf);
-		rs_dir_done(r, &dsf);
-	}
-	if (s.nlost || s.ngone || s.nfresh)
-		restore_loose(r, &s, &lf, &df);
+	ub_recover_classify(r->recover, found_one, &fc);
+	found_close(&fc);
+	if (ub_recover_pending(r->recover))
+		restore_loose(r, &fc);
 	else
 		rs_stale_restore(r, root);
 	rs_dir_done(r, &lf);
 	rs_dir_done(r, &df);
-	free(s.v);
-	free(s.lost);
-	free(s.gone);
-	free(s.gone_bad);
 }
