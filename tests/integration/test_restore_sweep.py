@@ -232,17 +232,26 @@ def test_restore_directory_from_its_entries(tmp_path):
         leaves = {}
         for blk, slot in im.walk(im.tree_root(C.FS_TREE)[0]):
             leaves.setdefault(blk.logical, []).append(blk.item_key(slot))
+    # the leaves in key order: a search lands in the leaf whose first key is the greatest not above it
+    order = sorted(leaves.items(), key=lambda lk: tuple(lk[1][0]))
     victim = None
-    for logical, keys in sorted(leaves.items()):
+    for i, (logical, keys) in enumerate(order):
         # one directory's inode item, none of its DIR_INDEX items, nothing of another directory
         objs = {k.objectid for k in keys}
         held = [k.objectid for k in keys if k.type == C.INODE_ITEM and k.objectid in dirs]
         if len(held) == 1 and objs - set(held) <= set(inos) and \
                 not any(k.type == C.DIR_INDEX and k.objectid == held[0] for k in keys):
+            # and the search for the directory's first entry must not land in the leaf destroyed: the
+            # next leaf starts at or before (dir, DIR_INDEX, 0) (the kernel's layout decides this,
+            # run by run; a listing that starts in a destroyed leaf is not what this test is about)
+            nxt = order[i + 1][1][0] if i + 1 < len(order) else None
+            if nxt is None or tuple(nxt) > (held[0], C.DIR_INDEX, 0):
+                continue
             victim, lost_dir = logical, dirs[held[0]]
             break
     if victim is None:
-        pytest.skip("test setup: no leaf holds a directory's inode item without its entries")
+        pytest.skip("test setup: no leaf holds a directory's inode item without its entries, with the "
+                    "directory's first entry found past it")
     touched = {inos[k.objectid] for k in leaves[victim] if k.objectid in inos}
     with C.Image(str(img)) as im:
         copies = im.physical(victim)
