@@ -342,25 +342,43 @@ static int fix_one(struct rp_ctx *c, struct fsw *w, uint64_t dir, uint64_t child
 	return 0;
 }
 
-static void say_name(struct rp_ctx *c, const struct rp_note *note, uint64_t dir, const struct rname *n)
+static void escape(const struct rname *n, char *shown, size_t cap)
 {
-	char shown[UB_NAME_LEN * 4 + 1];
 	size_t o = 0;
 
-	/* a name from the disk: its odd bytes escaped, so that the message stays one line */
-	for (uint16_t i = 0; i < n->len && o + 5 < sizeof(shown); i++) {
+	for (uint16_t i = 0; i < n->len && o + 5 < cap; i++) {
 		unsigned char ch = (unsigned char)n->name[i];
 
 		if (ch < 0x20 || ch >= 0x7f || ch == '\\')
-			o += (size_t)snprintf(shown + o, sizeof(shown) - o, "\\x%02x", ch);
+			o += (size_t)snprintf(shown + o, cap - o, "\\x%02x", ch);
 		else
 			shown[o++] = (char)ch;
 	}
 	shown[o] = 0;
+}
+
+static void say_name(struct rp_ctx *c, const struct rp_note *note, uint64_t dir, const struct rname *n)
+{
+	char shown[UB_NAME_LEN * 4 + 1];
+
+	/* a name from the disk: its odd bytes escaped, so that the message stays one line */
+	escape(n, shown, sizeof(shown));
 	rp_say(c, note, 0, "inode %llu of tree %llu: the name '%s' in directory %llu made whole (%s%s%s%s)",
 	       (unsigned long long)note->inode, (unsigned long long)note->tree, shown, (unsigned long long)dir,
 	       n->has_ref ? "" : "INODE_REF added ", n->has_idx ? "" : "DIR_INDEX added ",
 	       n->has_item ? "" : "DIR_ITEM added ", n->has_ref && n->has_idx && n->has_item ? "index or type set" : "");
+}
+
+static void say_bad_index(struct rp_ctx *c, const struct rp_note *note, uint64_t dir, const struct rname *bad,
+			  const struct rname *good)
+{
+	char b[UB_NAME_LEN * 4 + 1], g[UB_NAME_LEN * 4 + 1];
+
+	escape(bad, b, sizeof(b));
+	escape(good, g, sizeof(g));
+	rp_say(c, note, 0, "inode %llu of tree %llu: directory %llu's DIR_INDEX %llu names it '%s', its INODE_REF "
+	       "of that index '%s': the index's damaged copy removed", (unsigned long long)note->inode,
+	       (unsigned long long)note->tree, (unsigned long long)dir, (unsigned long long)bad->idx_index, b, g);
 }
 
 int rp_fix_names(struct rp_ctx *c, const struct rp_note *note)
@@ -403,9 +421,40 @@ int rp_fix_names(struct rp_ctx *c, const struct rp_note *note)
 		free(ns.v);
 		return 0;
 	}
+	/*
+	 * A DIR_INDEX whose name nothing else has, at the index a ref gives another
+	 * name of the same child: the index's copy of that name is what is damaged
+	 * (btrfs check's reading too). It goes; the ref's name gets its DIR_INDEX
+	 * again below. Anything else that only the DIR_INDEX names is a name of its
+	 * own and is made whole.
+	 */
+	for (size_t i = 0; !ret && i < ns.n; i++) {
+		struct rname *x = &ns.v[i];
+
+		if (!x->has_idx || x->has_ref || x->has_item)
+			continue;
+		for (size_t j = 0; j < ns.n; j++) {
+			struct rname *r = &ns.v[j];
+			struct ub_key k = { dir, BTRFS_DIR_INDEX_KEY, x->idx_index };
+
+			if (j == i || !r->has_ref || r->has_idx || r->ref_index != x->idx_index)
+				continue;
+			ret = fsw_del_key(&w, &w.fs->root, &k);
+			if (!ret) {
+				say_bad_index(c, note, dir, x, r);
+				x->has_idx = false;
+				x->len = 0; /* nothing left of it */
+				ret = rp_touch(c, note->tree, dir, true);
+			}
+			break;
+		}
+	}
 	for (size_t i = 0; !ret && i < ns.n; i++) {
 		bool changed = false;
 		struct rname before = ns.v[i];
+
+		if (!ns.v[i].len)
+			continue;
 
 		ret = fix_one(c, &w, dir, child, type, &ns.v[i], &changed);
 		if (!ret && changed) {

@@ -258,6 +258,14 @@ def edit_data_refs(im):
     im.write_block(b)
 
 
+def edit_dir_index_name(im):
+    """A DIR_INDEX's copy of the name damaged (the fsck/008 case): the ref and the DIR_ITEM keep the
+    right one."""
+    b, s = fs_item(im, lambda k, b, s: k.type == C.DIR_INDEX and k.objectid >= 257 and reg_child(b, s))
+    b.patch_item(s, 30, "<B", ord("Z"))  # btrfs_dir_item is 30 bytes; the name follows
+    im.write_block(b)
+
+
 CURES = {
     "nlink": edit_nlink,
     "nlink-zero": edit_nlink_zero,
@@ -271,6 +279,7 @@ CURES = {
     "dir-item-dropped": edit_dir_item_dropped,
     "inode-ref-dropped": edit_inode_ref_dropped,
     "entry-type": edit_entry_type,
+    "dir-index-name": edit_dir_index_name,
     "tree-block-refs": edit_tree_block_refs,
     "data-refs": edit_data_refs,
 }
