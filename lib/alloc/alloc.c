@@ -803,6 +803,15 @@ void ub_alloc_clear_dirty(struct ub_alloc *a)
 	}
 }
 
+int ub_alloc_rebuild_fst_all(struct ub_alloc *a)
+{
+	for (int i = 0; i < a->nbgs; i++) {
+		a->bgs[i]->dirty = true;
+		a->bgs[i]->fst_rebuild = true;
+	}
+	return a->nbgs;
+}
+
 /* ---- totals ---- */
 
 void ub_alloc_space_info(const struct ub_alloc *a, uint64_t type, struct ub_space_info *out)

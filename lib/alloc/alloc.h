@@ -220,6 +220,12 @@ struct ub_bg_delta {
  */
 int ub_alloc_for_each_dirty_bg(struct ub_alloc *a, int (*fn)(void *arg, const struct ub_bg_delta *d), void *arg);
 void ub_alloc_clear_dirty(struct ub_alloc *a);
+/*
+ * Every block group marked changed with its free space tree items to be
+ * rewritten whole at the next commit (a free space tree made or repaired
+ * from the allocator's free set). Returns the number of block groups.
+ */
+int ub_alloc_rebuild_fst_all(struct ub_alloc *a);
 
 /*
  * A block group for a chunk just created (the chunk must already be in the

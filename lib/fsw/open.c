@@ -18,6 +18,9 @@ static int open_common(const char *const *paths, struct ub_dev *const *devs, int
 	if (ret)
 		return ret;
 	ret = ub_log_commit(e);
+	/* as the kernel's mount -o space_cache=v2: the engine keeps only the free space tree */
+	if (!ret)
+		ret = ub_engine_create_fst(e);
 	if (!ret)
 		ret = ub_engine_ready(e);
 	if (ret) {

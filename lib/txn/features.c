@@ -68,11 +68,7 @@ int ub_engine_check_features(const uint8_t *sb, char *why, size_t len)
 				   "METADATA_ITEMs and would mix the two forms");
 		return -EOPNOTSUPP;
 	}
-	if (!(compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE)) {
-		snprintf(why, len, "the filesystem has no free space tree (it uses the v1 space cache, or none): the "
-				   "write engine keeps only the free space tree up to date");
-		return -EOPNOTSUPP;
-	}
+	/* no free space tree (the v1 space cache, or none): ub_engine_create_fst makes one (space_convert.c) */
 	if ((compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE) &&
 	    !(compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE_VALID)) {
 		snprintf(why, len, "the free space tree is flagged as not valid (free-space-tree without its VALID bit)");

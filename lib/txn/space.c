@@ -219,7 +219,9 @@ static int rebuild_fst(struct ub_txn *t, const struct ub_bg_delta *d)
 	ret = ub_tree_search_slot(&t->e->fs.tc, &t->ta, fst(t), &key, &p, 0, true);
 	if (ret > 0) {
 		ub_path_release(&p);
-		ret = ub_tree_insert_item(&t->e->fs.tc, &t->ta, fst(t), &key, NULL, sizeof(struct btrfs_free_space_info));
+		uint8_t zero[sizeof(struct btrfs_free_space_info)] = { 0 };
+
+		ret = ub_tree_insert_item(&t->e->fs.tc, &t->ta, fst(t), &key, zero, sizeof(zero));
 		if (ret)
 			return ret;
 		ub_path_init(&p);

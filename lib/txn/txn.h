@@ -186,6 +186,13 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
 #define UB_ENGINE_OPEN_REPAIR_SPACE (1U << 16)
 int ub_engine_repair_fixed_groups(const struct ub_engine *e);
 int ub_engine_ready(struct ub_engine *e);
+/*
+ * A filesystem without a free space tree (v1 space cache or none) gets one in
+ * a transaction of its own, committed; the v1 cache goes (space_convert.c).
+ * 0 at once when it has one. Under no lock: called once, right after open.
+ */
+bool ub_engine_needs_fst(const struct ub_engine *e);
+int ub_engine_create_fst(struct ub_engine *e);
 
 /*
  * ---- dirty budget ----

@@ -513,7 +513,6 @@ def test_everything_deleted_shrinks_back(driver, casedir, ubtrfs_bin):
 @pytest.mark.parametrize("feature,needle", [
     (["-O", "block-group-tree"], "block group tree"),
     (["-R", "quota"], "quotas"),
-    (["-R", "^free-space-tree"], "free space tree"),
     (["-O", "mixed-bg", "-m", "single", "-d", "single", "-n", "4096"], "mixed"),
     (["-O", "^skinny-metadata"], "skinny"),
 ])
