@@ -768,6 +768,13 @@ int rp_init_csum_tree(struct rp_ctx *c)
 		ret = -EUCLEAN;
 		goto out;
 	}
+	/* a btrfs-image dump keeps metadata only: its data reads as zeros, and checksums of them would lie */
+	if (UB_GET(ub_disk_super, flags, s.vol->super) & (BTRFS_SUPER_FLAG_METADUMP | BTRFS_SUPER_FLAG_METADUMP_V2)) {
+		ub_err(c->log, "repair: --init-csum-tree: the image is a metadata dump (btrfs-image), which holds no "
+		       "data to checksum");
+		ret = -EOPNOTSUPP;
+		goto out;
+	}
 	ret = ub_path_new(&s.op);
 	if (ret)
 		goto out;

@@ -436,7 +436,8 @@ static void run_begin(struct rp_ctx *c)
 static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 {
 	struct ub_repair *r = c->r;
-	unsigned flags = UB_ENGINE_OPEN_NO_LOG_REPLAY;
+	/* a btrfs-image dump is repaired as btrfs check --repair repairs it: its metadata */
+	unsigned flags = UB_ENGINE_OPEN_NO_LOG_REPLAY | UB_ENGINE_OPEN_METADUMP;
 	int ret;
 
 	/*

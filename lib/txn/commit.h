@@ -8,7 +8,7 @@
 #include "tree/tree_priv.h"
 
 /* Why the engine cannot write this superblock's filesystem: 0, or -EOPNOTSUPP and the reason in `why`. */
-int ub_engine_check_features(const uint8_t *sb, char *why, size_t len);
+int ub_engine_check_features(const uint8_t *sb, bool metadump_ok, char *why, size_t len);
 
 /* The roots a superblock and its backup slot record. */
 struct ub_commit_roots {

@@ -123,7 +123,7 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
 	}
 	/* refused before any tree is read: the reader's warnings about the same features would only confuse */
 	sb = e->fs.vol->super;
-	ret = ub_engine_check_features(sb, why, sizeof(why));
+	ret = ub_engine_check_features(sb, (flags & UB_ENGINE_OPEN_METADUMP) != 0, why, sizeof(why));
 	if (ret) {
 		ub_err(&e->fs.log, "cannot open for writing: %s", why);
 		goto fail;

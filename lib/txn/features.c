@@ -32,9 +32,10 @@ static const struct {
 
 /*
  * Can the engine write this superblock's filesystem? 0, or -EOPNOTSUPP with
- * the reason (naming the feature) in `why`.
+ * the reason (naming the feature) in `why`. metadump_ok: a btrfs-image dump is
+ * acceptable (a repair's open: UB_ENGINE_OPEN_METADUMP).
  */
-int ub_engine_check_features(const uint8_t *sb, char *why, size_t len)
+int ub_engine_check_features(const uint8_t *sb, bool metadump_ok, char *why, size_t len)
 {
 	uint64_t incompat = SB(incompat_flags, sb), compat_ro = SB(compat_ro_flags, sb), flags = SB(flags, sb);
 	uint64_t bad;
@@ -78,7 +79,7 @@ int ub_engine_check_features(const uint8_t *sb, char *why, size_t len)
 		snprintf(why, len, "the filesystem is a seed device (read-only by design)");
 		return -EOPNOTSUPP;
 	}
-	if (flags & (BTRFS_SUPER_FLAG_METADUMP | BTRFS_SUPER_FLAG_METADUMP_V2)) {
+	if ((flags & (BTRFS_SUPER_FLAG_METADUMP | BTRFS_SUPER_FLAG_METADUMP_V2)) && !metadump_ok) {
 		snprintf(why, len, "the image is a metadata dump (btrfs-image), which holds no data");
 		return -EOPNOTSUPP;
 	}

@@ -184,6 +184,11 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
  * were wrong. Not in ubtrfs/engine.h: only the library repairs.
  */
 #define UB_ENGINE_OPEN_REPAIR_SPACE (1U << 16)
+/*
+ * A repair may write a btrfs-image metadata dump (its metadata whole, its data
+ * zeros), as btrfs check --repair does; nothing else may. The flag stays set.
+ */
+#define UB_ENGINE_OPEN_METADUMP (1U << 17)
 int ub_engine_repair_fixed_groups(const struct ub_engine *e);
 int ub_engine_ready(struct ub_engine *e);
 /*

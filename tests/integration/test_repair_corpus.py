@@ -37,7 +37,6 @@ pytestmark = pytest.mark.xdist_group("repair-corpus")
 
 # why the write engine does not open a filesystem for the repair (docs/check.md)
 NO_SKINNY = "engine: no skinny-metadata: the write engine writes only skinny extent items"
-METADUMP = "engine: a btrfs-image metadata dump (no data): the write engine does not write one"
 # a tree block no copy of which passes the tree layer's checks: no cure replaces a block yet
 BLOCK = "tree: a block rejected whole (no good copy), no cure rebuilds it yet"
 
@@ -58,7 +57,6 @@ THEIRS_ONLY = {
     "fsck/010-no-rootdir-inode-item": "fs: the root directory's inode item missing (no cure yet)",
     "fsck/011-no-inode-item": BLOCK,
     "fsck/014-no-extent-info--no_extent_bad_dev": NO_SKINNY + "; extent: missing extent items (no cure yet)",
-    "fsck/016-wrong-inode-nbytes": METADUMP + " (nbytes itself has a cure)",
     "fsck/017-missing-all-file-extent": "fs: missing hole items without no-holes (no cure yet)",
     "fsck/026-bad-dir-item-name": BLOCK,
     "fsck/027-bad-extent-inline-ref-type": BLOCK,
@@ -66,7 +64,7 @@ THEIRS_ONLY = {
         "super: no valid superblock to open (`ubtrfs rescue fix-device-size` is the cure)",
     "fsck/032-corrupted-qgroup": "qgroup: counts (no cure yet)",
     "fsck/035-inline-bad-ram-bytes": BLOCK,
-    "fsck/038-missing-one-file-extent": METADUMP + "; fs: a missing file extent (no cure yet)",
+    "fsck/038-missing-one-file-extent": "fs: a missing file extent (no cure yet)",
     "fsck/039-bad-inode-mode--bad_free_space_cache_imode": BLOCK + " (the root tree's leaf)",
     "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree": BLOCK,
     "fsck/041-invalid-root-generation": BLOCK,
@@ -76,12 +74,9 @@ THEIRS_ONLY = {
         "extent: an extent item generation from the future (no cure yet)",
     "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_tree_block":
         "extent: an extent item generation from the future (no cure yet)",
-    "fsck/047-dev-bytes-used": METADUMP + " (device bytes_used itself has a cure)",
     "fsck/050-invalid-block-group-used": BLOCK + " (used beyond the group's length: the leaf is refused)",
-    "fsck/051-invalid-super-bytes-used": METADUMP + " (bytes_used itself has a cure)",
     "fsck/053-bad-metadata-level": BLOCK,
     "fsck/055-super-num-devs-mismatch": "super: num_devices (no cure yet)",
-    "fsck/058-bad-free-space-tree-entry--corrupt-free-space-tree": METADUMP + " (the free space tree has a cure)",
 }
 
 # the images whose problems have cures in this version, and a slice of the others
