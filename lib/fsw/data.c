@@ -1467,7 +1467,7 @@ static int extent_unshared(struct fsw *w, uint64_t bytenr, uint64_t num_bytes, u
 		if (ret == 0 && size >= UB_EXTENT_ITEM_SIZE) {
 			refs = (int64_t)UB_GET(btrfs_extent_item, refs, d);
 			gen = UB_GET(btrfs_extent_item, generation, d);
-			if (ub_inline_ref_find(d, size, &r, &pos, &count) == 0)
+			if (ub_inline_ref_find(d, size, UB_EXTENT_ITEM_SIZE, &r, &pos, &count) == 0)
 				ours = count;
 		} else if (ret == 0) {
 			ret = -EUCLEAN;

@@ -94,13 +94,14 @@ static void inline_ref_read(const uint8_t *p, struct ub_ref *r, uint32_t *count)
 	}
 }
 
-int ub_inline_ref_find(const uint8_t *item, uint32_t size, const struct ub_ref *r, uint32_t *pos, uint32_t *count)
+int ub_inline_ref_find(const uint8_t *item, uint32_t size, uint32_t first, const struct ub_ref *r, uint32_t *pos,
+		       uint32_t *count)
 {
 	uint64_t want_seq = ub_ref_seq(r);
-	uint32_t cur = UB_EXTENT_ITEM_SIZE;
+	uint32_t cur = first;
 	bool placed = false;
 
-	if (size < UB_EXTENT_ITEM_SIZE)
+	if (size < first || first < UB_EXTENT_ITEM_SIZE)
 		return -EUCLEAN;
 	*count = 0;
 	while (cur < size) {

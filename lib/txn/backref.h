@@ -49,12 +49,25 @@ static inline uint32_t ub_max_extent_item_size(uint32_t nodesize)
 }
 
 /*
- * Find `r` among the inline refs of extent item `item` (`size` bytes).
- * 0: found at byte *pos, its count in *count; 1: absent, *pos is where it
- * goes to keep the order; -EUCLEAN: the refs do not parse (a ref crossing
- * the end, an unknown type).
+ * Find `r` among the inline refs of extent item `item` (`size` bytes), which
+ * start at byte `first` (UB_EXTENT_ITEM_SIZE, or past a tree_block_info: see
+ * ub_extent_refs_start). 0: found at byte *pos, its count in *count; 1:
+ * absent, *pos is where it goes to keep the order; -EUCLEAN: the refs do not
+ * parse (a ref crossing the end, an unknown type).
  */
-int ub_inline_ref_find(const uint8_t *item, uint32_t size, const struct ub_ref *r, uint32_t *pos, uint32_t *count);
+int ub_inline_ref_find(const uint8_t *item, uint32_t size, uint32_t first, const struct ub_ref *r, uint32_t *pos,
+		       uint32_t *count);
+/*
+ * Where the inline refs of an extent item with key type `type` start: a tree
+ * block's EXTENT_ITEM (the form before skinny-metadata) holds a
+ * tree_block_info (first key, level) before them.
+ */
+static inline uint32_t ub_extent_refs_start(uint8_t type, bool is_data)
+{
+	return type == BTRFS_EXTENT_ITEM_KEY && !is_data
+		       ? UB_EXTENT_ITEM_SIZE + (uint32_t)sizeof(struct btrfs_tree_block_info)
+		       : UB_EXTENT_ITEM_SIZE;
+}
 /*
  * The inline refs one by one: *pos starts at `first` (UB_EXTENT_ITEM_SIZE, or
  * past a tree_block_info); 0 with the ref at *pos (its count in *count) and

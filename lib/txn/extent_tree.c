@@ -14,6 +14,7 @@
  * space is accounted free and pinned until the commit is durable.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "txn.h"
@@ -21,11 +22,53 @@
 
 #define EI(field, p) UB_GET(btrfs_extent_item, field, p)
 
-static void head_key(const struct ub_dref_head *h, struct ub_key *k)
+static struct ub_root *extent_root(struct ub_txn *t)
 {
+	return &t->e->fs.extent_tree->root;
+}
+
+static bool skinny(const struct ub_txn *t)
+{
+	return (t->e->incompat & BTRFS_FEATURE_INCOMPAT_SKINNY_METADATA) != 0;
+}
+
+/* The key of the extent's item in the form a new one takes: a tree block's skinny only with skinny-metadata. */
+static void head_key(const struct ub_txn *t, const struct ub_dref_head *h, struct ub_key *k)
+{
+	bool meta = !h->is_data && skinny(t);
+
 	k->objectid = h->bytenr;
-	k->type = h->is_data ? BTRFS_EXTENT_ITEM_KEY : BTRFS_METADATA_ITEM_KEY;
-	k->offset = h->is_data ? h->num_bytes : (uint64_t)h->level;
+	k->type = meta ? BTRFS_METADATA_ITEM_KEY : BTRFS_EXTENT_ITEM_KEY;
+	k->offset = meta ? (uint64_t)h->level : h->num_bytes;
+}
+
+/*
+ * A writable path to the extent's item (search_slot's 0, 1 absent, <0), *key
+ * its key. A tree block's item may be in either form: a filesystem that
+ * turned skinny-metadata on later keeps its older blocks' EXTENT_ITEMs (with
+ * a tree_block_info), and the kernel looks for the other form when the first
+ * is absent, as this does.
+ */
+static int search_item(struct ub_txn *t, const struct ub_dref_head *h, int ins_len, struct ub_path *p,
+		       struct ub_key *key)
+{
+	struct ub_engine *e = t->e;
+	int ret;
+
+	head_key(t, h, key);
+	ret = ub_tree_search_slot(&e->fs.tc, &t->ta, extent_root(t), key, p, ins_len, true);
+	if (ret <= 0 || h->is_data)
+		return ret;
+	ub_path_release(p);
+	ub_path_init(p);
+	if (key->type == BTRFS_METADATA_ITEM_KEY)
+		*key = (struct ub_key){ h->bytenr, BTRFS_EXTENT_ITEM_KEY, h->num_bytes };
+	else
+		*key = (struct ub_key){ h->bytenr, BTRFS_METADATA_ITEM_KEY, (uint64_t)h->level };
+	ret = ub_tree_search_slot(&e->fs.tc, &t->ta, extent_root(t), key, p, ins_len, true);
+	if (ret > 0)
+		head_key(t, h, key); /* named in messages as the form it would take */
+	return ret;
 }
 
 static void to_ref(const struct ub_dref *d, struct ub_ref *r)
@@ -51,11 +94,6 @@ static void ref_str(const struct ub_ref *r, char *buf, size_t len)
 		snprintf(buf, len, "SHARED_DATA_REF parent %llu", (unsigned long long)r->parent);
 		break;
 	}
-}
-
-static struct ub_root *extent_root(struct ub_txn *t)
-{
-	return &t->e->fs.extent_tree->root;
 }
 
 /* Is there any keyed back reference of the extent at bytenr? */
@@ -181,7 +219,6 @@ static int change_ref(struct ub_txn *t, const struct ub_dref_head *h, const stru
 	if (!isz)
 		return -EINVAL;
 	ref_str(r, rs, sizeof(rs));
-	head_key(h, &key);
 	/* adding inline needs room for the bigger item: ask the search for it */
 	if (delta > 0) {
 		keyed = has_keyed_refs(t, h->bytenr);
@@ -189,7 +226,7 @@ static int change_ref(struct ub_txn *t, const struct ub_dref_head *h, const stru
 			return keyed;
 	}
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&e->fs.tc, &t->ta, extent_root(t), &key, &p, delta > 0 ? (int)isz : 0, true);
+	ret = search_item(t, h, delta > 0 ? (int)isz : 0, &p, &key);
 	if (ret > 0) {
 		ub_err(&e->fs.log, "extent tree: no extent item (%llu %u %llu) for a reference change (%s)",
 		       (unsigned long long)key.objectid, key.type, (unsigned long long)key.offset, rs);
@@ -198,7 +235,7 @@ static int change_ref(struct ub_txn *t, const struct ub_dref_head *h, const stru
 	if (ret)
 		goto out;
 	d = ub_path_data_mut(&p, &size);
-	ret = ub_inline_ref_find(d, size, r, &pos, &count);
+	ret = ub_inline_ref_find(d, size, ub_extent_refs_start(key.type, h->is_data), r, &pos, &count);
 	if (ret < 0) {
 		ub_err(&e->fs.log, "extent tree: extent item (%llu %u %llu): inline references do not parse",
 		       (unsigned long long)key.objectid, key.type, (unsigned long long)key.offset);
@@ -247,14 +284,13 @@ static int finish_extent(struct ub_txn *t, const struct ub_dref_head *h, bool *f
 	struct ub_key key;
 	struct ub_path p;
 	uint8_t *d;
-	uint32_t size;
+	uint32_t size, first;
 	int64_t refs;
 	int ret;
 
 	*freed = false;
-	head_key(h, &key);
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&e->fs.tc, &t->ta, extent_root(t), &key, &p, -1, true);
+	ret = search_item(t, h, -1, &p, &key);
 	if (ret > 0) {
 		ub_err(&e->fs.log, "extent tree: no extent item (%llu %u %llu) to change the count of",
 		       (unsigned long long)key.objectid, key.type, (unsigned long long)key.offset);
@@ -263,7 +299,8 @@ static int finish_extent(struct ub_txn *t, const struct ub_dref_head *h, bool *f
 	if (ret)
 		goto out;
 	d = ub_path_data_mut(&p, &size);
-	if (size < UB_EXTENT_ITEM_SIZE) {
+	first = ub_extent_refs_start(key.type, h->is_data);
+	if (size < first) {
 		ret = -EUCLEAN;
 		goto out;
 	}
@@ -275,10 +312,10 @@ static int finish_extent(struct ub_txn *t, const struct ub_dref_head *h, bool *f
 		goto out;
 	}
 	if (refs == 0) {
-		if (size != UB_EXTENT_ITEM_SIZE) {
+		if (size != first) {
 			ub_err(&e->fs.log, "extent tree: extent at logical %llu has no references left but its item "
 			       "still holds %u bytes of inline references", (unsigned long long)h->bytenr,
-			       size - UB_EXTENT_ITEM_SIZE);
+			       size - first);
 			ret = -EUCLEAN;
 			goto out;
 		}
@@ -294,19 +331,43 @@ out:
 	return ret;
 }
 
+/*
+ * The tree_block_info of a tree block's item in the form before
+ * skinny-metadata: its level, and its first key as the block holds it now (the
+ * kernel writes the first key it had when allocated; nothing reads it back).
+ */
+static void block_info(struct ub_txn *t, const struct ub_dref_head *h, uint8_t *info)
+{
+	struct ub_key first = { 0, 0, 0 };
+	struct ub_eb *eb;
+
+	/* a block new in this transaction is in the cache (dirty): nothing is read */
+	if (ub_tree_read_block(&t->e->fs.tc, h->bytenr, NULL, &eb) == 0) {
+		if (ub_eb_nritems(eb))
+			ub_eb_item_key(eb, 0, &first);
+		ub_eb_put(&t->e->fs.tc, eb);
+	}
+	ub_key_write(info + offsetof(struct btrfs_tree_block_info, key), &first);
+	UB_SET(btrfs_tree_block_info, level, info, (uint8_t)h->level);
+}
+
 static int insert_extent(struct ub_txn *t, const struct ub_dref_head *h)
 {
 	struct ub_engine *e = t->e;
-	uint8_t item[UB_EXTENT_ITEM_SIZE];
+	uint8_t item[UB_EXTENT_ITEM_SIZE + sizeof(struct btrfs_tree_block_info)];
 	struct ub_key key;
+	uint32_t size;
 	int ret;
 
-	head_key(h, &key);
+	head_key(t, h, &key);
+	size = ub_extent_refs_start(key.type, h->is_data);
 	UB_SET(btrfs_extent_item, refs, item, 0);
 	UB_SET(btrfs_extent_item, generation, item, t->transid);
 	UB_SET(btrfs_extent_item, flags, item,
 	       (h->is_data ? BTRFS_EXTENT_FLAG_DATA : BTRFS_EXTENT_FLAG_TREE_BLOCK) | h->set_flags);
-	ret = ub_tree_insert_item(&e->fs.tc, &t->ta, extent_root(t), &key, item, sizeof(item));
+	if (size > UB_EXTENT_ITEM_SIZE)
+		block_info(t, h, item + UB_EXTENT_ITEM_SIZE);
+	ret = ub_tree_insert_item(&e->fs.tc, &t->ta, extent_root(t), &key, item, size);
 	if (ret == -EEXIST) {
 		ub_err(&e->fs.log, "extent tree: new extent at logical %llu already has an extent item",
 		       (unsigned long long)h->bytenr);

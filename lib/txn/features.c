@@ -64,11 +64,7 @@ int ub_engine_check_features(const uint8_t *sb, bool metadump_ok, char *why, siz
 		snprintf(why, len, "unknown read-only-compatible feature flags 0x%llx", (unsigned long long)bad);
 		return -EOPNOTSUPP;
 	}
-	if (!(incompat & BTRFS_FEATURE_INCOMPAT_SKINNY_METADATA)) {
-		snprintf(why, len, "the filesystem lacks skinny-metadata: the write engine writes only skinny "
-				   "METADATA_ITEMs and would mix the two forms");
-		return -EOPNOTSUPP;
-	}
+	/* without skinny-metadata, tree blocks' extent items take the older form (extent_tree.c) */
 	/* no free space tree (the v1 space cache, or none): ub_engine_create_fst makes one (space_convert.c) */
 	if ((compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE) &&
 	    !(compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE_VALID)) {

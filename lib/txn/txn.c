@@ -135,6 +135,13 @@ static int block_ref_info(struct ub_txn *t, const struct ub_eb *eb, uint64_t *re
 	*refs = *flags = 0;
 	ub_path_init(&p);
 	ret = ub_tree_lookup(&e->fs.tc, &e->fs.extent_tree->root, &key, &p, &d, &size);
+	if (ret == -ENOENT) {
+		/* the form before skinny-metadata: an EXTENT_ITEM of the block's length (extent_tree.c) */
+		ub_path_release(&p);
+		ub_path_init(&p);
+		key = (struct ub_key){ eb->start, BTRFS_EXTENT_ITEM_KEY, e->fs.vol->nodesize };
+		ret = ub_tree_lookup(&e->fs.tc, &e->fs.extent_tree->root, &key, &p, &d, &size);
+	}
 	if (ret == -ENOENT && h && h->new_extent) {
 		ret = 0; /* made in this transaction (shared by a snapshot of it): only queued references */
 	} else if (ret == 0 && size >= sizeof(struct btrfs_extent_item)) {
@@ -143,7 +150,7 @@ static int block_ref_info(struct ub_txn *t, const struct ub_eb *eb, uint64_t *re
 	} else if (ret == 0 || ret == -ENOENT) {
 		ub_err(&e->fs.log, "extent tree: tree block at logical %llu (level %u, owner %llu) has %s", 
 		       (unsigned long long)eb->start, ub_eb_level(eb), (unsigned long long)ub_eb_owner(eb),
-		       ret ? "no METADATA_ITEM" : "a METADATA_ITEM too short for its counts");
+		       ret ? "no extent item" : "an extent item too short for its counts");
 		ret = -EUCLEAN;
 	}
 	ub_path_release(&p);

@@ -514,7 +514,6 @@ def test_everything_deleted_shrinks_back(driver, casedir, ubtrfs_bin):
     (["-O", "block-group-tree"], "block group tree"),
     (["-R", "quota"], "quotas"),
     (["-O", "mixed-bg", "-m", "single", "-d", "single", "-n", "4096"], "mixed"),
-    (["-O", "^skinny-metadata"], "skinny"),
 ])
 def test_refuses_unsupported_features(driver, casedir, feature, needle):
     imgs = make_images(casedir, 1)

@@ -1,5 +1,13 @@
 # SPDX-License-Identifier: MIT
-"""A filesystem without a free space tree, mounted read-write: it gets one.
+"""Filesystems in older on-disk forms, mounted read-write.
+
+Without skinny-metadata (mkfs.btrfs before 3.18, or -O ^skinny-metadata), a tree block's extent
+item is an EXTENT_ITEM of the block's length holding a tree_block_info (first key, level) before
+its references; the engine writes new ones in that form and changes old ones in either form, as
+the kernel does. The referee: btrfs check after files, snapshots (shared blocks, full back
+references) and deletions, dump-tree (no skinny METADATA_ITEM appears), the kernel's mount.
+
+A filesystem without a free space tree, mounted read-write: it gets one.
 
 Filesystems made before btrfs-progs 5.15 keep the v1 space cache (a file per block group of
 100 MiB and more in the root tree) or, mounted with nospace_cache, nothing. The write engine keeps
@@ -22,7 +30,7 @@ import pytest
 import ubtrfs_testlib as T
 from test_mount import fuse_mounted
 
-pytestmark = pytest.mark.xdist_group("mount-v1cache")
+pytestmark = pytest.mark.xdist_group("mount-older-forms")
 
 
 def progs_check(img):
@@ -144,5 +152,58 @@ def test_repair_writes_v1_filesystem_as_it_is(ubtrfs_bin, tmp_path):
         for name, data in files.items():
             with open(os.path.join(m, name), "rb") as f:
                 assert f.read() == data, name
+    progs_check(img)
+    os.unlink(img)
+
+
+def test_without_skinny_metadata(ubtrfs_bin, tmp_path):
+    img = tmp_path / "noskinny.img"
+    with open(img, "wb") as f:
+        f.truncate(2 << 30)
+    T.run(["mkfs.btrfs", "-q", "-f", "-O", "^skinny-metadata", str(img)])
+    rng = random.Random(4)
+    files = {}
+    with T.mounted([img], tmp_path / "kmnt", readonly=False) as m:
+        os.mkdir(os.path.join(m, "k"))
+        for i in range(40):
+            data = rng.randbytes(rng.choice((3000, 40000, 200000)))
+            with open(os.path.join(m, "k", "f%d" % i), "wb") as f:
+                f.write(data)
+            files["k/f%d" % i] = data
+    with fuse_mounted(ubtrfs_bin, [img], tmp_path / "mnt", options="rw") as m:
+        # enough names for the trees to grow several levels (new blocks, splits, merges)
+        os.mkdir(os.path.join(m, "u"))
+        for i in range(3000):
+            with open(os.path.join(m, "u", "n%04d" % i), "wb") as f:
+                f.write(b"%d" % i)
+            files["u/n%04d" % i] = b"%d" % i
+        cp = T.ubtrfs("subvolume", "snapshot", m, os.path.join(m, "snap"))
+        assert cp.returncode == 0, T.describe(cp)
+        # changes after the snapshot: shared blocks copied, their references moved
+        for i in range(0, 3000, 3):
+            os.unlink(os.path.join(m, "u", "n%04d" % i))
+            del files["u/n%04d" % i]
+        with open(os.path.join(m, "k", "f1"), "r+b") as f:
+            f.write(b"changed")
+        files["k/f1"] = b"changed" + files["k/f1"][7:]
+    progs_check(img)
+    extents = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "extent", str(img)]).stdout.decode()
+    assert "METADATA_ITEM" not in extents
+    assert "tree block key" in extents
+    with T.mounted([img], tmp_path / "kmnt", readonly=False) as m:
+        for name, data in files.items():
+            with open(os.path.join(m, name), "rb") as f:
+                assert f.read() == data, name
+        assert len(os.listdir(os.path.join(m, "snap", "u"))) == 3000
+        T.run(["btrfs", "subvolume", "delete", os.path.join(m, "snap")])
+        T.run(["btrfs", "filesystem", "sync", m])
+    progs_check(img)
+    # and the snapshot's drop, done by ubtrfs this time
+    with fuse_mounted(ubtrfs_bin, [img], tmp_path / "mnt", options="rw") as m:
+        cp = T.ubtrfs("subvolume", "snapshot", m, os.path.join(m, "snap2"))
+        assert cp.returncode == 0, T.describe(cp)
+        os.unlink(os.path.join(m, "u", "n0001"))
+        cp = T.ubtrfs("subvolume", "delete", "-c", os.path.join(m, "snap2"))
+        assert cp.returncode == 0, T.describe(cp)
     progs_check(img)
     os.unlink(img)
