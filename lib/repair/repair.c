@@ -162,21 +162,6 @@ static void notes_unique(struct ub_repair *r)
 	r->nnotes = k;
 }
 
-void rp_say(struct rp_ctx *c, const struct rp_note *n, uint64_t was, const char *fmt, ...)
-{
-	struct ub_repair_change ch = { n->fix, n->tree, n->inode, n->devid, was, n->want, NULL };
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	ch.msg = msg;
-	c->res->changes++;
-	if (c->opts->sink && c->opts->sink->change)
-		c->opts->sink->change(c->opts->sink->arg, &ch);
-}
-
 static const char *const field_name[UB_CHK_FIX_COUNT] = {
 	[UB_CHK_FIX_NLINK] = "nlink",
 	[UB_CHK_FIX_NBYTES] = "nbytes",
@@ -298,33 +283,6 @@ static int fix_inode(struct rp_ctx *c, const struct rp_note *n)
 	return 0;
 }
 
-int rp_touch(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size)
-{
-	for (size_t i = 0; i < c->ntouched; i++)
-		if (c->touched[i].tree == tree && c->touched[i].ino == ino && c->touched[i].dir_size == dir_size)
-			return 0;
-	if (c->ntouched == c->captouched) {
-		size_t cap = c->captouched ? c->captouched * 2 : 16;
-		struct rp_touched *m = realloc(c->touched, cap * sizeof(*m));
-
-		if (!m)
-			return -ENOMEM;
-		c->touched = m;
-		c->captouched = cap;
-	}
-	c->touched[c->ntouched++] = (struct rp_touched){ tree, ino, dir_size };
-	return 0;
-}
-
-static bool touched(const struct rp_ctx *c, const struct rp_note *n)
-{
-	for (size_t i = 0; i < c->ntouched; i++)
-		if (c->touched[i].tree == n->tree && c->touched[i].ino == n->inode &&
-		    c->touched[i].dir_size == (n->fix == UB_CHK_FIX_DIR_SIZE))
-			return true;
-	return false;
-}
-
 static int apply(struct rp_ctx *c)
 {
 	int ret = 0;
@@ -359,7 +317,7 @@ static int apply(struct rp_ctx *c)
 		switch (n->fix) {
 		case UB_CHK_FIX_NLINK:
 		case UB_CHK_FIX_DIR_SIZE:
-			if (touched(c, n))
+			if (rp_is_touched(c, n->tree, n->inode, n->fix == UB_CHK_FIX_DIR_SIZE))
 				break;
 			ret = fix_inode(c, n);
 			break;

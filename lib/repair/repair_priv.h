@@ -50,7 +50,7 @@ struct rp_ctx {
 	int npaths;
 };
 
-/* A change made (or that would be): counted and handed to the caller's sink. */
+/* rp_ctx.c, what every cure uses. A change made (or that would be): counted and handed to the caller's sink. */
 void rp_say(struct rp_ctx *c, const struct rp_note *n, uint64_t was, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* names.c: the names of n->inode in directory n->want made whole; an inode with no name into /lost+found */
@@ -60,6 +60,7 @@ int rp_fix_lost(struct rp_ctx *c, const struct rp_note *n);
 int rp_recount(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 /* An inode whose names changed: its nlink (dir_size: its size) counted again at the end. -ENOMEM only. */
 int rp_touch(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
+bool rp_is_touched(const struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 /* holes.c: hole file extent items in the gaps of n->inode's extents (a filesystem without NO_HOLES) */
 int rp_fix_holes(struct rp_ctx *c, const struct rp_note *n);
 /* roots.c: the uuid tree's entries and a deleted subvolume's orphan item */
