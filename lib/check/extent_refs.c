@@ -121,6 +121,7 @@ static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint
 {
 	size_t n;
 	const struct chk_edge *e = chk_edges_of(c, bytenr, &n);
+	struct ub_chk_problem q;
 	char name[32];
 
 	for (size_t i = 0; i < n; i++) {
@@ -143,11 +144,22 @@ static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint
 		if (parent && parent->owner == value)
 			return;
 	}
+	/*
+	 * Every tree was walked (refs_judged): no pointer this reference could
+	 * stand for reaches the block, so it goes; a pointer it leaves without
+	 * a reference gets one of its own (close_block), and the count is the
+	 * pointers' (EXTENT_REFS), so the item ends as the kernel keeps it.
+	 */
+	q = *p;
+	q.fix = UB_CHK_FIX_BLOCK_REF_DEL;
+	q.want = type;
+	q.want2 = value;
+	q.logical = bytenr;
 	if (type == BTRFS_SHARED_BLOCK_REF_KEY)
-		chk_report(c, p, "the block's SHARED_BLOCK_REF names parent %llu, which does not point at it",
+		chk_report(c, &q, "the block's SHARED_BLOCK_REF names parent %llu, which does not point at it",
 			   (unsigned long long)value);
 	else
-		chk_report(c, p, "the block's TREE_BLOCK_REF names tree %s, which does not reach it",
+		chk_report(c, &q, "the block's TREE_BLOCK_REF names tree %s, which does not reach it",
 			   ub_tree_name(value, name, sizeof(name)));
 }
 
@@ -175,6 +187,7 @@ static void close_block(struct ub_checker *c)
 	struct chk_open_block *ob = &c->ob;
 	struct ub_chk_problem p;
 	const struct chk_edge *e;
+	const struct chk_block *parent;
 	char name[32];
 	size_t n;
 
@@ -190,6 +203,18 @@ static void close_block(struct ub_checker *c)
 		if (covered)
 			continue;
 		where_item(&p, &ob->key);
+		/*
+		 * The reference the kernel would have made for this pointer: of
+		 * the tree that holds the pointing node (its header's owner), or
+		 * of the tree whose root item points here; the repair makes it a
+		 * SHARED_BLOCK_REF when the pointing node has full back references.
+		 */
+		parent = e[i].parent ? chk_block_at(c, e[i].parent) : NULL;
+		if (!e[i].parent || (parent && parent->gen)) {
+			p.fix = UB_CHK_FIX_BLOCK_REF_ADD;
+			p.want = parent ? parent->owner : e[i].tree;
+			p.want2 = e[i].parent;
+		}
 		if (e[i].parent)
 			chk_report(c, &p, "tree %s reaches the block through node %llu, and no reference of the block accounts for it",
 				   ub_tree_name(e[i].tree, name, sizeof(name)), (unsigned long long)e[i].parent);

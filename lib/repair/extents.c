@@ -72,7 +72,7 @@ int rp_extent_claim(struct rp_ctx *c, struct rp_note *n)
 }
 
 /* The extent item of the node at `parent`: its flags (FULL_BACKREF decides how its children are referenced). */
-static int parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags)
+int rp_parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags)
 {
 	struct ub_key k = { parent, BTRFS_METADATA_ITEM_KEY, 0 };
 	struct ub_path p;
@@ -128,7 +128,7 @@ int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n)
 	ub_eb_put(&c->e->fs.tc, eb);
 	/* below a node with full back references, the reference names that node (the kernel's rule) */
 	if (n->want2) {
-		ret = parent_flags(c, n->want2, &pflags);
+		ret = rp_parent_flags(c, n->want2, &pflags);
 		if (ret) {
 			ub_err(c->log, "repair: tree block %llu: the extent item of its parent %llu cannot be read: %s",
 			       (unsigned long long)at, (unsigned long long)n->want2, strerror(-ret));
@@ -346,7 +346,7 @@ static int scan_item(struct rp_ctx *c, const struct ub_eb *eb, const struct ub_k
 		n->data_gen = UB_GET(btrfs_file_extent_item, generation, d);
 	n->data_found++;
 	/* from a leaf with full back references, the reference names the leaf; else the leaf's tree */
-	ret = parent_flags(c, leaf, &pflags);
+	ret = rp_parent_flags(c, leaf, &pflags);
 	if (ret)
 		return ret;
 	if (pflags & BTRFS_BLOCK_FLAG_FULL_BACKREF) {

@@ -89,6 +89,13 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
 		n->inode = p->key.objectid; /* sorts and tells the notes of two extents apart */
 	}
+	if (p->fix == UB_CHK_FIX_BLOCK_REF_ADD || p->fix == UB_CHK_FIX_BLOCK_REF_DEL) {
+		if (!p->has_key || !p->logical)
+			return 0;
+		n->key = p->key;
+		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
+		n->inode = p->logical;
+	}
 	/* every space problem has the one cure, every bad copy too: keep one note of each */
 	if (p->fix == UB_CHK_FIX_SPACE || p->fix == UB_CHK_FIX_COPY) {
 		n->tree = n->inode = n->devid = n->want = 0;
@@ -144,6 +151,9 @@ static int note_cmp(const void *a, const void *b)
 		return x->devid < y->devid ? -1 : 1;
 	if (x->want != y->want)
 		return x->want < y->want ? -1 : 1;
+	/* two pointers of one block from nodes of one tree: two references to add */
+	if (x->want2 != y->want2)
+		return x->want2 < y->want2 ? -1 : 1;
 	return memcmp(&x->key, &y->key, sizeof(x->key));
 }
 
@@ -224,6 +234,17 @@ static void dry_run(struct rp_ctx *c)
 			       n->key.type == BTRFS_METADATA_ITEM_KEY ? "tree block" : "extent item",
 			       (unsigned long long)n->want);
 			break;
+		case UB_CHK_FIX_BLOCK_REF_ADD:
+			rp_say(c, n, 0, "would give tree block %llu a reference for the pointer from %s %llu",
+			       (unsigned long long)n->inode, n->want2 ? "node" : "the root item of tree",
+			       (unsigned long long)(n->want2 ? n->want2 : n->want));
+			break;
+		case UB_CHK_FIX_BLOCK_REF_DEL:
+			rp_say(c, n, 0, "would remove tree block %llu's %s %llu, which no pointer stands for",
+			       (unsigned long long)n->inode,
+			       n->want == BTRFS_SHARED_BLOCK_REF_KEY ? "SHARED_BLOCK_REF parent" : "TREE_BLOCK_REF root",
+			       (unsigned long long)n->want2);
+			break;
 		case UB_CHK_FIX_NAMES:
 			rp_say(c, n, 0, "would make the names of inode %llu in directory %llu whole (tree %llu)",
 			       (unsigned long long)n->inode, (unsigned long long)n->want, (unsigned long long)n->tree);
@@ -298,6 +319,13 @@ static int apply(struct rp_ctx *c)
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD)
 			ret = rp_fix_extent_add(c, &c->r->notes[i]);
+	/* a reference no pointer stands for goes before one is added (its room in the item is free then) */
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_BLOCK_REF_DEL)
+			ret = rp_fix_block_ref_del(c, &c->r->notes[i]);
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_BLOCK_REF_ADD)
+			ret = rp_fix_block_ref_add(c, &c->r->notes[i]);
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_DATA_ADD)
 			ret = rp_fix_data_add(c, &c->r->notes[i]);

@@ -88,6 +88,17 @@ int rp_extent_claim(struct rp_ctx *c, struct rp_note *n);
 int rp_data_scan(struct rp_ctx *c);
 /* Data at n->key.objectid gets its extent item back, from the file extent items in leaf n->want2. */
 int rp_fix_data_add(struct rp_ctx *c, const struct rp_note *n);
+/* extents.c: the flags of the extent item of the tree block at `parent` (FULL_BACKREF decides how its children are referenced) */
+int rp_parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags);
+/*
+ * block_refs.c: a reference of tree block n->key.objectid, for the pointer
+ * from node n->want2 (0: the root item of tree n->want), added in the form
+ * the kernel gives it; the reference (type n->want, value n->want2) at n->key
+ * (inline in the extent item, or a keyed item) removed. The count is not
+ * touched: it is the EXTENT_REFS cure's, run first.
+ */
+int rp_fix_block_ref_add(struct rp_ctx *c, const struct rp_note *n);
+int rp_fix_block_ref_del(struct rp_ctx *c, const struct rp_note *n);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
 /*

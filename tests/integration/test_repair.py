@@ -266,6 +266,47 @@ def edit_dir_index_name(im):
     im.write_block(b)
 
 
+BLOCK_ITEM, BLOCK_REF = 169, 176  # METADATA_ITEM; TREE_BLOCK_REF (inline: type byte, root)
+
+
+def block_item(im, pred):
+    """The skinny extent item of a tree block whose inline references (root ids) pred accepts."""
+    for b, s in im.walk(im.tree_root(C.EXTENT_TREE)[0]):
+        k, d = b.item_key(s), b.item_data(s)
+        refs = [d[at] == BLOCK_REF and struct.unpack_from("<Q", d, at + 1)[0] for at in range(24, len(d), 9)]
+        if k.type == BLOCK_ITEM and (len(d) - 24) % 9 == 0 and all(refs) and pred(refs):
+            return b, s
+    raise AssertionError("test setup: no tree block item with such references")
+
+
+def edit_block_ref_wrong(im):
+    """The root tree's leaf: its one TREE_BLOCK_REF names the checksum tree instead (btrfs check:
+    root 7 has no tree block found, root 1 has no backref item)."""
+    b, s = block_item(im, lambda refs: refs == [C.ROOT_TREE])
+    b.patch_item(s, 25, "<Q", C.CSUM_TREE)
+    im.write_block(b)
+
+
+def edit_block_ref_missing(im):
+    """A leaf the top-level tree and its snapshot share: the top-level tree's reference dropped
+    from its item, refs 1 (btrfs check: root 5 has no backref item, ref mismatch)."""
+    b, s = block_item(im, lambda refs: len(refs) == 2 and C.FS_TREE in refs)
+    d = bytearray(b.item_data(s))
+    at = 24 + 9 * [struct.unpack_from("<Q", d, at + 1)[0] for at in range(24, len(d), 9)].index(C.FS_TREE)
+    del d[at:at + 9]
+    struct.pack_into("<Q", d, 0, 1)
+    b.set_item_data(s, bytes(d))
+    im.write_block(b)
+
+
+def edit_block_ref_keyed(im):
+    """A keyed TREE_BLOCK_REF of the checksum tree beside a top-level tree block's item (btrfs
+    check: root 7 has no tree block found, backref count 2, wanted 1)."""
+    b, s = block_item(im, lambda refs: refs == [C.FS_TREE])
+    b.insert_item(C.Key(b.item_key(s).objectid, BLOCK_REF, C.CSUM_TREE), b"")
+    im.write_block(b)
+
+
 CURES = {
     "nlink": edit_nlink,
     "nlink-zero": edit_nlink_zero,
@@ -281,6 +322,9 @@ CURES = {
     "entry-type": edit_entry_type,
     "dir-index-name": edit_dir_index_name,
     "tree-block-refs": edit_tree_block_refs,
+    "tree-block-ref-wrong": edit_block_ref_wrong,
+    "tree-block-ref-missing": edit_block_ref_missing,
+    "tree-block-ref-keyed": edit_block_ref_keyed,
     "data-refs": edit_data_refs,
 }
 
