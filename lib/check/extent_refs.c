@@ -28,6 +28,20 @@ static bool subvol_tree(uint64_t id)
 	       (id >= BTRFS_FIRST_FREE_OBJECTID && id <= BTRFS_LAST_FREE_OBJECTID);
 }
 
+/*
+ * The tree a pointer's reference names when the pointing node has no full
+ * back references (the kernel's rule): the pointing node's owner, or the tree
+ * whose root item points at the block. UINT64_MAX: the node was not read.
+ */
+static uint64_t edge_root(const struct ub_checker *c, const struct chk_edge *e)
+{
+	const struct chk_block *parent = e->parent ? chk_block_at(c, e->parent) : NULL;
+
+	if (!e->parent)
+		return e->tree;
+	return parent && parent->gen ? parent->owner : UINT64_MAX;
+}
+
 /* Blocks below `upto` that the extent tree skipped: they have no extent item. */
 static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 {
@@ -44,23 +58,51 @@ static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 		p.tree = tree_of(c, b);
 		p.logical = b->addr;
 		/*
-		 * One pointer, from the tree its header names: the item is known
-		 * (one reference, of that tree or of the pointing node). Anything
-		 * shared is left: which form its references take is its history's.
+		 * Every pointer known, one of them from the tree its header names:
+		 * the item is made again with that pointer's reference, and each
+		 * other pointer gets its own (one problem each, as each reference
+		 * is missing), in the form the kernel gives it (the repair, by the
+		 * pointing node's flags); the block's own FULL_BACKREF flag the
+		 * repair reads from its children's references.
 		 */
-		if (c->walk_complete && !c->dropped_roots && b->ptrs == 1 && b->owner_reached && !b->reloc && b->gen) {
-			size_t ne;
-			const struct chk_edge *e = chk_edges_of(c, b->addr, &ne);
+		size_t ne = 0, own = SIZE_MAX;
+		const struct chk_edge *e = NULL;
 
-			if (ne == 1) {
-				p.fix = UB_CHK_FIX_EXTENT_ADD;
-				p.want = b->owner;
-				p.want2 = e[0].parent;
-			}
+		if (c->walk_complete && !c->dropped_roots && b->owner_reached && !b->reloc && b->gen) {
+			e = chk_edges_of(c, b->addr, &ne);
+			for (size_t i = 0; i < ne && own == SIZE_MAX; i++)
+				if (edge_root(c, &e[i]) == b->owner)
+					own = i;
+			for (size_t i = 0; i < ne && own != SIZE_MAX; i++)
+				if (edge_root(c, &e[i]) == UINT64_MAX)
+					own = SIZE_MAX;
 		}
-		if (p.fix == UB_CHK_FIX_NONE)
+		if (own != SIZE_MAX && ne == b->ptrs) {
+			p.fix = UB_CHK_FIX_EXTENT_ADD;
+			p.want = b->owner;
+			p.want2 = e[own].parent;
+		} else {
 			p.fix = UB_CHK_FIX_UNCOUNTED;
+		}
 		chk_report(c, &p, "tree block of %s has no extent item", ub_tree_name(p.tree, name, sizeof(name)));
+		if (p.fix != UB_CHK_FIX_EXTENT_ADD)
+			continue;
+		for (size_t i = 0; i < ne; i++) {
+			char by[32];
+
+			if (i == own)
+				continue;
+			p.fix = UB_CHK_FIX_BLOCK_REF_ADD;
+			p.want = edge_root(c, &e[i]);
+			p.want2 = e[i].parent;
+			if (e[i].parent)
+				chk_report(c, &p, "tree block of %s has no extent item: tree %s reaches it through node %llu too, "
+					   "with no reference", name, ub_tree_name(e[i].tree, by, sizeof(by)),
+					   (unsigned long long)e[i].parent);
+			else
+				chk_report(c, &p, "tree block of %s has no extent item: the root item of tree %s points at "
+					   "it too, with no reference", name, ub_tree_name(e[i].tree, by, sizeof(by)));
+		}
 	}
 }
 
@@ -187,7 +229,6 @@ static void close_block(struct ub_checker *c)
 	struct chk_open_block *ob = &c->ob;
 	struct ub_chk_problem p;
 	const struct chk_edge *e;
-	const struct chk_block *parent;
 	char name[32];
 	size_t n;
 
@@ -209,10 +250,9 @@ static void close_block(struct ub_checker *c)
 		 * of the tree whose root item points here; the repair makes it a
 		 * SHARED_BLOCK_REF when the pointing node has full back references.
 		 */
-		parent = e[i].parent ? chk_block_at(c, e[i].parent) : NULL;
-		if (!e[i].parent || (parent && parent->gen)) {
+		if (edge_root(c, &e[i]) != UINT64_MAX) {
 			p.fix = UB_CHK_FIX_BLOCK_REF_ADD;
-			p.want = parent ? parent->owner : e[i].tree;
+			p.want = edge_root(c, &e[i]);
 			p.want2 = e[i].parent;
 		}
 		if (e[i].parent)

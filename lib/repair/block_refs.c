@@ -130,12 +130,33 @@ static int keyed_exists(struct rp_ctx *c, const struct ub_ref *r, uint64_t byten
 	return ret < 0 ? ret : ret == 0;
 }
 
+/* The key of tree block at's extent item (skinny or not), as it is in this transaction. */
+static int item_key(struct rp_ctx *c, uint64_t at, struct ub_key *k)
+{
+	struct ub_path p;
+	int ret;
+
+	*k = (struct ub_key){ at, BTRFS_EXTENT_ITEM_KEY, 0 };
+	ub_path_init(&p);
+	ret = ub_tree_search(&c->e->fs.tc, &c->e->fs.extent_tree->root, k, &p);
+	if (ret == 0 || ret == 1) {
+		ub_path_key(&p, k);
+		ret = k->objectid == at && (k->type == BTRFS_EXTENT_ITEM_KEY || k->type == BTRFS_METADATA_ITEM_KEY)
+			      ? 0
+			      : -ESTALE;
+	} else if (ret > 0) {
+		ret = -ESTALE;
+	}
+	ub_path_release(&p);
+	return ret;
+}
+
 /*
  * Inline, where the kernel puts it: after the references of a lower type,
  * before the first of its own type with a smaller value (the kernel's walk
  * stops there when it looks a reference up, so it inserts there too).
  */
-static int add_inline(struct rp_ctx *c, const struct rp_note *n, const struct ub_ref *r, uint64_t value)
+static int add_inline(struct rp_ctx *c, const struct ub_key *key, const struct ub_ref *r, uint64_t value)
 {
 	struct ub_root *root = &c->e->fs.extent_tree->root;
 	struct ub_path p;
@@ -144,17 +165,17 @@ static int add_inline(struct rp_ctx *c, const struct rp_note *n, const struct ub
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&c->e->fs.tc, ub_txn_ta(c->t), root, &n->key, &p, (int)BLOCK_REF_SIZE, true);
+	ret = ub_tree_search_slot(&c->e->fs.tc, ub_txn_ta(c->t), root, key, &p, (int)BLOCK_REF_SIZE, true);
 	if (ret > 0)
 		ret = -ESTALE;
 	if (!ret)
 		ret = ub_tree_extend_item(&c->e->fs.tc, ub_txn_ta(c->t), root, &p, BLOCK_REF_SIZE);
 	if (!ret) {
 		d = ub_path_data_mut(&p, &size);
-		if (!d || size < refs_start(&n->key) + BLOCK_REF_SIZE) {
+		if (!d || size < refs_start(key) + BLOCK_REF_SIZE) {
 			ret = -EUCLEAN;
 		} else {
-			for (at = refs_start(&n->key); at + BLOCK_REF_SIZE < size; at += BLOCK_REF_SIZE) {
+			for (at = refs_start(key); at + BLOCK_REF_SIZE < size; at += BLOCK_REF_SIZE) {
 				uint8_t t = (uint8_t)UB_GET(btrfs_extent_inline_ref, type, d + at);
 
 				if (t > r->type ||
@@ -175,6 +196,7 @@ int rp_fix_block_ref_add(struct rp_ctx *c, const struct rp_note *n)
 	struct ub_ref r = { .type = BTRFS_TREE_BLOCK_REF_KEY, .root = n->want };
 	uint64_t at = n->key.objectid, pflags = 0, value = n->want;
 	uint32_t size = 0, max = ub_max_extent_item_size(c->e->fs.vol->nodesize);
+	struct ub_key key;
 	struct ub_path p;
 	const uint8_t *d;
 	bool keyed = false, there = false;
@@ -193,15 +215,21 @@ int rp_fix_block_ref_add(struct rp_ctx *c, const struct rp_note *n)
 			value = n->want2;
 		}
 	}
-	/* the item as it is in this transaction: is the reference there already (two pointers, one reference)? */
+	/*
+	 * The item as it is in this transaction (made by EXTENT_ADD just before,
+	 * when the block had lost it): is the reference there already (two
+	 * pointers, one reference)?
+	 */
+	ret = item_key(c, at, &key);
 	ub_path_init(&p);
-	ret = ub_tree_search(&c->e->fs.tc, &c->e->fs.extent_tree->root, &n->key, &p);
+	if (!ret)
+		ret = ub_tree_search(&c->e->fs.tc, &c->e->fs.extent_tree->root, &key, &p);
 	if (ret == 0) {
 		d = ub_path_data(&p, &size);
-		if (!d || !block_refs_only(&n->key, d, size))
+		if (!d || !block_refs_only(&key, d, size))
 			ret = -EUCLEAN;
 		else
-			there = find_inline(&n->key, d, size, r.type, value) != 0;
+			there = find_inline(&key, d, size, r.type, value) != 0;
 	} else if (ret > 0) {
 		ret = -ESTALE;
 	}
@@ -214,7 +242,7 @@ int rp_fix_block_ref_add(struct rp_ctx *c, const struct rp_note *n)
 	if (!ret && !there) {
 		keyed = size + BLOCK_REF_SIZE >= max;
 		if (!keyed) {
-			ret = add_inline(c, n, &r, value);
+			ret = add_inline(c, &key, &r, value);
 			/* no room in its leaf for a longer item: the keyed form, as the kernel would fall back to */
 			keyed = ret == -ENOSPC || ret == -EOVERFLOW;
 		}
@@ -237,4 +265,79 @@ int rp_fix_block_ref_add(struct rp_ctx *c, const struct rp_note *n)
 	       keyed ? "keyed " : "", ref_name(r.type), (unsigned long long)value, n->want2 ? "node" : "the root item of tree",
 	       (unsigned long long)(n->want2 ? n->want2 : n->want));
 	return 0;
+}
+
+/* Whether the extent at bytenr has a reference of `type` (SHARED_BLOCK_REF, SHARED_DATA_REF) naming parent, inline or keyed. */
+static int names_parent(struct rp_ctx *c, uint64_t bytenr, uint8_t type, uint64_t parent)
+{
+	struct ub_root *root = &c->e->fs.extent_tree->root;
+	struct ub_key k = { bytenr, type, parent };
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size, at;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_search(&c->e->fs.tc, root, &k, &p);
+	ub_path_release(&p);
+	if (ret <= 0)
+		return ret < 0 ? ret : 1;
+	k = (struct ub_key){ bytenr, BTRFS_EXTENT_ITEM_KEY, 0 };
+	ub_path_init(&p);
+	ret = ub_tree_search(&c->e->fs.tc, root, &k, &p);
+	if (ret == 0 || ret == 1) {
+		ub_path_key(&p, &k);
+		d = ub_path_data(&p, &size);
+		ret = 0;
+		if (k.objectid == bytenr && (k.type == BTRFS_EXTENT_ITEM_KEY || k.type == BTRFS_METADATA_ITEM_KEY) && d &&
+		    size >= UB_EXTENT_ITEM_SIZE) {
+			at = UB_EXTENT_ITEM_SIZE;
+			if (k.type == BTRFS_EXTENT_ITEM_KEY &&
+			    (UB_GET(btrfs_extent_item, flags, d) & BTRFS_EXTENT_FLAG_TREE_BLOCK))
+				at += sizeof(struct btrfs_tree_block_info);
+			while (!ret && at + sizeof(struct btrfs_extent_inline_ref) <= size) {
+				uint8_t t = (uint8_t)UB_GET(btrfs_extent_inline_ref, type, d + at);
+				uint32_t step = ub_ref_inline_size(t);
+
+				if (!step || at + step > size)
+					break;
+				ret = t == type && UB_GET(btrfs_extent_inline_ref, offset, d + at) == parent;
+				at += step;
+			}
+		}
+	} else if (ret > 0) {
+		ret = 0;
+	}
+	ub_path_release(&p);
+	return ret;
+}
+
+int rp_block_full_backref(struct rp_ctx *c, const struct ub_eb *eb, bool *full)
+{
+	uint64_t at = ub_eb_start(eb);
+	int ret = 0;
+
+	*full = false;
+	for (int i = 0; !ret && !*full && i < (int)ub_eb_nritems(eb); i++) {
+		if (ub_eb_level(eb)) {
+			ret = names_parent(c, ub_eb_node_blockptr(eb, i), BTRFS_SHARED_BLOCK_REF_KEY, at);
+		} else {
+			struct ub_key k;
+			uint32_t size;
+			const uint8_t *d = ub_eb_item_data(eb, i, &size);
+			uint8_t type;
+
+			ub_eb_item_key(eb, i, &k);
+			if (k.type != BTRFS_EXTENT_DATA_KEY || !d || size < sizeof(struct btrfs_file_extent_item))
+				continue;
+			type = (uint8_t)UB_GET(btrfs_file_extent_item, type, d);
+			if ((type != BTRFS_FILE_EXTENT_REG && type != BTRFS_FILE_EXTENT_PREALLOC) ||
+			    !UB_GET(btrfs_file_extent_item, disk_bytenr, d))
+				continue;
+			ret = names_parent(c, UB_GET(btrfs_file_extent_item, disk_bytenr, d), BTRFS_SHARED_DATA_REF_KEY, at);
+		}
+		if (ret > 0)
+			*full = true, ret = 0;
+	}
+	return ret;
 }

@@ -103,8 +103,9 @@ int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n)
 	struct ub_expect exp = { .owner = 0, .level = -1 };
 	uint8_t item[sizeof(struct btrfs_extent_item) + 32];
 	struct ub_ref ref = { .type = BTRFS_TREE_BLOCK_REF_KEY, .root = n->want };
-	uint64_t at = n->key.objectid, pflags = 0;
+	uint64_t at = n->key.objectid, pflags = 0, others = 0;
 	struct ub_eb *eb = NULL;
+	bool full = false;
 	struct ub_key k;
 	uint32_t size;
 	int ret = ub_tree_read_block(&c->e->fs.tc, at, &exp, &eb);
@@ -120,12 +121,28 @@ int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n)
 		       (unsigned long long)ub_eb_owner(eb), (unsigned long long)n->want);
 		return -ESTALE;
 	}
+	/*
+	 * Reached by more pointers (a BLOCK_REF_ADD note each, applied after
+	 * this): the count is all of them, and the block's own FULL_BACKREF flag,
+	 * which decides how the kernel treats its children when it copies it,
+	 * is what its children's references say it was.
+	 */
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		others += c->r->notes[i].fix == UB_CHK_FIX_BLOCK_REF_ADD && c->r->notes[i].inode == at;
+	if (others)
+		ret = rp_block_full_backref(c, eb, &full);
 	k = (struct ub_key){ at, BTRFS_METADATA_ITEM_KEY, ub_eb_level(eb) };
 	memset(item, 0, sizeof(item));
-	UB_SET(btrfs_extent_item, refs, item, 1);
+	UB_SET(btrfs_extent_item, refs, item, 1 + others);
 	UB_SET(btrfs_extent_item, generation, item, ub_eb_generation(eb));
-	UB_SET(btrfs_extent_item, flags, item, BTRFS_EXTENT_FLAG_TREE_BLOCK);
+	UB_SET(btrfs_extent_item, flags, item,
+	       BTRFS_EXTENT_FLAG_TREE_BLOCK | (full ? BTRFS_BLOCK_FLAG_FULL_BACKREF : 0));
 	ub_eb_put(&c->e->fs.tc, eb);
+	if (ret) {
+		ub_err(c->log, "repair: tree block %llu: the references of its children cannot be read: %s",
+		       (unsigned long long)at, strerror(-ret));
+		return ret;
+	}
 	/* below a node with full back references, the reference names that node (the kernel's rule) */
 	if (n->want2) {
 		ret = rp_parent_flags(c, n->want2, &pflags);
@@ -145,10 +162,11 @@ int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n)
 		       strerror(-ret));
 		return ret;
 	}
-	rp_say(c, n, 0, "tree block %llu (tree %llu, level %llu): its extent item made again (%s %llu)",
+	rp_say(c, n, 0, "tree block %llu (tree %llu, level %llu): its extent item made again (%s %llu%s%s)",
 	       (unsigned long long)at, (unsigned long long)n->want, (unsigned long long)k.offset,
 	       ref.type == BTRFS_TREE_BLOCK_REF_KEY ? "TREE_BLOCK_REF root" : "SHARED_BLOCK_REF parent",
-	       (unsigned long long)(ref.type == BTRFS_TREE_BLOCK_REF_KEY ? ref.root : ref.parent));
+	       (unsigned long long)(ref.type == BTRFS_TREE_BLOCK_REF_KEY ? ref.root : ref.parent),
+	       others ? ", the other pointers' references follow" : "", full ? ", FULL_BACKREF" : "");
 	return 0;
 }
 

@@ -60,39 +60,40 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 	n->want2 = p->want2;
 	if (p->fix == UB_CHK_FIX_EXTENT_ADD) {
 		if (!p->logical)
-			return 0;
+			goto drop;
 		n->key = (struct ub_key){ p->logical, 0, 0 };
 		n->inode = p->logical;
 	}
 	if (p->fix == UB_CHK_FIX_DATA_ADD) {
 		if (!p->logical || !p->tree || !p->inode)
-			return 0;
+			goto drop;
 		n->key = (struct ub_key){ p->logical, 0, 0 };
 	}
 	if (p->fix == UB_CHK_FIX_EXTENT_DEL) {
 		if (!p->has_key)
-			return 0;
+			goto drop;
 		n->key = p->key;
 		n->inode = p->key.objectid;
 	}
 	if (p->fix == UB_CHK_FIX_UUID_ADD || p->fix == UB_CHK_FIX_UUID_DEL) {
 		if (!p->has_key)
-			return 0;
+			goto drop;
 		n->key = p->key;
 		if (p->fix == UB_CHK_FIX_UUID_ADD)
 			n->tree = p->key.objectid;
 	}
 	if (p->fix == UB_CHK_FIX_EXTENT_REFS) {
 		if (!p->has_key)
-			return 0;
+			goto drop;
 		n->key = p->key;
 		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
 		n->inode = p->key.objectid; /* sorts and tells the notes of two extents apart */
 	}
+	/* an added reference goes to the block's item wherever it is (one made by EXTENT_ADD too): no key needed */
 	if (p->fix == UB_CHK_FIX_BLOCK_REF_ADD || p->fix == UB_CHK_FIX_BLOCK_REF_DEL) {
-		if (!p->has_key || !p->logical)
-			return 0;
-		n->key = p->key;
+		if ((!p->has_key && p->fix == UB_CHK_FIX_BLOCK_REF_DEL) || !p->logical)
+			goto drop;
+		n->key = p->has_key ? p->key : (struct ub_key){ p->logical, 0, 0 };
 		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
 		n->inode = p->logical;
 	}
@@ -100,6 +101,10 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 	if (p->fix == UB_CHK_FIX_SPACE || p->fix == UB_CHK_FIX_COPY) {
 		n->tree = n->inode = n->devid = n->want = 0;
 	}
+	return 0;
+	/* a cure without what it needs to know: no note (counted as noted, not as curable) */
+drop:
+	r->nnotes--;
 	return 0;
 }
 

@@ -99,6 +99,12 @@ int rp_parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags);
  */
 int rp_fix_block_ref_add(struct rp_ctx *c, const struct rp_note *n);
 int rp_fix_block_ref_del(struct rp_ctx *c, const struct rp_note *n);
+/*
+ * Whether tree block eb, which lost its extent item, had full back
+ * references: a child of it (a tree block, or the data a file extent item of
+ * it points at) has a SHARED reference naming it, the kernel's mark of one.
+ */
+int rp_block_full_backref(struct rp_ctx *c, const struct ub_eb *eb, bool *full);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
 /*

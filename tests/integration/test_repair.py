@@ -733,20 +733,49 @@ def test_data_extent_item_missing_shared(ubtrfs_bin, base):
     assert_repaired(img, files, damaged_sha, undo)
 
 
+def delete_shared_block_item(im, where):
+    ext = im.tree_root(C.EXTENT_TREE)[0]
+    shared = [(b, s) for b, s in im.walk(ext) if b.item_key(s).type == METADATA_ITEM and b.get_item(s, 0, "<Q") >= 2]
+    assert shared, "the base image has no tree block two pointers reach"
+    b, s = shared[0]
+    where["at"] = b.item_key(s).objectid
+    b.delete_item(s)
+    im.write_block(b)
+
+
+def test_shared_tree_block_extent_item_missing(ubtrfs_bin, base):
+    """The extent item of a leaf the top-level tree and its snapshot share deleted: the item made
+    again with both references (the owner's, and one for the snapshot's pointer), refs 2, as the
+    kernel had it; the space accounting recounted after."""
+    img, files = base
+    where = {}
+    damage(img, lambda im: delete_shared_block_item(im, where))
+    damaged_sha = sha(img)
+    undo = img.parent / "shared.undo"
+    cp = repair(img, undo=undo)
+    out = cp.stdout.decode()
+    assert cp.returncode == 0, T.describe(cp) + out[-3000:]
+    assert "tree block %d (tree 5" % where["at"] in out and "the other pointers' references follow" in out, out
+    tree = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "2", str(img)]).stdout.decode()
+    item = tree[tree.index("key (%d METADATA_ITEM" % where["at"]):].split("\titem ", 1)[0]
+    assert "refs 2 " in item and "backref root 256" in item and "backref root FS_TREE" in item, item
+    assert_repaired(img, files, damaged_sha, undo)
+
+
 def test_missing_extent_without_cure_keeps_the_space(ubtrfs_bin, base):
-    """The extent item of a tree block two pointers reach deleted: no cure in this version (the
-    form of its references is its history's). Recounting the block groups or rewriting the free
-    space tree from the extent tree would call that live block free (a later write would go over
-    it), so the repair leaves the whole space accounting as it is: nothing written."""
+    """The extent item of a shared tree block deleted, and the block's header marked as written by
+    relocation: no cure (relocation's blocks take full back references, whose parents this repair
+    does not guess). Recounting the block groups or rewriting the free space tree from the extent
+    tree would call that live block free (a later write would go over it), so the repair leaves
+    the whole space accounting as it is: nothing written."""
     img, _ = base
 
     def edit(im):
-        ext = im.tree_root(C.EXTENT_TREE)[0]
-        shared = [(b, s) for b, s in im.walk(ext) if b.item_key(s).type == METADATA_ITEM and b.get_item(s, 0, "<Q") >= 2]
-        assert shared, "the base image has no tree block two pointers reach"
-        b, s = shared[0]
-        b.delete_item(s)
-        im.write_block(b)
+        where = {}
+        delete_shared_block_item(im, where)
+        blk = im.read_block(where["at"])
+        blk.flags(blk.flags() | 2)  # BTRFS_HEADER_FLAG_RELOC
+        im.write_block(blk)
     damage(img, edit)
     before = sha(img)
     cp = repair(img)
