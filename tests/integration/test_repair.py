@@ -266,6 +266,27 @@ def edit_dir_index_name(im):
     im.write_block(b)
 
 
+def second_dir_index(im, ref_too=False):
+    """A regular file's DIR_INDEX copied to the directory's next free index: readdir lists the
+    name twice (btrfs check: dup dir index). ref_too: the file's INODE_REF gives the new index, so
+    the first DIR_INDEX is the one that disagrees."""
+    root = im.tree_root(C.FS_TREE)[0]
+    idx = [(b, s) for b, s in im.walk(root) if b.item_key(s).type == C.DIR_INDEX and b.item_key(s).objectid >= 257
+           and b.get_item(s, 29, "<B") == 1]  # btrfs_dir_item's type byte: a regular file
+    b, s = idx[0]
+    d, dirid = b.item_data(s), b.item_key(s).objectid
+    child = struct.unpack_from("<Q", d, 0)[0]  # location key's objectid
+    lb, ls = max(((bb, ss) for bb, ss in idx if bb.item_key(ss).objectid == dirid),
+                 key=lambda x: x[0].item_key(x[1]).offset)
+    new = lb.item_key(ls).offset + 1
+    lb.insert_item(C.Key(dirid, C.DIR_INDEX, new), d)
+    im.write_block(lb)
+    if ref_too:
+        rb, rs = im.find_item(root, lambda k: k.objectid == child and k.type == C.INODE_REF and k.offset == dirid)
+        rb.patch_item(rs, 0, "<Q", new)  # btrfs_inode_ref: index, name_len, name
+        im.write_block(rb)
+
+
 BLOCK_ITEM, BLOCK_REF = 169, 176  # METADATA_ITEM; TREE_BLOCK_REF (inline: type byte, root)
 
 
@@ -322,6 +343,8 @@ CURES = {
     "entry-type": edit_entry_type,
     "dir-index-name": edit_dir_index_name,
     "tree-block-refs": edit_tree_block_refs,
+    "dir-index-second": second_dir_index,
+    "dir-index-second-ref": lambda im: second_dir_index(im, ref_too=True),
     "tree-block-ref-wrong": edit_block_ref_wrong,
     "tree-block-ref-missing": edit_block_ref_missing,
     "tree-block-ref-keyed": edit_block_ref_keyed,
