@@ -39,6 +39,10 @@ pytestmark = pytest.mark.xdist_group("repair-corpus")
 V1_CACHE = "engine: no free space tree (v1 space cache): the write engine keeps only the free space tree"
 NO_SKINNY = "engine: no skinny-metadata: the write engine writes only skinny extent items"
 METADUMP = "engine: a btrfs-image metadata dump (no data): the write engine does not write one"
+MIXED = "engine: mixed block groups (mixed-bg): the write engine does not keep them up to date"
+# a root item pointing at an older root than the one the extent tree has items for (btrfs check
+# points the root item at the newer root; no cure here does)
+OLD_ROOT = "root: a root item one commit behind its tree (no cure yet)"
 # a tree block no copy of which passes the tree layer's checks: no cure replaces a block yet
 BLOCK = "tree: a block rejected whole (no good copy), no cure rebuilds it yet"
 
@@ -50,25 +54,25 @@ THEIRS_ONLY = {
     "fsck/001-bad-file-extent-bytenr": BLOCK,
     "fsck/002-bad-transid": BLOCK,
     "fsck/003-shift-offsets": BLOCK,
-    "fsck/004-no-dir-index": NO_SKINNY + "; fs: a missing DIR_INDEX (names: no cure yet)",
+    "fsck/004-no-dir-index": NO_SKINNY + "; every problem has a cure (a missing DIR_INDEX, the directory's size)",
     "fsck/005-bad-item-offset": BLOCK,
-    "fsck/006-bad-root-items--default_case": "extent: back references (no cure yet)",
-    "fsck/006-bad-root-items--skinny_case": "extent: back references (no cure yet)",
+    "fsck/006-bad-root-items--default_case": NO_SKINNY + "; " + OLD_ROOT,
+    "fsck/006-bad-root-items--skinny_case": OLD_ROOT + "; extent: data back references of it (no cure yet)",
     "fsck/007-bad-offset-snapshots": BLOCK,
-    "fsck/008-bad-dir-index-name": "fs: a DIR_INDEX with no INODE_REF (names: no cure yet)",
+    "fsck/008-bad-dir-index-name": NO_SKINNY + "; every problem has a cure (a DIR_INDEX with a damaged name)",
     "fsck/010-no-rootdir-inode-item": "fs: the root directory's inode item missing (no cure yet)",
     "fsck/011-no-inode-item": BLOCK,
-    "fsck/014-no-extent-info--no_extent": V1_CACHE + "; extent: missing extent items (no cure yet)",
-    "fsck/014-no-extent-info--no_extent_bad_dev": NO_SKINNY + "; extent: missing extent items (no cure yet)",
-    "fsck/016-wrong-inode-nbytes": V1_CACHE + " (nbytes itself has a cure)",
-    "fsck/017-missing-all-file-extent": "fs: missing hole items without no-holes (no cure yet)",
+    "fsck/014-no-extent-info--no_extent": V1_CACHE + "; every problem has a cure (a tree block's extent item)",
+    "fsck/014-no-extent-info--no_extent_bad_dev": NO_SKINNY + "; every problem has a cure (a tree block's extent item)",
+    "fsck/016-wrong-inode-nbytes": V1_CACHE + "; every problem has a cure (nbytes)",
+    "fsck/017-missing-all-file-extent": MIXED + "; every problem has a cure (hole items)",
     "fsck/026-bad-dir-item-name": BLOCK,
     "fsck/027-bad-extent-inline-ref-type": BLOCK,
     "fsck/028-unaligned-super-dev-sizes":
         "super: no valid superblock to open (`ubtrfs rescue fix-device-size` is the cure)",
     "fsck/032-corrupted-qgroup": "qgroup: counts (no cure yet)",
     "fsck/035-inline-bad-ram-bytes": BLOCK,
-    "fsck/038-missing-one-file-extent": V1_CACHE + "; fs: a missing file extent (no cure yet)",
+    "fsck/038-missing-one-file-extent": V1_CACHE + "; extent: a data back reference no file extent item makes (no cure yet)",
     "fsck/039-bad-inode-mode--bad_free_space_cache_imode": BLOCK + " (the root tree's leaf)",
     "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree": BLOCK,
     "fsck/041-invalid-root-generation": BLOCK,
@@ -78,12 +82,12 @@ THEIRS_ONLY = {
         "extent: an extent item generation from the future (no cure yet)",
     "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_tree_block":
         "extent: an extent item generation from the future (no cure yet)",
-    "fsck/047-dev-bytes-used": V1_CACHE + " (device bytes_used itself has a cure)",
+    "fsck/047-dev-bytes-used": V1_CACHE + "; every problem has a cure (device bytes_used)",
     "fsck/050-invalid-block-group-used": BLOCK + " (used beyond the group's length: the leaf is refused)",
-    "fsck/051-invalid-super-bytes-used": V1_CACHE + " (bytes_used itself has a cure)",
+    "fsck/051-invalid-super-bytes-used": V1_CACHE + "; every problem has a cure (bytes_used)",
     "fsck/053-bad-metadata-level": BLOCK,
     "fsck/055-super-num-devs-mismatch": "super: num_devices (no cure yet)",
-    "fsck/058-bad-free-space-tree-entry--corrupt-free-space-tree": METADUMP + " (the free space tree has a cure)",
+    "fsck/058-bad-free-space-tree-entry--corrupt-free-space-tree": METADUMP + "; every problem has a cure (the free space tree)",
 }
 
 # the images whose problems have cures in this version, and a slice of the others
