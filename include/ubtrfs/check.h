@@ -75,6 +75,8 @@ enum ub_chk_fix {
 	UB_CHK_FIX_BLOCK_REF_DEL, /* the reference of tree block `logical` at `key` (its extent item's inline
 				     one, or a keyed item) of type `want` naming `want2` (a tree or a parent
 				     node) goes: no pointer it names reaches the block */
+	UB_CHK_FIX_OVERLAP,   /* `inode`'s file extent items that run past `want` (the start of the next one)
+				 end there; its nbytes counted again */
 	UB_CHK_FIX_COUNT
 };
 

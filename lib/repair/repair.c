@@ -239,6 +239,10 @@ static void dry_run(struct rp_ctx *c)
 			       n->key.type == BTRFS_METADATA_ITEM_KEY ? "tree block" : "extent item",
 			       (unsigned long long)n->want);
 			break;
+		case UB_CHK_FIX_OVERLAP:
+			rp_say(c, n, 0, "would cut the file extent items of inode %llu (tree %llu) that run past %llu to end there",
+			       (unsigned long long)n->inode, (unsigned long long)n->tree, (unsigned long long)n->want);
+			break;
 		case UB_CHK_FIX_BLOCK_REF_ADD:
 			rp_say(c, n, 0, "would give tree block %llu a reference for the pointer from %s %llu",
 			       (unsigned long long)n->inode, n->want2 ? "node" : "the root item of tree",
@@ -309,6 +313,14 @@ static int fix_inode(struct rp_ctx *c, const struct rp_note *n)
 	return 0;
 }
 
+static bool has_note(const struct rp_ctx *c, enum ub_chk_fix fix, uint64_t tree, uint64_t inode)
+{
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == fix && c->r->notes[i].tree == tree && c->r->notes[i].inode == inode)
+			return true;
+	return false;
+}
+
 static int apply(struct rp_ctx *c)
 {
 	int ret = 0;
@@ -355,7 +367,13 @@ static int apply(struct rp_ctx *c)
 			ret = fix_inode(c, n);
 			break;
 		case UB_CHK_FIX_NBYTES:
+			/* counted again after the cut, from the items as they are then */
+			if (has_note(c, UB_CHK_FIX_OVERLAP, n->tree, n->inode))
+				break;
 			ret = fix_inode(c, n);
+			break;
+		case UB_CHK_FIX_OVERLAP:
+			ret = rp_fix_overlap(c, n);
 			break;
 		case UB_CHK_FIX_HOLES:
 			ret = rp_fix_holes(c, n);

@@ -63,6 +63,11 @@ int rp_touch(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 bool rp_is_touched(const struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 /* holes.c: hole file extent items in the gaps of n->inode's extents (a filesystem without NO_HOLES) */
 int rp_fix_holes(struct rp_ctx *c, const struct rp_note *n);
+/*
+ * overlaps.c: every file extent item of n->inode that runs past n->want (the
+ * next item's start) cut to end there; its nbytes counted again after.
+ */
+int rp_fix_overlap(struct rp_ctx *c, const struct rp_note *n);
 /* roots.c: the uuid tree's entries and a deleted subvolume's orphan item */
 int rp_fix_roots(struct rp_ctx *c, const struct rp_note *n);
 /* scrub.c: every bad copy rewritten from a good one (lib/scrub), before the transaction */
