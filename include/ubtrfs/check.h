@@ -70,6 +70,13 @@ enum ub_chk_fix {
 				 it (the first: inode `inode` of tree `tree`, in leaf `want2`) */
 	UB_CHK_FIX_EXTENT_DEL, /* the extent item at `key`, of a tree block no tree reaches, goes (its space
 				  becomes free) */
+	UB_CHK_FIX_BLOCK_REF_ADD, /* tree block `logical` (its extent item at `key`) gets a reference for the
+				     pointer from node `want2` (0: a root item), of tree `want` */
+	UB_CHK_FIX_BLOCK_REF_DEL, /* the reference of tree block `logical` at `key` (its extent item's inline
+				     one, or a keyed item) of type `want` naming `want2` (a tree or a parent
+				     node) goes: no pointer it names reaches the block */
+	UB_CHK_FIX_OVERLAP,   /* `inode`'s file extent items that run past `want` (the start of the next one)
+				 end there; its nbytes counted again */
 	UB_CHK_FIX_COUNT
 };
 

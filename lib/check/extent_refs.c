@@ -28,6 +28,20 @@ static bool subvol_tree(uint64_t id)
 	       (id >= BTRFS_FIRST_FREE_OBJECTID && id <= BTRFS_LAST_FREE_OBJECTID);
 }
 
+/*
+ * The tree a pointer's reference names when the pointing node has no full
+ * back references (the kernel's rule): the pointing node's owner, or the tree
+ * whose root item points at the block. UINT64_MAX: the node was not read.
+ */
+static uint64_t edge_root(const struct ub_checker *c, const struct chk_edge *e)
+{
+	const struct chk_block *parent = e->parent ? chk_block_at(c, e->parent) : NULL;
+
+	if (!e->parent)
+		return e->tree;
+	return parent && parent->gen ? parent->owner : UINT64_MAX;
+}
+
 /* Blocks below `upto` that the extent tree skipped: they have no extent item. */
 static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 {
@@ -44,23 +58,51 @@ static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 		p.tree = tree_of(c, b);
 		p.logical = b->addr;
 		/*
-		 * One pointer, from the tree its header names: the item is known
-		 * (one reference, of that tree or of the pointing node). Anything
-		 * shared is left: which form its references take is its history's.
+		 * Every pointer known, one of them from the tree its header names:
+		 * the item is made again with that pointer's reference, and each
+		 * other pointer gets its own (one problem each, as each reference
+		 * is missing), in the form the kernel gives it (the repair, by the
+		 * pointing node's flags); the block's own FULL_BACKREF flag the
+		 * repair reads from its children's references.
 		 */
-		if (c->walk_complete && !c->dropped_roots && b->ptrs == 1 && b->owner_reached && !b->reloc && b->gen) {
-			size_t ne;
-			const struct chk_edge *e = chk_edges_of(c, b->addr, &ne);
+		size_t ne = 0, own = SIZE_MAX;
+		const struct chk_edge *e = NULL;
 
-			if (ne == 1) {
-				p.fix = UB_CHK_FIX_EXTENT_ADD;
-				p.want = b->owner;
-				p.want2 = e[0].parent;
-			}
+		if (c->walk_complete && !c->dropped_roots && b->owner_reached && !b->reloc && b->gen) {
+			e = chk_edges_of(c, b->addr, &ne);
+			for (size_t i = 0; i < ne && own == SIZE_MAX; i++)
+				if (edge_root(c, &e[i]) == b->owner)
+					own = i;
+			for (size_t i = 0; i < ne && own != SIZE_MAX; i++)
+				if (edge_root(c, &e[i]) == UINT64_MAX)
+					own = SIZE_MAX;
 		}
-		if (p.fix == UB_CHK_FIX_NONE)
+		if (own != SIZE_MAX && ne == b->ptrs) {
+			p.fix = UB_CHK_FIX_EXTENT_ADD;
+			p.want = b->owner;
+			p.want2 = e[own].parent;
+		} else {
 			p.fix = UB_CHK_FIX_UNCOUNTED;
+		}
 		chk_report(c, &p, "tree block of %s has no extent item", ub_tree_name(p.tree, name, sizeof(name)));
+		if (p.fix != UB_CHK_FIX_EXTENT_ADD)
+			continue;
+		for (size_t i = 0; i < ne; i++) {
+			char by[32];
+
+			if (i == own)
+				continue;
+			p.fix = UB_CHK_FIX_BLOCK_REF_ADD;
+			p.want = edge_root(c, &e[i]);
+			p.want2 = e[i].parent;
+			if (e[i].parent)
+				chk_report(c, &p, "tree block of %s has no extent item: tree %s reaches it through node %llu too, "
+					   "with no reference", name, ub_tree_name(e[i].tree, by, sizeof(by)),
+					   (unsigned long long)e[i].parent);
+			else
+				chk_report(c, &p, "tree block of %s has no extent item: the root item of tree %s points at "
+					   "it too, with no reference", name, ub_tree_name(e[i].tree, by, sizeof(by)));
+		}
 	}
 }
 
@@ -121,6 +163,7 @@ static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint
 {
 	size_t n;
 	const struct chk_edge *e = chk_edges_of(c, bytenr, &n);
+	struct ub_chk_problem q;
 	char name[32];
 
 	for (size_t i = 0; i < n; i++) {
@@ -143,11 +186,22 @@ static void block_ref(struct ub_checker *c, const struct ub_chk_problem *p, uint
 		if (parent && parent->owner == value)
 			return;
 	}
+	/*
+	 * Every tree was walked (refs_judged): no pointer this reference could
+	 * stand for reaches the block, so it goes; a pointer it leaves without
+	 * a reference gets one of its own (close_block), and the count is the
+	 * pointers' (EXTENT_REFS), so the item ends as the kernel keeps it.
+	 */
+	q = *p;
+	q.fix = UB_CHK_FIX_BLOCK_REF_DEL;
+	q.want = type;
+	q.want2 = value;
+	q.logical = bytenr;
 	if (type == BTRFS_SHARED_BLOCK_REF_KEY)
-		chk_report(c, p, "the block's SHARED_BLOCK_REF names parent %llu, which does not point at it",
+		chk_report(c, &q, "the block's SHARED_BLOCK_REF names parent %llu, which does not point at it",
 			   (unsigned long long)value);
 	else
-		chk_report(c, p, "the block's TREE_BLOCK_REF names tree %s, which does not reach it",
+		chk_report(c, &q, "the block's TREE_BLOCK_REF names tree %s, which does not reach it",
 			   ub_tree_name(value, name, sizeof(name)));
 }
 
@@ -190,6 +244,17 @@ static void close_block(struct ub_checker *c)
 		if (covered)
 			continue;
 		where_item(&p, &ob->key);
+		/*
+		 * The reference the kernel would have made for this pointer: of
+		 * the tree that holds the pointing node (its header's owner), or
+		 * of the tree whose root item points here; the repair makes it a
+		 * SHARED_BLOCK_REF when the pointing node has full back references.
+		 */
+		if (edge_root(c, &e[i]) != UINT64_MAX) {
+			p.fix = UB_CHK_FIX_BLOCK_REF_ADD;
+			p.want = edge_root(c, &e[i]);
+			p.want2 = e[i].parent;
+		}
 		if (e[i].parent)
 			chk_report(c, &p, "tree %s reaches the block through node %llu, and no reference of the block accounts for it",
 				   ub_tree_name(e[i].tree, name, sizeof(name)), (unsigned long long)e[i].parent);

@@ -82,6 +82,11 @@ static void check_link(struct fstate *f, const struct chk_name *g, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (have[g[i].kind]) {
 			where_name(&p, f, &g[i]);
+			/* a second DIR_INDEX: the repair keeps the one at the ref's index (names.c) */
+			if (g[i].kind == NAME_INDEX) {
+				p.fix = UB_CHK_FIX_NAMES;
+				p.want = g[i].dir;
+			}
 			chk_report(f->s.c, &p, "a second %s entry for the name of inode %llu in directory %llu",
 				   kind_names[g[i].kind], (unsigned long long)g[i].child, (unsigned long long)g[i].dir);
 			continue;

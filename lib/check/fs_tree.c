@@ -365,6 +365,9 @@ static void file_extent(struct fstate *f, const struct ub_key *k, const uint8_t 
 	if (i->ext_start == UINT64_MAX) {
 		i->ext_start = k->offset;
 	} else if (k->offset < i->ext_end) {
+		/* a reader takes these bytes from this item already: the ones before it are cut to end here */
+		p.fix = UB_CHK_FIX_OVERLAP;
+		p.want = k->offset;
 		chk_report(f->s.c, &p, "file extent at %llu overlaps the one before it (which ends at %llu)",
 			   (unsigned long long)k->offset, (unsigned long long)i->ext_end);
 	} else if (k->offset > i->ext_end && i->gap == UINT64_MAX) {

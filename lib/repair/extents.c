@@ -7,6 +7,7 @@
  * every tree was walked, which is when the checker offers this cure.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "repair/repair_priv.h"
@@ -72,7 +73,7 @@ int rp_extent_claim(struct rp_ctx *c, struct rp_note *n)
 }
 
 /* The extent item of the node at `parent`: its flags (FULL_BACKREF decides how its children are referenced). */
-static int parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags)
+int rp_parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags)
 {
 	struct ub_key k = { parent, BTRFS_METADATA_ITEM_KEY, 0 };
 	struct ub_path p;
@@ -101,12 +102,15 @@ static int parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags)
 int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n)
 {
 	struct ub_expect exp = { .owner = 0, .level = -1 };
-	uint8_t item[sizeof(struct btrfs_extent_item) + 32];
+	uint8_t item[sizeof(struct btrfs_extent_item) + sizeof(struct btrfs_tree_block_info) + 32];
+	uint32_t refs_at;
 	struct ub_ref ref = { .type = BTRFS_TREE_BLOCK_REF_KEY, .root = n->want };
-	uint64_t at = n->key.objectid, pflags = 0;
+	uint64_t at = n->key.objectid, pflags = 0, others = 0;
 	struct ub_eb *eb = NULL;
+	bool full = false;
 	struct ub_key k;
 	uint32_t size;
+	int level;
 	int ret = ub_tree_read_block(&c->e->fs.tc, at, &exp, &eb);
 
 	if (ret) {
@@ -120,15 +124,45 @@ int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n)
 		       (unsigned long long)ub_eb_owner(eb), (unsigned long long)n->want);
 		return -ESTALE;
 	}
-	k = (struct ub_key){ at, BTRFS_METADATA_ITEM_KEY, ub_eb_level(eb) };
+	/*
+	 * Reached by more pointers (a BLOCK_REF_ADD note each, applied after
+	 * this): the count is all of them, and the block's own FULL_BACKREF flag,
+	 * which decides how the kernel treats its children when it copies it,
+	 * is what its children's references say it was.
+	 */
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		others += c->r->notes[i].fix == UB_CHK_FIX_BLOCK_REF_ADD && c->r->notes[i].inode == at;
+	if (others)
+		ret = rp_block_full_backref(c, eb, &full);
+	level = ub_eb_level(eb);
+	/* the item in the filesystem's form: skinny, or with a tree_block_info (first key, level) before the refs */
+	if (c->e->incompat & BTRFS_FEATURE_INCOMPAT_SKINNY_METADATA)
+		k = (struct ub_key){ at, BTRFS_METADATA_ITEM_KEY, ub_eb_level(eb) };
+	else
+		k = (struct ub_key){ at, BTRFS_EXTENT_ITEM_KEY, c->e->fs.vol->nodesize };
+	refs_at = ub_extent_refs_start(k.type, false);
 	memset(item, 0, sizeof(item));
-	UB_SET(btrfs_extent_item, refs, item, 1);
+	UB_SET(btrfs_extent_item, refs, item, 1 + others);
 	UB_SET(btrfs_extent_item, generation, item, ub_eb_generation(eb));
-	UB_SET(btrfs_extent_item, flags, item, BTRFS_EXTENT_FLAG_TREE_BLOCK);
+	UB_SET(btrfs_extent_item, flags, item,
+	       BTRFS_EXTENT_FLAG_TREE_BLOCK | (full ? BTRFS_BLOCK_FLAG_FULL_BACKREF : 0));
+	if (refs_at > UB_EXTENT_ITEM_SIZE) {
+		struct ub_key first = { 0, 0, 0 };
+
+		if (ub_eb_nritems(eb))
+			ub_eb_item_key(eb, 0, &first);
+		ub_key_write(item + UB_EXTENT_ITEM_SIZE + offsetof(struct btrfs_tree_block_info, key), &first);
+		UB_SET(btrfs_tree_block_info, level, item + UB_EXTENT_ITEM_SIZE, (uint8_t)ub_eb_level(eb));
+	}
 	ub_eb_put(&c->e->fs.tc, eb);
+	if (ret) {
+		ub_err(c->log, "repair: tree block %llu: the references of its children cannot be read: %s",
+		       (unsigned long long)at, strerror(-ret));
+		return ret;
+	}
 	/* below a node with full back references, the reference names that node (the kernel's rule) */
 	if (n->want2) {
-		ret = parent_flags(c, n->want2, &pflags);
+		ret = rp_parent_flags(c, n->want2, &pflags);
 		if (ret) {
 			ub_err(c->log, "repair: tree block %llu: the extent item of its parent %llu cannot be read: %s",
 			       (unsigned long long)at, (unsigned long long)n->want2, strerror(-ret));
@@ -137,18 +171,19 @@ int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n)
 		if (pflags & BTRFS_BLOCK_FLAG_FULL_BACKREF)
 			ref = (struct ub_ref){ .type = BTRFS_SHARED_BLOCK_REF_KEY, .parent = n->want2 };
 	}
-	ub_inline_ref_write(item + sizeof(struct btrfs_extent_item), &ref, 1);
-	size = (uint32_t)sizeof(struct btrfs_extent_item) + ub_ref_inline_size(ref.type);
+	ub_inline_ref_write(item + refs_at, &ref, 1);
+	size = refs_at + ub_ref_inline_size(ref.type);
 	ret = ub_tree_insert_item(&c->e->fs.tc, ub_txn_ta(c->t), &c->e->fs.extent_tree->root, &k, item, size);
 	if (ret) {
 		ub_err(c->log, "repair: tree block %llu: its extent item cannot be inserted: %s", (unsigned long long)at,
 		       strerror(-ret));
 		return ret;
 	}
-	rp_say(c, n, 0, "tree block %llu (tree %llu, level %llu): its extent item made again (%s %llu)",
-	       (unsigned long long)at, (unsigned long long)n->want, (unsigned long long)k.offset,
+	rp_say(c, n, 0, "tree block %llu (tree %llu, level %d): its extent item made again (%s %llu%s%s)",
+	       (unsigned long long)at, (unsigned long long)n->want, level,
 	       ref.type == BTRFS_TREE_BLOCK_REF_KEY ? "TREE_BLOCK_REF root" : "SHARED_BLOCK_REF parent",
-	       (unsigned long long)(ref.type == BTRFS_TREE_BLOCK_REF_KEY ? ref.root : ref.parent));
+	       (unsigned long long)(ref.type == BTRFS_TREE_BLOCK_REF_KEY ? ref.root : ref.parent),
+	       others ? ", the other pointers' references follow" : "", full ? ", FULL_BACKREF" : "");
 	return 0;
 }
 
@@ -346,7 +381,7 @@ static int scan_item(struct rp_ctx *c, const struct ub_eb *eb, const struct ub_k
 		n->data_gen = UB_GET(btrfs_file_extent_item, generation, d);
 	n->data_found++;
 	/* from a leaf with full back references, the reference names the leaf; else the leaf's tree */
-	ret = parent_flags(c, leaf, &pflags);
+	ret = rp_parent_flags(c, leaf, &pflags);
 	if (ret)
 		return ret;
 	if (pflags & BTRFS_BLOCK_FLAG_FULL_BACKREF) {

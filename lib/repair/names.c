@@ -29,6 +29,9 @@ struct rname {
 	bool has_ref, has_idx, has_item;
 	uint64_t ref_index, idx_index;
 	uint8_t idx_type, item_type;
+	/* second DIR_INDEX items of the name (each holding it alone): they go */
+	uint64_t idx_extra[8];
+	uint8_t nextra;
 };
 
 struct names {
@@ -112,7 +115,24 @@ static int gather_entries(void *arg, const struct ub_key *k, const uint8_t *d, u
 			n = name_get(g->ns, d + at + DI_HDR, nl);
 			if (!n)
 				return -ENOMEM;
-			if (k->type == BTRFS_DIR_INDEX_KEY) {
+			if (k->type == BTRFS_DIR_INDEX_KEY && n->has_idx) {
+				/*
+				 * A second DIR_INDEX of one name (readdir lists it
+				 * twice): the one at the index its ref gives stays,
+				 * else the first; an item holding more than this
+				 * entry is not removed whole.
+				 */
+				uint64_t extra = k->offset;
+
+				if (size != DI_HDR + nl + dl || n->nextra == sizeof(n->idx_extra) / sizeof(n->idx_extra[0]))
+					return 0;
+				if (n->has_ref && k->offset == n->ref_index) {
+					extra = n->idx_index;
+					n->idx_index = k->offset;
+					n->idx_type = (uint8_t)UB_GET(btrfs_dir_item, type, d + at);
+				}
+				n->idx_extra[n->nextra++] = extra;
+			} else if (k->type == BTRFS_DIR_INDEX_KEY) {
 				n->has_idx = true;
 				n->idx_index = k->offset;
 				n->idx_type = (uint8_t)UB_GET(btrfs_dir_item, type, d + at);
@@ -448,6 +468,25 @@ int rp_fix_names(struct rp_ctx *c, const struct rp_note *note)
 			}
 			break;
 		}
+	}
+	for (size_t i = 0; !ret && i < ns.n; i++) {
+		struct rname *x = &ns.v[i];
+
+		for (uint8_t e = 0; !ret && e < x->nextra; e++) {
+			struct ub_key k = { dir, BTRFS_DIR_INDEX_KEY, x->idx_extra[e] };
+			char shown[UB_NAME_LEN * 4 + 1];
+
+			ret = fsw_del_key(&w, &w.fs->root, &k);
+			if (ret)
+				break;
+			escape(x, shown, sizeof(shown));
+			rp_say(c, note, 0, "inode %llu of tree %llu: a second DIR_INDEX (%llu) of the name '%s' in directory "
+			       "%llu removed, the name keeps DIR_INDEX %llu", (unsigned long long)note->inode,
+			       (unsigned long long)note->tree, (unsigned long long)x->idx_extra[e], shown,
+			       (unsigned long long)dir, (unsigned long long)x->idx_index);
+			ret = rp_touch(c, note->tree, dir, true);
+		}
+		x->nextra = 0;
 	}
 	for (size_t i = 0; !ret && i < ns.n; i++) {
 		bool changed = false;

@@ -60,39 +60,51 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 	n->want2 = p->want2;
 	if (p->fix == UB_CHK_FIX_EXTENT_ADD) {
 		if (!p->logical)
-			return 0;
+			goto drop;
 		n->key = (struct ub_key){ p->logical, 0, 0 };
 		n->inode = p->logical;
 	}
 	if (p->fix == UB_CHK_FIX_DATA_ADD) {
 		if (!p->logical || !p->tree || !p->inode)
-			return 0;
+			goto drop;
 		n->key = (struct ub_key){ p->logical, 0, 0 };
 	}
 	if (p->fix == UB_CHK_FIX_EXTENT_DEL) {
 		if (!p->has_key)
-			return 0;
+			goto drop;
 		n->key = p->key;
 		n->inode = p->key.objectid;
 	}
 	if (p->fix == UB_CHK_FIX_UUID_ADD || p->fix == UB_CHK_FIX_UUID_DEL) {
 		if (!p->has_key)
-			return 0;
+			goto drop;
 		n->key = p->key;
 		if (p->fix == UB_CHK_FIX_UUID_ADD)
 			n->tree = p->key.objectid;
 	}
 	if (p->fix == UB_CHK_FIX_EXTENT_REFS) {
 		if (!p->has_key)
-			return 0;
+			goto drop;
 		n->key = p->key;
 		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
 		n->inode = p->key.objectid; /* sorts and tells the notes of two extents apart */
+	}
+	/* an added reference goes to the block's item wherever it is (one made by EXTENT_ADD too): no key needed */
+	if (p->fix == UB_CHK_FIX_BLOCK_REF_ADD || p->fix == UB_CHK_FIX_BLOCK_REF_DEL) {
+		if ((!p->has_key && p->fix == UB_CHK_FIX_BLOCK_REF_DEL) || !p->logical)
+			goto drop;
+		n->key = p->has_key ? p->key : (struct ub_key){ p->logical, 0, 0 };
+		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
+		n->inode = p->logical;
 	}
 	/* every space problem has the one cure, every bad copy too: keep one note of each */
 	if (p->fix == UB_CHK_FIX_SPACE || p->fix == UB_CHK_FIX_COPY) {
 		n->tree = n->inode = n->devid = n->want = 0;
 	}
+	return 0;
+	/* a cure without what it needs to know: no note (counted as noted, not as curable) */
+drop:
+	r->nnotes--;
 	return 0;
 }
 
@@ -144,6 +156,9 @@ static int note_cmp(const void *a, const void *b)
 		return x->devid < y->devid ? -1 : 1;
 	if (x->want != y->want)
 		return x->want < y->want ? -1 : 1;
+	/* two pointers of one block from nodes of one tree: two references to add */
+	if (x->want2 != y->want2)
+		return x->want2 < y->want2 ? -1 : 1;
 	return memcmp(&x->key, &y->key, sizeof(x->key));
 }
 
@@ -160,21 +175,6 @@ static void notes_unique(struct ub_repair *r)
 		if (!k || note_cmp(&r->notes[k - 1], &r->notes[i]))
 			r->notes[k++] = r->notes[i];
 	r->nnotes = k;
-}
-
-void rp_say(struct rp_ctx *c, const struct rp_note *n, uint64_t was, const char *fmt, ...)
-{
-	struct ub_repair_change ch = { n->fix, n->tree, n->inode, n->devid, was, n->want, NULL };
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	ch.msg = msg;
-	c->res->changes++;
-	if (c->opts->sink && c->opts->sink->change)
-		c->opts->sink->change(c->opts->sink->arg, &ch);
 }
 
 static const char *const field_name[UB_CHK_FIX_COUNT] = {
@@ -239,6 +239,21 @@ static void dry_run(struct rp_ctx *c)
 			       n->key.type == BTRFS_METADATA_ITEM_KEY ? "tree block" : "extent item",
 			       (unsigned long long)n->want);
 			break;
+		case UB_CHK_FIX_OVERLAP:
+			rp_say(c, n, 0, "would cut the file extent items of inode %llu (tree %llu) that run past %llu to end there",
+			       (unsigned long long)n->inode, (unsigned long long)n->tree, (unsigned long long)n->want);
+			break;
+		case UB_CHK_FIX_BLOCK_REF_ADD:
+			rp_say(c, n, 0, "would give tree block %llu a reference for the pointer from %s %llu",
+			       (unsigned long long)n->inode, n->want2 ? "node" : "the root item of tree",
+			       (unsigned long long)(n->want2 ? n->want2 : n->want));
+			break;
+		case UB_CHK_FIX_BLOCK_REF_DEL:
+			rp_say(c, n, 0, "would remove tree block %llu's %s %llu, which no pointer stands for",
+			       (unsigned long long)n->inode,
+			       n->want == BTRFS_SHARED_BLOCK_REF_KEY ? "SHARED_BLOCK_REF parent" : "TREE_BLOCK_REF root",
+			       (unsigned long long)n->want2);
+			break;
 		case UB_CHK_FIX_NAMES:
 			rp_say(c, n, 0, "would make the names of inode %llu in directory %llu whole (tree %llu)",
 			       (unsigned long long)n->inode, (unsigned long long)n->want, (unsigned long long)n->tree);
@@ -298,29 +313,10 @@ static int fix_inode(struct rp_ctx *c, const struct rp_note *n)
 	return 0;
 }
 
-int rp_touch(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size)
+static bool has_note(const struct rp_ctx *c, enum ub_chk_fix fix, uint64_t tree, uint64_t inode)
 {
-	for (size_t i = 0; i < c->ntouched; i++)
-		if (c->touched[i].tree == tree && c->touched[i].ino == ino && c->touched[i].dir_size == dir_size)
-			return 0;
-	if (c->ntouched == c->captouched) {
-		size_t cap = c->captouched ? c->captouched * 2 : 16;
-		struct rp_touched *m = realloc(c->touched, cap * sizeof(*m));
-
-		if (!m)
-			return -ENOMEM;
-		c->touched = m;
-		c->captouched = cap;
-	}
-	c->touched[c->ntouched++] = (struct rp_touched){ tree, ino, dir_size };
-	return 0;
-}
-
-static bool touched(const struct rp_ctx *c, const struct rp_note *n)
-{
-	for (size_t i = 0; i < c->ntouched; i++)
-		if (c->touched[i].tree == n->tree && c->touched[i].ino == n->inode &&
-		    c->touched[i].dir_size == (n->fix == UB_CHK_FIX_DIR_SIZE))
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == fix && c->r->notes[i].tree == tree && c->r->notes[i].inode == inode)
 			return true;
 	return false;
 }
@@ -340,6 +336,13 @@ static int apply(struct rp_ctx *c)
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_EXTENT_ADD)
 			ret = rp_fix_extent_add(c, &c->r->notes[i]);
+	/* a reference no pointer stands for goes before one is added (its room in the item is free then) */
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_BLOCK_REF_DEL)
+			ret = rp_fix_block_ref_del(c, &c->r->notes[i]);
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_BLOCK_REF_ADD)
+			ret = rp_fix_block_ref_add(c, &c->r->notes[i]);
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_DATA_ADD)
 			ret = rp_fix_data_add(c, &c->r->notes[i]);
@@ -359,12 +362,18 @@ static int apply(struct rp_ctx *c)
 		switch (n->fix) {
 		case UB_CHK_FIX_NLINK:
 		case UB_CHK_FIX_DIR_SIZE:
-			if (touched(c, n))
+			if (rp_is_touched(c, n->tree, n->inode, n->fix == UB_CHK_FIX_DIR_SIZE))
 				break;
 			ret = fix_inode(c, n);
 			break;
 		case UB_CHK_FIX_NBYTES:
+			/* counted again after the cut, from the items as they are then */
+			if (has_note(c, UB_CHK_FIX_OVERLAP, n->tree, n->inode))
+				break;
 			ret = fix_inode(c, n);
+			break;
+		case UB_CHK_FIX_OVERLAP:
+			ret = rp_fix_overlap(c, n);
 			break;
 		case UB_CHK_FIX_HOLES:
 			ret = rp_fix_holes(c, n);

@@ -50,7 +50,7 @@ struct rp_ctx {
 	int npaths;
 };
 
-/* A change made (or that would be): counted and handed to the caller's sink. */
+/* rp_ctx.c, what every cure uses. A change made (or that would be): counted and handed to the caller's sink. */
 void rp_say(struct rp_ctx *c, const struct rp_note *n, uint64_t was, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* names.c: the names of n->inode in directory n->want made whole; an inode with no name into /lost+found */
@@ -60,8 +60,14 @@ int rp_fix_lost(struct rp_ctx *c, const struct rp_note *n);
 int rp_recount(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 /* An inode whose names changed: its nlink (dir_size: its size) counted again at the end. -ENOMEM only. */
 int rp_touch(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
+bool rp_is_touched(const struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 /* holes.c: hole file extent items in the gaps of n->inode's extents (a filesystem without NO_HOLES) */
 int rp_fix_holes(struct rp_ctx *c, const struct rp_note *n);
+/*
+ * overlaps.c: every file extent item of n->inode that runs past n->want (the
+ * next item's start) cut to end there; its nbytes counted again after.
+ */
+int rp_fix_overlap(struct rp_ctx *c, const struct rp_note *n);
 /* roots.c: the uuid tree's entries and a deleted subvolume's orphan item */
 int rp_fix_roots(struct rp_ctx *c, const struct rp_note *n);
 /* scrub.c: every bad copy rewritten from a good one (lib/scrub), before the transaction */
@@ -87,6 +93,23 @@ int rp_extent_claim(struct rp_ctx *c, struct rp_note *n);
 int rp_data_scan(struct rp_ctx *c);
 /* Data at n->key.objectid gets its extent item back, from the file extent items in leaf n->want2. */
 int rp_fix_data_add(struct rp_ctx *c, const struct rp_note *n);
+/* extents.c: the flags of the extent item of the tree block at `parent` (FULL_BACKREF decides how its children are referenced) */
+int rp_parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags);
+/*
+ * block_refs.c: a reference of tree block n->key.objectid, for the pointer
+ * from node n->want2 (0: the root item of tree n->want), added in the form
+ * the kernel gives it; the reference (type n->want, value n->want2) at n->key
+ * (inline in the extent item, or a keyed item) removed. The count is not
+ * touched: it is the EXTENT_REFS cure's, run first.
+ */
+int rp_fix_block_ref_add(struct rp_ctx *c, const struct rp_note *n);
+int rp_fix_block_ref_del(struct rp_ctx *c, const struct rp_note *n);
+/*
+ * Whether tree block eb, which lost its extent item, had full back
+ * references: a child of it (a tree block, or the data a file extent item of
+ * it points at) has a SHARED reference naming it, the kernel's mark of one.
+ */
+int rp_block_full_backref(struct rp_ctx *c, const struct ub_eb *eb, bool *full);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
 /*
