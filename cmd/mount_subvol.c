@@ -9,6 +9,8 @@
  * ioctls commit (a snapshot commits inside the library).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -512,34 +514,174 @@ int mount_set_label(struct mount_ctx *mc, const struct mount_ioctl_caller *c, co
 
 /* ---- balance and resize (docs/balance.md) ---- */
 
+/*
+ * The balance this mount runs, for BALANCE_PROGRESS and BALANCE_CTL, which
+ * come on other FUSE threads while BALANCE_V2 waits for it. One daemon serves
+ * one mount, so the state is the process's.
+ */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t stopped;
+	bool running, pause_req, cancel_req;
+	struct ub_balance asked;        /* the running balance's flags and filters (a resume: zero) */
+	struct ub_balance_progress pr;  /* the running balance's counts, or the last one's */
+} bal = { .lock = PTHREAD_MUTEX_INITIALIZER, .stopped = PTHREAD_COND_INITIALIZER };
+
+static int bal_progress(void *arg, const struct ub_balance_progress *p)
+{
+	int stop;
+
+	pthread_mutex_lock(&bal.lock);
+	bal.pr = *p;
+	stop = bal.pause_req || bal.cancel_req;
+	pthread_mutex_unlock(&bal.lock);
+	return stop;
+}
+
+static void bal_args_out(struct btrfs_ioctl_balance_args *a, const struct ub_balance *b)
+{
+	a->flags = b->flags;
+	a->data = b->data;
+	a->meta = b->meta;
+	a->sys = b->sys;
+}
+
 int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_balance_args *a)
 {
 	struct ub_balance b;
 	struct ub_balance_progress p = { 0 };
+	bool resume = a->flags & BTRFS_BALANCE_RESUME, pause, cancel;
 	int ret;
 
 	if (!c->sys_admin)
 		return -EPERM;
-	/* nothing paused to resume: no balance item is kept */
-	if (a->flags & BTRFS_BALANCE_RESUME)
-		return -ENOTCONN;
 	ret = writable(mc);
 	if (ret)
 		return ret;
 	memset(&b, 0, sizeof(b));
-	b.flags = a->flags;
+	b.flags = a->flags & ~(uint64_t)BTRFS_BALANCE_RESUME;
 	b.data = a->data;
 	b.meta = a->meta;
 	b.sys = a->sys;
-	ret = ub_engine_balance(mc->e, &b, NULL, NULL, &p);
+	pthread_mutex_lock(&bal.lock);
+	if (bal.running) {
+		pthread_mutex_unlock(&bal.lock);
+		return -EINPROGRESS; /* the kernel's answer while a balance runs */
+	}
+	bal.running = true;
+	bal.pause_req = bal.cancel_req = false;
+	bal.asked = resume ? (struct ub_balance){ 0 } : b;
+	memset(&bal.pr, 0, sizeof(bal.pr));
+	pthread_mutex_unlock(&bal.lock);
+	if (resume) {
+		if (ub_engine_balance_item(mc->e, &b) == 0) {
+			pthread_mutex_lock(&bal.lock);
+			bal.asked = b;
+			pthread_mutex_unlock(&bal.lock);
+		}
+		ret = ub_engine_balance_resume(mc->e, bal_progress, NULL, &p);
+	} else {
+		ret = ub_engine_balance(mc->e, &b, bal_progress, NULL, &p);
+	}
+	pthread_mutex_lock(&bal.lock);
+	pause = bal.pause_req && ret == -ECANCELED;
+	cancel = bal.cancel_req && ret == -ECANCELED;
+	pthread_mutex_unlock(&bal.lock);
+	/* a cancel stops the balance as a pause does, then drops its item */
+	if (cancel) {
+		int cret = ub_engine_balance_cancel(mc->e);
+
+		if (cret && cret != -ENOTCONN)
+			ret = cret;
+	}
+	pthread_mutex_lock(&bal.lock);
+	bal.running = false;
+	bal.pr = p;
+	pthread_cond_broadcast(&bal.stopped);
+	pthread_mutex_unlock(&bal.lock);
+	bal_args_out(a, &b);
 	a->stat.expected = p.expected;
 	a->stat.considered = p.considered;
 	a->stat.completed = p.completed;
-	a->state = 0;
+	/*
+	 * The kernel answers a paused or cancelled balance with ECANCELED and the
+	 * counts; a FUSE reply carries data or an error, not both, so it is 0
+	 * with the request's bit in state (ubtrfs balance reads it).
+	 */
+	a->state = (pause ? BTRFS_BALANCE_STATE_PAUSE_REQ : 0) | (cancel ? BTRFS_BALANCE_STATE_CANCEL_REQ : 0);
+	if (ret == -ECANCELED && (pause || cancel))
+		return 0;
 	/* refusals before a change, and no room, leave the mount as it was */
-	if (ret == -EINVAL || ret == -ENOSPC || ret == -ECANCELED || ret == -ENOENT)
+	if (ret == -EINVAL || ret == -ENOSPC || ret == -ECANCELED || ret == -ENOENT || ret == -ENOTCONN ||
+	    ret == -EINPROGRESS)
 		return ret;
 	return ret ? failed(mc, ret) : 0;
+}
+
+int mount_balance_ctl(struct mount_ctx *mc, const struct mount_ioctl_caller *c, int cmd)
+{
+	int ret;
+
+	if (!c->sys_admin)
+		return -EPERM;
+	if (cmd != BTRFS_BALANCE_CTL_PAUSE && cmd != BTRFS_BALANCE_CTL_CANCEL)
+		return -EINVAL;
+	pthread_mutex_lock(&bal.lock);
+	if (bal.running) {
+		/* as the kernel: the request is seen between two groups, and the answer waits for the stop */
+		if (cmd == BTRFS_BALANCE_CTL_PAUSE)
+			bal.pause_req = true;
+		else
+			bal.cancel_req = true;
+		while (bal.running)
+			pthread_cond_wait(&bal.stopped, &bal.lock);
+		pthread_mutex_unlock(&bal.lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&bal.lock);
+	if (cmd == BTRFS_BALANCE_CTL_PAUSE || !mc->e)
+		return -ENOTCONN;
+	/* a paused balance (this mount's, or found on the disk): its item dropped */
+	ret = writable(mc);
+	if (ret)
+		return ret;
+	ret = ub_engine_balance_cancel(mc->e);
+	return ret == -ENOTCONN || ret == -EUCLEAN ? ret : ret ? failed(mc, ret) : 0;
+}
+
+int mount_balance_progress(struct mount_ctx *mc, struct btrfs_ioctl_balance_args *a)
+{
+	struct ub_balance_progress pr;
+	struct ub_balance b;
+	int ret;
+
+	memset(a, 0, sizeof(*a));
+	pthread_mutex_lock(&bal.lock);
+	if (bal.running) {
+		a->state = BTRFS_BALANCE_STATE_RUNNING | (bal.pause_req ? BTRFS_BALANCE_STATE_PAUSE_REQ : 0) |
+			   (bal.cancel_req ? BTRFS_BALANCE_STATE_CANCEL_REQ : 0);
+		bal_args_out(a, &bal.asked);
+		a->stat.expected = bal.pr.expected;
+		a->stat.considered = bal.pr.considered;
+		a->stat.completed = bal.pr.completed;
+		pthread_mutex_unlock(&bal.lock);
+		return 0;
+	}
+	pr = bal.pr;
+	pthread_mutex_unlock(&bal.lock);
+	/* not running: paused when the balance item is there (a pause here, or one the mount found) */
+	if (!mc->e)
+		return -ENOTCONN;
+	ret = ub_engine_balance_item(mc->e, &b);
+	if (ret == -ENOENT)
+		return -ENOTCONN;
+	if (ret)
+		return ret;
+	bal_args_out(a, &b);
+	a->stat.expected = pr.expected;
+	a->stat.considered = pr.considered;
+	a->stat.completed = pr.completed;
+	return 0;
 }
 
 int mount_resize(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *spec)
