@@ -52,7 +52,7 @@ static const char mount_help[] =
 	"                     unless asked; root only)\n"
 	"       dirty=SIZE    dirty metadata a transaction may hold before it commits (default 64M)\n"
 	"       nologreplay   ignore the fsync log tree (read-only only)\n"
-	"       degraded      mount even with devices missing (read-only only)\n"
+	"       degraded      mount even with devices missing (writes leave them out)\n"
 	"       generation=N  mount the older root of generation N (a backup root; as --generation;\n"
 	"                     read-only)\n"
 	"       usebackuproot if the current root cannot be read, the newest backup root that can\n"
@@ -449,7 +449,7 @@ int cmd_mount(int argc, char **argv)
 	char **absdevs = calloc((size_t)ndevs + 1, sizeof(*absdevs));
 	/* what only a read-only open gives: an older root, the log left alone, devices missing */
 	const char *ro_only = fo.root_generation ? "generation" : fo.root_bytenr ? "root" : fo.backup ? "usebackuproot"
-			      : fo.no_log ? "nologreplay" : mo.degraded ? "degraded" : oa.super_mirror >= 0 ? "--super"
+			      : fo.no_log ? "nologreplay" : oa.super_mirror >= 0 ? "--super"
 			      : NULL;
 
 	if (!absdevs) {
@@ -482,6 +482,8 @@ int cmd_mount(int argc, char **argv)
 		if (!ret)
 			ret = check_devices(mc.fs, mo.degraded);
 	} else {
+		/* devices missing: the engine writes around them (every chunk must still read), as the kernel's degraded */
+		oa.degraded = mo.degraded;
 		ret = open_engine_with(&oa, devs, ndevs, &log, &mc.e);
 		if (!ret) {
 			uint64_t gone = 0;

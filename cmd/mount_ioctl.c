@@ -667,6 +667,22 @@ static int subvol_ioctl(fuse_req_t req, struct mount_ctx *mc, fuse_ino_t ino, un
 		fuse_reply_ioctl(req, 0, &a, sizeof(a));
 		return 0;
 	}
+	case BTRFS_IOC_DEV_REPLACE: {
+		struct btrfs_ioctl_dev_replace_args *a;
+
+		if (in_bufsz < sizeof(*a) || out_bufsz < sizeof(*a))
+			return -EINVAL;
+		a = malloc(sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		memcpy(a, in_buf, sizeof(*a));
+		caller_of(req, &k);
+		ret = mount_dev_replace(mc, &k.c, a);
+		if (!ret)
+			fuse_reply_ioctl(req, 0, a, sizeof(*a));
+		free(a);
+		return ret;
+	}
 	case BTRFS_IOC_BALANCE_PROGRESS: {
 		struct btrfs_ioctl_balance_args *a;
 

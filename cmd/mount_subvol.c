@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include "mount.h"
 #include "mount_subvol.h"
 #include "ubtrfs/balance.h"
@@ -757,6 +758,34 @@ int mount_device_add(struct mount_ctx *mc, const struct mount_ioctl_caller *c, c
 	return ret ? failed(mc, ret) : 0;
 }
 
+/* A device of this filesystem by path ("missing": 0, the one not there): -ENODEV when none is. */
+static int devid_of(struct mount_ctx *mc, const char *name, uint64_t *devid)
+{
+	struct ub_device_info *devs = NULL;
+	char *want;
+	int n = 0, ret;
+
+	if (!strcmp(name, "missing")) {
+		*devid = 0;
+		return 0;
+	}
+	want = realpath(name, NULL);
+	ret = ub_volume_list_devices(ub_fs_volume(mc->fs), &devs, &n);
+	*devid = UINT64_MAX;
+	for (int i = 0; !ret && want && i < n; i++) {
+		char *have = devs[i].path ? realpath(devs[i].path, NULL) : NULL;
+
+		if (have && !strcmp(have, want))
+			*devid = devs[i].devid;
+		free(have);
+	}
+	free(devs);
+	free(want);
+	if (ret)
+		return sv_errno(ret);
+	return *devid == UINT64_MAX ? -ENODEV : 0;
+}
+
 int mount_device_remove(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uint64_t devid, const char *name)
 {
 	int ret;
@@ -766,31 +795,90 @@ int mount_device_remove(struct mount_ctx *mc, const struct mount_ioctl_caller *c
 	ret = writable(mc);
 	if (ret)
 		return ret;
-	if (name && strcmp(name, "missing")) {
-		struct ub_device_info *devs = NULL;
-		char *want = realpath(name, NULL);
-		int n = 0;
-
-		ret = ub_volume_list_devices(ub_fs_volume(mc->fs), &devs, &n);
-		devid = UINT64_MAX;
-		for (int i = 0; !ret && want && i < n; i++) {
-			char *have = devs[i].path ? realpath(devs[i].path, NULL) : NULL;
-
-			if (have && !strcmp(have, want))
-				devid = devs[i].devid;
-			free(have);
-		}
-		free(devs);
-		free(want);
+	if (name) {
+		ret = devid_of(mc, name, &devid);
 		if (ret)
-			return sv_errno(ret);
-		if (devid == UINT64_MAX)
-			return -ENODEV;
-	} else if (name) {
-		devid = 0; /* missing */
+			return ret;
 	}
 	ret = ub_engine_device_remove(mc->e, devid, NULL, NULL, NULL);
 	if (ret == -EINVAL || ret == -ENOSPC || ret == -ENOENT)
+		return ret == -ENOENT ? -ENODEV : ret;
+	return ret ? failed(mc, ret) : 0;
+}
+
+/* The replace this mount ran or runs, for DEV_REPLACE's status from other threads. */
+static struct {
+	pthread_mutex_t lock;
+	bool running;
+	uint64_t state, started, stopped;
+} rep = { .lock = PTHREAD_MUTEX_INITIALIZER, .state = BTRFS_IOCTL_DEV_REPLACE_STATE_NEVER_STARTED };
+
+int mount_dev_replace(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_dev_replace_args *a)
+{
+	uint64_t devid;
+	int ret;
+
+	switch (a->cmd) {
+	case BTRFS_IOCTL_DEV_REPLACE_CMD_STATUS:
+		pthread_mutex_lock(&rep.lock);
+		memset(&a->status, 0, sizeof(a->status));
+		a->status.replace_state = rep.state;
+		a->status.progress_1000 = rep.state == BTRFS_IOCTL_DEV_REPLACE_STATE_FINISHED ? 1000 : 0;
+		a->status.time_started = rep.started;
+		a->status.time_stopped = rep.stopped;
+		pthread_mutex_unlock(&rep.lock);
+		a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_NO_ERROR;
+		return 0;
+	case BTRFS_IOCTL_DEV_REPLACE_CMD_CANCEL:
+		if (!c->sys_admin)
+			return -EPERM;
+		pthread_mutex_lock(&rep.lock);
+		ret = rep.running;
+		pthread_mutex_unlock(&rep.lock);
+		/* the copy holds the writer lock to its end: it cannot be stopped halfway */
+		if (ret)
+			return -EBUSY;
+		a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_NOT_STARTED;
+		return 0;
+	case BTRFS_IOCTL_DEV_REPLACE_CMD_START:
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (!c->sys_admin)
+		return -EPERM;
+	ret = writable(mc);
+	if (ret)
+		return ret;
+	a->start.srcdev_name[sizeof(a->start.srcdev_name) - 1] = 0;
+	a->start.tgtdev_name[sizeof(a->start.tgtdev_name) - 1] = 0;
+	if (a->start.srcdevid) {
+		devid = a->start.srcdevid;
+	} else {
+		ret = devid_of(mc, (const char *)a->start.srcdev_name, &devid);
+		if (ret)
+			return ret;
+	}
+	pthread_mutex_lock(&rep.lock);
+	if (rep.running) {
+		pthread_mutex_unlock(&rep.lock);
+		a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_ALREADY_STARTED;
+		return 0;
+	}
+	rep.running = true;
+	rep.state = BTRFS_IOCTL_DEV_REPLACE_STATE_STARTED;
+	rep.started = (uint64_t)time(NULL);
+	rep.stopped = 0;
+	pthread_mutex_unlock(&rep.lock);
+	/* the kernel's ioctl overwrites the target; btrfs-progs (and ubtrfs replace) ask for -f before */
+	ret = ub_engine_device_replace(mc->e, devid, (const char *)a->start.tgtdev_name, true);
+	pthread_mutex_lock(&rep.lock);
+	rep.running = false;
+	rep.state = ret ? BTRFS_IOCTL_DEV_REPLACE_STATE_CANCELED : BTRFS_IOCTL_DEV_REPLACE_STATE_FINISHED;
+	rep.stopped = (uint64_t)time(NULL);
+	pthread_mutex_unlock(&rep.lock);
+	a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_NO_ERROR;
+	if (ret == -EINVAL || ret == -ENOSPC || ret == -EEXIST || ret == -ENOENT || ret == -EBUSY || ret == -EACCES)
 		return ret == -ENOENT ? -ENODEV : ret;
 	return ret ? failed(mc, ret) : 0;
 }

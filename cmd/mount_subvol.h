@@ -50,6 +50,13 @@ int mount_subvol_setflags(struct mount_ctx *mc, const struct mount_ioctl_caller 
  */
 struct btrfs_ioctl_balance_args;
 int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_balance_args *a);
+/*
+ * BTRFS_IOC_DEV_REPLACE: start (the whole copy before the reply, as the
+ * kernel's ioctl), status (this mount's last replace), cancel (none running:
+ * NOT_STARTED; a running copy cannot be stopped: EBUSY)
+ */
+struct btrfs_ioctl_dev_replace_args;
+int mount_dev_replace(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_dev_replace_args *a);
 /* BTRFS_IOC_BALANCE_CTL: pause or cancel the running balance (waits for it to stop), or cancel a paused one */
 int mount_balance_ctl(struct mount_ctx *mc, const struct mount_ioctl_caller *c, int cmd);
 /* BTRFS_IOC_BALANCE_PROGRESS: the running balance's state and counts, a paused one's; -ENOTCONN none */
