@@ -116,3 +116,59 @@ def test_offline_resume_of_kernel_pause(scratch):
     assert cp.returncode == 2 and "Not in progress" in cp.stderr.decode(), T.describe(cp)
     _check_clean(imgs)
     _same_view(before, _view(imgs, scratch))
+
+
+def test_online_pause_while_running(scratch):
+    """On a ubtrfs mount a running balance reports itself running, pauses on `balance pause`
+    (the start answers "balance paused by user", exit 1), is then paused with its counts, and
+    resumes to the end; btrfs check is clean and the kernel shows the files as written."""
+    import hashlib
+    import random
+    import subprocess
+    import time
+
+    src = os.path.join(scratch, "src")
+    os.makedirs(src)
+    rng = random.Random(34)
+    files = {}
+    for i in range(100):
+        data = rng.randbytes(1000000)
+        with open(os.path.join(src, "f%d" % i), "wb") as f:
+            f.write(data)
+        files["/f%d" % i] = (len(data), hashlib.sha256(data).hexdigest())
+    img = os.path.join(scratch, "img")
+    with open(img, "wb") as f:
+        f.truncate(1024 * MiB)
+    # mkfs --rootdir lays the data in small groups: a balance of ~15 groups, each a pause point
+    T.run(["mkfs.btrfs", "-q", "-f", "--rootdir", src, img])
+    T.rmtree(src)
+    um = os.path.join(scratch, "um")
+    with fuse_mounted(T.ubtrfs_binary(), [img], um, options="rw"):
+        for attempt in range(3):
+            start = subprocess.Popen([T.ubtrfs_binary(), "balance", "start", um],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 60
+            running = False
+            while not running and start.poll() is None and time.monotonic() < deadline:
+                st = T.ubtrfs("balance", "status", um)
+                running = st.returncode == 1 and "is running" in st.stdout.decode()
+            pause = T.ubtrfs("balance", "pause", um) if running else None
+            out, err = start.communicate(timeout=120)
+            if pause is not None and pause.returncode == 0 and b"paused by user" in err:
+                break
+            # the balance ended before the pause reached it: another one, as long
+            assert start.returncode == 0, (out, err)
+        else:
+            raise AssertionError("no balance could be paused in three tries")
+        assert start.returncode == 1, (out, err)
+        st = T.ubtrfs("balance", "status", um)
+        m = re.search(r"(\d+) out of about (\d+) chunks balanced", st.stdout.decode())
+        assert st.returncode == 1 and "is paused" in st.stdout.decode() and m, T.describe(st)
+        assert 0 < int(m.group(1)) < int(m.group(2)), st.stdout.decode()
+        cp = T.ubtrfs("balance", "resume", um)
+        assert cp.returncode == 0 and "Done" in cp.stdout.decode(), T.describe(cp)
+        st = T.ubtrfs("balance", "status", um)
+        assert st.returncode == 0, T.describe(st)
+    _check_clean([img])
+    view = _view([img], scratch)
+    assert {p: tuple(h) for p, h in view.hashes.items()} == files
