@@ -524,6 +524,7 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t stopped;
 	bool running, pause_req, cancel_req;
+	bool closing;                   /* the unmount: the running balance pauses, none starts */
 	struct ub_balance asked;        /* the running balance's flags and filters (a resume: zero) */
 	struct ub_balance_progress pr;  /* the running balance's counts, or the last one's */
 } bal = { .lock = PTHREAD_MUTEX_INITIALIZER, .stopped = PTHREAD_COND_INITIALIZER };
@@ -534,7 +535,7 @@ static int bal_progress(void *arg, const struct ub_balance_progress *p)
 
 	pthread_mutex_lock(&bal.lock);
 	bal.pr = *p;
-	stop = bal.pause_req || bal.cancel_req;
+	stop = bal.pause_req || bal.cancel_req || bal.closing;
 	pthread_mutex_unlock(&bal.lock);
 	return stop;
 }
@@ -565,6 +566,10 @@ int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, stru
 	b.meta = a->meta;
 	b.sys = a->sys;
 	pthread_mutex_lock(&bal.lock);
+	if (bal.closing) {
+		pthread_mutex_unlock(&bal.lock);
+		return -ESHUTDOWN;
+	}
 	if (bal.running) {
 		pthread_mutex_unlock(&bal.lock);
 		return -EINPROGRESS; /* the kernel's answer while a balance runs */
@@ -585,7 +590,7 @@ int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, stru
 		ret = ub_engine_balance(mc->e, &b, bal_progress, NULL, &p);
 	}
 	pthread_mutex_lock(&bal.lock);
-	pause = bal.pause_req && ret == -ECANCELED;
+	pause = (bal.pause_req || bal.closing) && ret == -ECANCELED;
 	cancel = bal.cancel_req && ret == -ECANCELED;
 	pthread_mutex_unlock(&bal.lock);
 	/* a cancel stops the balance as a pause does, then drops its item */
@@ -617,6 +622,46 @@ int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, stru
 	    ret == -EINPROGRESS)
 		return ret;
 	return ret ? failed(mc, ret) : 0;
+}
+
+/* The mount's own resume of a paused balance (the kernel's btrfs_resume_balance_async). */
+static pthread_t resumer;
+static bool resumer_started;
+
+static void *resume_thread(void *arg)
+{
+	struct mount_ctx *mc = arg;
+	struct mount_ioctl_caller root = { .sys_admin = true };
+	struct btrfs_ioctl_balance_args a;
+	int ret;
+
+	memset(&a, 0, sizeof(a));
+	a.flags = BTRFS_BALANCE_RESUME;
+	ub_logf(ub_fs_log(mc->fs), UB_LOG_INFO, "balance: resuming the paused balance (skip_balance leaves it paused)");
+	ret = mount_balance(mc, &root, &a);
+	if (ret && ret != -ENOTCONN && ret != -ESHUTDOWN)
+		ub_err(ub_fs_log(mc->fs), "balance: the resumed balance stopped: %s", strerror(-ret));
+	else if (!ret && !(a.state & BTRFS_BALANCE_STATE_PAUSE_REQ))
+		ub_logf(ub_fs_log(mc->fs), UB_LOG_INFO, "balance: done, %llu of %llu chunks relocated",
+			(unsigned long long)a.stat.completed, (unsigned long long)a.stat.considered);
+	return NULL;
+}
+
+void mount_balance_resume_start(struct mount_ctx *mc)
+{
+	if (!mc->e || writable(mc) || ub_engine_balance_item(mc->e, NULL) != 0)
+		return;
+	resumer_started = pthread_create(&resumer, NULL, resume_thread, mc) == 0;
+}
+
+void mount_balance_resume_stop(struct mount_ctx *mc)
+{
+	pthread_mutex_lock(&bal.lock);
+	bal.closing = true;
+	pthread_mutex_unlock(&bal.lock);
+	if (resumer_started)
+		pthread_join(resumer, NULL);
+	resumer_started = false;
 }
 
 int mount_balance_ctl(struct mount_ctx *mc, const struct mount_ioctl_caller *c, int cmd)

@@ -57,6 +57,13 @@ int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, stru
  */
 struct btrfs_ioctl_dev_replace_args;
 int mount_dev_replace(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_dev_replace_args *a);
+/*
+ * At mount: a paused balance (its item on the disk) resumed by a thread of
+ * its own; at the unmount that balance is paused and the thread joined. Both
+ * do nothing when there is no such balance.
+ */
+void mount_balance_resume_start(struct mount_ctx *mc);
+void mount_balance_resume_stop(struct mount_ctx *mc);
 /* BTRFS_IOC_BALANCE_CTL: pause or cancel the running balance (waits for it to stop), or cancel a paused one */
 int mount_balance_ctl(struct mount_ctx *mc, const struct mount_ioctl_caller *c, int cmd);
 /* BTRFS_IOC_BALANCE_PROGRESS: the running balance's state and counts, a paused one's; -ENOTCONN none */

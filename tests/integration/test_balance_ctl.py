@@ -70,7 +70,7 @@ def test_kernel_pause_ubtrfs_resumes_and_cancels(scratch):
 
     um = os.path.join(scratch, "um")
     log = []  # the refused start is said in the daemon's log
-    with fuse_mounted(T.ubtrfs_binary(), imgs, um, options="rw", log=log):
+    with fuse_mounted(T.ubtrfs_binary(), imgs, um, options="rw,skip_balance", log=log):
         st = T.ubtrfs("balance", "status", um)
         assert st.returncode == 1 and "Balance on '%s' is paused" % um in st.stdout.decode(), T.describe(st)
         cp = T.ubtrfs("balance", "start", um)
@@ -87,6 +87,24 @@ def test_kernel_pause_ubtrfs_resumes_and_cancels(scratch):
     assert errors == ["ubtrfs: error: balance: a paused balance exists; resume or cancel it first"], log
     _check_clean(imgs)
     _same_view(before, _view(imgs, scratch))
+
+    # paused by the kernel again: a ubtrfs mount without skip_balance resumes it by itself, as the
+    # kernel's mount does, and it ends (no item left)
+    import time
+    _kernel_paused(imgs, os.path.join(scratch, "kmnt"))
+    with fuse_mounted(T.ubtrfs_binary(), imgs, um, options="rw"):
+        deadline = time.monotonic() + 120
+        while True:
+            st = T.ubtrfs("balance", "status", um)
+            if st.returncode == 0:
+                break
+            assert st.returncode == 1 and time.monotonic() < deadline, T.describe(st)
+            time.sleep(0.05)
+        assert "No balance found" in st.stdout.decode(), T.describe(st)
+    _check_clean(imgs)
+    _same_view(before, _view(imgs, scratch))
+    st = T.ubtrfs("balance", "status", *imgs)
+    assert st.returncode == 0, T.describe(st)
 
     # paused by the kernel once more; dropped offline
     _kernel_paused(imgs, os.path.join(scratch, "kmnt"))
