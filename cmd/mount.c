@@ -16,6 +16,7 @@
 #include <sys/sysmacros.h>
 #include "cmd.h"
 #include "mount.h"
+#include "mount_subvol.h"
 #include "mount_scrub.h"
 #include "ubtrfs/devinfo.h"
 #include "ubtrfs/engine.h"
@@ -52,7 +53,9 @@ static const char mount_help[] =
 	"                     unless asked; root only)\n"
 	"       dirty=SIZE    dirty metadata a transaction may hold before it commits (default 64M)\n"
 	"       nologreplay   ignore the fsync log tree (read-only only)\n"
-	"       degraded      mount even with devices missing (read-only only)\n"
+	"       degraded      mount even with devices missing (writes leave them out)\n"
+	"       skip_balance  leave a paused or interrupted balance paused (else the mount\n"
+	"                     resumes it in the background, as the kernel does)\n"
 	"       generation=N  mount the older root of generation N (a backup root; as --generation;\n"
 	"                     read-only)\n"
 	"       usebackuproot if the current root cannot be read, the newest backup root that can\n"
@@ -383,7 +386,12 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 	if (ra)
 		start_readahead(canon ? canon : mnt, ra, verbosity);
 	committer_start(&cm, mc);
+	/* a balance the last session (or the kernel) left paused goes on, as the kernel's mount resumes it */
+	if (mc->e && !mo->skip_balance)
+		mount_balance_resume_start(mc);
 	ret = fuse_session_loop_mt(se, &cfg) ? EXIT_FATAL : EXIT_OK;
+	/* and pauses at the unmount (its item stays for the next mount), as the kernel's does */
+	mount_balance_resume_stop(mc);
 	committer_stop(&cm);
 	/*
 	 * The session's destroy committed; a loop that ended otherwise (a signal)
@@ -449,7 +457,7 @@ int cmd_mount(int argc, char **argv)
 	char **absdevs = calloc((size_t)ndevs + 1, sizeof(*absdevs));
 	/* what only a read-only open gives: an older root, the log left alone, devices missing */
 	const char *ro_only = fo.root_generation ? "generation" : fo.root_bytenr ? "root" : fo.backup ? "usebackuproot"
-			      : fo.no_log ? "nologreplay" : mo.degraded ? "degraded" : oa.super_mirror >= 0 ? "--super"
+			      : fo.no_log ? "nologreplay" : oa.super_mirror >= 0 ? "--super"
 			      : NULL;
 
 	if (!absdevs) {
@@ -482,6 +490,8 @@ int cmd_mount(int argc, char **argv)
 		if (!ret)
 			ret = check_devices(mc.fs, mo.degraded);
 	} else {
+		/* devices missing: the engine writes around them (every chunk must still read), as the kernel's degraded */
+		oa.degraded = mo.degraded;
 		ret = open_engine_with(&oa, devs, ndevs, &log, &mc.e);
 		if (!ret) {
 			uint64_t gone = 0;

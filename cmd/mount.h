@@ -18,6 +18,7 @@ struct mount_opts {
 	uint64_t subvolid;   /* -o subvolid=N, 0 if not given */
 	bool nologreplay;
 	bool degraded;
+	bool skip_balance;    /* -o skip_balance: a paused balance stays paused (else the mount resumes it) */
 	uint64_t cache_bytes; /* -o cache=SIZE, 0 if not given */
 	uint64_t generation;  /* -o generation=N: the older root of a backup slot (as --generation), 0 if not given */
 	bool usebackuproot;   /* -o usebackuproot (or rescue=usebackuproot): as --backup */

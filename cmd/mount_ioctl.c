@@ -667,10 +667,50 @@ static int subvol_ioctl(fuse_req_t req, struct mount_ctx *mc, fuse_ino_t ino, un
 		fuse_reply_ioctl(req, 0, &a, sizeof(a));
 		return 0;
 	}
-	case BTRFS_IOC_BALANCE_PROGRESS:
-	case BTRFS_IOC_BALANCE_CTL:
-		/* no balance runs in the background: each one is done before its ioctl returns */
-		return -ENOTCONN;
+	case BTRFS_IOC_DEV_REPLACE: {
+		struct btrfs_ioctl_dev_replace_args *a;
+
+		if (in_bufsz < sizeof(*a) || out_bufsz < sizeof(*a))
+			return -EINVAL;
+		a = malloc(sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		memcpy(a, in_buf, sizeof(*a));
+		caller_of(req, &k);
+		ret = mount_dev_replace(mc, &k.c, a);
+		if (!ret)
+			fuse_reply_ioctl(req, 0, a, sizeof(*a));
+		free(a);
+		return ret;
+	}
+	case BTRFS_IOC_BALANCE_PROGRESS: {
+		struct btrfs_ioctl_balance_args *a;
+
+		if (out_bufsz < sizeof(*a))
+			return -EINVAL;
+		a = malloc(sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		ret = mount_balance_progress(mc, a);
+		if (!ret)
+			fuse_reply_ioctl(req, 0, a, sizeof(*a));
+		free(a);
+		return ret;
+	}
+	case BTRFS_IOC_BALANCE_CTL: {
+		/* the kernel's takes the int as the argument itself; through FUSE it comes by address */
+		int ctl;
+
+		if (in_bufsz < sizeof(ctl))
+			return -EINVAL;
+		memcpy(&ctl, in_buf, sizeof(ctl));
+		caller_of(req, &k);
+		ret = mount_balance_ctl(mc, &k.c, ctl);
+		if (ret)
+			return ret;
+		fuse_reply_ioctl(req, 0, NULL, 0);
+		return 0;
+	}
 	case BTRFS_IOC_ADD_DEV:
 	case BTRFS_IOC_RM_DEV: {
 		struct btrfs_ioctl_vol_args va;

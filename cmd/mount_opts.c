@@ -14,7 +14,7 @@
 static const char *const harmless[] = { "defaults", "ssd", "nossd", "ssd_spread", "nossd_spread", "noautodefrag",
 					"space_cache=v2", "nodiscard", "datacow", "datasum", "norecovery", "exec",
 					"async", "nobarrier", "barrier", "flushoncommit",
-					"noflushoncommit", "skip_balance", NULL };
+					"noflushoncommit", NULL };
 /* Options the kernel's btrfs takes that this mount does not do: refused with a reason. */
 static const struct {
 	const char *opt, *why;
@@ -136,6 +136,10 @@ static int one_opt(struct mount_opts *mo, char *opt)
 	}
 	if (!val && !strcmp(opt, "nologreplay")) {
 		mo->nologreplay = true;
+		return 0;
+	}
+	if (!val && !strcmp(opt, "skip_balance")) {
+		mo->skip_balance = true;
 		return 0;
 	}
 	if (!val && !strcmp(opt, "degraded")) {

@@ -9,10 +9,13 @@
  * ioctls commit (a snapshot commits inside the library).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include "mount.h"
 #include "mount_subvol.h"
 #include "ubtrfs/balance.h"
@@ -512,34 +515,219 @@ int mount_set_label(struct mount_ctx *mc, const struct mount_ioctl_caller *c, co
 
 /* ---- balance and resize (docs/balance.md) ---- */
 
+/*
+ * The balance this mount runs, for BALANCE_PROGRESS and BALANCE_CTL, which
+ * come on other FUSE threads while BALANCE_V2 waits for it. One daemon serves
+ * one mount, so the state is the process's.
+ */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t stopped;
+	bool running, pause_req, cancel_req;
+	bool closing;                   /* the unmount: the running balance pauses, none starts */
+	struct ub_balance asked;        /* the running balance's flags and filters (a resume: zero) */
+	struct ub_balance_progress pr;  /* the running balance's counts, or the last one's */
+} bal = { .lock = PTHREAD_MUTEX_INITIALIZER, .stopped = PTHREAD_COND_INITIALIZER };
+
+static int bal_progress(void *arg, const struct ub_balance_progress *p)
+{
+	int stop;
+
+	pthread_mutex_lock(&bal.lock);
+	bal.pr = *p;
+	stop = bal.pause_req || bal.cancel_req || bal.closing;
+	pthread_mutex_unlock(&bal.lock);
+	return stop;
+}
+
+static void bal_args_out(struct btrfs_ioctl_balance_args *a, const struct ub_balance *b)
+{
+	a->flags = b->flags;
+	a->data = b->data;
+	a->meta = b->meta;
+	a->sys = b->sys;
+}
+
 int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_balance_args *a)
 {
 	struct ub_balance b;
 	struct ub_balance_progress p = { 0 };
+	bool resume = a->flags & BTRFS_BALANCE_RESUME, pause, cancel;
 	int ret;
 
 	if (!c->sys_admin)
 		return -EPERM;
-	/* nothing paused to resume: no balance item is kept */
-	if (a->flags & BTRFS_BALANCE_RESUME)
-		return -ENOTCONN;
 	ret = writable(mc);
 	if (ret)
 		return ret;
 	memset(&b, 0, sizeof(b));
-	b.flags = a->flags;
+	b.flags = a->flags & ~(uint64_t)BTRFS_BALANCE_RESUME;
 	b.data = a->data;
 	b.meta = a->meta;
 	b.sys = a->sys;
-	ret = ub_engine_balance(mc->e, &b, NULL, NULL, &p);
+	pthread_mutex_lock(&bal.lock);
+	if (bal.closing) {
+		pthread_mutex_unlock(&bal.lock);
+		return -ESHUTDOWN;
+	}
+	if (bal.running) {
+		pthread_mutex_unlock(&bal.lock);
+		return -EINPROGRESS; /* the kernel's answer while a balance runs */
+	}
+	bal.running = true;
+	bal.pause_req = bal.cancel_req = false;
+	bal.asked = resume ? (struct ub_balance){ 0 } : b;
+	memset(&bal.pr, 0, sizeof(bal.pr));
+	pthread_mutex_unlock(&bal.lock);
+	if (resume) {
+		if (ub_engine_balance_item(mc->e, &b) == 0) {
+			pthread_mutex_lock(&bal.lock);
+			bal.asked = b;
+			pthread_mutex_unlock(&bal.lock);
+		}
+		ret = ub_engine_balance_resume(mc->e, bal_progress, NULL, &p);
+	} else {
+		ret = ub_engine_balance(mc->e, &b, bal_progress, NULL, &p);
+	}
+	pthread_mutex_lock(&bal.lock);
+	pause = (bal.pause_req || bal.closing) && ret == -ECANCELED;
+	cancel = bal.cancel_req && ret == -ECANCELED;
+	pthread_mutex_unlock(&bal.lock);
+	/* a cancel stops the balance as a pause does, then drops its item */
+	if (cancel) {
+		int cret = ub_engine_balance_cancel(mc->e);
+
+		if (cret && cret != -ENOTCONN)
+			ret = cret;
+	}
+	pthread_mutex_lock(&bal.lock);
+	bal.running = false;
+	bal.pr = p;
+	pthread_cond_broadcast(&bal.stopped);
+	pthread_mutex_unlock(&bal.lock);
+	bal_args_out(a, &b);
 	a->stat.expected = p.expected;
 	a->stat.considered = p.considered;
 	a->stat.completed = p.completed;
-	a->state = 0;
+	/*
+	 * The kernel answers a paused or cancelled balance with ECANCELED and the
+	 * counts; a FUSE reply carries data or an error, not both, so it is 0
+	 * with the request's bit in state (ubtrfs balance reads it).
+	 */
+	a->state = (pause ? BTRFS_BALANCE_STATE_PAUSE_REQ : 0) | (cancel ? BTRFS_BALANCE_STATE_CANCEL_REQ : 0);
+	if (ret == -ECANCELED && (pause || cancel))
+		return 0;
 	/* refusals before a change, and no room, leave the mount as it was */
-	if (ret == -EINVAL || ret == -ENOSPC || ret == -ECANCELED || ret == -ENOENT)
+	if (ret == -EINVAL || ret == -ENOSPC || ret == -ECANCELED || ret == -ENOENT || ret == -ENOTCONN ||
+	    ret == -EINPROGRESS)
 		return ret;
 	return ret ? failed(mc, ret) : 0;
+}
+
+/* The mount's own resume of a paused balance (the kernel's btrfs_resume_balance_async). */
+static pthread_t resumer;
+static bool resumer_started;
+
+static void *resume_thread(void *arg)
+{
+	struct mount_ctx *mc = arg;
+	struct mount_ioctl_caller root = { .sys_admin = true };
+	struct btrfs_ioctl_balance_args a;
+	int ret;
+
+	memset(&a, 0, sizeof(a));
+	a.flags = BTRFS_BALANCE_RESUME;
+	ub_logf(ub_fs_log(mc->fs), UB_LOG_INFO, "balance: resuming the paused balance (skip_balance leaves it paused)");
+	ret = mount_balance(mc, &root, &a);
+	if (ret && ret != -ENOTCONN && ret != -ESHUTDOWN)
+		ub_err(ub_fs_log(mc->fs), "balance: the resumed balance stopped: %s", strerror(-ret));
+	else if (!ret && !(a.state & BTRFS_BALANCE_STATE_PAUSE_REQ))
+		ub_logf(ub_fs_log(mc->fs), UB_LOG_INFO, "balance: done, %llu of %llu chunks relocated",
+			(unsigned long long)a.stat.completed, (unsigned long long)a.stat.considered);
+	return NULL;
+}
+
+void mount_balance_resume_start(struct mount_ctx *mc)
+{
+	if (!mc->e || writable(mc) || ub_engine_balance_item(mc->e, NULL) != 0)
+		return;
+	resumer_started = pthread_create(&resumer, NULL, resume_thread, mc) == 0;
+}
+
+void mount_balance_resume_stop(struct mount_ctx *mc)
+{
+	pthread_mutex_lock(&bal.lock);
+	bal.closing = true;
+	pthread_mutex_unlock(&bal.lock);
+	if (resumer_started)
+		pthread_join(resumer, NULL);
+	resumer_started = false;
+}
+
+int mount_balance_ctl(struct mount_ctx *mc, const struct mount_ioctl_caller *c, int cmd)
+{
+	int ret;
+
+	if (!c->sys_admin)
+		return -EPERM;
+	if (cmd != BTRFS_BALANCE_CTL_PAUSE && cmd != BTRFS_BALANCE_CTL_CANCEL)
+		return -EINVAL;
+	pthread_mutex_lock(&bal.lock);
+	if (bal.running) {
+		/* as the kernel: the request is seen between two groups, and the answer waits for the stop */
+		if (cmd == BTRFS_BALANCE_CTL_PAUSE)
+			bal.pause_req = true;
+		else
+			bal.cancel_req = true;
+		while (bal.running)
+			pthread_cond_wait(&bal.stopped, &bal.lock);
+		pthread_mutex_unlock(&bal.lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&bal.lock);
+	if (cmd == BTRFS_BALANCE_CTL_PAUSE || !mc->e)
+		return -ENOTCONN;
+	/* a paused balance (this mount's, or found on the disk): its item dropped */
+	ret = writable(mc);
+	if (ret)
+		return ret;
+	ret = ub_engine_balance_cancel(mc->e);
+	return ret == -ENOTCONN || ret == -EUCLEAN ? ret : ret ? failed(mc, ret) : 0;
+}
+
+int mount_balance_progress(struct mount_ctx *mc, struct btrfs_ioctl_balance_args *a)
+{
+	struct ub_balance_progress pr;
+	struct ub_balance b;
+	int ret;
+
+	memset(a, 0, sizeof(*a));
+	pthread_mutex_lock(&bal.lock);
+	if (bal.running) {
+		a->state = BTRFS_BALANCE_STATE_RUNNING | (bal.pause_req ? BTRFS_BALANCE_STATE_PAUSE_REQ : 0) |
+			   (bal.cancel_req ? BTRFS_BALANCE_STATE_CANCEL_REQ : 0);
+		bal_args_out(a, &bal.asked);
+		a->stat.expected = bal.pr.expected;
+		a->stat.considered = bal.pr.considered;
+		a->stat.completed = bal.pr.completed;
+		pthread_mutex_unlock(&bal.lock);
+		return 0;
+	}
+	pr = bal.pr;
+	pthread_mutex_unlock(&bal.lock);
+	/* not running: paused when the balance item is there (a pause here, or one the mount found) */
+	if (!mc->e)
+		return -ENOTCONN;
+	ret = ub_engine_balance_item(mc->e, &b);
+	if (ret == -ENOENT)
+		return -ENOTCONN;
+	if (ret)
+		return ret;
+	bal_args_out(a, &b);
+	a->stat.expected = pr.expected;
+	a->stat.considered = pr.considered;
+	a->stat.completed = pr.completed;
+	return 0;
 }
 
 int mount_resize(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *spec)
@@ -615,6 +803,34 @@ int mount_device_add(struct mount_ctx *mc, const struct mount_ioctl_caller *c, c
 	return ret ? failed(mc, ret) : 0;
 }
 
+/* A device of this filesystem by path ("missing": 0, the one not there): -ENODEV when none is. */
+static int devid_of(struct mount_ctx *mc, const char *name, uint64_t *devid)
+{
+	struct ub_device_info *devs = NULL;
+	char *want;
+	int n = 0, ret;
+
+	if (!strcmp(name, "missing")) {
+		*devid = 0;
+		return 0;
+	}
+	want = realpath(name, NULL);
+	ret = ub_volume_list_devices(ub_fs_volume(mc->fs), &devs, &n);
+	*devid = UINT64_MAX;
+	for (int i = 0; !ret && want && i < n; i++) {
+		char *have = devs[i].path ? realpath(devs[i].path, NULL) : NULL;
+
+		if (have && !strcmp(have, want))
+			*devid = devs[i].devid;
+		free(have);
+	}
+	free(devs);
+	free(want);
+	if (ret)
+		return sv_errno(ret);
+	return *devid == UINT64_MAX ? -ENODEV : 0;
+}
+
 int mount_device_remove(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uint64_t devid, const char *name)
 {
 	int ret;
@@ -624,31 +840,90 @@ int mount_device_remove(struct mount_ctx *mc, const struct mount_ioctl_caller *c
 	ret = writable(mc);
 	if (ret)
 		return ret;
-	if (name && strcmp(name, "missing")) {
-		struct ub_device_info *devs = NULL;
-		char *want = realpath(name, NULL);
-		int n = 0;
-
-		ret = ub_volume_list_devices(ub_fs_volume(mc->fs), &devs, &n);
-		devid = UINT64_MAX;
-		for (int i = 0; !ret && want && i < n; i++) {
-			char *have = devs[i].path ? realpath(devs[i].path, NULL) : NULL;
-
-			if (have && !strcmp(have, want))
-				devid = devs[i].devid;
-			free(have);
-		}
-		free(devs);
-		free(want);
+	if (name) {
+		ret = devid_of(mc, name, &devid);
 		if (ret)
-			return sv_errno(ret);
-		if (devid == UINT64_MAX)
-			return -ENODEV;
-	} else if (name) {
-		devid = 0; /* missing */
+			return ret;
 	}
 	ret = ub_engine_device_remove(mc->e, devid, NULL, NULL, NULL);
 	if (ret == -EINVAL || ret == -ENOSPC || ret == -ENOENT)
+		return ret == -ENOENT ? -ENODEV : ret;
+	return ret ? failed(mc, ret) : 0;
+}
+
+/* The replace this mount ran or runs, for DEV_REPLACE's status from other threads. */
+static struct {
+	pthread_mutex_t lock;
+	bool running;
+	uint64_t state, started, stopped;
+} rep = { .lock = PTHREAD_MUTEX_INITIALIZER, .state = BTRFS_IOCTL_DEV_REPLACE_STATE_NEVER_STARTED };
+
+int mount_dev_replace(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_dev_replace_args *a)
+{
+	uint64_t devid;
+	int ret;
+
+	switch (a->cmd) {
+	case BTRFS_IOCTL_DEV_REPLACE_CMD_STATUS:
+		pthread_mutex_lock(&rep.lock);
+		memset(&a->status, 0, sizeof(a->status));
+		a->status.replace_state = rep.state;
+		a->status.progress_1000 = rep.state == BTRFS_IOCTL_DEV_REPLACE_STATE_FINISHED ? 1000 : 0;
+		a->status.time_started = rep.started;
+		a->status.time_stopped = rep.stopped;
+		pthread_mutex_unlock(&rep.lock);
+		a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_NO_ERROR;
+		return 0;
+	case BTRFS_IOCTL_DEV_REPLACE_CMD_CANCEL:
+		if (!c->sys_admin)
+			return -EPERM;
+		pthread_mutex_lock(&rep.lock);
+		ret = rep.running;
+		pthread_mutex_unlock(&rep.lock);
+		/* the copy holds the writer lock to its end: it cannot be stopped halfway */
+		if (ret)
+			return -EBUSY;
+		a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_NOT_STARTED;
+		return 0;
+	case BTRFS_IOCTL_DEV_REPLACE_CMD_START:
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (!c->sys_admin)
+		return -EPERM;
+	ret = writable(mc);
+	if (ret)
+		return ret;
+	a->start.srcdev_name[sizeof(a->start.srcdev_name) - 1] = 0;
+	a->start.tgtdev_name[sizeof(a->start.tgtdev_name) - 1] = 0;
+	if (a->start.srcdevid) {
+		devid = a->start.srcdevid;
+	} else {
+		ret = devid_of(mc, (const char *)a->start.srcdev_name, &devid);
+		if (ret)
+			return ret;
+	}
+	pthread_mutex_lock(&rep.lock);
+	if (rep.running) {
+		pthread_mutex_unlock(&rep.lock);
+		a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_ALREADY_STARTED;
+		return 0;
+	}
+	rep.running = true;
+	rep.state = BTRFS_IOCTL_DEV_REPLACE_STATE_STARTED;
+	rep.started = (uint64_t)time(NULL);
+	rep.stopped = 0;
+	pthread_mutex_unlock(&rep.lock);
+	/* the kernel's ioctl overwrites the target; btrfs-progs (and ubtrfs replace) ask for -f before */
+	ret = ub_engine_device_replace(mc->e, devid, (const char *)a->start.tgtdev_name, true);
+	pthread_mutex_lock(&rep.lock);
+	rep.running = false;
+	rep.state = ret ? BTRFS_IOCTL_DEV_REPLACE_STATE_CANCELED : BTRFS_IOCTL_DEV_REPLACE_STATE_FINISHED;
+	rep.stopped = (uint64_t)time(NULL);
+	pthread_mutex_unlock(&rep.lock);
+	a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_NO_ERROR;
+	if (ret == -EINVAL || ret == -ENOSPC || ret == -EEXIST || ret == -ENOENT || ret == -EBUSY || ret == -EACCES)
 		return ret == -ENOENT ? -ENODEV : ret;
 	return ret ? failed(mc, ret) : 0;
 }

@@ -43,9 +43,31 @@ int mount_subvol_destroy_id(struct mount_ctx *mc, const struct mount_ioctl_calle
 int mount_set_default_subvol(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uint64_t id);
 /* BTRFS_IOC_SUBVOL_SETFLAGS on node (BTRFS_SUBVOL_RDONLY) */
 int mount_subvol_setflags(struct mount_ctx *mc, const struct mount_ioctl_caller *c, uint64_t node, uint64_t flags);
-/* BTRFS_IOC_BALANCE_V2: the balance asked, done before the reply (its counts in a->stat) */
+/*
+ * BTRFS_IOC_BALANCE_V2: the balance asked (or, with BTRFS_BALANCE_RESUME, the
+ * paused one), done before the reply (its counts in a->stat); paused or
+ * cancelled meanwhile: 0 with BTRFS_BALANCE_STATE_PAUSE_REQ/CANCEL_REQ in a->state
+ */
 struct btrfs_ioctl_balance_args;
 int mount_balance(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_balance_args *a);
+/*
+ * BTRFS_IOC_DEV_REPLACE: start (the whole copy before the reply, as the
+ * kernel's ioctl), status (this mount's last replace), cancel (none running:
+ * NOT_STARTED; a running copy cannot be stopped: EBUSY)
+ */
+struct btrfs_ioctl_dev_replace_args;
+int mount_dev_replace(struct mount_ctx *mc, const struct mount_ioctl_caller *c, struct btrfs_ioctl_dev_replace_args *a);
+/*
+ * At mount: a paused balance (its item on the disk) resumed by a thread of
+ * its own; at the unmount that balance is paused and the thread joined. Both
+ * do nothing when there is no such balance.
+ */
+void mount_balance_resume_start(struct mount_ctx *mc);
+void mount_balance_resume_stop(struct mount_ctx *mc);
+/* BTRFS_IOC_BALANCE_CTL: pause or cancel the running balance (waits for it to stop), or cancel a paused one */
+int mount_balance_ctl(struct mount_ctx *mc, const struct mount_ioctl_caller *c, int cmd);
+/* BTRFS_IOC_BALANCE_PROGRESS: the running balance's state and counts, a paused one's; -ENOTCONN none */
+int mount_balance_progress(struct mount_ctx *mc, struct btrfs_ioctl_balance_args *a);
 /* BTRFS_IOC_RESIZE: "[devid:][+|-]size[kmgtpe]|[devid:]max" */
 int mount_resize(struct mount_ctx *mc, const struct mount_ioctl_caller *c, const char *spec);
 /* BTRFS_IOC_ADD_DEV: the device at `path` added */

@@ -82,7 +82,22 @@ static int start_online(const char *mnt, const char *src, const char *dst, bool 
 	else
 		snprintf((char *)a.start.srcdev_name, sizeof(a.start.srcdev_name), "%s", src);
 	snprintf((char *)a.start.tgtdev_name, sizeof(a.start.tgtdev_name), "%s", dst);
-	(void)force;
+	/* as btrfs-progs: a target holding a btrfs filesystem needs -f (the kernel's ioctl overwrites it) */
+	if (!force) {
+		char magic[8];
+		int tfd = open(dst, O_RDONLY);
+
+		if (tfd >= 0 && pread(tfd, magic, sizeof(magic), 65536 + 64) == (ssize_t)sizeof(magic) &&
+		    !memcmp(magic, "_BHRfS_M", sizeof(magic))) {
+			fprintf(stderr, "ERROR: %s appears to contain an existing filesystem (btrfs)\n"
+					"Use the -f option to force overwrite of %s\n", dst, dst);
+			close(tfd);
+			close(fd);
+			return EXIT_FATAL;
+		}
+		if (tfd >= 0)
+			close(tfd);
+	}
 	if (ioctl(fd, BTRFS_IOC_DEV_REPLACE, &a) < 0 || a.result != BTRFS_IOCTL_DEV_REPLACE_RESULT_NO_ERROR) {
 		fprintf(stderr, "ERROR: ioctl(DEV_REPLACE_START) on '%s' failed: %s (result %llu)\n", mnt, strerror(errno),
 			(unsigned long long)a.result);

@@ -16,6 +16,7 @@
 #define UBTRFS_BALANCE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <linux/btrfs.h>
 #include "ubtrfs/engine.h"
@@ -62,6 +63,29 @@ struct ub_balance_progress {
 int ub_engine_balance(struct ub_engine *e, const struct ub_balance *b,
 		      int (*progress)(void *arg, const struct ub_balance_progress *p), void *arg,
 		      struct ub_balance_progress *out);
+
+/*
+ * The balance item. ub_engine_balance writes it (the kernel's: BALANCE
+ * TEMPORARY_ITEM 0 in the root tree, the balance's flags and filters) and
+ * commits it before the first group moves, and deletes it with its last
+ * commit, but when `progress` stopped it: then the balance is paused, as the
+ * kernel's is, and the item waits for ub_engine_balance_resume (or the
+ * kernel's resume at mount) or ub_engine_balance_cancel. A crash leaves it
+ * too. While it is there ub_engine_balance refuses (-EINPROGRESS).
+ */
+/* The paused (or interrupted) balance: 0 and *b (may be NULL); -ENOENT none; -EUCLEAN a damaged item (said). */
+int ub_engine_balance_item(struct ub_engine *e, struct ub_balance *b);
+/*
+ * The balance the item holds, resumed as the kernel resumes one: a convert
+ * goes on in soft mode, a type without usage or convert filter takes
+ * usage=90. -ENOTCONN when there is none; else as ub_engine_balance.
+ */
+int ub_engine_balance_resume(struct ub_engine *e, int (*progress)(void *arg, const struct ub_balance_progress *p),
+			     void *arg, struct ub_balance_progress *out);
+/* The paused balance dropped: its item deleted and committed. -ENOTCONN when there is none. */
+int ub_engine_balance_cancel(struct ub_engine *e);
+/* A balance item's bytes (as a tree search gives them) decoded: 0, -EUCLEAN when too short. */
+int ub_balance_item_decode(const void *item, size_t size, struct ub_balance *b);
 
 /*
  * A device added (`path`: a block device or image file, at least 256 MiB):

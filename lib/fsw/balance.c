@@ -390,44 +390,232 @@ static void set_targets(struct ub_engine *e, const struct ub_balance *b, bool on
 	}
 }
 
-int ub_engine_balance(struct ub_engine *e, const struct ub_balance *req,
-		      int (*progress)(void *arg, const struct ub_balance_progress *p), void *arg,
-		      struct ub_balance_progress *out)
+/* ---- the balance item: the kernel's record of a balance under way (root tree) ---- */
+
+#define BI(field, p) UB_GET(btrfs_balance_item, field, p)
+#define BA(field, p) UB_GET(btrfs_disk_balance_args, field, p)
+#define BA_SET(field, p, v) UB_SET(btrfs_disk_balance_args, field, p, v)
+
+static const struct ub_key balance_key = { BTRFS_BALANCE_OBJECTID, BTRFS_TEMPORARY_ITEM_KEY, 0 };
+
+/*
+ * As the kernel converts them: usage and limit as the 64-bit words their
+ * unions are (usage_min/usage_max and limit_min/limit_max are their halves).
+ */
+static void args_to_disk(uint8_t *d, const struct btrfs_balance_args *a)
+{
+	memset(d, 0, sizeof(struct btrfs_disk_balance_args));
+	BA_SET(profiles, d, a->profiles);
+	BA_SET(usage, d, a->usage);
+	BA_SET(devid, d, a->devid);
+	BA_SET(pstart, d, a->pstart);
+	BA_SET(pend, d, a->pend);
+	BA_SET(vstart, d, a->vstart);
+	BA_SET(vend, d, a->vend);
+	BA_SET(target, d, a->target);
+	BA_SET(flags, d, a->flags);
+	BA_SET(limit, d, a->limit);
+	BA_SET(stripes_min, d, a->stripes_min);
+	BA_SET(stripes_max, d, a->stripes_max);
+}
+
+static void args_from_disk(struct btrfs_balance_args *a, const uint8_t *d)
+{
+	memset(a, 0, sizeof(*a));
+	a->profiles = BA(profiles, d);
+	a->usage = BA(usage, d);
+	a->devid = BA(devid, d);
+	a->pstart = BA(pstart, d);
+	a->pend = BA(pend, d);
+	a->vstart = BA(vstart, d);
+	a->vend = BA(vend, d);
+	a->target = BA(target, d);
+	a->flags = BA(flags, d);
+	a->limit = BA(limit, d);
+	a->stripes_min = BA(stripes_min, d);
+	a->stripes_max = BA(stripes_max, d);
+}
+
+int ub_balance_item_decode(const void *item, size_t size, struct ub_balance *b)
+{
+	const uint8_t *p = item;
+
+	if (!item || !b)
+		return -EINVAL;
+	memset(b, 0, sizeof(*b));
+	if (size < sizeof(struct btrfs_balance_item))
+		return -EUCLEAN;
+	b->flags = BI(flags, p) & (BTRFS_BALANCE_TYPE_MASK | BTRFS_BALANCE_FORCE);
+	args_from_disk(&b->data, UB_PTR(btrfs_balance_item, data, p));
+	args_from_disk(&b->meta, UB_PTR(btrfs_balance_item, meta, p));
+	args_from_disk(&b->sys, UB_PTR(btrfs_balance_item, sys, p));
+	return 0;
+}
+
+/* Under the writer lock: 0 and *b (may be NULL), -ENOENT when there is none, -EUCLEAN (said) when it is damaged. */
+static int item_read(struct ub_engine *e, struct ub_balance *b)
+{
+	struct ub_balance dummy;
+	struct ub_path p;
+	const uint8_t *d;
+	uint32_t size;
+	int ret;
+
+	ub_path_init(&p);
+	ret = ub_tree_lookup(&e->fs.tc, &e->fs.root_tree->root, &balance_key, &p, &d, &size);
+	if (ret == 0) {
+		ret = ub_balance_item_decode(d, size, b ? b : &dummy);
+		if (ret)
+			ub_err(&e->fs.log, "balance: the balance item of the root tree (BALANCE TEMPORARY_ITEM 0) is "
+			       "%u bytes, %zu expected", size, sizeof(struct btrfs_balance_item));
+	}
+	ub_path_release(&p);
+	return ret;
+}
+
+/* The item written as the kernel's insert_balance_item writes it (not committed: the caller does). */
+static int item_insert(struct ub_engine *e, const struct ub_balance *b)
+{
+	uint8_t item[sizeof(struct btrfs_balance_item)];
+	struct ub_txn *t;
+	int ret;
+
+	memset(item, 0, sizeof(item));
+	UB_SET(btrfs_balance_item, flags, item, b->flags);
+	args_to_disk(item + offsetof(struct btrfs_balance_item, data), &b->data);
+	args_to_disk(item + offsetof(struct btrfs_balance_item, meta), &b->meta);
+	args_to_disk(item + offsetof(struct btrfs_balance_item, sys), &b->sys);
+	ret = ub_engine_begin_op(e, ub_chunk_op_blocks(UB_MAX_LEVEL - 1) * e->fs.vol->nodesize, UB_CHUNK_OP_ADD, &t);
+	if (ret)
+		return ret;
+	ret = ub_tree_insert_item(&e->fs.tc, ub_txn_ta(t), &e->fs.root_tree->root, &balance_key, item, sizeof(item));
+	if (ret)
+		ub_txn_abort(t);
+	ub_engine_end_op(e);
+	return ret;
+}
+
+/* The item deleted (not committed); 0 when there was none. */
+static int item_delete(struct ub_engine *e)
+{
+	struct ub_txn *t;
+	struct ub_path p;
+	int ret;
+
+	ret = ub_engine_begin_op(e, ub_chunk_op_blocks(UB_MAX_LEVEL - 1) * e->fs.vol->nodesize, UB_CHUNK_OP_FREE, &t);
+	if (ret)
+		return ret;
+	ub_path_init(&p);
+	ret = ub_tree_search_slot(&e->fs.tc, ub_txn_ta(t), &e->fs.root_tree->root, &balance_key, &p, -1, true);
+	if (ret == 0)
+		ret = ub_tree_del_items(&e->fs.tc, ub_txn_ta(t), &e->fs.root_tree->root, &p, p.slots[0], 1);
+	else if (ret > 0)
+		ret = 0;
+	ub_path_release(&p);
+	if (ret)
+		ub_txn_abort(t);
+	ub_engine_end_op(e);
+	return ret;
+}
+
+/*
+ * What the kernel's update_balance_args does to a resumed balance: a
+ * convert goes on in soft mode (the groups already converted stay), and a
+ * type without usage or convert filter takes usage=90 (the groups it moved
+ * are full enough).
+ */
+static void resume_args(struct ub_balance *b)
+{
+	struct btrfs_balance_args *args[3] = { &b->data, &b->meta, &b->sys };
+
+	for (int i = 0; i < 3; i++) {
+		struct btrfs_balance_args *a = args[i];
+
+		if (a->flags & BTRFS_BALANCE_ARGS_CONVERT)
+			a->flags |= BTRFS_BALANCE_ARGS_SOFT;
+		else if (!(a->flags & (BTRFS_BALANCE_ARGS_USAGE | BTRFS_BALANCE_ARGS_USAGE_RANGE))) {
+			a->flags |= BTRFS_BALANCE_ARGS_USAGE;
+			a->usage = 90;
+		}
+	}
+}
+
+enum item_mode {
+	ITEM_NONE,   /* a device remove or shrink: the kernel keeps no item for those */
+	ITEM_START,  /* a new balance: the item written first, refused while one is paused */
+	ITEM_RESUME, /* the balance the item holds */
+};
+
+static int run_balance(struct ub_engine *e, const struct ub_balance *req, enum item_mode mode,
+		       int (*progress)(void *arg, const struct ub_balance_progress *p), void *arg,
+		       struct ub_balance_progress *out)
 {
 	struct ub_balance_progress pr = { 0 };
 	struct ub_balance b;
 	struct group *g = NULL;
 	size_t n = 0;
-	int ret;
+	bool paused = false;
+	int ret, dret;
 
-	if (!e || !req)
+	if (out)
+		*out = pr;
+	if (!e || (!req && mode != ITEM_RESUME))
 		return -EINVAL;
-	b = *req;
-	if (!(b.flags & (BTRFS_BALANCE_DATA | BTRFS_BALANCE_METADATA | BTRFS_BALANCE_SYSTEM)))
-		b.flags |= BTRFS_BALANCE_DATA | BTRFS_BALANCE_METADATA | BTRFS_BALANCE_SYSTEM;
-	/* as btrfs-progs: system chunks go with metadata unless asked for by themselves */
-	if ((b.flags & BTRFS_BALANCE_METADATA) && !(req->flags & BTRFS_BALANCE_SYSTEM)) {
-		b.flags |= BTRFS_BALANCE_SYSTEM;
-		b.sys = b.meta;
-	}
 	ret = ub_fs_live_write_lock(&e->fs);
 	if (ret)
 		return ret;
 	if (ub_engine_broken(e))
 		ret = -EROFS;
+	if (!ret && mode == ITEM_RESUME) {
+		ret = item_read(e, &b);
+		if (ret == -ENOENT)
+			ret = -ENOTCONN; /* as the kernel answers a resume with nothing paused */
+		if (!ret)
+			resume_args(&b);
+	} else if (!ret) {
+		b = *req;
+		if (!(b.flags & (BTRFS_BALANCE_DATA | BTRFS_BALANCE_METADATA | BTRFS_BALANCE_SYSTEM)))
+			b.flags |= BTRFS_BALANCE_DATA | BTRFS_BALANCE_METADATA | BTRFS_BALANCE_SYSTEM;
+		/* as btrfs-progs: system chunks go with metadata unless asked for by themselves */
+		if ((b.flags & BTRFS_BALANCE_METADATA) && !(req->flags & BTRFS_BALANCE_SYSTEM)) {
+			b.flags |= BTRFS_BALANCE_SYSTEM;
+			b.sys = b.meta;
+		}
+		b.flags &= BTRFS_BALANCE_TYPE_MASK | BTRFS_BALANCE_FORCE;
+		if (mode == ITEM_START) {
+			ret = item_read(e, NULL);
+			if (ret == 0) {
+				ub_err(&e->fs.log, "balance: a paused balance exists; resume or cancel it first");
+				ret = -EINPROGRESS;
+			} else if (ret == -ENOENT) {
+				ret = 0;
+			}
+		}
+	}
 	if (!ret && (b.flags & BTRFS_BALANCE_DATA))
 		ret = check_convert(e, &b, "data", BTRFS_BLOCK_GROUP_DATA, &b.data);
 	if (!ret && (b.flags & BTRFS_BALANCE_METADATA))
 		ret = check_convert(e, &b, "metadata", BTRFS_BLOCK_GROUP_METADATA, &b.meta);
 	if (!ret && (b.flags & BTRFS_BALANCE_SYSTEM))
 		ret = check_convert(e, &b, "system", BTRFS_BLOCK_GROUP_SYSTEM, &b.sys);
-	if (!ret)
-		ret = select_groups(e, &b, &g, &n);
-	if (!ret)
-		set_targets(e, &b, true);
 	ub_fs_live_write_unlock(&e->fs);
 	if (ret)
 		return ret;
+	/* the item first, committed: a crash from here on leaves it for a resume (ours or the kernel's) */
+	if (mode == ITEM_START) {
+		ret = item_insert(e, &b);
+		if (!ret)
+			ret = ub_engine_commit(e);
+		if (ret)
+			return ret;
+	}
+	ret = ub_fs_live_write_lock(&e->fs);
+	if (ret)
+		return ret;
+	ret = select_groups(e, &b, &g, &n);
+	if (!ret)
+		set_targets(e, &b, true);
+	ub_fs_live_write_unlock(&e->fs);
 	for (size_t i = 0; i < n; i++)
 		pr.expected += g[i].type != 0;
 	/* from the top down, as the kernel goes */
@@ -449,6 +637,7 @@ int ub_engine_balance(struct ub_engine *e, const struct ub_balance *req,
 		pr.moved.data_bytes += st.data_bytes;
 		if (progress && progress(arg, &pr)) {
 			ret = -ECANCELED;
+			paused = true;
 			break;
 		}
 	}
@@ -457,9 +646,70 @@ int ub_engine_balance(struct ub_engine *e, const struct ub_balance *req,
 		set_targets(e, &b, false);
 		ub_fs_live_write_unlock(&e->fs);
 	}
-	if (!ret)
-		ret = ub_engine_commit(e);
+	/*
+	 * The item goes with the last commit, but for a pause (the kernel's
+	 * reset_balance_state: done, failed or cancelled alike); a crash keeps it.
+	 */
+	if (mode != ITEM_NONE && !paused && !ub_engine_broken(e)) {
+		dret = item_delete(e);
+		if (!dret)
+			dret = ub_engine_commit(e);
+		if (!ret)
+			ret = dret;
+	} else if (!ret || paused) {
+		dret = ub_engine_commit(e);
+		if (!ret)
+			ret = dret;
+	}
 	if (out)
 		*out = pr;
+	return ret;
+}
+
+int ub_engine_balance(struct ub_engine *e, const struct ub_balance *req,
+		      int (*progress)(void *arg, const struct ub_balance_progress *p), void *arg,
+		      struct ub_balance_progress *out)
+{
+	return run_balance(e, req, ITEM_START, progress, arg, out);
+}
+
+int fsw_balance_no_item(struct ub_engine *e, const struct ub_balance *req,
+			int (*progress)(void *arg, const struct ub_balance_progress *p), void *arg,
+			struct ub_balance_progress *out)
+{
+	return run_balance(e, req, ITEM_NONE, progress, arg, out);
+}
+
+int ub_engine_balance_resume(struct ub_engine *e, int (*progress)(void *arg, const struct ub_balance_progress *p),
+			     void *arg, struct ub_balance_progress *out)
+{
+	return run_balance(e, NULL, ITEM_RESUME, progress, arg, out);
+}
+
+int ub_engine_balance_item(struct ub_engine *e, struct ub_balance *b)
+{
+	int ret;
+
+	if (!e)
+		return -EINVAL;
+	ret = ub_fs_live_write_lock(&e->fs);
+	if (ret)
+		return ret;
+	ret = item_read(e, b);
+	ub_fs_live_write_unlock(&e->fs);
+	return ret;
+}
+
+int ub_engine_balance_cancel(struct ub_engine *e)
+{
+	int ret = ub_engine_balance_item(e, NULL);
+
+	if (ret == -ENOENT)
+		return -ENOTCONN;
+	if (ret)
+		return ret;
+	ret = item_delete(e);
+	if (!ret)
+		ret = ub_engine_commit(e);
 	return ret;
 }

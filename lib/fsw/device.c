@@ -308,7 +308,7 @@ int ub_engine_device_remove(struct ub_engine *e, uint64_t devid,
 	b.flags = BTRFS_BALANCE_DATA | BTRFS_BALANCE_METADATA | BTRFS_BALANCE_SYSTEM | BTRFS_BALANCE_FORCE;
 	b.data.flags = b.meta.flags = b.sys.flags = BTRFS_BALANCE_ARGS_DEVID;
 	b.data.devid = b.meta.devid = b.sys.devid = devid;
-	ret = ub_engine_balance(e, &b, progress, arg, out);
+	ret = fsw_balance_no_item(e, &b, progress, arg, out);
 
 	if (!ret)
 		ret = ub_engine_begin_op(e, ub_chunk_op_blocks(UB_MAX_LEVEL - 1) * vol->nodesize, UB_CHUNK_OP_FREE, &t);
@@ -436,7 +436,7 @@ int ub_engine_device_resize(struct ub_engine *e, uint64_t devid, uint64_t size)
 		b.data.devid = b.meta.devid = b.sys.devid = devid;
 		b.data.pstart = b.meta.pstart = b.sys.pstart = size;
 		b.data.pend = b.meta.pend = b.sys.pend = UINT64_MAX;
-		ret = ub_engine_balance(e, &b, NULL, NULL, NULL);
+		ret = fsw_balance_no_item(e, &b, NULL, NULL, NULL);
 		if (ret) {
 			ub_err(&e->fs.log, "resize: the block groups past %" PRIu64 " on device %" PRIu64
 			       " could not be moved (%s); the size stays %" PRIu64, size, devid, strerror(-ret), old);

@@ -122,4 +122,15 @@ int fsw_csum_delete(struct fsw *w, uint64_t start, uint64_t len);
 /* The dev item of `devid` in the running transaction's chunk tree, changed by `fn`, then the volume's copy (device.c). */
 int fsw_update_dev_item(struct ub_txn *t, uint64_t devid, void (*fn)(uint8_t *item, uint64_t arg), uint64_t arg);
 
+/*
+ * A balance as ub_engine_balance runs it but without the balance item: a
+ * device remove or shrink moves groups the way a balance does, and the kernel
+ * records no balance for those (balance.c).
+ */
+struct ub_balance;
+struct ub_balance_progress;
+int fsw_balance_no_item(struct ub_engine *e, const struct ub_balance *req,
+			int (*progress)(void *arg, const struct ub_balance_progress *p), void *arg,
+			struct ub_balance_progress *out);
+
 #endif

@@ -178,7 +178,14 @@ static int block_ref_info(struct ub_txn *t, const struct ub_eb *eb, uint64_t *re
  */
 static bool may_be_shared(const struct ub_txn *t, const struct ub_eroot *er, const struct ub_eb *old)
 {
-	if (!er->shareable || ub_eb_generation(old) > er->last_snapshot || old->start == er->root.bytenr)
+	/*
+	 * A block the kernel's relocation wrote (header flag RELOC) may be
+	 * shared, or carry full back references, whatever its generation: the
+	 * kernel's btrfs_block_can_be_shared looks such a block up too.
+	 */
+	bool reloc = (UB_GET(ub_disk_header, flags, ub_eb_data(old)) & BTRFS_HEADER_FLAG_RELOC) != 0;
+
+	if (!er->shareable || (ub_eb_generation(old) > er->last_snapshot && !reloc) || old->start == er->root.bytenr)
 		return false;
 	return old->start != er->item_bytenr || ub_eb_generation(old) == t->transid;
 }

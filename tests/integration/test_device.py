@@ -197,3 +197,52 @@ def test_mkfs_raid56_metadata_warns(scratch):
     cp = subprocess.run([str(T.ubtrfs_binary()), "mkfs", "-f", "-q", "-m", "raid1c3", "-d", "raid6"] + devs,
                         capture_output=True)
     assert cp.returncode == 0 and b"WARNING" not in cp.stderr, T.describe(cp)
+
+
+def test_online_replace_and_remove_missing(scratch):
+    """A ubtrfs mount, read-write degraded with one of three RAID1 devices gone: `replace start
+    missing NEWDEV MNT` rebuilds it onto a new device while the mount serves, `replace status`
+    says Finished; mounted degraded again without another one, `device remove missing MNT`
+    moves its groups to the two left. Each time btrfs check is clean and the kernel (mounting
+    every device, not degraded) shows the same files and the ones written meanwhile."""
+    from test_mount import fuse_mounted
+
+    imgs = _make(scratch, 3, 400 * MiB, "raid1", "raid1", seed=41, options="", snapshots=False)
+    before = _view(imgs, scratch)
+    new = _dev(scratch, "new.img", 400 * MiB)
+    um = os.path.join(scratch, "um")
+    log = []  # the daemon warns of the missing device
+    with fuse_mounted(T.ubtrfs_binary(), imgs[:2], um, options="rw,degraded", log=log):
+        with open(os.path.join(um, "written-degraded"), "wb") as f:
+            f.write(b"x" * 300000)
+        cp = T.ubtrfs("replace", "start", "missing", new, um)
+        assert cp.returncode == 0, T.describe(cp)
+        assert T.ubtrfs("replace", "status", um).stdout.decode().strip() == "Finished"
+        with open(os.path.join(um, "written-after"), "wb") as f:
+            f.write(b"y" * 5000)
+    assert not [ln for ln in "".join(log).splitlines() if ": error:" in ln], log
+    now = [imgs[0], imgs[1], new]
+    _check_clean(now)
+    wrote = {"written-degraded": (300000, hashlib.sha256(b"x" * 300000).hexdigest()),
+             "written-after": (5000, hashlib.sha256(b"y" * 5000).hexdigest())}
+
+    def same_files(view):
+        # the files from before byte for byte, and the two written through the degraded mount
+        got = {k.lstrip("/"): v for k, v in view.hashes.items()}
+        for k, v in before.hashes.items():
+            assert got.get(k.lstrip("/")) == v, k
+        for k, v in wrote.items():
+            assert got.get(k) == v, (k, sorted(got)[:5])
+
+    same_files(_view(now, scratch))
+
+    # the new device goes missing in its turn: removed online, the two others left
+    log = []
+    with fuse_mounted(T.ubtrfs_binary(), [imgs[0], imgs[1]], um, options="rw,degraded", log=log):
+        cp = T.ubtrfs("device", "remove", "missing", um)
+        assert cp.returncode == 0, T.describe(cp)
+    assert not [ln for ln in "".join(log).splitlines() if ": error:" in ln], log
+    left = [imgs[0], imgs[1]]
+    _check_clean(left)
+    assert sorted(_show(left)) == [1, 2]
+    same_files(_view(left, scratch))

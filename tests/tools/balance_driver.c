@@ -4,6 +4,11 @@
  * then the images a crash at chosen points could have left (crash_cuts.h):
  *
  *   balance_driver --crash-dir DIR --crash-cuts K OP DEV...
+ *   balance_driver --pause-after N OP DEV...
+ *
+ * The second form records nothing: the balance's progress callback stops it
+ * after N groups, which pauses it (its balance item stays on the disk, as a
+ * paused kernel balance leaves it), for the tests of status, resume and cancel.
  *
  * OP: "balance" (every group), "convert=DATA,META" (-dconvert -mconvert, with
  * --force), "remove=DEVID". Written as a library user: include/ubtrfs only.
@@ -19,6 +24,13 @@
 #include "ubtrfs/dev.h"
 #include "ubtrfs/engine.h"
 
+static long pause_after;
+
+static int stop_after(void *arg, const struct ub_balance_progress *p)
+{
+	return pause_after > 0 && p->completed >= (uint64_t)pause_after;
+}
+
 static int run(struct ub_engine *e, const char *op)
 {
 	struct ub_balance b;
@@ -26,7 +38,7 @@ static int run(struct ub_engine *e, const char *op)
 
 	memset(&b, 0, sizeof(b));
 	if (!strcmp(op, "balance"))
-		return ub_engine_balance(e, &b, NULL, NULL, NULL);
+		return ub_engine_balance(e, &b, stop_after, NULL, NULL);
 	if (!strncmp(op, "convert=", 8)) {
 		char data[64], meta[64], *comma;
 
@@ -42,7 +54,7 @@ static int run(struct ub_engine *e, const char *op)
 			fprintf(stderr, "balance_driver: %s\n", why);
 			return -EINVAL;
 		}
-		return ub_engine_balance(e, &b, NULL, NULL, NULL);
+		return ub_engine_balance(e, &b, stop_after, NULL, NULL);
 	}
 	if (!strncmp(op, "remove=", 7))
 		return ub_engine_device_remove(e, strtoull(op + 7, NULL, 10), NULL, NULL, NULL);
@@ -58,6 +70,19 @@ int main(int argc, char **argv)
 	long cuts;
 	int ndevs, ret;
 
+	if (argc >= 5 && !strcmp(argv[1], "--pause-after")) {
+		pause_after = atol(argv[2]);
+		ndevs = argc - 4;
+		ret = ub_engine_open((const char *const *)(argv + 4), ndevs, NULL, &e);
+		if (ret) {
+			fprintf(stderr, "balance_driver: open: %s\n", strerror(-ret));
+			return 1;
+		}
+		ret = run(e, argv[3]);
+		printf("balance_driver: %s\n", ret ? strerror(-ret) : "done");
+		ub_engine_close(e);
+		return ret == -ECANCELED ? 0 : ret ? 1 : 3;
+	}
 	if (argc < 7 || strcmp(argv[1], "--crash-dir") || strcmp(argv[3], "--crash-cuts")) {
 		fprintf(stderr, "usage: balance_driver --crash-dir DIR --crash-cuts K OP DEV...\n");
 		return 2;
