@@ -9,12 +9,23 @@ step btrfs check is clean and the kernel shows the same files.
 """
 import os
 import re
+import tempfile
+
+import pytest
 
 import ubtrfs_testlib as T
 from test_balance import _make, _view, _same_view, _check_clean
 from test_mount import fuse_mounted
 
 MiB = 1 << 20
+
+
+@pytest.fixture
+def own(scratch, request):
+    """The test's own folder (the session scratch holds the factory's img/ and mnt/), removed after."""
+    d = tempfile.mkdtemp(prefix=request.node.name + "-", dir=scratch)
+    yield d
+    T.rmtree(d)
 
 
 def _kernel_paused(imgs, mnt):
@@ -29,9 +40,10 @@ def _kernel_paused(imgs, mnt):
         raise AssertionError("the kernel's balance never paused: " + T.describe(st))
 
 
-def test_ubtrfs_pause_kernel_resumes(scratch):
+def test_ubtrfs_pause_kernel_resumes(own):
     """A balance ubtrfs paused: its item says so offline, refuses a new start, and the kernel's
     own status sees it paused and its resume finishes it."""
+    scratch = own
     imgs = _make(scratch, 1, 1024 * MiB, "single", "dup", seed=31, options="", snapshots=True)
     before = _view(imgs, scratch)
     cp = T.run([str(T.test_tool("balance_driver")), "--pause-after", "1", "balance"] + imgs, check=False)
@@ -60,9 +72,10 @@ def test_ubtrfs_pause_kernel_resumes(scratch):
     assert st.returncode == 0 and "No balance found" in st.stdout.decode(), T.describe(st)
 
 
-def test_kernel_pause_ubtrfs_resumes_and_cancels(scratch):
+def test_kernel_pause_ubtrfs_resumes_and_cancels(own):
     """A balance the kernel paused: a ubtrfs mount reports it paused and resumes it; offline,
     status reports one and cancel drops it (the kernel then finds none)."""
+    scratch = own
     imgs = _make(scratch, 1, 1024 * MiB, "single", "dup", seed=32, options="", snapshots=True)
     before = _view(imgs, scratch)
     _kernel_paused(imgs, os.path.join(scratch, "kmnt"))
@@ -121,8 +134,9 @@ def test_kernel_pause_ubtrfs_resumes_and_cancels(scratch):
     _same_view(before, _view(imgs, scratch))
 
 
-def test_offline_resume_of_kernel_pause(scratch):
+def test_offline_resume_of_kernel_pause(own):
     """Offline resume of the kernel's paused balance finishes it as the kernel would (no item left)."""
+    scratch = own
     imgs = _make(scratch, 1, 1024 * MiB, "single", "dup", seed=33, options="", snapshots=False)
     before = _view(imgs, scratch)
     _kernel_paused(imgs, os.path.join(scratch, "kmnt"))
@@ -136,10 +150,11 @@ def test_offline_resume_of_kernel_pause(scratch):
     _same_view(before, _view(imgs, scratch))
 
 
-def test_online_pause_while_running(scratch):
+def test_online_pause_while_running(own):
     """On a ubtrfs mount a running balance reports itself running, pauses on `balance pause`
     (the start answers "balance paused by user", exit 1), is then paused with its counts, and
     resumes to the end; btrfs check is clean and the kernel shows the files as written."""
+    scratch = own
     import hashlib
     import random
     import subprocess
