@@ -294,7 +294,10 @@ int rp_fix_block_ref_add(struct rp_ctx *c, const struct rp_note *n)
 	return 0;
 }
 
-/* Whether the extent at bytenr has a reference of `type` (SHARED_BLOCK_REF, SHARED_DATA_REF) naming parent, inline or keyed. */
+/*
+ * Whether the extent at bytenr has a reference of `type` (SHARED_BLOCK_REF,
+ * SHARED_DATA_REF) naming parent, inline or keyed.
+ */
 static int names_parent(struct rp_ctx *c, uint64_t bytenr, uint8_t type, uint64_t parent)
 {
 	struct ub_root *root = &c->e->fs.extent_tree->root;
