@@ -70,11 +70,16 @@ static void missing_before(struct ub_checker *c, size_t *cursor, uint64_t upto)
 
 		if (c->walk_complete && !c->dropped_roots && b->owner_reached && !b->reloc && b->gen) {
 			e = chk_edges_of(c, b->addr, &ne);
+			/* the owner's pointer: from a node of the owner, or walking the owner's tree (the older rule) */
 			for (size_t i = 0; i < ne && own == SIZE_MAX; i++)
 				if (edge_root(c, &e[i]) == b->owner)
 					own = i;
+			for (size_t i = 0; i < ne && own == SIZE_MAX; i++)
+				if (e[i].tree == b->owner)
+					own = i;
+			/* every other pointer's reference needs the node that holds it read */
 			for (size_t i = 0; i < ne && own != SIZE_MAX; i++)
-				if (edge_root(c, &e[i]) == UINT64_MAX)
+				if (i != own && edge_root(c, &e[i]) == UINT64_MAX)
 					own = SIZE_MAX;
 		}
 		if (own != SIZE_MAX && ne == b->ptrs) {

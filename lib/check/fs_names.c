@@ -82,11 +82,13 @@ static void check_link(struct fstate *f, const struct chk_name *g, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (have[g[i].kind]) {
 			where_name(&p, f, &g[i]);
-			/* a second DIR_INDEX: the repair keeps the one at the ref's index (names.c) */
-			if (g[i].kind == NAME_INDEX) {
-				p.fix = UB_CHK_FIX_NAMES;
-				p.want = g[i].dir;
-			}
+			/*
+			 * The repair keeps a second DIR_INDEX's twin at the ref's
+			 * index, and makes a name twice in a ref or DIR_ITEM once
+			 * (names.c)
+			 */
+			p.fix = UB_CHK_FIX_NAMES;
+			p.want = g[i].dir;
 			chk_report(f->s.c, &p, "a second %s entry for the name of inode %llu in directory %llu",
 				   kind_names[g[i].kind], (unsigned long long)g[i].child, (unsigned long long)g[i].dir);
 			continue;

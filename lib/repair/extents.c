@@ -72,33 +72,6 @@ int rp_extent_claim(struct rp_ctx *c, struct rp_note *n)
 	return 0;
 }
 
-/* The extent item of the node at `parent`: its flags (FULL_BACKREF decides how its children are referenced). */
-int rp_parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags)
-{
-	struct ub_key k = { parent, BTRFS_METADATA_ITEM_KEY, 0 };
-	struct ub_path p;
-	const uint8_t *d;
-	uint32_t size;
-	int ret;
-
-	ub_path_init(&p);
-	ret = ub_tree_search(&c->e->fs.tc, &c->e->fs.extent_tree->root, &k, &p);
-	if (ret == 0 || ret == 1) {
-		ub_path_key(&p, &k);
-		d = ub_path_data(&p, &size);
-		if (k.objectid != parent || (k.type != BTRFS_METADATA_ITEM_KEY && k.type != BTRFS_EXTENT_ITEM_KEY))
-			ret = -ENOENT;
-		else if (size < sizeof(struct btrfs_extent_item))
-			ret = -EUCLEAN;
-		else
-			*flags = UB_GET(btrfs_extent_item, flags, d), ret = 0;
-	} else if (ret == 2) {
-		ret = -ENOENT;
-	}
-	ub_path_release(&p);
-	return ret;
-}
-
 int rp_fix_extent_add(struct rp_ctx *c, const struct rp_note *n)
 {
 	struct ub_expect exp = { .owner = 0, .level = -1 };

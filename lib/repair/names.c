@@ -32,6 +32,8 @@ struct rname {
 	/* second DIR_INDEX items of the name (each holding it alone): they go */
 	uint64_t idx_extra[8];
 	uint8_t nextra;
+	/* the name again in its INODE_REF (EXTREF) item or its DIR_ITEM: all go, fix_one makes one again */
+	uint32_t ref_dups, item_dups;
 };
 
 struct names {
@@ -137,6 +139,7 @@ static int gather_entries(void *arg, const struct ub_key *k, const uint8_t *d, u
 				n->idx_index = k->offset;
 				n->idx_type = (uint8_t)UB_GET(btrfs_dir_item, type, d + at);
 			} else {
+				n->item_dups += n->has_item;
 				n->has_item = true;
 				n->item_type = (uint8_t)UB_GET(btrfs_dir_item, type, d + at);
 			}
@@ -165,6 +168,7 @@ static int gather_refs(void *arg, const struct ub_key *k, const uint8_t *d, uint
 			n = name_get(g->ns, d + at + hdr, nl);
 			if (!n)
 				return -ENOMEM;
+			n->ref_dups += n->has_ref;
 			n->has_ref = true;
 			n->ref_index = ext ? UB_GET(btrfs_inode_extref, index, d + at) : UB_GET(btrfs_inode_ref, index, d + at);
 		}
@@ -471,15 +475,49 @@ int rp_fix_names(struct rp_ctx *c, const struct rp_note *note)
 	}
 	for (size_t i = 0; !ret && i < ns.n; i++) {
 		struct rname *x = &ns.v[i];
+		char shown[UB_NAME_LEN * 4 + 1];
 
+		/*
+		 * One name twice in the child's ref item or the directory's DIR_ITEM:
+		 * every copy goes (the writers remove one matching entry a call),
+		 * and fix_one below makes the one record again, with the index and
+		 * type the other records and the mode give.
+		 */
+		escape(x, shown, sizeof(shown));
+		if (x->ref_dups) {
+			uint64_t old;
+
+			for (uint32_t e = 0; !ret && e <= x->ref_dups; e++)
+				ret = fsw_del_ref(&w, child, dir, x->name, x->len, &old);
+			if (ret)
+				break;
+			rp_say(c, note, 0, "inode %llu of tree %llu: the name '%s' in directory %llu was %u times in its "
+			       "INODE_REF: removed, to be made once", (unsigned long long)note->inode,
+			       (unsigned long long)note->tree, shown, (unsigned long long)dir, x->ref_dups + 1);
+			x->has_ref = false;
+			x->ref_dups = 0;
+			ret = rp_touch(c, note->tree, child, false);
+		}
+		if (!ret && x->item_dups) {
+			struct ub_key k = { dir, BTRFS_DIR_ITEM_KEY, ub_name_hash(x->name, x->len) };
+
+			for (uint32_t e = 0; !ret && e <= x->item_dups; e++)
+				ret = fsw_dir_item_del(&w, &k, x->name, x->len);
+			if (ret)
+				break;
+			rp_say(c, note, 0, "inode %llu of tree %llu: the name '%s' was %u times in directory %llu's DIR_ITEM: "
+			       "removed, to be made once", (unsigned long long)note->inode, (unsigned long long)note->tree,
+			       shown, x->item_dups + 1, (unsigned long long)dir);
+			x->has_item = false;
+			x->item_dups = 0;
+			ret = rp_touch(c, note->tree, dir, true);
+		}
 		for (uint8_t e = 0; !ret && e < x->nextra; e++) {
 			struct ub_key k = { dir, BTRFS_DIR_INDEX_KEY, x->idx_extra[e] };
-			char shown[UB_NAME_LEN * 4 + 1];
 
 			ret = fsw_del_key(&w, &w.fs->root, &k);
 			if (ret)
 				break;
-			escape(x, shown, sizeof(shown));
 			rp_say(c, note, 0, "inode %llu of tree %llu: a second DIR_INDEX (%llu) of the name '%s' in directory "
 			       "%llu removed, the name keeps DIR_INDEX %llu", (unsigned long long)note->inode,
 			       (unsigned long long)note->tree, (unsigned long long)x->idx_extra[e], shown,

@@ -93,7 +93,7 @@ int rp_extent_claim(struct rp_ctx *c, struct rp_note *n);
 int rp_data_scan(struct rp_ctx *c);
 /* Data at n->key.objectid gets its extent item back, from the file extent items in leaf n->want2. */
 int rp_fix_data_add(struct rp_ctx *c, const struct rp_note *n);
-/* extents.c: the flags of the extent item of the tree block at `parent` (FULL_BACKREF decides how its children are referenced) */
+/* block_refs.c: the flags of the extent item of the tree block at `parent` (FULL_BACKREF decides how its children are referenced) */
 int rp_parent_flags(struct rp_ctx *c, uint64_t parent, uint64_t *flags);
 /*
  * block_refs.c: a reference of tree block n->key.objectid, for the pointer

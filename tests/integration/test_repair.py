@@ -287,6 +287,19 @@ def second_dir_index(im, ref_too=False):
         im.write_block(rb)
 
 
+def name_twice(im, typ):
+    """A regular file's DIR_ITEM (typ DIR_ITEM), or a subdirectory's INODE_REF (typ INODE_REF),
+    holding its one entry twice (btrfs check: dup dir item; a second INODE_REF name)."""
+    root = im.tree_root(C.FS_TREE)[0]
+    if typ == C.DIR_ITEM:
+        pred = lambda k, b, s: k.type == typ and k.objectid >= 257 and b.get_item(s, 29, "<B") == 1
+    else:
+        pred = lambda k, b, s: k.type == typ and k.objectid > 257 and k.offset >= 257
+    b, s = next((b, s) for b, s in im.walk(root) if pred(b.item_key(s), b, s))
+    b.set_item_data(s, b.item_data(s) * 2)
+    im.write_block(b)
+
+
 BLOCK_ITEM, BLOCK_REF = 169, 176  # METADATA_ITEM; TREE_BLOCK_REF (inline: type byte, root)
 
 
@@ -345,6 +358,8 @@ CURES = {
     "tree-block-refs": edit_tree_block_refs,
     "dir-index-second": second_dir_index,
     "dir-index-second-ref": lambda im: second_dir_index(im, ref_too=True),
+    "dir-item-name-twice": lambda im: name_twice(im, C.DIR_ITEM),
+    "inode-ref-name-twice": lambda im: name_twice(im, C.INODE_REF),
     "tree-block-ref-wrong": edit_block_ref_wrong,
     "tree-block-ref-missing": edit_block_ref_missing,
     "tree-block-ref-keyed": edit_block_ref_keyed,
