@@ -119,6 +119,13 @@ struct mount_ctx {
 	struct mount_dir_handle *dirs;
 	/* the scrubs the scrub ioctls run, and what they found (mount_scrub.c) */
 	struct mount_scrubs *scrubs;
+	/*
+	 * FUSE_HANDLE_KILLPRIV_V2 asked at INIT (mount_io.c): the kernel tells
+	 * which write, truncate, open(O_TRUNC) and chown drop set-id bits
+	 * (mount_request_kills_setid) and sends no mode for them itself.
+	 */
+	uint64_t init_unique;
+	bool init_killpriv, killpriv;
 };
 
 
@@ -234,8 +241,8 @@ int mount_fsync(struct mount_ctx *mc, uint64_t id, bool datasync);
 /* The kernel forgets nlookup lookups of `id`; an inode without names goes with its node. */
 void mount_forget(struct mount_ctx *mc, uint64_t id, uint64_t nlookup);
 /* copy_file_range as a clone; -EOPNOTSUPP where it cannot share (the kernel then copies). */
-int mount_copy_range(struct mount_ctx *mc, uint64_t in_id, uint64_t off_in, uint64_t out_id, uint64_t off_out,
-		     uint64_t len);
+int mount_copy_range(struct mount_ctx *mc, const struct mount_caller *c, uint64_t in_id, uint64_t off_in,
+		     uint64_t out_id, uint64_t off_out, uint64_t len);
 /* chattr's flags (UB_INODE_*) */
 int mount_set_flags(struct mount_ctx *mc, uint64_t id, uint64_t set, uint64_t clear);
 /* A read of `id` happened: its atime moves as the mount's atime option says. */
@@ -286,5 +293,9 @@ extern const struct fuse_lowlevel_ops mount_ops;
 /* Requests read from the session's device by us (mount_io.c), for the ones libfuse has no operation for. */
 struct fuse_session;
 int mount_session_io(struct fuse_session *se);
+/* The request the calling thread serves asks the set-id bits dropped (KILLPRIV_V2; mount_io.c). */
+bool mount_request_kills_setid(void);
+/* The kernel's cached attributes of node `id` are stale (mount_io.c). */
+void mount_notify_attrs(struct mount_ctx *mc, uint64_t id);
 
 #endif

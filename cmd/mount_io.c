@@ -11,6 +11,7 @@
  */
 #define FUSE_USE_VERSION 35
 #include <errno.h>
+#include <stddef.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
 #include <stdint.h>
@@ -84,22 +85,110 @@ static void tmpfile(struct mount_ctx *mc, int fd, const uint8_t *req, size_t n)
 		mount_forget(mc, id, 1);
 }
 
+/*
+ * Whether the request this thread read asks the set-id bits dropped (the
+ * kernel's FUSE_HANDLE_KILLPRIV_V2: a write, truncate or open(O_TRUNC) by a
+ * caller without CAP_FSETID, a chown). libfuse 3.14 neither asks for
+ * KILLPRIV_V2 nor passes these flags on; libfuse's loop hands a request to
+ * its operation on the thread that read it, so the flag is read here.
+ */
+static __thread bool req_kills_setid;
+
+bool mount_request_kills_setid(void)
+{
+	return req_kills_setid;
+}
+
+static void note_request(struct mount_ctx *mc, const uint8_t *req, size_t n)
+{
+	const struct fuse_in_header *in = (const void *)req;
+	const uint8_t *arg = req + sizeof(*in);
+	size_t alen = n - sizeof(*in);
+	uint32_t v;
+
+	req_kills_setid = false;
+	switch (in->opcode) {
+	case FUSE_INIT:
+		if (alen >= offsetof(struct fuse_init_in, flags) + sizeof(v)) {
+			memcpy(&v, arg + offsetof(struct fuse_init_in, flags), sizeof(v));
+			mc->init_unique = in->unique;
+			mc->init_killpriv = (v & FUSE_HANDLE_KILLPRIV_V2) != 0;
+		}
+		break;
+	case FUSE_WRITE:
+		if (alen >= offsetof(struct fuse_write_in, write_flags) + sizeof(v)) {
+			memcpy(&v, arg + offsetof(struct fuse_write_in, write_flags), sizeof(v));
+			req_kills_setid = (v & FUSE_WRITE_KILL_SUIDGID) != 0;
+		}
+		break;
+	case FUSE_SETATTR:
+		if (alen >= offsetof(struct fuse_setattr_in, valid) + sizeof(v)) {
+			memcpy(&v, arg + offsetof(struct fuse_setattr_in, valid), sizeof(v));
+			req_kills_setid = (v & FATTR_KILL_SUIDGID) != 0;
+		}
+		break;
+	case FUSE_OPEN:
+		if (alen >= offsetof(struct fuse_open_in, open_flags) + sizeof(v)) {
+			memcpy(&v, arg + offsetof(struct fuse_open_in, open_flags), sizeof(v));
+			req_kills_setid = (v & FUSE_OPEN_KILL_SUIDGID) != 0;
+		}
+		break;
+	default:
+		break;
+	}
+}
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 {
 	for (;;) {
 		ssize_t n = read(fd, buf, len);
 		const struct fuse_in_header *in = buf;
 
-		if (n < (ssize_t)sizeof(*in) || in->opcode != FUSE_TMPFILE)
+		if (n < (ssize_t)sizeof(*in))
 			return n;
+		if (in->opcode != FUSE_TMPFILE) {
+			note_request(userdata, buf, (size_t)n);
+			return n;
+		}
 		tmpfile(userdata, fd, buf, (size_t)n);
 	}
 }
 
+/*
+ * The reply to INIT asks FUSE_HANDLE_KILLPRIV_V2 where the kernel offers it:
+ * the kernel then drops set-id bits by telling us (note_request) instead of
+ * asking for security.capability before every write, a round trip per write
+ * (mount_write.c keeps the rules).
+ */
 static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-	(void)userdata;
+	struct mount_ctx *mc = userdata;
+
+	if (mc->init_killpriv && mc->e && count >= 2 && iov[0].iov_len == sizeof(struct fuse_out_header) &&
+	    ((const struct fuse_out_header *)iov[0].iov_base)->unique == mc->init_unique &&
+	    ((const struct fuse_out_header *)iov[0].iov_base)->error == 0 &&
+	    iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t)) {
+		uint32_t v;
+		uint8_t *p = (uint8_t *)iov[1].iov_base + offsetof(struct fuse_init_out, flags);
+
+		memcpy(&v, p, sizeof(v));
+		v |= FUSE_HANDLE_KILLPRIV_V2;
+		memcpy(p, &v, sizeof(v));
+		mc->init_killpriv = false;
+		mc->killpriv = true;
+	}
 	return writev(fd, iov, count);
+}
+
+/*
+ * The kernel's attributes of node `id` are stale: a mode the mount changed
+ * by itself (set-id bits dropped under KILLPRIV_V2, with no reply carrying
+ * the new mode). Told before the reply, so a stat after the call sees it.
+ */
+void mount_notify_attrs(struct mount_ctx *mc, uint64_t id)
+{
+	if (mc->se)
+		fuse_lowlevel_notify_inval_inode(mc->se, id, -1, 0);
 }
 
 int mount_session_io(struct fuse_session *se)

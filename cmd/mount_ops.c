@@ -538,8 +538,12 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
 			       fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len, int flags)
 {
-	int ret = flags || off_in < 0 || off_out < 0 ? -EINVAL
-		  : mount_copy_range(ctx_of(req), ino_in, (uint64_t)off_in, ino_out, (uint64_t)off_out, len);
+	struct mount_caller c;
+	int ret;
+
+	caller_of(req, &c);
+	ret = flags || off_in < 0 || off_out < 0 ? -EINVAL
+	      : mount_copy_range(ctx_of(req), &c, ino_in, (uint64_t)off_in, ino_out, (uint64_t)off_out, len);
 
 	if (ret)
 		reply_err(req, ret);

@@ -110,6 +110,24 @@ static bool drops_sgid(const struct ub_inode *in, const struct mount_caller *c)
 	       !mount_caller_in_group(c, in->gid);
 }
 
+/*
+ * The mode after a change to a regular file's data or size by a caller
+ * without CAP_FSETID, as the VFS leaves it (setattr_should_drop_suidgid): no
+ * set-user-ID bit, and no set-group-ID bit where the group may execute or
+ * the caller is outside the group.
+ */
+static uint32_t setid_dropped(const struct ub_inode *in, const struct mount_caller *c)
+{
+	uint32_t mode = in->mode & 07777;
+
+	if (!S_ISREG(in->mode))
+		return mode;
+	mode &= ~(uint32_t)S_ISUID;
+	if ((in->mode & S_IXGRP) || !mount_caller_in_group(c, in->gid))
+		mode &= ~(uint32_t)S_ISGID;
+	return mode;
+}
+
 /* The node of `id`, which must be a directory of this mount. */
 static int dir_node(struct mount_ctx *mc, uint64_t id, struct mount_node *n, struct ub_inode *in)
 {
@@ -527,6 +545,16 @@ int mount_setattr(struct mount_ctx *mc, const struct mount_caller *c, uint64_t i
 			to_set |= MOUNT_SET_MTIME_NOW;
 		if (drops_sgid(&in, c))
 			mode &= ~(uint32_t)S_ISGID;
+		/* KILLPRIV_V2: a truncate by a caller without CAP_FSETID says so, with no mode of its own */
+		if (mc->killpriv && mount_request_kills_setid())
+			mode = setid_dropped(&in, c) & mode;
+	}
+	/* KILLPRIV_V2: a chown of a file drops set-user-ID, and set-group-ID where the group may execute */
+	if (mc->killpriv && !S_ISDIR(in.mode) && mount_request_kills_setid() &&
+	    (to_set & (MOUNT_SET_UID | MOUNT_SET_GID))) {
+		mode &= ~(uint32_t)S_ISUID;
+		if (mode & S_IXGRP)
+			mode &= ~(uint32_t)S_ISGID;
 	}
 	/*
 	 * chown (and chown(-1, -1), which FUSE sends as a setattr of nothing; so
@@ -583,6 +611,37 @@ static int drop_sgid_for(struct mount_ctx *mc, struct ub_txn *t, const struct mo
 	return ub_fsw_setattr(t, n->subvol, n->ino, &a);
 }
 
+/*
+ * Inside an operation on a regular file's data by `c`: the set-id bits it
+ * drops. With KILLPRIV_V2 (mc->killpriv) the kernel sent no mode of its own:
+ * `kill` says whether the caller lacks CAP_FSETID (the request's flag, or,
+ * where the kernel sends none, not root). Without it the kernel sent the
+ * mode and only drop_sgid_for's case is left.
+ */
+static int drop_setid_for(struct mount_ctx *mc, struct ub_txn *t, const struct mount_node *n,
+			  const struct mount_caller *c, bool kill, bool *changed)
+{
+	struct ub_fsw_attr a = { .valid = UB_FSW_ATTR_MODE };
+	struct ub_inode in;
+	int ret;
+
+	*changed = false;
+	if (!mc->killpriv)
+		return drop_sgid_for(mc, t, n, c);
+	if (!kill)
+		return 0;
+	ret = ub_inode_read(mc->fs, n->subvol, n->ino, &in);
+	if (ret)
+		return ret;
+	a.mode = setid_dropped(&in, c);
+	if (a.mode == (in.mode & 07777))
+		return 0;
+	ret = ub_fsw_setattr(t, n->subvol, n->ino, &a);
+	/* the kernel learns of it from us: no reply to these calls carries a mode */
+	*changed = ret == 0;
+	return ret;
+}
+
 int mount_open_trunc(struct mount_ctx *mc, const struct mount_caller *c, uint64_t id)
 {
 	struct ub_fsw_attr a = { .valid = UB_FSW_ATTR_SIZE | UB_FSW_ATTR_MTIME | UB_FSW_ATTR_CTIME };
@@ -610,8 +669,8 @@ int mount_open_trunc(struct mount_ctx *mc, const struct mount_caller *c, uint64_
 	 * bit with group execute or for a caller outside the group; not for root
 	 * (setattr_should_drop_suidgid).
 	 */
-	if (c->uid != 0 && ((in.mode & S_ISUID) || (in.mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) ||
-			    drops_sgid(&in, c))) {
+	if ((mc->killpriv ? mount_request_kills_setid() : c->uid != 0) &&
+	    ((in.mode & S_ISUID) || (in.mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) || drops_sgid(&in, c))) {
 		a.valid |= UB_FSW_ATTR_MODE;
 		a.mode = in.mode & 07777 & ~(uint32_t)S_ISUID;
 		if ((in.mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) || drops_sgid(&in, c))
@@ -630,6 +689,7 @@ int mount_write(struct mount_ctx *mc, const struct mount_caller *c, uint64_t id,
 {
 	struct mount_node n;
 	struct ub_txn *t;
+	bool changed = false;
 	int compress = -1, ret;
 
 	ret = writable(mc);
@@ -654,8 +714,10 @@ int mount_write(struct mount_ctx *mc, const struct mount_caller *c, uint64_t id,
 	/* the bit goes with a change that happened: a write refused (ENOSPC) changes nothing */
 	ret = ub_fsw_write_ex(t, n.subvol, n.ino, off, buf, size, compress, compress > 0 ? mc->mo->compress_level : 0);
 	if (!ret)
-		ret = drop_sgid_for(mc, t, &n, c);
+		ret = drop_setid_for(mc, t, &n, c, mount_request_kills_setid(), &changed);
 	end(mc);
+	if (changed)
+		mount_notify_attrs(mc, id);
 	return ret ? op_failed(mc, ret) : 0;
 }
 
@@ -666,6 +728,7 @@ int mount_fallocate(struct mount_ctx *mc, const struct mount_caller *c, uint64_t
 	struct ub_fsw_attr a = { .valid = UB_FSW_ATTR_MTIME | UB_FSW_ATTR_CTIME };
 	struct mount_node n;
 	struct ub_txn *t;
+	bool changed = false;
 	int ret;
 
 	ret = writable(mc);
@@ -677,8 +740,9 @@ int mount_fallocate(struct mount_ctx *mc, const struct mount_caller *c, uint64_t
 	if (ret)
 		return ret;
 	ret = ub_fsw_fallocate(t, n.subvol, n.ino, off, len, mode);
+	/* the kernel's fallocate drops set-id bits too (file_modified), and sends no flag for it */
 	if (!ret)
-		ret = drop_sgid_for(mc, t, &n, c);
+		ret = drop_setid_for(mc, t, &n, c, c->uid != 0, &changed);
 	if (!ret) {
 		now_ts(&a.mtime_sec, &a.mtime_nsec);
 		a.ctime_sec = a.mtime_sec;
@@ -686,6 +750,8 @@ int mount_fallocate(struct mount_ctx *mc, const struct mount_caller *c, uint64_t
 		ret = ub_fsw_setattr(t, n.subvol, n.ino, &a);
 	}
 	end(mc);
+	if (changed)
+		mount_notify_attrs(mc, id);
 	return ret ? op_failed(mc, ret) : 0;
 }
 
@@ -864,11 +930,12 @@ void mount_forget(struct mount_ctx *mc, uint64_t id, uint64_t nlookup)
 	end(mc);
 }
 
-int mount_copy_range(struct mount_ctx *mc, uint64_t in_id, uint64_t off_in, uint64_t out_id, uint64_t off_out,
-		     uint64_t len)
+int mount_copy_range(struct mount_ctx *mc, const struct mount_caller *c, uint64_t in_id, uint64_t off_in,
+		     uint64_t out_id, uint64_t off_out, uint64_t len)
 {
 	struct mount_node a, b;
 	struct ub_txn *t;
+	bool changed = false;
 	int ret;
 
 	ret = writable(mc);
@@ -882,7 +949,12 @@ int mount_copy_range(struct mount_ctx *mc, uint64_t in_id, uint64_t off_in, uint
 	if (ret)
 		return ret;
 	ret = ub_fsw_clone_range(t, a.subvol, a.ino, off_in, b.subvol, b.ino, off_out, len);
+	/* the kernel's copy_file_range drops the target's set-id bits (file_modified), flagless as fallocate */
+	if (!ret && mc->killpriv)
+		ret = drop_setid_for(mc, t, &b, c, c->uid != 0, &changed);
 	end(mc);
+	if (changed)
+		mount_notify_attrs(mc, out_id);
 	/* a range clone cannot share (unaligned, inline): the kernel copies the bytes itself */
 	if (ret == -EINVAL || ret == -EOPNOTSUPP)
 		return -EOPNOTSUPP;

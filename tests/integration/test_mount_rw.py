@@ -119,3 +119,39 @@ def test_random_workload_like_the_kernel(ubtrfs_bin, scratch, seed):
     assert not wrong, "seed %d: inode numbers differ from the kernel's: %r" % (
         seed, [(p, kinos[p], kinos2.get(p)) for p in wrong[:10]])
     T.rmtree(d)
+
+
+def _setid_after_write(mnt):
+    """A set-user-ID, group-executable set-group-ID file written by its owner (no CAP_FSETID): the
+    mode `stat -c %a` reports right after (statx asking the mode alone), then again in full."""
+    f = os.path.join(mnt, "setid")
+    os.chmod(mnt, 0o777)
+    with open(f, "wb") as fh:
+        fh.write(b"0123456789")
+    os.chown(f, 1000, 1000)
+    os.chmod(f, 0o6775)
+    T.run(["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "sh", "-c", "echo more >> '%s'" % f])
+    quick = T.run(["stat", "-c", "%a", f]).stdout.decode().strip()
+    return quick, oct(os.stat(f).st_mode & 0o7777)
+
+
+def test_write_drops_setid_bits_like_the_kernel(ubtrfs_bin, scratch):
+    """The mount asks the kernel for FUSE_HANDLE_KILLPRIV_V2 (no security.capability round trip
+    before each write): the set-id bits a write drops are then the daemon's to drop, and the
+    kernel's cached mode must not outlive the change (the daemon tells it)."""
+    d = Path(scratch) / "setid-write"
+    d.mkdir()
+    # uid 1000 must reach the mounts below
+    os.chmod(scratch, os.stat(scratch).st_mode | 0o011)
+    os.chmod(d, 0o755)
+    kimg, uimg = d / "k.img", d / "u.img"
+    make_image(kimg, 256 * MiB)
+    make_image(uimg, 256 * MiB)
+    with T.mounted([kimg], d / "kmnt", readonly=False) as km:
+        want = _setid_after_write(km)
+    with fuse_mounted(ubtrfs_bin, [uimg], d / "umnt", "rw") as um:
+        got = _setid_after_write(um)
+    assert want == ("775", "0o775"), want
+    assert got == want
+    progs_check(uimg)
+    T.rmtree(d)
