@@ -136,10 +136,47 @@ static void hash_link(struct ub_tree_ctx *tc, struct ub_eb *eb)
 	hash_grow(tc->cache);
 }
 
+/* A buffer for a block: a spare one (cache.h), or a new one. Takes the cache's lock. */
+static void *buf_get(struct ub_tree_ctx *tc)
+{
+	void *b = NULL;
+
+	pthread_mutex_lock(&tc->cache->lock);
+	if (tc->cache->spare) {
+		b = tc->cache->spare;
+		memcpy(&tc->cache->spare, b, sizeof(void *));
+		tc->cache->nspare--;
+	}
+	pthread_mutex_unlock(&tc->cache->lock);
+	return b ? b : malloc(tc->vol->nodesize);
+}
+
+/* A block's buffer given back. Caller holds cache_lock. */
+static void buf_put_locked(struct ub_tree_ctx *tc, void *b)
+{
+	if (!b)
+		return;
+	if (tc->cache->nspare >= UB_SPARE_BUFS) {
+		free(b);
+		return;
+	}
+	memcpy(b, &tc->cache->spare, sizeof(void *));
+	tc->cache->spare = b;
+	tc->cache->nspare++;
+}
+
+static void buf_put(struct ub_tree_ctx *tc, void *b)
+{
+	pthread_mutex_lock(&tc->cache->lock);
+	buf_put_locked(tc, b);
+	pthread_mutex_unlock(&tc->cache->lock);
+}
+
+/* Caller holds cache_lock (or is the only thread, at destroy). */
 static void eb_free(struct ub_tree_ctx *tc, struct ub_eb *eb)
 {
 	tc->cache->cached_bytes -= eb->len;
-	free(eb->data);
+	buf_put_locked(tc, eb->data);
 	free(eb);
 }
 
@@ -154,6 +191,12 @@ void ub_tree_ctx_destroy(struct ub_tree_ctx *tc)
 			eb_free(tc, eb);
 			eb = next;
 		}
+	}
+	while (tc->cache->spare) {
+		void *b = tc->cache->spare;
+
+		memcpy(&tc->cache->spare, b, sizeof(void *));
+		free(b);
 	}
 	free(tc->cache->hash);
 	pthread_mutex_destroy(&tc->cache->lock);
@@ -577,7 +620,7 @@ static struct ub_eb *publish(struct ub_tree_ctx *tc, struct ub_eb *eb, const str
 	struct ub_eb *old, *other = NULL;
 
 	if (find_cached(tc, eb->start, exp, &other) == 0) {
-		free(eb->data);
+		buf_put_locked(tc, eb->data);
 		free(eb);
 		return other;
 	}
@@ -646,7 +689,7 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		read_failed(tc, bytenr, exp, ref, true, -EUCLEAN, "address is not in any chunk");
 		return -EUCLEAN;
 	}
-	buf = malloc(vol->nodesize);
+	buf = buf_get(tc);
 	if (!buf)
 		return -ENOMEM;
 	for (int m = 1; m <= copies; m++) {
@@ -685,12 +728,12 @@ int ub_tree_read_block(struct ub_tree_ctx *tc, uint64_t bytenr, const struct ub_
 		else
 			snprintf(what, sizeof(what), "the pointer is wrong: %s", why);
 		read_failed(tc, bytenr, exp, ref, intrinsic_only, ret, what);
-		free(buf);
+		buf_put(tc, buf);
 		return ret;
 	}
 	eb = calloc(1, sizeof(*eb));
 	if (!eb) {
-		free(buf);
+		buf_put(tc, buf);
 		return -ENOMEM;
 	}
 	eb->start = bytenr;
@@ -916,11 +959,13 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 	eb = calloc(1, sizeof(*eb));
 	if (!eb)
 		return -ENOMEM;
-	eb->data = calloc(1, vol->nodesize);
+	eb->data = buf_get(tc);
 	if (!eb->data) {
 		free(eb);
 		return -ENOMEM;
 	}
+	/* a new block starts zeroed: what its items do not cover is written as zeros */
+	memset(eb->data, 0, vol->nodesize);
 	pthread_mutex_lock(&tc->cache->lock);
 	for (old = *bucket(tc->cache, bytenr); old; old = old->hnext) {
 		if (old->start != bytenr)
@@ -930,7 +975,7 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 			pthread_mutex_unlock(&tc->cache->lock);
 			ub_err(&tc->log, "new tree block at logical %llu: the address holds a block of the running "
 			       "transaction", (unsigned long long)bytenr);
-			free(eb->data);
+			buf_put(tc, eb->data);
 			free(eb);
 			return -EEXIST;
 		}
