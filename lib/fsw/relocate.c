@@ -186,6 +186,8 @@ static int extent_refs(struct ub_txn *t, uint64_t bytenr, struct refs *rs)
 		return ret;
 	}
 	h = ub_dref_find(t->refs, bytenr);
+	if (h)
+		rs->flags |= h->set_flags;
 	for (int i = 0; h && i < h->nrefs; i++) {
 		const struct ub_dref *q = &h->refs[i];
 		struct ub_ref r = { .type = q->type, .root = q->root, .parent = q->parent, .owner = q->objectid,
@@ -282,11 +284,12 @@ static int cow_path(struct ub_txn *t, uint64_t tree, const struct ub_key *key)
 }
 
 /*
- * Make the tree block at `bytenr` no tree's: copy-on-write through each tree
- * that still reaches it. A pass that changes nothing means the back
- * references and the trees disagree: -EUCLEAN, named.
+ * A block only one tree reaches, in a tree no snapshot shares (the extent,
+ * checksum, root trees...): copy-on-write through that tree, until no
+ * reference is left. A pass that changes nothing means the back references
+ * and the trees disagree: -EUCLEAN, named.
  */
-static int move_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
+static int cow_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
 {
 	uint64_t before = 0;
 
@@ -323,6 +326,384 @@ static int move_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
 		if (ret)
 			return ret;
 	}
+}
+
+/*
+ * ---- tree blocks kept shared ----
+ *
+ * A block of a subvolume tree may be reached by several trees (snapshots),
+ * through several parents. Copy-on-write through each tree would give each
+ * its own copy; instead the block is copied once, to a new address, and every
+ * parent is re-pointed at the copy, as the kernel's relocation does:
+ *
+ *  - The copy keeps everything of the block: items, owner, header flags and
+ *    generation. Keeping the generation keeps what readers derive from it:
+ *    a block not newer than its tree's last snapshot may be shared (the
+ *    kernel's and ours look its references up before changing it), and a
+ *    block of an older generation is never changed in place, not even in
+ *    this transaction (the tree layer copies it first).
+ *  - Its children's references stay valid: by its owner tree (they stand for
+ *    whichever block the trees reach them through), or, for a block with
+ *    full back references, by parent address: those move to the copy.
+ *  - Each back reference of the block names one parent: by tree (a node of
+ *    that tree, found by a search for the block's first key, or the tree's
+ *    root pointer) or by address (a node with full back references). The
+ *    parent is changed in place when it is a block of this transaction not
+ *    yet written, or else copied the same way, its slot pointing at the
+ *    copy, and put in place of the old one in turn (up to the roots). So a
+ *    parent shared by snapshots stays shared too, and the work per block is
+ *    its parents once: each copy is a block of the transaction afterwards.
+ *  - The references move with the pointers, one by one: the old block loses
+ *    its last one when its last parent is re-pointed, and is freed.
+ */
+
+/* The tree block `eb` as the full-backref parent of its children: their references by `eb`'s address change by delta. */
+static int full_child_refs(struct ub_txn *t, const struct ub_eb *eb, int delta)
+{
+	uint32_t n = ub_eb_nritems(eb);
+	int level = ub_eb_level(eb);
+	int ret = 0;
+
+	for (uint32_t i = 0; i < n && !ret; i++) {
+		struct ub_key k;
+		const uint8_t *d;
+		uint32_t size;
+
+		if (level) {
+			ret = ub_dref_add_tree(t->refs, ub_eb_node_blockptr(eb, (int)i), t->e->fs.vol->nodesize, level - 1,
+					       0, eb->start, delta, 0);
+			continue;
+		}
+		ub_eb_item_key(eb, (int)i, &k);
+		if (k.type != BTRFS_EXTENT_DATA_KEY)
+			continue;
+		d = ub_eb_item_data(eb, (int)i, &size);
+		if (size < UB_FE_SIZE || FE_GET(type, d) == BTRFS_FILE_EXTENT_INLINE || !FE_GET(disk_bytenr, d))
+			continue;
+		ret = ub_dref_add_data(t->refs, FE_GET(disk_bytenr, d), FE_GET(disk_num_bytes, d), 0, k.objectid,
+				       k.offset - FE_GET(offset, d), eb->start, delta, 0);
+	}
+	return ret;
+}
+
+/* The extent flags of tree block `bytenr` as they stand (item and queued changes). */
+static int block_flags(struct ub_txn *t, uint64_t bytenr, uint64_t *flags)
+{
+	struct refs rs;
+	int ret = extent_refs(t, bytenr, &rs);
+
+	if (ret)
+		return ret;
+	*flags = rs.flags;
+	refs_free(&rs);
+	return 0;
+}
+
+/* A pointer of node `eb` at `slot` is set to the block at `bytenr` of generation `gen` (the key stays). */
+static void set_child(struct ub_eb *eb, int slot, uint64_t bytenr, uint64_t gen)
+{
+	uint8_t *p = eb->data + UB_HEADER_SIZE + (uint32_t)slot * UB_KEY_PTR_SIZE;
+
+	UB_SET(ub_disk_key_ptr, blockptr, p, bytenr);
+	UB_SET(ub_disk_key_ptr, generation, p, gen);
+}
+
+/*
+ * A copy of `old` at a new address outside the group (the allocator skips
+ * it), the same in every byte that matters; a node's pointer at `slot` (>= 0)
+ * then points at (`child`, `gen`). The copy's extent is new in this
+ * transaction: a reference by its owner holds it until release_copy, so that
+ * the references the parents move to it find a new extent. With full back
+ * references the children's references by the old address move to the copy.
+ */
+static int copy_block(struct ub_txn *t, const struct ub_eb *old, bool full, int slot, uint64_t child,
+		      uint64_t child_gen, struct ub_eb **out)
+{
+	struct ub_engine *e = t->e;
+	uint32_t ns = e->fs.vol->nodesize;
+	uint64_t start, flags, gen;
+	struct ub_eroot *er;
+	struct ub_eb *copy;
+	int level = ub_eb_level(old);
+	int ret = ub_alloc_reserve(e->alloc, BTRFS_BLOCK_GROUP_METADATA, ns, 0, &start);
+
+	if (ret) {
+		if (ret == -ENOSPC)
+			ub_err(&e->fs.log, "relocation: no metadata space left outside the group for a copy of tree block %"
+			       PRIu64, old->start);
+		return ret;
+	}
+	ret = ub_dref_add_tree(t->refs, start, ns, level, ub_eb_owner(old), 0, 1, UB_DREF_NEW_EXTENT);
+	if (ret) {
+		ub_alloc_unreserve(e->alloc, start, ns);
+		return ret;
+	}
+	/*
+	 * A tree's root is never shared: its copy is of this transaction, as the
+	 * tree's root item and the extent item say (btrfs check compares them).
+	 */
+	er = ub_roots_find(e->fs.roots, ub_eb_owner(old));
+	gen = er && er->root.bytenr == old->start ? t->transid : ub_eb_generation(old);
+	ret = ub_tree_new_block(&e->fs.tc, start, ub_eb_owner(old), level, gen, &copy);
+	if (ret)
+		return ret; /* the reference queued owns the space: the failed operation takes the transaction down */
+	memcpy(copy->data + UB_CSUM_SIZE_MAX, old->data + UB_CSUM_SIZE_MAX, copy->len - UB_CSUM_SIZE_MAX);
+	UB_SET(ub_disk_header, bytenr, copy->data, start);
+	UB_SET(ub_disk_header, generation, copy->data, gen);
+	flags = UB_GET(ub_disk_header, flags, old->data) & ~(uint64_t)BTRFS_HEADER_FLAG_WRITTEN;
+	UB_SET(ub_disk_header, flags, copy->data, flags);
+	if (slot >= 0)
+		set_child(copy, slot, child, child_gen);
+	if (full) {
+		ret = full_child_refs(t, copy, 1);
+		if (!ret)
+			ret = full_child_refs(t, old, -1);
+		if (!ret)
+			ret = ub_dref_set_flags(t->refs, start, ns, level, BTRFS_BLOCK_FLAG_FULL_BACKREF);
+	}
+	if (ret) {
+		ub_eb_put(&e->fs.tc, copy);
+		return ret;
+	}
+	t->blocks_allocated++;
+	*out = copy;
+	return 0;
+}
+
+/* The holding reference of copy_block goes: the parents' references hold the copy now. */
+static int release_copy(struct ub_txn *t, const struct ub_eb *copy)
+{
+	return ub_dref_add_tree(t->refs, copy->start, t->e->fs.vol->nodesize, ub_eb_level(copy), ub_eb_owner(copy), 0, -1,
+				0);
+}
+
+static int replace_block(struct ub_txn *t, const struct ub_eb *old, const struct ub_eb *nw, int depth);
+
+/*
+ * Node `p`'s pointer at `slot` to `old` goes to `nw`
+ * in place in a block of this transaction not yet written, else in a copy of
+ * `p` that then takes p's place. The reference through `p` moves with it.
+ */
+static int repoint(struct ub_txn *t, struct ub_eb *p, int slot, const struct ub_eb *old, const struct ub_eb *nw,
+		   int depth)
+{
+	uint32_t ns = t->e->fs.vol->nodesize;
+	int level = ub_eb_level(old);
+	uint64_t pflags, gen = ub_eb_generation(nw);
+	struct ub_eb *pn;
+	bool full;
+	int ret = block_flags(t, p->start, &pflags);
+
+	if (ret)
+		return ret;
+	full = (pflags & BTRFS_BLOCK_FLAG_FULL_BACKREF) != 0;
+	if (p->dirty && !(UB_GET(ub_disk_header, flags, p->data) & BTRFS_HEADER_FLAG_WRITTEN)) {
+		set_child(p, slot, nw->start, gen);
+		ret = ub_dref_add_tree(t->refs, old->start, ns, level, full ? 0 : ub_eb_owner(p), full ? p->start : 0, -1,
+				       UB_DREF_LAST_REF);
+		if (!ret)
+			ret = ub_dref_add_tree(t->refs, nw->start, ns, level, full ? 0 : ub_eb_owner(p),
+					       full ? p->start : 0, 1, 0);
+		return ret;
+	}
+	ret = copy_block(t, p, full, slot, nw->start, gen, &pn);
+	if (ret)
+		return ret;
+	/* by tree: the other children's references stand for the copy; this one's moves to the new child */
+	if (!full) {
+		ret = ub_dref_add_tree(t->refs, old->start, ns, level, ub_eb_owner(p), 0, -1, UB_DREF_LAST_REF);
+		if (!ret)
+			ret = ub_dref_add_tree(t->refs, nw->start, ns, level, ub_eb_owner(p), 0, 1, 0);
+	}
+	if (!ret)
+		ret = replace_block(t, p, pn, depth + 1);
+	if (!ret)
+		ret = release_copy(t, pn);
+	ub_eb_put(&t->e->fs.tc, pn);
+	return ret;
+}
+
+/* The node of `root` at `level` + 1 that points at `child` (of `level`, first key `key`), and the slot. */
+static int parent_in_tree(struct ub_txn *t, const struct ub_root *root, const struct ub_key *key, int level,
+			  uint64_t child, struct ub_eb **out, int *slot_out)
+{
+	struct ub_tree_ctx *tc = &t->e->fs.tc;
+	struct ub_expect exp = { .level = root->level, .generation = root->generation, .slot = -1 };
+	struct ub_eb *eb;
+	int ret;
+
+	if (root->level <= level)
+		return -ENOENT;
+	ret = ub_tree_read_block(tc, root->bytenr, &exp, &eb);
+	while (!ret) {
+		uint32_t n = ub_eb_nritems(eb);
+		int slot = 0;
+
+		for (uint32_t i = 1; i < n; i++) {
+			struct ub_key k;
+
+			ub_eb_item_key(eb, (int)i, &k);
+			if (ub_key_cmp(&k, key) > 0)
+				break;
+			slot = (int)i;
+		}
+		if (ub_eb_level(eb) == level + 1) {
+			if (n && ub_eb_node_blockptr(eb, slot) == child) {
+				*out = eb;
+				*slot_out = slot;
+				return 0;
+			}
+			ub_eb_put(tc, eb);
+			return -ENOENT;
+		}
+		if (!n) {
+			ub_eb_put(tc, eb);
+			return -ENOENT;
+		}
+		exp = (struct ub_expect){ .level = ub_eb_level(eb) - 1, .generation = ub_eb_node_gen(eb, slot),
+					  .parent = eb->start, .slot = slot };
+		{
+			struct ub_eb *next;
+
+			ret = ub_tree_read_block(tc, ub_eb_node_blockptr(eb, slot), &exp, &next);
+			ub_eb_put(tc, eb);
+			eb = next;
+		}
+	}
+	return ret;
+}
+
+/*
+ * `nw` (a copy of `old`) takes old's place in every tree: each back reference
+ * of `old` names a parent (or a root pointer), re-pointed at `nw`.
+ */
+static int replace_block(struct ub_txn *t, const struct ub_eb *old, const struct ub_eb *nw, int depth)
+{
+	struct ub_engine *e = t->e;
+	uint32_t ns = e->fs.vol->nodesize;
+	int level = ub_eb_level(old);
+	struct ub_key key = { 0, 0, 0 };
+	struct refs rs;
+	int ret;
+
+	if (depth >= UB_MAX_LEVEL)
+		return -EUCLEAN;
+	if (ub_eb_nritems(old))
+		ub_eb_item_key(old, 0, &key);
+	ret = extent_refs(t, old->start, &rs);
+	for (size_t i = 0; i < rs.n && !ret; i++) {
+		const struct lref *l = &rs.a[i];
+		struct ub_eb *p = NULL;
+		int slot = -1;
+
+		if (l->count <= 0)
+			continue;
+		if (l->count != 1 || (l->r.type != BTRFS_TREE_BLOCK_REF_KEY && l->r.type != BTRFS_SHARED_BLOCK_REF_KEY)) {
+			ub_err(&e->fs.log, "relocation: tree block %" PRIu64 " has a back reference of type %u counted %"
+			       PRId64 ", which no tree block holds", old->start, l->r.type, l->count);
+			ret = -EUCLEAN;
+			break;
+		}
+		if (l->r.type == BTRFS_TREE_BLOCK_REF_KEY) {
+			struct ub_root *root;
+
+			ret = tree_of(e, l->r.root, &root);
+			if (ret)
+				break;
+			if (root->bytenr == old->start) {
+				/* the tree's root: the pointer is the tree's own (the root item follows at commit) */
+				root->bytenr = nw->start;
+				root->generation = ub_eb_generation(nw);
+				ret = ub_dref_add_tree(t->refs, old->start, ns, level, l->r.root, 0, -1, UB_DREF_LAST_REF);
+				if (!ret)
+					ret = ub_dref_add_tree(t->refs, nw->start, ns, level, l->r.root, 0, 1, 0);
+				continue;
+			}
+			ret = parent_in_tree(t, root, &key, level, old->start, &p, &slot);
+			if (ret == -ENOENT)
+				ub_err(&e->fs.log, "relocation: tree block %" PRIu64 " (level %d) is referenced by tree %"
+				       PRIu64 ", which does not reach it", old->start, level, l->r.root);
+		} else {
+			struct ub_expect exp = { .level = level + 1, .slot = -1 };
+
+			ret = ub_tree_read_block(&e->fs.tc, l->r.parent, &exp, &p);
+			for (uint32_t j = 0; !ret && j < ub_eb_nritems(p) && slot < 0; j++)
+				if (ub_eb_node_blockptr(p, (int)j) == old->start)
+					slot = (int)j;
+			if (!ret && slot < 0) {
+				ub_err(&e->fs.log, "relocation: tree block %" PRIu64 " names node %" PRIu64
+				       " as its parent, which does not point at it", old->start, l->r.parent);
+				ret = -ENOENT;
+			}
+		}
+		if (ret == -ENOENT)
+			ret = -EUCLEAN;
+		if (!ret)
+			ret = repoint(t, p, slot, old, nw, depth);
+		if (p)
+			ub_eb_put(&e->fs.tc, p);
+	}
+	refs_free(&rs);
+	return ret;
+}
+
+/* Whether the block's references let one copy-on-write through its one tree move it (no snapshot may share it). */
+static int only_one_tree(struct ub_txn *t, uint64_t bytenr, bool *one, int64_t *total)
+{
+	struct ub_eroot *er;
+	struct ub_root *root;
+	struct refs rs;
+	const struct lref *live = NULL;
+	int n = 0, ret = extent_refs(t, bytenr, &rs);
+
+	if (ret)
+		return ret;
+	*total = refs_total(&rs);
+	for (size_t i = 0; i < rs.n; i++) {
+		if (rs.a[i].count > 0) {
+			live = &rs.a[i];
+			n++;
+		}
+	}
+	*one = false;
+	if (n == 1 && live->count == 1 && live->r.type == BTRFS_TREE_BLOCK_REF_KEY) {
+		ret = tree_of(t->e, live->r.root, &root);
+		er = ret ? NULL : ub_roots_find(t->e->fs.roots, live->r.root);
+		*one = er && !er->shareable;
+	}
+	refs_free(&rs);
+	return ret;
+}
+
+/* Move the tree block at `bytenr` out of its group: every tree that reached it reaches its copy. */
+static int move_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
+{
+	struct ub_tree_ctx *tc = &t->e->fs.tc;
+	struct ub_expect exp = { .level = level, .slot = -1 };
+	struct ub_eb *old, *nw;
+	uint64_t flags;
+	int64_t total;
+	bool one;
+	int ret = only_one_tree(t, bytenr, &one, &total);
+
+	if (ret || total <= 0)
+		return ret;
+	if (one)
+		return cow_tree_block(t, bytenr, level);
+	ret = block_flags(t, bytenr, &flags);
+	if (!ret)
+		ret = ub_tree_read_block(tc, bytenr, &exp, &old);
+	if (ret)
+		return ret;
+	ret = copy_block(t, old, (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF) != 0, -1, 0, 0, &nw);
+	if (!ret) {
+		ret = replace_block(t, old, nw, 0);
+		if (!ret)
+			ret = release_copy(t, nw);
+		ub_eb_put(tc, nw);
+	}
+	ub_eb_put(tc, old);
+	return ret;
 }
 
 /* ---- data ---- */
