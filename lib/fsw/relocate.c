@@ -523,16 +523,16 @@ static int repoint(struct ub_txn *t, struct ub_eb *p, int slot, const struct ub_
 	return ret;
 }
 
-/* The node of `root` at `level` + 1 that points at `child` (of `level`, first key `key`), and the slot. */
-static int parent_in_tree(struct ub_txn *t, const struct ub_root *root, const struct ub_key *key, int level,
-			  uint64_t child, struct ub_eb **out, int *slot_out)
+/* The block of `root` at `level` on the path to `key`, and the slot the path takes in it. */
+static int block_on_path(struct ub_txn *t, const struct ub_root *root, const struct ub_key *key, int level,
+			 struct ub_eb **out, int *slot_out)
 {
 	struct ub_tree_ctx *tc = &t->e->fs.tc;
 	struct ub_expect exp = { .level = root->level, .generation = root->generation, .slot = -1 };
-	struct ub_eb *eb;
+	struct ub_eb *eb, *next;
 	int ret;
 
-	if (root->level <= level)
+	if (root->level < level)
 		return -ENOENT;
 	ret = ub_tree_read_block(tc, root->bytenr, &exp, &eb);
 	while (!ret) {
@@ -547,14 +547,10 @@ static int parent_in_tree(struct ub_txn *t, const struct ub_root *root, const st
 				break;
 			slot = (int)i;
 		}
-		if (ub_eb_level(eb) == level + 1) {
-			if (n && ub_eb_node_blockptr(eb, slot) == child) {
-				*out = eb;
-				*slot_out = slot;
-				return 0;
-			}
-			ub_eb_put(tc, eb);
-			return -ENOENT;
+		if (ub_eb_level(eb) == level) {
+			*out = eb;
+			*slot_out = slot;
+			return 0;
 		}
 		if (!n) {
 			ub_eb_put(tc, eb);
@@ -562,15 +558,26 @@ static int parent_in_tree(struct ub_txn *t, const struct ub_root *root, const st
 		}
 		exp = (struct ub_expect){ .level = ub_eb_level(eb) - 1, .generation = ub_eb_node_gen(eb, slot),
 					  .parent = eb->start, .slot = slot };
-		{
-			struct ub_eb *next;
-
-			ret = ub_tree_read_block(tc, ub_eb_node_blockptr(eb, slot), &exp, &next);
-			ub_eb_put(tc, eb);
-			eb = next;
-		}
+		ret = ub_tree_read_block(tc, ub_eb_node_blockptr(eb, slot), &exp, &next);
+		ub_eb_put(tc, eb);
+		eb = next;
 	}
 	return ret;
+}
+
+/* The node of `root` at `level` + 1 that points at `child` (of `level`, first key `key`), and the slot. */
+static int parent_in_tree(struct ub_txn *t, const struct ub_root *root, const struct ub_key *key, int level,
+			  uint64_t child, struct ub_eb **out, int *slot_out)
+{
+	int ret = block_on_path(t, root, key, level + 1, out, slot_out);
+
+	if (ret)
+		return ret;
+	if (ub_eb_nritems(*out) && ub_eb_node_blockptr(*out, *slot_out) == child)
+		return 0;
+	ub_eb_put(&t->e->fs.tc, *out);
+	*out = NULL;
+	return -ENOENT;
 }
 
 /*
@@ -717,85 +724,112 @@ struct data_move {
 	uint64_t moved;  /* references moved */
 };
 
-/* File extent items of inode `ino` in `tree` that point at the old extent with reference offset `off`. */
-static int move_data_ref(struct data_move *m, uint64_t tree, uint64_t ino, uint64_t off, int64_t count)
+/*
+ * Every file extent item of `leaf` that points at the old extent points at
+ * the copy: in place in a leaf of this transaction not yet written, else in a
+ * copy of the leaf that takes its place in every tree that reaches it (so a
+ * leaf snapshots share stays shared, as its tree blocks do). Each item's
+ * reference moves from the old extent to the new, by the leaf's owner or,
+ * with full back references, by the leaf's address.
+ */
+static int move_leaf_refs(struct data_move *m, struct ub_eb *leaf)
+{
+	struct ub_txn *t = m->t;
+	struct ub_eb *target = leaf, *copy = NULL;
+	uint64_t flags;
+	bool full;
+	int ret = block_flags(t, leaf->start, &flags);
+
+	if (ret)
+		return ret;
+	if (ub_eb_level(leaf) != 0)
+		return -EUCLEAN;
+	full = (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF) != 0;
+	m->changed = true;
+	if (!leaf->dirty || (UB_GET(ub_disk_header, flags, leaf->data) & BTRFS_HEADER_FLAG_WRITTEN)) {
+		ret = copy_block(t, leaf, full, -1, 0, 0, &copy);
+		if (ret)
+			return ret;
+		target = copy;
+	}
+	for (uint32_t i = 0; i < ub_eb_nritems(target) && !ret; i++) {
+		uint64_t root = full ? 0 : ub_eb_owner(target), parent = full ? target->start : 0, off;
+		const uint8_t *d;
+		uint8_t *fe;
+		uint32_t size;
+		struct ub_key k;
+
+		ub_eb_item_key(target, (int)i, &k);
+		if (k.type != BTRFS_EXTENT_DATA_KEY)
+			continue;
+		d = ub_eb_item_data(target, (int)i, &size);
+		if (size < UB_FE_SIZE || FE_GET(disk_bytenr, d) != m->old ||
+		    (FE_GET(type, d) != BTRFS_FILE_EXTENT_REG && FE_GET(type, d) != BTRFS_FILE_EXTENT_PREALLOC))
+			continue;
+		fe = target->data + (d - target->data);
+		FE_SET(disk_bytenr, fe, m->new);
+		off = k.offset - FE_GET(offset, fe);
+		ret = ub_dref_add_data(t->refs, m->new, m->len, root, k.objectid, off, parent, 1, UB_DREF_NEW_EXTENT);
+		if (!ret) {
+			m->first_ref = false;
+			ret = ub_dref_add_data(t->refs, m->old, m->len, root, k.objectid, off, parent, -1, 0);
+		}
+		if (!ret)
+			m->moved++;
+	}
+	if (copy) {
+		if (!ret)
+			ret = replace_block(t, leaf, copy, 0);
+		if (!ret)
+			ret = release_copy(t, copy);
+		ub_eb_put(&t->e->fs.tc, copy);
+	}
+	return ret;
+}
+
+/*
+ * A reference by tree: the leaf of `tree` holding the first file extent item
+ * of inode `ino` that points at the old extent with reference offset `off`
+ * has its items moved. 0 with nothing done when no item is left (the caller's
+ * pass then sees no progress and says so).
+ */
+static int move_data_ref(struct data_move *m, uint64_t tree, uint64_t ino, uint64_t off)
 {
 	struct ub_engine *e = m->t->e;
 	struct ub_key min = { ino, BTRFS_EXTENT_DATA_KEY, off }, max = { ino, BTRFS_EXTENT_DATA_KEY, UINT64_MAX }, k;
 	struct ub_root *root;
 	struct ub_tree_iter it;
+	struct ub_eb *leaf;
 	const uint8_t *d;
 	uint32_t size;
-	uint64_t *keys = NULL;
-	size_t n = 0, cap = 0;
-	int ret = tree_of(e, tree, &root);
+	bool found = false;
+	int slot, ret = tree_of(e, tree, &root);
 
 	if (ret)
 		return ret;
-	/* the items first (the changes below copy leaves the iterator would be walking) */
+	/* the item first (the change below copies leaves the iterator would be walking) */
 	ret = ub_tree_iter_start(&it, &e->fs.tc, root, &min, &max);
-	while (ret == 0 && (int64_t)n < count && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
+	while (ret == 0 && !found && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
 		uint8_t type;
 
 		if (size < UB_FE_SIZE)
 			continue;
 		type = (uint8_t)FE_GET(type, d);
-		if ((type != BTRFS_FILE_EXTENT_REG && type != BTRFS_FILE_EXTENT_PREALLOC) ||
-		    FE_GET(disk_bytenr, d) != m->old || k.offset - FE_GET(offset, d) != off)
-			continue;
-		if (n == cap) {
-			size_t c = cap ? cap * 2 : 8;
-			uint64_t *a = realloc(keys, c * sizeof(*a));
-
-			if (!a) {
-				ret = -ENOMEM;
-				break;
-			}
-			keys = a;
-			cap = c;
-		}
-		keys[n++] = k.offset;
+		found = (type == BTRFS_FILE_EXTENT_REG || type == BTRFS_FILE_EXTENT_PREALLOC) &&
+			FE_GET(disk_bytenr, d) == m->old && k.offset - FE_GET(offset, d) == off;
 	}
 	ub_tree_iter_end(&it);
-	if (ret > 0)
-		ret = 0;
-	if (!ret && (int64_t)n != count) {
-		ub_err(&e->fs.log, "relocation: extent %" PRIu64 " has %" PRId64 " references from inode %" PRIu64
-		       " of tree %" PRIu64 " at offset %" PRIu64 ", its file extent items %zu", m->old, count, ino, tree,
-		       off, n);
+	if (ret < 0)
+		return ret;
+	if (!found)
+		return 0;
+	ret = block_on_path(m->t, root, &k, 0, &leaf, &slot);
+	if (ret == -ENOENT)
 		ret = -EUCLEAN;
-	}
-	for (size_t i = 0; i < n && !ret; i++) {
-		struct ub_key key = { ino, BTRFS_EXTENT_DATA_KEY, keys[i] };
-		struct ub_path p;
-		uint8_t *fe;
-
-		ub_path_init(&p);
-		m->changed = true;
-		ret = ub_tree_search_slot(&e->fs.tc, ub_txn_ta(m->t), root, &key, &p, 0, true);
-		if (ret == 0) {
-			fe = ub_path_data_mut(&p, &size);
-			if (!fe || size < UB_FE_SIZE || FE_GET(disk_bytenr, fe) != m->old) {
-				ret = -EUCLEAN;
-			} else {
-				FE_SET(disk_bytenr, fe, m->new);
-				ub_path_mark_dirty(&p);
-			}
-		} else if (ret > 0) {
-			ret = -EUCLEAN;
-		}
-		ub_path_release(&p);
-		if (!ret)
-			ret = ub_dref_add_data(m->t->refs, m->new, m->len, tree, ino, off, 0, 1,
-					       m->first_ref ? UB_DREF_NEW_EXTENT : 0);
-		if (!ret) {
-			m->first_ref = false;
-			ret = ub_dref_add_data(m->t->refs, m->old, m->len, tree, ino, off, 0, -1, 0);
-		}
-		if (!ret)
-			m->moved++;
-	}
-	free(keys);
+	if (ret)
+		return ret;
+	ret = move_leaf_refs(m, leaf);
+	ub_eb_put(&e->fs.tc, leaf);
 	return ret;
 }
 
@@ -909,33 +943,23 @@ static int move_data_extent(struct ub_txn *t, uint64_t bytenr, uint64_t len, boo
 				}
 			}
 		}
-		/* the references by tree first; a shared leaf is made one tree's by a copy-on-write, then taken */
+		/* each reference names a leaf (by tree and item, or by address): its items move together */
 		for (size_t i = 0; i < rs.n && !ret; i++) {
 			const struct lref *l = &rs.a[i];
+			struct ub_expect exp = { .level = 0, .slot = -1 };
+			struct ub_eb *leaf;
 
-			if (l->count > 0 && l->r.type == BTRFS_EXTENT_DATA_REF_KEY)
-				ret = move_data_ref(&m, l->r.root, l->r.owner, l->r.offset, l->count);
-		}
-		for (size_t i = 0; i < rs.n && !ret; i++) {
-			const struct lref *l = &rs.a[i];
-			struct ub_key key;
-			uint64_t tree;
-
-			if (l->count <= 0 || l->r.type != BTRFS_SHARED_DATA_REF_KEY)
+			if (l->count <= 0)
 				continue;
-			ret = reaching_tree(t, l->r.parent, 0, &tree);
-			if (ret == -ENOENT) {
-				ub_err(&t->e->fs.log, "relocation: leaf %" PRIu64 " holding extent %" PRIu64
-				       " is referenced by no tree", l->r.parent, bytenr);
-				ret = -EUCLEAN;
+			if (l->r.type == BTRFS_EXTENT_DATA_REF_KEY) {
+				ret = move_data_ref(&m, l->r.root, l->r.owner, l->r.offset);
+			} else if (l->r.type == BTRFS_SHARED_DATA_REF_KEY) {
+				ret = ub_tree_read_block(&t->e->fs.tc, l->r.parent, &exp, &leaf);
+				if (!ret) {
+					ret = move_leaf_refs(&m, leaf);
+					ub_eb_put(&t->e->fs.tc, leaf);
+				}
 			}
-			if (!ret)
-				ret = block_first_key(t->e, l->r.parent, 0, &key);
-			if (!ret) {
-				m.changed = true;
-				ret = cow_path(t, tree, &key);
-			}
-			break; /* the references changed: read them again */
 		}
 		refs_free(&rs);
 		if (ret)
