@@ -447,6 +447,12 @@ static int copy_block(struct ub_txn *t, const struct ub_eb *old, bool full, int 
 	ret = ub_tree_new_block(&e->fs.tc, start, ub_eb_owner(old), level, gen, &copy);
 	if (ret)
 		return ret; /* the reference queued owns the space: the failed operation takes the transaction down */
+	if (gen != t->transid)
+		ret = ub_dref_set_generation(t->refs, start, ns, level, gen);
+	if (ret) {
+		ub_eb_put(&e->fs.tc, copy);
+		return ret;
+	}
 	memcpy(copy->data + UB_CSUM_SIZE_MAX, old->data + UB_CSUM_SIZE_MAX, copy->len - UB_CSUM_SIZE_MAX);
 	UB_SET(ub_disk_header, bytenr, copy->data, start);
 	UB_SET(ub_disk_header, generation, copy->data, gen);
