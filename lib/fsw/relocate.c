@@ -6,21 +6,25 @@
  * The group is made read-only in the allocator first (nothing new goes in),
  * then each extent it holds is moved in its own operation:
  *
- *  - A tree block is copied by the trees' own copy-on-write: a search with
- *    copy-on-write for the block's first key, in a tree that reaches it,
- *    copies every block of the path older than the running transaction, the
- *    block among them, into space outside the group; the copy-on-write's
- *    reference bookkeeping (shared blocks, full back references) is the one
- *    every change uses. A block several trees share (snapshots) is reached
- *    once per tree that still points at it, until none does.
- *  - A data extent is read through the checked data path (every copy, parity,
- *    checksums), written whole to a new extent, its checksums put for the new
- *    range, and every file extent item that points at it changed to point at
- *    the copy: the back references of the old extent say where (by tree,
- *    inode and offset; or by the leaf, which is first made the tree's own by a
- *    copy-on-write search, after which the reference is by tree). The file
- *    extent items keep everything else (compression, offsets, sharing: every
- *    reflink and snapshot ends up on the one copy).
+ *  - A tree block of a subvolume tree (snapshots may share it) is copied
+ *    once, to space outside the group, and every parent that points at it
+ *    is re-pointed at the copy, its back references moving with the
+ *    pointers; a parent older than the transaction is copied the same way,
+ *    up to the roots (see "tree blocks kept shared" below). So what several
+ *    snapshots shared before stays shared: one copy, as the kernel's
+ *    relocation makes. A block of a tree no snapshot shares (extent,
+ *    checksum, root trees...) is copied by the trees' own copy-on-write: a
+ *    search with copy-on-write for its first key copies the path.
+ *  - A data extent is read through the checked data path (every copy,
+ *    parity, checksums), written whole to a new extent, its checksums put
+ *    for the new range, and every file extent item that points at it changed
+ *    to point at the copy, leaf by leaf: the back references of the old
+ *    extent name the leaf (by tree, inode and offset, found by a search; or
+ *    by the leaf's address). A leaf older than the transaction is changed in
+ *    a copy put in its place in every tree, as a tree block is moved, so
+ *    leaves snapshots share stay shared. The file extent items keep
+ *    everything else (compression, offsets, sharing: every reflink and
+ *    snapshot ends up on the one copy).
  *
  * References are read from the extent tree of the running transaction with
  * the queued changes of the transaction folded in (ub_dref_find), so that a
@@ -28,10 +32,6 @@
  * freed by the reference bookkeeping when their last reference goes, and the
  * group, empty after the commit, is removed as the cleaner removes unused
  * groups (ub_chunk_remove).
- *
- * What this does not do yet (docs/balance.md): keep a tree block several
- * snapshots share shared (each tree gets its own copy of it, as a change
- * through each tree would make); that costs metadata space, never data space.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -341,7 +341,9 @@ static int cow_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
  *    a block not newer than its tree's last snapshot may be shared (the
  *    kernel's and ours look its references up before changing it), and a
  *    block of an older generation is never changed in place, not even in
- *    this transaction (the tree layer copies it first).
+ *    this transaction (the tree layer copies it first). Its extent item says
+ *    the same generation (ub_dref_set_generation). A tree's root is never
+ *    shared: its copy is of this transaction, as its root item then says.
  *  - Its children's references stay valid: by its owner tree (they stand for
  *    whichever block the trees reach them through), or, for a block with
  *    full back references, by parent address: those move to the copy.
@@ -486,7 +488,7 @@ static int release_copy(struct ub_txn *t, const struct ub_eb *copy)
 static int replace_block(struct ub_txn *t, const struct ub_eb *old, const struct ub_eb *nw, int depth);
 
 /*
- * Node `p`'s pointer at `slot` to `old` goes to `nw`
+ * Node `p`'s pointer at `slot` to `old` goes to `nw`:
  * in place in a block of this transaction not yet written, else in a copy of
  * `p` that then takes p's place. The reference through `p` moves with it.
  */
