@@ -271,6 +271,18 @@ int ub_dref_set_flags(struct ub_dref_queue *q, uint64_t bytenr, uint64_t num_byt
 	return 0;
 }
 
+int ub_dref_set_generation(struct ub_dref_queue *q, uint64_t bytenr, uint64_t num_bytes, int level,
+			   uint64_t generation)
+{
+	struct ub_dref_head *h;
+	int ret = get_head(q, bytenr, num_bytes, false, level, &h);
+
+	if (ret)
+		return ret;
+	h->generation = generation;
+	return 0;
+}
+
 int ub_dref_pop_head(struct ub_dref_queue *q, struct ub_dref_head **out)
 {
 	if (!q->root)

@@ -62,6 +62,7 @@ struct ub_dref_head {
 	bool new_extent;        /* no extent item yet: insert one (if total_delta > 0) */
 	bool free_hint;
 	uint64_t set_flags;     /* OR into the extent item's flags */
+	uint64_t generation;    /* a new extent item's generation; 0: the transaction's */
 	int64_t total_delta;    /* sum of refs[].delta */
 	struct ub_dref *refs;   /* sorted by (type, root, parent, objectid, offset) */
 	int nrefs;
@@ -87,6 +88,14 @@ int ub_dref_add_data(struct ub_dref_queue *q, uint64_t bytenr, uint64_t num_byte
 		     uint64_t objectid, uint64_t offset, uint64_t parent, int64_t delta, unsigned flags);
 /* Extent flags to set at commit (BTRFS_BLOCK_FLAG_FULL_BACKREF), on a tree block head. */
 int ub_dref_set_flags(struct ub_dref_queue *q, uint64_t bytenr, uint64_t num_bytes, int level, uint64_t flags);
+
+/*
+ * A new tree block's extent item takes `generation` instead of the
+ * transaction's: a block the relocation copied keeps its generation, and its
+ * extent item must say the same (btrfs check compares them).
+ */
+int ub_dref_set_generation(struct ub_dref_queue *q, uint64_t bytenr, uint64_t num_bytes, int level,
+			   uint64_t generation);
 
 /* Number of heads queued (including heads whose refs all cancelled). */
 uint64_t ub_dref_count(const struct ub_dref_queue *q);

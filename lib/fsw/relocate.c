@@ -6,21 +6,25 @@
  * The group is made read-only in the allocator first (nothing new goes in),
  * then each extent it holds is moved in its own operation:
  *
- *  - A tree block is copied by the trees' own copy-on-write: a search with
- *    copy-on-write for the block's first key, in a tree that reaches it,
- *    copies every block of the path older than the running transaction, the
- *    block among them, into space outside the group; the copy-on-write's
- *    reference bookkeeping (shared blocks, full back references) is the one
- *    every change uses. A block several trees share (snapshots) is reached
- *    once per tree that still points at it, until none does.
- *  - A data extent is read through the checked data path (every copy, parity,
- *    checksums), written whole to a new extent, its checksums put for the new
- *    range, and every file extent item that points at it changed to point at
- *    the copy: the back references of the old extent say where (by tree,
- *    inode and offset; or by the leaf, which is first made the tree's own by a
- *    copy-on-write search, after which the reference is by tree). The file
- *    extent items keep everything else (compression, offsets, sharing: every
- *    reflink and snapshot ends up on the one copy).
+ *  - A tree block of a subvolume tree (snapshots may share it) is copied
+ *    once, to space outside the group, and every parent that points at it
+ *    is re-pointed at the copy, its back references moving with the
+ *    pointers; a parent older than the transaction is copied the same way,
+ *    up to the roots (see "tree blocks kept shared" below). So what several
+ *    snapshots shared before stays shared: one copy, as the kernel's
+ *    relocation makes. A block of a tree no snapshot shares (extent,
+ *    checksum, root trees...) is copied by the trees' own copy-on-write: a
+ *    search with copy-on-write for its first key copies the path.
+ *  - A data extent is read through the checked data path (every copy,
+ *    parity, checksums), written whole to a new extent, its checksums put
+ *    for the new range, and every file extent item that points at it changed
+ *    to point at the copy, leaf by leaf: the back references of the old
+ *    extent name the leaf (by tree, inode and offset, found by a search; or
+ *    by the leaf's address). A leaf older than the transaction is changed in
+ *    a copy put in its place in every tree, as a tree block is moved, so
+ *    leaves snapshots share stay shared. The file extent items keep
+ *    everything else (compression, offsets, sharing: every reflink and
+ *    snapshot ends up on the one copy).
  *
  * References are read from the extent tree of the running transaction with
  * the queued changes of the transaction folded in (ub_dref_find), so that a
@@ -28,10 +32,6 @@
  * freed by the reference bookkeeping when their last reference goes, and the
  * group, empty after the commit, is removed as the cleaner removes unused
  * groups (ub_chunk_remove).
- *
- * What this does not do yet (docs/balance.md): keep a tree block several
- * snapshots share shared (each tree gets its own copy of it, as a change
- * through each tree would make); that costs metadata space, never data space.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -186,6 +186,8 @@ static int extent_refs(struct ub_txn *t, uint64_t bytenr, struct refs *rs)
 		return ret;
 	}
 	h = ub_dref_find(t->refs, bytenr);
+	if (h)
+		rs->flags |= h->set_flags;
 	for (int i = 0; h && i < h->nrefs; i++) {
 		const struct ub_dref *q = &h->refs[i];
 		struct ub_ref r = { .type = q->type, .root = q->root, .parent = q->parent, .owner = q->objectid,
@@ -282,11 +284,12 @@ static int cow_path(struct ub_txn *t, uint64_t tree, const struct ub_key *key)
 }
 
 /*
- * Make the tree block at `bytenr` no tree's: copy-on-write through each tree
- * that still reaches it. A pass that changes nothing means the back
- * references and the trees disagree: -EUCLEAN, named.
+ * A block only one tree reaches, in a tree no snapshot shares (the extent,
+ * checksum, root trees...): copy-on-write through that tree, until no
+ * reference is left. A pass that changes nothing means the back references
+ * and the trees disagree: -EUCLEAN, named.
  */
-static int move_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
+static int cow_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
 {
 	uint64_t before = 0;
 
@@ -325,6 +328,399 @@ static int move_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
 	}
 }
 
+/*
+ * ---- tree blocks kept shared ----
+ *
+ * A block of a subvolume tree may be reached by several trees (snapshots),
+ * through several parents. Copy-on-write through each tree would give each
+ * its own copy; instead the block is copied once, to a new address, and every
+ * parent is re-pointed at the copy, as the kernel's relocation does:
+ *
+ *  - The copy keeps everything of the block: items, owner, header flags and
+ *    generation. Keeping the generation keeps what readers derive from it:
+ *    a block not newer than its tree's last snapshot may be shared (the
+ *    kernel's and ours look its references up before changing it), and a
+ *    block of an older generation is never changed in place, not even in
+ *    this transaction (the tree layer copies it first). Its extent item says
+ *    the same generation (ub_dref_set_generation). A tree's root is never
+ *    shared: its copy is of this transaction, as its root item then says.
+ *  - Its children's references stay valid: by its owner tree (they stand for
+ *    whichever block the trees reach them through), or, for a block with
+ *    full back references, by parent address: those move to the copy.
+ *  - Each back reference of the block names one parent: by tree (a node of
+ *    that tree, found by a search for the block's first key, or the tree's
+ *    root pointer) or by address (a node with full back references). The
+ *    parent is changed in place when it is a block of this transaction not
+ *    yet written, or else copied the same way, its slot pointing at the
+ *    copy, and put in place of the old one in turn (up to the roots). So a
+ *    parent shared by snapshots stays shared too, and the work per block is
+ *    its parents once: each copy is a block of the transaction afterwards.
+ *  - The references move with the pointers, one by one: the old block loses
+ *    its last one when its last parent is re-pointed, and is freed.
+ */
+
+/* The tree block `eb` as the full-backref parent of its children: their references by `eb`'s address change by delta. */
+static int full_child_refs(struct ub_txn *t, const struct ub_eb *eb, int delta)
+{
+	uint32_t n = ub_eb_nritems(eb);
+	int level = ub_eb_level(eb);
+	int ret = 0;
+
+	for (uint32_t i = 0; i < n && !ret; i++) {
+		struct ub_key k;
+		const uint8_t *d;
+		uint32_t size;
+
+		if (level) {
+			ret = ub_dref_add_tree(t->refs, ub_eb_node_blockptr(eb, (int)i), t->e->fs.vol->nodesize, level - 1,
+					       0, eb->start, delta, 0);
+			continue;
+		}
+		ub_eb_item_key(eb, (int)i, &k);
+		if (k.type != BTRFS_EXTENT_DATA_KEY)
+			continue;
+		d = ub_eb_item_data(eb, (int)i, &size);
+		if (size < UB_FE_SIZE || FE_GET(type, d) == BTRFS_FILE_EXTENT_INLINE || !FE_GET(disk_bytenr, d))
+			continue;
+		ret = ub_dref_add_data(t->refs, FE_GET(disk_bytenr, d), FE_GET(disk_num_bytes, d), 0, k.objectid,
+				       k.offset - FE_GET(offset, d), eb->start, delta, 0);
+	}
+	return ret;
+}
+
+/* The extent flags of tree block `bytenr` as they stand (item and queued changes). */
+static int block_flags(struct ub_txn *t, uint64_t bytenr, uint64_t *flags)
+{
+	struct refs rs;
+	int ret = extent_refs(t, bytenr, &rs);
+
+	if (ret)
+		return ret;
+	*flags = rs.flags;
+	refs_free(&rs);
+	return 0;
+}
+
+/* A pointer of node `eb` at `slot` is set to the block at `bytenr` of generation `gen` (the key stays). */
+static void set_child(struct ub_eb *eb, int slot, uint64_t bytenr, uint64_t gen)
+{
+	uint8_t *p = eb->data + UB_HEADER_SIZE + (uint32_t)slot * UB_KEY_PTR_SIZE;
+
+	UB_SET(ub_disk_key_ptr, blockptr, p, bytenr);
+	UB_SET(ub_disk_key_ptr, generation, p, gen);
+}
+
+/*
+ * A copy of `old` at a new address outside the group (the allocator skips
+ * it), the same in every byte that matters; a node's pointer at `slot` (>= 0)
+ * then points at (`child`, `gen`). The copy's extent is new in this
+ * transaction: a reference by its owner holds it until release_copy, so that
+ * the references the parents move to it find a new extent. With full back
+ * references the children's references by the old address move to the copy.
+ */
+static int copy_block(struct ub_txn *t, const struct ub_eb *old, bool full, int slot, uint64_t child,
+		      uint64_t child_gen, struct ub_eb **out)
+{
+	struct ub_engine *e = t->e;
+	uint32_t ns = e->fs.vol->nodesize;
+	uint64_t start, flags, gen;
+	struct ub_eroot *er;
+	struct ub_eb *copy;
+	int level = ub_eb_level(old);
+	int ret = ub_alloc_reserve(e->alloc, BTRFS_BLOCK_GROUP_METADATA, ns, 0, &start);
+
+	if (ret) {
+		if (ret == -ENOSPC)
+			ub_err(&e->fs.log, "relocation: no metadata space left outside the group for a copy of tree block %"
+			       PRIu64, old->start);
+		return ret;
+	}
+	ret = ub_dref_add_tree(t->refs, start, ns, level, ub_eb_owner(old), 0, 1, UB_DREF_NEW_EXTENT);
+	if (ret) {
+		ub_alloc_unreserve(e->alloc, start, ns);
+		return ret;
+	}
+	/*
+	 * A tree's root is never shared: its copy is of this transaction, as the
+	 * tree's root item and the extent item say (btrfs check compares them).
+	 */
+	er = ub_roots_find(e->fs.roots, ub_eb_owner(old));
+	gen = er && er->root.bytenr == old->start ? t->transid : ub_eb_generation(old);
+	ret = ub_tree_new_block(&e->fs.tc, start, ub_eb_owner(old), level, gen, &copy);
+	if (ret)
+		return ret; /* the reference queued owns the space: the failed operation takes the transaction down */
+	if (gen != t->transid)
+		ret = ub_dref_set_generation(t->refs, start, ns, level, gen);
+	if (ret) {
+		ub_eb_put(&e->fs.tc, copy);
+		return ret;
+	}
+	memcpy(copy->data + UB_CSUM_SIZE_MAX, old->data + UB_CSUM_SIZE_MAX, copy->len - UB_CSUM_SIZE_MAX);
+	UB_SET(ub_disk_header, bytenr, copy->data, start);
+	UB_SET(ub_disk_header, generation, copy->data, gen);
+	flags = UB_GET(ub_disk_header, flags, old->data) & ~(uint64_t)BTRFS_HEADER_FLAG_WRITTEN;
+	UB_SET(ub_disk_header, flags, copy->data, flags);
+	if (slot >= 0)
+		set_child(copy, slot, child, child_gen);
+	if (full) {
+		ret = full_child_refs(t, copy, 1);
+		if (!ret)
+			ret = full_child_refs(t, old, -1);
+		if (!ret)
+			ret = ub_dref_set_flags(t->refs, start, ns, level, BTRFS_BLOCK_FLAG_FULL_BACKREF);
+	}
+	if (ret) {
+		ub_eb_put(&e->fs.tc, copy);
+		return ret;
+	}
+	t->blocks_allocated++;
+	*out = copy;
+	return 0;
+}
+
+/* The holding reference of copy_block goes: the parents' references hold the copy now. */
+static int release_copy(struct ub_txn *t, const struct ub_eb *copy)
+{
+	return ub_dref_add_tree(t->refs, copy->start, t->e->fs.vol->nodesize, ub_eb_level(copy), ub_eb_owner(copy), 0, -1,
+				0);
+}
+
+static int replace_block(struct ub_txn *t, const struct ub_eb *old, const struct ub_eb *nw, int depth);
+
+/*
+ * Node `p`'s pointer at `slot` to `old` goes to `nw`:
+ * in place in a block of this transaction not yet written, else in a copy of
+ * `p` that then takes p's place. The reference through `p` moves with it.
+ */
+static int repoint(struct ub_txn *t, struct ub_eb *p, int slot, const struct ub_eb *old, const struct ub_eb *nw,
+		   int depth)
+{
+	uint32_t ns = t->e->fs.vol->nodesize;
+	int level = ub_eb_level(old);
+	uint64_t pflags, gen = ub_eb_generation(nw);
+	struct ub_eb *pn;
+	bool full;
+	int ret = block_flags(t, p->start, &pflags);
+
+	if (ret)
+		return ret;
+	full = (pflags & BTRFS_BLOCK_FLAG_FULL_BACKREF) != 0;
+	if (p->dirty && !(UB_GET(ub_disk_header, flags, p->data) & BTRFS_HEADER_FLAG_WRITTEN)) {
+		set_child(p, slot, nw->start, gen);
+		ret = ub_dref_add_tree(t->refs, old->start, ns, level, full ? 0 : ub_eb_owner(p), full ? p->start : 0, -1,
+				       UB_DREF_LAST_REF);
+		if (!ret)
+			ret = ub_dref_add_tree(t->refs, nw->start, ns, level, full ? 0 : ub_eb_owner(p),
+					       full ? p->start : 0, 1, 0);
+		return ret;
+	}
+	ret = copy_block(t, p, full, slot, nw->start, gen, &pn);
+	if (ret)
+		return ret;
+	/* by tree: the other children's references stand for the copy; this one's moves to the new child */
+	if (!full) {
+		ret = ub_dref_add_tree(t->refs, old->start, ns, level, ub_eb_owner(p), 0, -1, UB_DREF_LAST_REF);
+		if (!ret)
+			ret = ub_dref_add_tree(t->refs, nw->start, ns, level, ub_eb_owner(p), 0, 1, 0);
+	}
+	if (!ret)
+		ret = replace_block(t, p, pn, depth + 1);
+	if (!ret)
+		ret = release_copy(t, pn);
+	ub_eb_put(&t->e->fs.tc, pn);
+	return ret;
+}
+
+/* The block of `root` at `level` on the path to `key`, and the slot the path takes in it. */
+static int block_on_path(struct ub_txn *t, const struct ub_root *root, const struct ub_key *key, int level,
+			 struct ub_eb **out, int *slot_out)
+{
+	struct ub_tree_ctx *tc = &t->e->fs.tc;
+	struct ub_expect exp = { .level = root->level, .generation = root->generation, .slot = -1 };
+	struct ub_eb *eb, *next;
+	int ret;
+
+	if (root->level < level)
+		return -ENOENT;
+	ret = ub_tree_read_block(tc, root->bytenr, &exp, &eb);
+	while (!ret) {
+		uint32_t n = ub_eb_nritems(eb);
+		int slot = 0;
+
+		for (uint32_t i = 1; i < n; i++) {
+			struct ub_key k;
+
+			ub_eb_item_key(eb, (int)i, &k);
+			if (ub_key_cmp(&k, key) > 0)
+				break;
+			slot = (int)i;
+		}
+		if (ub_eb_level(eb) == level) {
+			*out = eb;
+			*slot_out = slot;
+			return 0;
+		}
+		if (!n) {
+			ub_eb_put(tc, eb);
+			return -ENOENT;
+		}
+		exp = (struct ub_expect){ .level = ub_eb_level(eb) - 1, .generation = ub_eb_node_gen(eb, slot),
+					  .parent = eb->start, .slot = slot };
+		ret = ub_tree_read_block(tc, ub_eb_node_blockptr(eb, slot), &exp, &next);
+		ub_eb_put(tc, eb);
+		eb = next;
+	}
+	return ret;
+}
+
+/* The node of `root` at `level` + 1 that points at `child` (of `level`, first key `key`), and the slot. */
+static int parent_in_tree(struct ub_txn *t, const struct ub_root *root, const struct ub_key *key, int level,
+			  uint64_t child, struct ub_eb **out, int *slot_out)
+{
+	int ret = block_on_path(t, root, key, level + 1, out, slot_out);
+
+	if (ret)
+		return ret;
+	if (ub_eb_nritems(*out) && ub_eb_node_blockptr(*out, *slot_out) == child)
+		return 0;
+	ub_eb_put(&t->e->fs.tc, *out);
+	*out = NULL;
+	return -ENOENT;
+}
+
+/*
+ * `nw` (a copy of `old`) takes old's place in every tree: each back reference
+ * of `old` names a parent (or a root pointer), re-pointed at `nw`.
+ */
+static int replace_block(struct ub_txn *t, const struct ub_eb *old, const struct ub_eb *nw, int depth)
+{
+	struct ub_engine *e = t->e;
+	uint32_t ns = e->fs.vol->nodesize;
+	int level = ub_eb_level(old);
+	struct ub_key key = { 0, 0, 0 };
+	struct refs rs;
+	int ret;
+
+	if (depth >= UB_MAX_LEVEL)
+		return -EUCLEAN;
+	if (ub_eb_nritems(old))
+		ub_eb_item_key(old, 0, &key);
+	ret = extent_refs(t, old->start, &rs);
+	for (size_t i = 0; i < rs.n && !ret; i++) {
+		const struct lref *l = &rs.a[i];
+		struct ub_eb *p = NULL;
+		int slot = -1;
+
+		if (l->count <= 0)
+			continue;
+		if (l->count != 1 || (l->r.type != BTRFS_TREE_BLOCK_REF_KEY && l->r.type != BTRFS_SHARED_BLOCK_REF_KEY)) {
+			ub_err(&e->fs.log, "relocation: tree block %" PRIu64 " has a back reference of type %u counted %"
+			       PRId64 ", which no tree block holds", old->start, l->r.type, l->count);
+			ret = -EUCLEAN;
+			break;
+		}
+		if (l->r.type == BTRFS_TREE_BLOCK_REF_KEY) {
+			struct ub_root *root;
+
+			ret = tree_of(e, l->r.root, &root);
+			if (ret)
+				break;
+			if (root->bytenr == old->start) {
+				/* the tree's root: the pointer is the tree's own (the root item follows at commit) */
+				root->bytenr = nw->start;
+				root->generation = ub_eb_generation(nw);
+				ret = ub_dref_add_tree(t->refs, old->start, ns, level, l->r.root, 0, -1, UB_DREF_LAST_REF);
+				if (!ret)
+					ret = ub_dref_add_tree(t->refs, nw->start, ns, level, l->r.root, 0, 1, 0);
+				continue;
+			}
+			ret = parent_in_tree(t, root, &key, level, old->start, &p, &slot);
+			if (ret == -ENOENT)
+				ub_err(&e->fs.log, "relocation: tree block %" PRIu64 " (level %d) is referenced by tree %"
+				       PRIu64 ", which does not reach it", old->start, level, l->r.root);
+		} else {
+			struct ub_expect exp = { .level = level + 1, .slot = -1 };
+
+			ret = ub_tree_read_block(&e->fs.tc, l->r.parent, &exp, &p);
+			for (uint32_t j = 0; !ret && j < ub_eb_nritems(p) && slot < 0; j++)
+				if (ub_eb_node_blockptr(p, (int)j) == old->start)
+					slot = (int)j;
+			if (!ret && slot < 0) {
+				ub_err(&e->fs.log, "relocation: tree block %" PRIu64 " names node %" PRIu64
+				       " as its parent, which does not point at it", old->start, l->r.parent);
+				ret = -ENOENT;
+			}
+		}
+		if (ret == -ENOENT)
+			ret = -EUCLEAN;
+		if (!ret)
+			ret = repoint(t, p, slot, old, nw, depth);
+		if (p)
+			ub_eb_put(&e->fs.tc, p);
+	}
+	refs_free(&rs);
+	return ret;
+}
+
+/* Whether the block's references let one copy-on-write through its one tree move it (no snapshot may share it). */
+static int only_one_tree(struct ub_txn *t, uint64_t bytenr, bool *one, int64_t *total)
+{
+	struct ub_eroot *er;
+	struct ub_root *root;
+	struct refs rs;
+	const struct lref *live = NULL;
+	int n = 0, ret = extent_refs(t, bytenr, &rs);
+
+	if (ret)
+		return ret;
+	*total = refs_total(&rs);
+	for (size_t i = 0; i < rs.n; i++) {
+		if (rs.a[i].count > 0) {
+			live = &rs.a[i];
+			n++;
+		}
+	}
+	*one = false;
+	if (n == 1 && live->count == 1 && live->r.type == BTRFS_TREE_BLOCK_REF_KEY) {
+		ret = tree_of(t->e, live->r.root, &root);
+		er = ret ? NULL : ub_roots_find(t->e->fs.roots, live->r.root);
+		*one = er && !er->shareable;
+	}
+	refs_free(&rs);
+	return ret;
+}
+
+/* Move the tree block at `bytenr` out of its group: every tree that reached it reaches its copy. */
+static int move_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
+{
+	struct ub_tree_ctx *tc = &t->e->fs.tc;
+	struct ub_expect exp = { .level = level, .slot = -1 };
+	struct ub_eb *old, *nw;
+	uint64_t flags;
+	int64_t total;
+	bool one;
+	int ret = only_one_tree(t, bytenr, &one, &total);
+
+	if (ret || total <= 0)
+		return ret;
+	if (one)
+		return cow_tree_block(t, bytenr, level);
+	ret = block_flags(t, bytenr, &flags);
+	if (!ret)
+		ret = ub_tree_read_block(tc, bytenr, &exp, &old);
+	if (ret)
+		return ret;
+	ret = copy_block(t, old, (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF) != 0, -1, 0, 0, &nw);
+	if (!ret) {
+		ret = replace_block(t, old, nw, 0);
+		if (!ret)
+			ret = release_copy(t, nw);
+		ub_eb_put(tc, nw);
+	}
+	ub_eb_put(tc, old);
+	return ret;
+}
+
 /* ---- data ---- */
 
 struct data_move {
@@ -336,85 +732,112 @@ struct data_move {
 	uint64_t moved;  /* references moved */
 };
 
-/* File extent items of inode `ino` in `tree` that point at the old extent with reference offset `off`. */
-static int move_data_ref(struct data_move *m, uint64_t tree, uint64_t ino, uint64_t off, int64_t count)
+/*
+ * Every file extent item of `leaf` that points at the old extent points at
+ * the copy: in place in a leaf of this transaction not yet written, else in a
+ * copy of the leaf that takes its place in every tree that reaches it (so a
+ * leaf snapshots share stays shared, as its tree blocks do). Each item's
+ * reference moves from the old extent to the new, by the leaf's owner or,
+ * with full back references, by the leaf's address.
+ */
+static int move_leaf_refs(struct data_move *m, struct ub_eb *leaf)
+{
+	struct ub_txn *t = m->t;
+	struct ub_eb *target = leaf, *copy = NULL;
+	uint64_t flags;
+	bool full;
+	int ret = block_flags(t, leaf->start, &flags);
+
+	if (ret)
+		return ret;
+	if (ub_eb_level(leaf) != 0)
+		return -EUCLEAN;
+	full = (flags & BTRFS_BLOCK_FLAG_FULL_BACKREF) != 0;
+	m->changed = true;
+	if (!leaf->dirty || (UB_GET(ub_disk_header, flags, leaf->data) & BTRFS_HEADER_FLAG_WRITTEN)) {
+		ret = copy_block(t, leaf, full, -1, 0, 0, &copy);
+		if (ret)
+			return ret;
+		target = copy;
+	}
+	for (uint32_t i = 0; i < ub_eb_nritems(target) && !ret; i++) {
+		uint64_t root = full ? 0 : ub_eb_owner(target), parent = full ? target->start : 0, off;
+		const uint8_t *d;
+		uint8_t *fe;
+		uint32_t size;
+		struct ub_key k;
+
+		ub_eb_item_key(target, (int)i, &k);
+		if (k.type != BTRFS_EXTENT_DATA_KEY)
+			continue;
+		d = ub_eb_item_data(target, (int)i, &size);
+		if (size < UB_FE_SIZE || FE_GET(disk_bytenr, d) != m->old ||
+		    (FE_GET(type, d) != BTRFS_FILE_EXTENT_REG && FE_GET(type, d) != BTRFS_FILE_EXTENT_PREALLOC))
+			continue;
+		fe = target->data + (d - target->data);
+		FE_SET(disk_bytenr, fe, m->new);
+		off = k.offset - FE_GET(offset, fe);
+		ret = ub_dref_add_data(t->refs, m->new, m->len, root, k.objectid, off, parent, 1, UB_DREF_NEW_EXTENT);
+		if (!ret) {
+			m->first_ref = false;
+			ret = ub_dref_add_data(t->refs, m->old, m->len, root, k.objectid, off, parent, -1, 0);
+		}
+		if (!ret)
+			m->moved++;
+	}
+	if (copy) {
+		if (!ret)
+			ret = replace_block(t, leaf, copy, 0);
+		if (!ret)
+			ret = release_copy(t, copy);
+		ub_eb_put(&t->e->fs.tc, copy);
+	}
+	return ret;
+}
+
+/*
+ * A reference by tree: the leaf of `tree` holding the first file extent item
+ * of inode `ino` that points at the old extent with reference offset `off`
+ * has its items moved. 0 with nothing done when no item is left (the caller's
+ * pass then sees no progress and says so).
+ */
+static int move_data_ref(struct data_move *m, uint64_t tree, uint64_t ino, uint64_t off)
 {
 	struct ub_engine *e = m->t->e;
 	struct ub_key min = { ino, BTRFS_EXTENT_DATA_KEY, off }, max = { ino, BTRFS_EXTENT_DATA_KEY, UINT64_MAX }, k;
 	struct ub_root *root;
 	struct ub_tree_iter it;
+	struct ub_eb *leaf;
 	const uint8_t *d;
 	uint32_t size;
-	uint64_t *keys = NULL;
-	size_t n = 0, cap = 0;
-	int ret = tree_of(e, tree, &root);
+	bool found = false;
+	int slot, ret = tree_of(e, tree, &root);
 
 	if (ret)
 		return ret;
-	/* the items first (the changes below copy leaves the iterator would be walking) */
+	/* the item first (the change below copies leaves the iterator would be walking) */
 	ret = ub_tree_iter_start(&it, &e->fs.tc, root, &min, &max);
-	while (ret == 0 && (int64_t)n < count && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
+	while (ret == 0 && !found && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
 		uint8_t type;
 
 		if (size < UB_FE_SIZE)
 			continue;
 		type = (uint8_t)FE_GET(type, d);
-		if ((type != BTRFS_FILE_EXTENT_REG && type != BTRFS_FILE_EXTENT_PREALLOC) ||
-		    FE_GET(disk_bytenr, d) != m->old || k.offset - FE_GET(offset, d) != off)
-			continue;
-		if (n == cap) {
-			size_t c = cap ? cap * 2 : 8;
-			uint64_t *a = realloc(keys, c * sizeof(*a));
-
-			if (!a) {
-				ret = -ENOMEM;
-				break;
-			}
-			keys = a;
-			cap = c;
-		}
-		keys[n++] = k.offset;
+		found = (type == BTRFS_FILE_EXTENT_REG || type == BTRFS_FILE_EXTENT_PREALLOC) &&
+			FE_GET(disk_bytenr, d) == m->old && k.offset - FE_GET(offset, d) == off;
 	}
 	ub_tree_iter_end(&it);
-	if (ret > 0)
-		ret = 0;
-	if (!ret && (int64_t)n != count) {
-		ub_err(&e->fs.log, "relocation: extent %" PRIu64 " has %" PRId64 " references from inode %" PRIu64
-		       " of tree %" PRIu64 " at offset %" PRIu64 ", its file extent items %zu", m->old, count, ino, tree,
-		       off, n);
+	if (ret < 0)
+		return ret;
+	if (!found)
+		return 0;
+	ret = block_on_path(m->t, root, &k, 0, &leaf, &slot);
+	if (ret == -ENOENT)
 		ret = -EUCLEAN;
-	}
-	for (size_t i = 0; i < n && !ret; i++) {
-		struct ub_key key = { ino, BTRFS_EXTENT_DATA_KEY, keys[i] };
-		struct ub_path p;
-		uint8_t *fe;
-
-		ub_path_init(&p);
-		m->changed = true;
-		ret = ub_tree_search_slot(&e->fs.tc, ub_txn_ta(m->t), root, &key, &p, 0, true);
-		if (ret == 0) {
-			fe = ub_path_data_mut(&p, &size);
-			if (!fe || size < UB_FE_SIZE || FE_GET(disk_bytenr, fe) != m->old) {
-				ret = -EUCLEAN;
-			} else {
-				FE_SET(disk_bytenr, fe, m->new);
-				ub_path_mark_dirty(&p);
-			}
-		} else if (ret > 0) {
-			ret = -EUCLEAN;
-		}
-		ub_path_release(&p);
-		if (!ret)
-			ret = ub_dref_add_data(m->t->refs, m->new, m->len, tree, ino, off, 0, 1,
-					       m->first_ref ? UB_DREF_NEW_EXTENT : 0);
-		if (!ret) {
-			m->first_ref = false;
-			ret = ub_dref_add_data(m->t->refs, m->old, m->len, tree, ino, off, 0, -1, 0);
-		}
-		if (!ret)
-			m->moved++;
-	}
-	free(keys);
+	if (ret)
+		return ret;
+	ret = move_leaf_refs(m, leaf);
+	ub_eb_put(&e->fs.tc, leaf);
 	return ret;
 }
 
@@ -528,33 +951,23 @@ static int move_data_extent(struct ub_txn *t, uint64_t bytenr, uint64_t len, boo
 				}
 			}
 		}
-		/* the references by tree first; a shared leaf is made one tree's by a copy-on-write, then taken */
+		/* each reference names a leaf (by tree and item, or by address): its items move together */
 		for (size_t i = 0; i < rs.n && !ret; i++) {
 			const struct lref *l = &rs.a[i];
+			struct ub_expect exp = { .level = 0, .slot = -1 };
+			struct ub_eb *leaf;
 
-			if (l->count > 0 && l->r.type == BTRFS_EXTENT_DATA_REF_KEY)
-				ret = move_data_ref(&m, l->r.root, l->r.owner, l->r.offset, l->count);
-		}
-		for (size_t i = 0; i < rs.n && !ret; i++) {
-			const struct lref *l = &rs.a[i];
-			struct ub_key key;
-			uint64_t tree;
-
-			if (l->count <= 0 || l->r.type != BTRFS_SHARED_DATA_REF_KEY)
+			if (l->count <= 0)
 				continue;
-			ret = reaching_tree(t, l->r.parent, 0, &tree);
-			if (ret == -ENOENT) {
-				ub_err(&t->e->fs.log, "relocation: leaf %" PRIu64 " holding extent %" PRIu64
-				       " is referenced by no tree", l->r.parent, bytenr);
-				ret = -EUCLEAN;
+			if (l->r.type == BTRFS_EXTENT_DATA_REF_KEY) {
+				ret = move_data_ref(&m, l->r.root, l->r.owner, l->r.offset);
+			} else if (l->r.type == BTRFS_SHARED_DATA_REF_KEY) {
+				ret = ub_tree_read_block(&t->e->fs.tc, l->r.parent, &exp, &leaf);
+				if (!ret) {
+					ret = move_leaf_refs(&m, leaf);
+					ub_eb_put(&t->e->fs.tc, leaf);
+				}
 			}
-			if (!ret)
-				ret = block_first_key(t->e, l->r.parent, 0, &key);
-			if (!ret) {
-				m.changed = true;
-				ret = cow_path(t, tree, &key);
-			}
-			break; /* the references changed: read them again */
 		}
 		refs_free(&rs);
 		if (ret)

@@ -362,7 +362,7 @@ static int insert_extent(struct ub_txn *t, const struct ub_dref_head *h)
 	head_key(t, h, &key);
 	size = ub_extent_refs_start(key.type, h->is_data);
 	UB_SET(btrfs_extent_item, refs, item, 0);
-	UB_SET(btrfs_extent_item, generation, item, t->transid);
+	UB_SET(btrfs_extent_item, generation, item, h->generation ? h->generation : t->transid);
 	UB_SET(btrfs_extent_item, flags, item,
 	       (h->is_data ? BTRFS_EXTENT_FLAG_DATA : BTRFS_EXTENT_FLAG_TREE_BLOCK) | h->set_flags);
 	if (size > UB_EXTENT_ITEM_SIZE)

@@ -240,8 +240,12 @@ static int cow_block(void *arg, uint64_t root_id, const struct ub_eb *old, const
 		return fail(t, ret);
 	(void)parent;
 	t->blocks_cowed++;
-	/* a block of this transaction another tree still holds must still be written */
-	return refs > 1 && ub_eb_generation(old) == t->transid;
+	/*
+	 * A block of this transaction another tree still holds must still be
+	 * written: one the tree layer made (of this generation), or a copy the
+	 * relocation made (dirty, keeping the generation of the block it moved).
+	 */
+	return refs > 1 && (ub_eb_generation(old) == t->transid || old->dirty);
 }
 
 static int free_block(void *arg, uint64_t root_id, const struct ub_eb *eb, uint64_t parent)

@@ -251,6 +251,28 @@ static void run_random(uint64_t seed, int n)
 	free(log);
 }
 
+/* A relocated tree block's extent keeps the block's generation; other heads keep 0 (the transaction's). */
+static void test_generation(void **state)
+{
+	struct ub_dref_queue *q;
+	struct ub_dref_head *h;
+
+	assert_int_equal(ub_dref_queue_new(&q), 0);
+	assert_int_equal(ub_dref_add_tree(q, 1 << 20, 16384, 0, 256, 0, +1, UB_DREF_NEW_EXTENT), 0);
+	assert_int_equal(ub_dref_set_generation(q, 1 << 20, 16384, 0, 7), 0);
+	assert_int_equal(ub_dref_set_generation(q, 1 << 20, 16384, 1, 7), -EINVAL); /* other level */
+	assert_int_equal(ub_dref_add_tree(q, 2 << 20, 16384, 0, 256, 0, +1, UB_DREF_NEW_EXTENT), 0);
+	assert_int_equal(ub_dref_pop_head(q, &h), 0);
+	assert_int_equal(h->generation, 7);
+	assert_true(h->new_extent);
+	ub_dref_head_free(h);
+	assert_int_equal(ub_dref_pop_head(q, &h), 0);
+	assert_int_equal(h->generation, 0);
+	ub_dref_head_free(h);
+	assert_int_equal(ub_dref_pop_head(q, &h), 1);
+	ub_dref_queue_free(q);
+}
+
 static void test_random1(void **state) { run_random(3, 3000); }
 static void test_random2(void **state) { run_random(0xabcdefULL, 3000); }
 
@@ -259,6 +281,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_queue_while_draining),
+		cmocka_unit_test(test_generation),
 		cmocka_unit_test(test_random1),
 		cmocka_unit_test(test_random2),
 	};
