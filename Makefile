@@ -136,7 +136,8 @@ $(TOOL_HELPER_LIB): $(TOOL_HELPER_SRCS:%.c=$(BUILD)/%.o)
 $(TOOL_BINS): $(BUILD)/tests/tools/%: tests/tools/%.c $(TOOL_HELPER_LIB) $(BUILD)/libubtrfs.a $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -MMD -MP -MF $@.d -o $@ $< \
-		$(TOOL_HELPER_LIB) $(BUILD)/libubtrfs.a $(LIBS)
+		$(TOOL_HELPER_LIB) $(BUILD)/libubtrfs.a $(LIBS) -lcrypto
+# (-lcrypto: some drivers hash what they read with OpenSSL; the library loads it only for SHA-256)
 # (private: the library and helpers these depend on keep -Ilib)
 $(addprefix $(BUILD)/tests/tools/,$(LIBUSER_TOOLS)): private CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
 # the FUSE mount's stalling device (test_mount_parallel.py), in any build directory (build-tsan
