@@ -47,8 +47,9 @@ endif
 # see its header would silently stay unexported.
 LIB_CFLAGS := -fPIC -fvisibility=hidden -fno-semantic-interposition -Wmissing-prototypes
 # what the library needs (the shared library records it; ubtrfs.pc's Libs.private lists it for a
-# static link); nbd devices load libnbd with dlopen (lib/dev/nbd_lib.c), only its header is needed
-LIB_LIBS := -lisal -lxxhash -lcrypto -lb2 -lz -ldeflate -llzo2 -lzstd -luuid -lblkid -lm -ldl -lpthread
+# static link); nbd devices load libnbd with dlopen (lib/dev/nbd_lib.c) and SHA-256 checksums
+# libcrypto (lib/disk/csum.c), only their headers are needed
+LIB_LIBS := -lisal -lxxhash -lb2 -lz -ldeflate -llzo2 -lzstd -luuid -lblkid -lm -ldl -lpthread
 # the command adds libfuse3 (cmd/mount*.c); tests and tools link the same
 LIBS := $(LIB_LIBS) $(shell pkg-config --libs fuse3)
 # a shared library must name every library it uses (not under a sanitizer: its runtime comes
@@ -135,7 +136,8 @@ $(TOOL_HELPER_LIB): $(TOOL_HELPER_SRCS:%.c=$(BUILD)/%.o)
 $(TOOL_BINS): $(BUILD)/tests/tools/%: tests/tools/%.c $(TOOL_HELPER_LIB) $(BUILD)/libubtrfs.a $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -MMD -MP -MF $@.d -o $@ $< \
-		$(TOOL_HELPER_LIB) $(BUILD)/libubtrfs.a $(LIBS)
+		$(TOOL_HELPER_LIB) $(BUILD)/libubtrfs.a $(LIBS) -lcrypto
+# (-lcrypto: some drivers hash what they read with OpenSSL; the library loads it only for SHA-256)
 # (private: the library and helpers these depend on keep -Ilib)
 $(addprefix $(BUILD)/tests/tools/,$(LIBUSER_TOOLS)): private CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
 # the FUSE mount's stalling device (test_mount_parallel.py), in any build directory (build-tsan

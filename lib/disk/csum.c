@@ -4,8 +4,10 @@
  * types selected by the superblock's csum_type, and the two crc32c-based key
  * hashes (directory names, extent data back references).
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -50,6 +52,45 @@ static const struct {
 
 #define NUM_CSUM_TYPES (sizeof(csum_types) / sizeof(csum_types[0]))
 
+/*
+ * libcrypto (SHA-256 only) through dlopen, on the first SHA-256 checksum.
+ * Linked outright, its relocations cost every command's start about a
+ * hundred page faults and a third of its time (4 of 8-12 ms on the 2-core VM
+ * of bench/read.d/15-ls-inline), for a checksum type few filesystems use.
+ */
+static struct {
+	pthread_once_t once;
+	__typeof__(EVP_Digest) *digest;
+	__typeof__(EVP_sha256) *sha256;
+} crypto = { PTHREAD_ONCE_INIT, NULL, NULL };
+
+static void crypto_load(void)
+{
+	void *h = dlopen("libcrypto.so.3", RTLD_NOW | RTLD_LOCAL);
+	void *d, *s;
+
+	if (!h)
+		return;
+	d = dlsym(h, "EVP_Digest");
+	s = dlsym(h, "EVP_sha256");
+	if (!d || !s)
+		return; /* stays loaded: dlclose of a half-used library buys nothing */
+	crypto.digest = (__typeof__(EVP_Digest) *)d;
+	crypto.sha256 = (__typeof__(EVP_sha256) *)s;
+}
+
+static int sha256(const void *data, size_t len, uint8_t *digest)
+{
+	unsigned int mdlen = 0;
+
+	pthread_once(&crypto.once, crypto_load);
+	if (!crypto.digest)
+		return -ENOSYS;
+	if (crypto.digest(data, len, digest, &mdlen, crypto.sha256(), NULL) != 1 || mdlen != 32)
+		return -EIO;
+	return 0;
+}
+
 unsigned ub_csum_size(unsigned type)
 {
 	return type < NUM_CSUM_TYPES ? csum_types[type].size : 0;
@@ -63,7 +104,6 @@ const char *ub_csum_name(unsigned type)
 int ub_csum(unsigned type, const void *data, size_t len, uint8_t out[UB_CSUM_SIZE_MAX])
 {
 	uint8_t digest[UB_CSUM_SIZE_MAX] = { 0 };
-	unsigned int mdlen = 0;
 	int ret = 0;
 
 	if (!out || (!data && len > 0))
@@ -78,8 +118,7 @@ int ub_csum(unsigned type, const void *data, size_t len, uint8_t out[UB_CSUM_SIZ
 		ub_put_le(digest, 8, XXH64(data, len, 0));
 		break;
 	case BTRFS_CSUM_TYPE_SHA256:
-		if (EVP_Digest(data, len, digest, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32)
-			ret = -EIO;
+		ret = sha256(data, len, digest);
 		break;
 	case BTRFS_CSUM_TYPE_BLAKE2:
 		/* Unkeyed BLAKE2b truncated by parameter (not by cutting) to 256 bits. */

@@ -243,6 +243,18 @@ def test_command_links_against_shared_library_alone(installed, scratch):
         out.unlink()
 
 
+def test_libcrypto_loaded_only_for_sha256(ubtrfs_bin):
+    """Neither the command nor the shared library links libcrypto: relocating it was a third of
+    every command's start (bench/README.md, 15-ls-inline); lib/disk/csum.c loads it with dlopen
+    at the first SHA-256 checksum (test_mkfs_rootdir's sha256 images read through it)."""
+    b = build_dir()
+    for f in (T.ubtrfs_binary(), b / "libubtrfs.so"):
+        if not f.exists():
+            continue
+        needed = T.run(["readelf", "-d", str(f)]).stdout.decode()
+        assert "NEEDED" in needed and "libcrypto" not in needed, (f, needed)
+
+
 def compile_alone(args):
     cmd, src = args
     cp = subprocess.run(cmd, capture_output=True, text=True)
