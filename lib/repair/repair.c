@@ -75,6 +75,11 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->key = p->key;
 		n->inode = p->key.objectid;
 	}
+	if (p->fix == UB_CHK_FIX_ROOT_NEWER) {
+		if (!p->logical || !p->tree)
+			goto drop;
+		n->inode = p->logical;
+	}
 	if (p->fix == UB_CHK_FIX_UUID_ADD || p->fix == UB_CHK_FIX_UUID_DEL) {
 		if (!p->has_key)
 			goto drop;
@@ -262,6 +267,11 @@ static void dry_run(struct rp_ctx *c)
 			rp_say(c, n, 0, "would link inode %llu (tree %llu) into /lost+found unless a name is made again",
 			       (unsigned long long)n->inode, (unsigned long long)n->tree);
 			break;
+		case UB_CHK_FIX_ROOT_NEWER:
+			rp_say(c, n, 0, "would point the root item of tree %llu at its newer root, tree block %llu "
+			       "(generation %llu, level %llu)", (unsigned long long)n->tree, (unsigned long long)n->inode,
+			       (unsigned long long)n->want, (unsigned long long)n->want2);
+			break;
 		case UB_CHK_FIX_SPACE:
 			rp_say(c, n, 0, "would recount every block group's used bytes and the superblock's bytes_used "
 			       "from the extent tree and rewrite the free space tree from them");
@@ -325,6 +335,10 @@ static int apply(struct rp_ctx *c)
 {
 	int ret = 0;
 
+	/* a root item behind its tree first: any later change of the tree copies the newer root */
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_ROOT_NEWER)
+			ret = rp_fix_root_newer(c, &c->r->notes[i]);
 	/*
 	 * The extent items' counts before anything else: they are the counts as
 	 * the check saw them, and every copy-on-write of this transaction changes
