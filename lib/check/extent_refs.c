@@ -286,6 +286,13 @@ static int find_newer_root(struct ub_checker *c, struct chk_behind *bh)
 			tie = true;
 		}
 	}
+	/*
+	 * Only a tree with a root item of its own and one root: the root and
+	 * chunk trees' roots are the superblock's, relocation trees share an id.
+	 */
+	if (bh->tree == BTRFS_ROOT_TREE_OBJECTID || bh->tree == BTRFS_CHUNK_TREE_OBJECTID ||
+	    bh->tree == BTRFS_TREE_LOG_OBJECTID || bh->tree == BTRFS_TREE_RELOC_OBJECTID)
+		return 0;
 	if (!top || tie || top->gen != newest || !c->fs)
 		return 0;
 	exp = (struct ub_expect){ .owner = bh->tree, .level = top->level, .generation = top->gen, .exact_owner = true };

@@ -147,6 +147,39 @@ static void drop_space_cures(struct rp_ctx *c)
 			"from the extent tree they would call space in use free)", uncounted);
 }
 
+/*
+ * A root item moved to its tree's newer root: the check judged the extent
+ * tree's references against the older root (its leaves' file extents, its
+ * nodes' pointers), which the move leaves unreached. Those cures would fit
+ * the extent tree to the older root: they are dropped, and a check after the
+ * repair judges the references again against the newer one.
+ */
+static void drop_older_root_cures(struct rp_ctx *c)
+{
+	struct ub_repair *r = c->r;
+	size_t k = 0, dropped = 0;
+	bool moved = false;
+
+	for (size_t i = 0; i < r->nnotes; i++)
+		moved |= r->notes[i].fix == UB_CHK_FIX_ROOT_NEWER;
+	if (!moved)
+		return;
+	for (size_t i = 0; i < r->nnotes; i++) {
+		enum ub_chk_fix f = r->notes[i].fix;
+
+		if (f == UB_CHK_FIX_EXTENT_REFS || f == UB_CHK_FIX_EXTENT_ADD || f == UB_CHK_FIX_EXTENT_DEL ||
+		    f == UB_CHK_FIX_DATA_ADD || f == UB_CHK_FIX_BLOCK_REF_ADD || f == UB_CHK_FIX_BLOCK_REF_DEL) {
+			dropped++;
+			continue;
+		}
+		r->notes[k++] = r->notes[i];
+	}
+	r->nnotes = k;
+	if (dropped)
+		ub_warn(c->log, "repair: a root item moves to its tree's newer root: %zu cures of the extent tree's "
+			"references, judged against the older root, are left for a repair after this one", dropped);
+}
+
 static int note_cmp(const void *a, const void *b)
 {
 	const struct rp_note *x = a, *y = b;
@@ -452,6 +485,7 @@ static void run_begin(struct rp_ctx *c)
 	c->res->noted = c->r->noted;
 	notes_unique(c->r);
 	drop_space_cures(c);
+	drop_older_root_cures(c);
 	c->res->curable = c->r->nnotes;
 }
 

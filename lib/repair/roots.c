@@ -101,6 +101,8 @@ int rp_fix_root_newer(struct rp_ctx *c, const struct rp_note *n)
 		       strerror(-ret));
 		return ret;
 	}
+	if (!er->has_item || n->tree == BTRFS_TREE_RELOC_OBJECTID)
+		return -EINVAL;
 	/* what the check saw must still hold: the item older than the newer root, which reads as its root */
 	if (er->root.generation >= n->want) {
 		ub_err(c->log, "repair: the root item of tree %llu has generation %llu now, not older than %llu: "
