@@ -91,6 +91,7 @@ int rp_fix_root_newer(struct rp_ctx *c, const struct rp_note *n)
 	struct ub_eroot *er;
 	struct ub_eb *eb = NULL;
 	struct ub_root was;
+	struct rp_note said;
 	int ret;
 
 	if (n->want2 >= UB_MAX_LEVEL)
@@ -122,7 +123,11 @@ int rp_fix_root_newer(struct rp_ctx *c, const struct rp_note *n)
 	er->root.bytenr = n->inode;
 	er->root.generation = n->want;
 	er->root.level = (uint8_t)n->want2;
-	rp_say(c, n, was.bytenr, "the root item of tree %llu points at its newer root %llu (generation %llu, level "
+	/* said as the root's address before and after */
+	said = *n;
+	said.inode = 0;
+	said.want = n->inode;
+	rp_say(c, &said, was.bytenr, "the root item of tree %llu points at its newer root %llu (generation %llu, level "
 	       "%llu), no longer at %llu (generation %llu)", (unsigned long long)n->tree, (unsigned long long)n->inode,
 	       (unsigned long long)n->want, (unsigned long long)n->want2, (unsigned long long)was.bytenr,
 	       (unsigned long long)was.generation);
