@@ -21,7 +21,7 @@ before, files readable before, ubtrfs repair exit, btrfs check after ours, btrfs
 for the table in docs/check.md.
 
 The default run takes SMOKE (the images with problems the repair has cures for, and a
-slice of the others); all images with UBTRFS_LONG_TESTS=1. Budget: about 10 s.
+slice of the others); all images with UBTRFS_LONG_TESTS=1. Budget: about 25 s.
 """
 
 import os
