@@ -77,6 +77,9 @@ enum ub_chk_fix {
 				     node) goes: no pointer it names reaches the block */
 	UB_CHK_FIX_OVERLAP,   /* `inode`'s file extent items that run past `want` (the start of the next one)
 				 end there; its nbytes counted again */
+	UB_CHK_FIX_ROOT_NEWER, /* the root item of tree `tree` is one commit behind its tree: it points at the
+				  newer root, tree block `logical` (generation `want`, level `want2`), whose
+				  blocks all have their extent items (btrfs check's "outdated root item") */
 	UB_CHK_FIX_COUNT
 };
 

@@ -44,6 +44,9 @@ void ub_checker_free(struct ub_checker *c)
 		return;
 	chk_block_map_free(&c->blocks);
 	free(c->tag_tree);
+	free(c->tag_gen);
+	free(c->behind);
+	free(c->newer);
 	free(c->dev_supers);
 	free(c->root_refs);
 	free(c->live_subvols);

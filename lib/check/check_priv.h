@@ -20,6 +20,7 @@ struct chk_block {
 	uint32_t tag;   /* the walk's tag of the first tree that reached it (1-based) */
 	bool owner_reached; /* the tree its header names reached it */
 	bool reloc;         /* its header has the RELOC flag */
+	bool missing;       /* the extent tree's stream skipped it: told when the stream ends */
 };
 
 struct chk_block_map {
@@ -76,7 +77,25 @@ struct ub_checker {
 	bool walk_complete;
 	bool dropped_roots;
 	uint64_t *tag_tree; /* tree objectid of each tag */
+	uint64_t *tag_gen;  /* the generation of the root each tag was walked from (its root item's) */
 	size_t ntags;
+	/*
+	 * Trees whose root item may be behind their tree (extent_refs.c): the
+	 * extent tree has items for blocks of the tree, newer than its root item,
+	 * that no tree reaches (a root item update lost). Neither their items
+	 * nor the blocks the older root reaches have a cure then.
+	 */
+	struct chk_behind {
+		uint64_t tree;
+		uint64_t newer; /* the newer root the cure points the root item at (0: none found) */
+	} *behind;
+	size_t nbehind, behind_cap;
+	/* the items of those newer blocks (they have extent items, no tree reaches them) */
+	struct chk_newer {
+		uint64_t addr, tree, gen;
+		uint8_t level;
+	} *newer;
+	size_t nnewer, newer_cap;
 	/* each device's own superblock's dev item, for the chunk tree's to be compared with */
 	struct chk_dev_super {
 		uint64_t devid, total_bytes;
@@ -167,8 +186,10 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 			  uint32_t nodesize, size_t *cursor);
 /* A keyed TREE_BLOCK_REF or SHARED_BLOCK_REF item of the extent tree's stream. */
 void chk_block_ref_keyed(struct ub_checker *c, const struct ub_key *k);
-/* The stream reached its end: blocks left have no extent item. */
+/* The stream reached its end: blocks left have no extent item; every block without one told. */
 void chk_extent_refs_end(struct ub_checker *c, size_t *cursor);
+/* The blocks the stream skipped so far told (the end does it; a stream that stopped early calls it). */
+void chk_extent_refs_missing(struct ub_checker *c);
 
 /* The pointers the walk followed to `child` (root items' with parent 0): *n of them from the result. */
 const struct chk_edge *chk_edges_of(const struct ub_checker *c, uint64_t child, size_t *n);

@@ -676,6 +676,8 @@ int chk_chunks(struct ub_checker *c, struct ub_fs *fs)
 		chk_progress(c, "extents", 0, 0);
 		ret = chk_scan_tree(&s, BTRFS_EXTENT_TREE_OBJECTID, &from, extent_item);
 		s.extents_incomplete = ret == 1;
+		if (ret == 1)
+			chk_extent_refs_missing(c);
 		if (ret == 0) {
 			chk_extent_refs_end(c, &s.blocks_cursor);
 			chk_data_refs_end(&s);

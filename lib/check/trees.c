@@ -29,7 +29,8 @@ struct walk {
 	/* the set's tag of the tree being walked: one per root (reloc trees share an objectid), 1-based */
 	uint64_t tag;
 	uint64_t *tag_tree; /* objectid of each tag */
-	size_t ntags, tagcap;
+	uint64_t *tag_gen;  /* the generation of each tag's root */
+	size_t ntags, tagcap, gencap;
 	uint32_t nodesize;
 	uint64_t owner;   /* what the blocks' headers must say (0: any subvolume's) */
 	bool shareable;   /* a subvolume tree: its blocks may be other subvolumes' too */
@@ -262,10 +263,12 @@ static int walk_tree(struct walk *w, const struct ub_root *r, const struct ub_ke
 	struct ub_expect exp = { .owner = w->owner, .level = r->level, .generation = r->generation,
 				 .exact_owner = w->owner != 0 };
 
-	if (chk_reserve(&w->tag_tree, &w->tagcap, w->ntags, sizeof(*w->tag_tree), 32))
+	if (chk_reserve(&w->tag_tree, &w->tagcap, w->ntags, sizeof(*w->tag_tree), 32) ||
+	    chk_reserve(&w->tag_gen, &w->gencap, w->ntags, sizeof(*w->tag_gen), 32))
 		return -ENOMEM;
 	if (w->ntags >= UINT32_MAX)
 		return -EOVERFLOW;
+	w->tag_gen[w->ntags] = r->generation;
 	w->tag_tree[w->ntags++] = w->tree;
 	w->tag = w->ntags;
 	w->c->sum.trees++;
@@ -441,6 +444,7 @@ int chk_trees(struct ub_checker *c, struct ub_fs *fs)
 	free(roots.v);
 	free(logs.v);
 	c->tag_tree = w.tag_tree;
+	c->tag_gen = w.tag_gen;
 	c->ntags = w.ntags;
 	chk_block_map_sort(&c->blocks);
 	if (c->nfext)

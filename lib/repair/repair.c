@@ -75,6 +75,11 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->key = p->key;
 		n->inode = p->key.objectid;
 	}
+	if (p->fix == UB_CHK_FIX_ROOT_NEWER) {
+		if (!p->logical || !p->tree)
+			goto drop;
+		n->inode = p->logical;
+	}
 	if (p->fix == UB_CHK_FIX_UUID_ADD || p->fix == UB_CHK_FIX_UUID_DEL) {
 		if (!p->has_key)
 			goto drop;
@@ -140,6 +145,39 @@ static void drop_space_cures(struct rp_ctx *c)
 		ub_warn(c->log, "repair: the extent tree misses %zu extents this repair cannot make again: the block "
 			"group counts, the free space tree and the extent items are left as they are (counted again "
 			"from the extent tree they would call space in use free)", uncounted);
+}
+
+/*
+ * A root item moved to its tree's newer root: the check judged the extent
+ * tree's references against the older root (its leaves' file extents, its
+ * nodes' pointers), which the move leaves unreached. Those cures would fit
+ * the extent tree to the older root: they are dropped, and a check after the
+ * repair judges the references again against the newer one.
+ */
+static void drop_older_root_cures(struct rp_ctx *c)
+{
+	struct ub_repair *r = c->r;
+	size_t k = 0, dropped = 0;
+	bool moved = false;
+
+	for (size_t i = 0; i < r->nnotes; i++)
+		moved |= r->notes[i].fix == UB_CHK_FIX_ROOT_NEWER;
+	if (!moved)
+		return;
+	for (size_t i = 0; i < r->nnotes; i++) {
+		enum ub_chk_fix f = r->notes[i].fix;
+
+		if (f == UB_CHK_FIX_EXTENT_REFS || f == UB_CHK_FIX_EXTENT_ADD || f == UB_CHK_FIX_EXTENT_DEL ||
+		    f == UB_CHK_FIX_DATA_ADD || f == UB_CHK_FIX_BLOCK_REF_ADD || f == UB_CHK_FIX_BLOCK_REF_DEL) {
+			dropped++;
+			continue;
+		}
+		r->notes[k++] = r->notes[i];
+	}
+	r->nnotes = k;
+	if (dropped)
+		ub_warn(c->log, "repair: a root item moves to its tree's newer root: %zu cures of the extent tree's "
+			"references, judged against the older root, are left for a repair after this one", dropped);
 }
 
 static int note_cmp(const void *a, const void *b)
@@ -262,6 +300,11 @@ static void dry_run(struct rp_ctx *c)
 			rp_say(c, n, 0, "would link inode %llu (tree %llu) into /lost+found unless a name is made again",
 			       (unsigned long long)n->inode, (unsigned long long)n->tree);
 			break;
+		case UB_CHK_FIX_ROOT_NEWER:
+			rp_say(c, n, 0, "would point the root item of tree %llu at its newer root, tree block %llu "
+			       "(generation %llu, level %llu)", (unsigned long long)n->tree, (unsigned long long)n->inode,
+			       (unsigned long long)n->want, (unsigned long long)n->want2);
+			break;
 		case UB_CHK_FIX_SPACE:
 			rp_say(c, n, 0, "would recount every block group's used bytes and the superblock's bytes_used "
 			       "from the extent tree and rewrite the free space tree from them");
@@ -325,6 +368,10 @@ static int apply(struct rp_ctx *c)
 {
 	int ret = 0;
 
+	/* a root item behind its tree first: any later change of the tree copies the newer root */
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_ROOT_NEWER)
+			ret = rp_fix_root_newer(c, &c->r->notes[i]);
 	/*
 	 * The extent items' counts before anything else: they are the counts as
 	 * the check saw them, and every copy-on-write of this transaction changes
@@ -438,6 +485,7 @@ static void run_begin(struct rp_ctx *c)
 	c->res->noted = c->r->noted;
 	notes_unique(c->r);
 	drop_space_cures(c);
+	drop_older_root_cures(c);
 	c->res->curable = c->r->nnotes;
 }
 

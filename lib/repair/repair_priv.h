@@ -70,6 +70,12 @@ int rp_fix_holes(struct rp_ctx *c, const struct rp_note *n);
 int rp_fix_overlap(struct rp_ctx *c, const struct rp_note *n);
 /* roots.c: the uuid tree's entries and a deleted subvolume's orphan item */
 int rp_fix_roots(struct rp_ctx *c, const struct rp_note *n);
+/*
+ * roots.c: the root item of tree n->tree points at its newer root, tree
+ * block n->inode (generation n->want, level n->want2), read again first;
+ * the commit writes bytenr, generation, level and generation_v2.
+ */
+int rp_fix_root_newer(struct rp_ctx *c, const struct rp_note *n);
 /* scrub.c: every bad copy rewritten from a good one (lib/scrub), before the transaction */
 int rp_scrub(struct rp_ctx *c, const struct rp_note *n);
 /* extents.c: the refs count of the extent item at n->key becomes n->want */

@@ -84,3 +84,52 @@ int rp_fix_roots(struct rp_ctx *c, const struct rp_note *n)
 		       (unsigned long long)(n->fix == UB_CHK_FIX_UUID_ADD ? n->tree : n->want), strerror(-ret));
 	return ret;
 }
+
+int rp_fix_root_newer(struct rp_ctx *c, const struct rp_note *n)
+{
+	struct ub_expect exp = { .owner = n->tree, .level = (int)n->want2, .generation = n->want, .exact_owner = true };
+	struct ub_eroot *er;
+	struct ub_eb *eb = NULL;
+	struct ub_root was;
+	struct rp_note said;
+	int ret;
+
+	if (n->want2 >= UB_MAX_LEVEL)
+		return -EINVAL;
+	ret = ub_engine_root(c->e, n->tree, &er);
+	if (ret) {
+		ub_err(c->log, "repair: the root item of tree %llu cannot be read: %s", (unsigned long long)n->tree,
+		       strerror(-ret));
+		return ret;
+	}
+	if (!er->has_item || n->tree == BTRFS_TREE_RELOC_OBJECTID)
+		return -EINVAL;
+	/* what the check saw must still hold: the item older than the newer root, which reads as its root */
+	if (er->root.generation >= n->want) {
+		ub_err(c->log, "repair: the root item of tree %llu has generation %llu now, not older than %llu: "
+		       "left as it is", (unsigned long long)n->tree, (unsigned long long)er->root.generation,
+		       (unsigned long long)n->want);
+		return -ESTALE;
+	}
+	ret = ub_tree_read_block(&c->e->fs.tc, n->inode, &exp, &eb);
+	if (ret) {
+		ub_err(c->log, "repair: tree %llu's newer root %llu cannot be read: %s", (unsigned long long)n->tree,
+		       (unsigned long long)n->inode, strerror(-ret));
+		return ret;
+	}
+	ub_eb_put(&c->e->fs.tc, eb);
+	was = er->root;
+	/* the commit writes the item from the tree's object: bytenr, generation, level, generation_v2 */
+	er->root.bytenr = n->inode;
+	er->root.generation = n->want;
+	er->root.level = (uint8_t)n->want2;
+	/* said as the root's address before and after */
+	said = *n;
+	said.inode = 0;
+	said.want = n->inode;
+	rp_say(c, &said, was.bytenr, "the root item of tree %llu points at its newer root %llu (generation %llu, level "
+	       "%llu), no longer at %llu (generation %llu)", (unsigned long long)n->tree, (unsigned long long)n->inode,
+	       (unsigned long long)n->want, (unsigned long long)n->want2, (unsigned long long)was.bytenr,
+	       (unsigned long long)was.generation);
+	return 0;
+}

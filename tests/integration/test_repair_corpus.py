@@ -21,10 +21,11 @@ before, files readable before, ubtrfs repair exit, btrfs check after ours, btrfs
 for the table in docs/check.md.
 
 The default run takes SMOKE (the images with problems the repair has cures for, and a
-slice of the others); all images with UBTRFS_LONG_TESTS=1. Budget: about 10 s.
+slice of the others); all images with UBTRFS_LONG_TESTS=1. Budget: about 25 s.
 """
 
 import os
+import re
 import shutil
 
 import pytest
@@ -37,9 +38,6 @@ pytestmark = pytest.mark.xdist_group("repair-corpus")
 
 # why the write engine does not open a filesystem for the repair (docs/check.md)
 MIXED = "engine: mixed block groups (mixed-bg): the write engine does not keep them up to date"
-# a root item pointing at an older root than the one the extent tree has items for (btrfs check
-# points the root item at the newer root; no cure here does)
-OLD_ROOT = "root: a root item one commit behind its tree (no cure yet)"
 # a tree block no copy of which passes the tree layer's checks: no cure replaces a block yet
 BLOCK = "tree: a block rejected whole (no good copy), no cure rebuilds it yet"
 
@@ -52,7 +50,6 @@ THEIRS_ONLY = {
     "fsck/002-bad-transid": BLOCK,
     "fsck/003-shift-offsets": BLOCK,
     "fsck/005-bad-item-offset": BLOCK,
-    "fsck/006-bad-root-items--skinny_case": OLD_ROOT + "; extent: data back references of it (no cure yet)",
     "fsck/007-bad-offset-snapshots": BLOCK,
     "fsck/010-no-rootdir-inode-item": "fs: the root directory's inode item missing (no cure yet)",
     "fsck/011-no-inode-item": BLOCK,
@@ -85,6 +82,7 @@ SMOKE = {
     "fuzz/bad-superblock-1", "fuzz/bko-155181-bad-backref", "fsck/002-bad-transid",
     "fsck/011-no-inode-item", "fsck/036-bad-dev-extents", "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree",
     "fsck/020-extent-ref-cases--shared_block_ref_only", "fsck/043-bad-inode-generation--bad_inode_transid",
+    "fsck/006-bad-root-items--default_case", "fsck/006-bad-root-items--skinny_case",
 }
 
 IMAGES = [(n, a) for n, a in CORPUS.list_images() if os.environ.get("UBTRFS_LONG_TESTS") == "1" or n in SMOKE]
@@ -159,3 +157,81 @@ def test_repair_corpus_image(ubtrfs_bin, cache, tmp_path, name, archive):
             if os.path.exists(p):
                 os.unlink(p)
         shutil.rmtree(tmp_path / "restore-out", ignore_errors=True)
+
+
+
+OUTDATED = ["fsck/006-bad-root-items--default_case", "fsck/006-bad-root-items--skinny_case"]
+
+
+def _outdated_image(name, tmp_path):
+    images = [(n, a) for n, a in CORPUS.list_images() if n == name]
+    if not images:
+        pytest.skip("corpus not found at %s" % CORPUS.corpus_dir())
+    src = CORPUS.extract(name, images[0][1], CORPUS.cache_dir(images))
+    img = tmp_path / "fs.img"
+    RL.copy_sparse(src, img)
+    return src, img
+
+
+@pytest.mark.parametrize("name", OUTDATED)
+def test_outdated_root_item(ubtrfs_bin, tmp_path, name):
+    """A subvolume's root item one commit behind its tree (the extent tree has items for the
+    newer root's blocks, none for the older root's; btrfs check's "outdated root item"): the
+    repair points the root item at the newer root (never gives the older root's blocks items
+    while deleting the newer ones'), btrfs check is clean after, the kernel shows what it
+    shows after btrfs check --repair, and rescue undo gives the image back."""
+    src, img = _outdated_image(name, tmp_path)
+    theirs = tmp_path / "theirs.img"
+    undo = tmp_path / "repair.undo"
+    try:
+        cp = RL.ubtrfs_repair(img, undo)
+        out = cp.stdout.decode(errors="replace")
+        assert cp.returncode == 0, T.describe(cp) + out[-3000:]
+        assert "points at its newer root" in out, out
+        assert "which no tree reaches, removed" not in out and "extent item made again" not in out, out
+        assert RL.btrfs_check_clean(img, timeout=60)
+        RL.copy_sparse(src, theirs)
+        rc, _ = RL.btrfs_repair(theirs, timeout=60)
+        assert rc == 0
+        ours_view = T.kernel_view([img], tmp_path / "mnt")
+        their_view = T.kernel_view([theirs], tmp_path / "mnt")
+        assert sorted(ours_view.entries) == sorted(their_view.entries)
+        assert ours_view.hashes == their_view.hashes
+        cp2 = T.ubtrfs("rescue", "undo", undo, img)
+        assert cp2.returncode == 0, T.describe(cp2)
+        assert RL.same_bytes(img, src)
+    finally:
+        for p in (img, theirs, undo):
+            if os.path.exists(p):
+                os.unlink(p)
+
+
+def test_outdated_root_item_newer_tree_broken(ubtrfs_bin, tmp_path):
+    """The same, with a block below the newer root broken (every copy): the newer tree is not
+    whole, so there is no cure, and nothing else may free it either: the older root's blocks
+    get no extent items, the newer blocks' items stay. The repair changes nothing (exit 1,
+    no undo file, the image byte for byte)."""
+    src, img = _outdated_image(OUTDATED[1], tmp_path)
+    undo = tmp_path / "repair.undo"
+    try:
+        out = T.ubtrfs("check", img).stdout.decode(errors="replace")
+        root = int(re.search(r"than the tree block (\d+) \(generation", out).group(1))
+        strays = [int(m.group(1)) for m in re.finditer(r"logical (\d+): extent item for a tree block that no tree "
+                                                        r"reaches: a block of", out)]
+        child = [s for s in strays if s != root][0]
+        for _, phys in T.map_logical(img, child, 16384):
+            T.overwrite(img, phys + 200, b"\xa5" * 16)
+        broken = tmp_path / "broken.img"
+        RL.copy_sparse(img, broken)
+        cp = RL.ubtrfs_repair(img, undo)
+        out = cp.stdout.decode(errors="replace")
+        assert cp.returncode == 1, T.describe(cp) + out[-3000:]
+        assert "points at its newer root" not in out and "is behind its tree" not in out, out
+        assert "the root item may be behind its tree: no cure" in out, out
+        assert "the root item of a tree reaching it is older than blocks of the tree" in out, out
+        assert not undo.exists()
+        assert RL.same_bytes(img, broken)
+    finally:
+        for p in (img, tmp_path / "broken.img", undo):
+            if os.path.exists(p):
+                os.unlink(p)
