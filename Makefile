@@ -148,7 +148,7 @@ $(addprefix $(BUILD)/tests/tools/,$(LIBUSER_TOOLS)): private CFLAGS_BASE := $(fi
 tools: $(TOOL_BINS) $(BUILD)/tests/tools/slowdev
 
 integration: all tools
-	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs /usr/bin/pytest-3 -q $$(/usr/bin/python3 -c 'import xdist' 2>/dev/null && printf -- '-n %s --dist loadgroup' "$${UBTRFS_TEST_JOBS:-2}") tests/integration $(PYTEST_ARGS)
+	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs /usr/bin/pytest-3 -q $$(/usr/bin/python3 -c 'import xdist' 2>/dev/null && printf -- '-n %s --dist loadgroup' "$${UBTRFS_TEST_JOBS:-2}") --durations=30 tests/integration $(PYTEST_ARGS)
 
 check: unit integration
 
