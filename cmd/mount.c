@@ -364,6 +364,7 @@ static int serve(struct mount_ctx *mc, const struct mount_opts *mo, int verbosit
 		return EXIT_FATAL;
 	}
 	mc->se = se;
+	mc->notify_attrs = mount_notify_attrs;
 	mc->mountpoint = canon;
 	if (fuse_session_mount(se, mnt)) {
 		fprintf(stderr, "ubtrfs mount: error: cannot mount on %s\n", mnt);

@@ -126,6 +126,8 @@ struct mount_ctx {
 	 */
 	uint64_t init_unique;
 	bool init_killpriv, killpriv;
+	/* the kernel's cached attributes of a node are stale (mount_notify_attrs; NULL: no session) */
+	void (*notify_attrs)(struct mount_ctx *mc, uint64_t id);
 };
 
 
@@ -185,6 +187,8 @@ struct mount_caller {
 	 */
 	int (*groups)(void *arg, uint32_t *list, int max);
 	void *arg;
+	/* KILLPRIV_V2: the request asks the set-id bits dropped (mount_request_kills_setid, mount_io.c) */
+	bool kill_setid;
 };
 /* The kernel's in_group_or_capable: root, or gid among the caller's groups. */
 bool mount_caller_in_group(const struct mount_caller *c, uint32_t gid);

@@ -348,6 +348,7 @@ static void caller_of(fuse_req_t req, struct mount_caller *c)
 	c->umask = fc->umask;
 	c->groups = caller_groups;
 	c->arg = req;
+	c->kill_setid = mount_request_kills_setid();
 }
 
 static void reply_new(fuse_req_t req, int ret, uint64_t id, const struct stat *st)

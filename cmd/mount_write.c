@@ -546,11 +546,11 @@ int mount_setattr(struct mount_ctx *mc, const struct mount_caller *c, uint64_t i
 		if (drops_sgid(&in, c))
 			mode &= ~(uint32_t)S_ISGID;
 		/* KILLPRIV_V2: a truncate by a caller without CAP_FSETID says so, with no mode of its own */
-		if (mc->killpriv && mount_request_kills_setid())
+		if (mc->killpriv && c->kill_setid)
 			mode = setid_dropped(&in, c) & mode;
 	}
 	/* KILLPRIV_V2: a chown of a file drops set-user-ID, and set-group-ID where the group may execute */
-	if (mc->killpriv && !S_ISDIR(in.mode) && mount_request_kills_setid() &&
+	if (mc->killpriv && !S_ISDIR(in.mode) && c->kill_setid &&
 	    (to_set & (MOUNT_SET_UID | MOUNT_SET_GID))) {
 		mode &= ~(uint32_t)S_ISUID;
 		if (mode & S_IXGRP)
@@ -669,7 +669,7 @@ int mount_open_trunc(struct mount_ctx *mc, const struct mount_caller *c, uint64_
 	 * bit with group execute or for a caller outside the group; not for root
 	 * (setattr_should_drop_suidgid).
 	 */
-	if ((mc->killpriv ? mount_request_kills_setid() : c->uid != 0) &&
+	if ((mc->killpriv ? c->kill_setid : c->uid != 0) &&
 	    ((in.mode & S_ISUID) || (in.mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) || drops_sgid(&in, c))) {
 		a.valid |= UB_FSW_ATTR_MODE;
 		a.mode = in.mode & 07777 & ~(uint32_t)S_ISUID;
@@ -714,10 +714,10 @@ int mount_write(struct mount_ctx *mc, const struct mount_caller *c, uint64_t id,
 	/* the bit goes with a change that happened: a write refused (ENOSPC) changes nothing */
 	ret = ub_fsw_write_ex(t, n.subvol, n.ino, off, buf, size, compress, compress > 0 ? mc->mo->compress_level : 0);
 	if (!ret)
-		ret = drop_setid_for(mc, t, &n, c, mount_request_kills_setid(), &changed);
+		ret = drop_setid_for(mc, t, &n, c, c->kill_setid, &changed);
 	end(mc);
-	if (changed)
-		mount_notify_attrs(mc, id);
+	if (changed && mc->notify_attrs)
+		mc->notify_attrs(mc, id);
 	return ret ? op_failed(mc, ret) : 0;
 }
 
@@ -750,8 +750,8 @@ int mount_fallocate(struct mount_ctx *mc, const struct mount_caller *c, uint64_t
 		ret = ub_fsw_setattr(t, n.subvol, n.ino, &a);
 	}
 	end(mc);
-	if (changed)
-		mount_notify_attrs(mc, id);
+	if (changed && mc->notify_attrs)
+		mc->notify_attrs(mc, id);
 	return ret ? op_failed(mc, ret) : 0;
 }
 
@@ -953,8 +953,8 @@ int mount_copy_range(struct mount_ctx *mc, const struct mount_caller *c, uint64_
 	if (!ret && mc->killpriv)
 		ret = drop_setid_for(mc, t, &b, c, c->uid != 0, &changed);
 	end(mc);
-	if (changed)
-		mount_notify_attrs(mc, out_id);
+	if (changed && mc->notify_attrs)
+		mc->notify_attrs(mc, out_id);
 	/* a range clone cannot share (unaligned, inline): the kernel copies the bytes itself */
 	if (ret == -EINVAL || ret == -EOPNOTSUPP)
 		return -EOPNOTSUPP;
