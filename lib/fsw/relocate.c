@@ -359,35 +359,6 @@ static int cow_tree_block(struct ub_txn *t, uint64_t bytenr, int level)
  *    its last one when its last parent is re-pointed, and is freed.
  */
 
-/* The tree block `eb` as the full-backref parent of its children: their references by `eb`'s address change by delta. */
-static int full_child_refs(struct ub_txn *t, const struct ub_eb *eb, int delta)
-{
-	uint32_t n = ub_eb_nritems(eb);
-	int level = ub_eb_level(eb);
-	int ret = 0;
-
-	for (uint32_t i = 0; i < n && !ret; i++) {
-		struct ub_key k;
-		const uint8_t *d;
-		uint32_t size;
-
-		if (level) {
-			ret = ub_dref_add_tree(t->refs, ub_eb_node_blockptr(eb, (int)i), t->e->fs.vol->nodesize, level - 1,
-					       0, eb->start, delta, 0);
-			continue;
-		}
-		ub_eb_item_key(eb, (int)i, &k);
-		if (k.type != BTRFS_EXTENT_DATA_KEY)
-			continue;
-		d = ub_eb_item_data(eb, (int)i, &size);
-		if (size < UB_FE_SIZE || FE_GET(type, d) == BTRFS_FILE_EXTENT_INLINE || !FE_GET(disk_bytenr, d))
-			continue;
-		ret = ub_dref_add_data(t->refs, FE_GET(disk_bytenr, d), FE_GET(disk_num_bytes, d), 0, k.objectid,
-				       k.offset - FE_GET(offset, d), eb->start, delta, 0);
-	}
-	return ret;
-}
-
 /* The extent flags of tree block `bytenr` as they stand (item and queued changes). */
 static int block_flags(struct ub_txn *t, uint64_t bytenr, uint64_t *flags)
 {
@@ -463,9 +434,9 @@ static int copy_block(struct ub_txn *t, const struct ub_eb *old, bool full, int 
 	if (slot >= 0)
 		set_child(copy, slot, child, child_gen);
 	if (full) {
-		ret = full_child_refs(t, copy, 1);
+		ret = ub_txn_child_refs(t, copy, 0, true, 1);
 		if (!ret)
-			ret = full_child_refs(t, old, -1);
+			ret = ub_txn_child_refs(t, old, 0, true, -1);
 		if (!ret)
 			ret = ub_dref_set_flags(t->refs, start, ns, level, BTRFS_BLOCK_FLAG_FULL_BACKREF);
 	}
