@@ -262,6 +262,11 @@ static const struct ub_dev_ops file_ops = {
 	.willneed = file_willneed,
 };
 
+bool ub_dev_is_file(const struct ub_dev *dev)
+{
+	return dev->ops == &file_ops;
+}
+
 int ub_dev_open(const char *path, bool writable, struct ub_dev **out)
 {
 	struct file_dev *f;

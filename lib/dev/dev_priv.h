@@ -20,4 +20,7 @@ struct ub_dev {
 	bool writable;
 };
 
+/* the file backend (an image file or a block device): safe and worth writing beside other devices */
+bool ub_dev_is_file(const struct ub_dev *dev);
+
 #endif

@@ -1023,6 +1023,19 @@ void ub_tree_forget_block(struct ub_tree_ctx *tc, struct ub_eb *eb)
 	pthread_mutex_unlock(&tc->cache->lock);
 }
 
+void ub_tree_forget_unread_block(struct ub_tree_ctx *tc, struct ub_eb *eb)
+{
+	if (eb->dirty) {
+		ub_tree_forget_block(tc, eb);
+		return;
+	}
+	pthread_mutex_lock(&tc->cache->lock);
+	/* out of the table: its buffer goes back to the spares with the last holder's reference */
+	if (eb->hashed)
+		hash_unlink(tc, eb);
+	pthread_mutex_unlock(&tc->cache->lock);
+}
+
 /* Zero what no item uses, so a block's bytes depend only on its items. */
 static void clear_unused(const struct ub_tree_ctx *tc, uint8_t *buf)
 {

@@ -239,7 +239,9 @@ static int cow_eb(struct wctx *w, struct ub_eb **ebp, struct ub_eb *parent, uint
 		w->root->level = (uint8_t)level_of(copy);
 	}
 	/* a transaction block replaced again (written mid-commit) is no longer wanted, unless another tree holds it */
-	if (eb->dirty && !keep)
+	if (!keep && w->root->objectid == BTRFS_TREE_LOG_OBJECTID)
+		ub_tree_forget_unread_block(w->tc, eb);
+	else if (eb->dirty && !keep)
 		ub_tree_forget_block(w->tc, eb);
 	ub_eb_put(w->tc, eb);
 	*ebp = copy;
@@ -285,7 +287,10 @@ static int drop_block(struct wctx *w, struct ub_eb *eb, struct ub_eb *parent)
 {
 	int ret = w->ta->free_block(w->ta->arg, w->root->objectid, eb, parent ? parent->start : 0);
 
-	ub_tree_forget_block(w->tc, eb);
+	if (w->root->objectid == BTRFS_TREE_LOG_OBJECTID)
+		ub_tree_forget_unread_block(w->tc, eb);
+	else
+		ub_tree_forget_block(w->tc, eb);
 	return ret;
 }
 

@@ -144,6 +144,13 @@ int ub_tree_new_block(struct ub_tree_ctx *tc, uint64_t bytenr, uint64_t owner, i
 		      struct ub_eb **out);
 /* `eb` left its tree: a dirty one is forgotten (not written); a clean one stays cached (committed readers). */
 void ub_tree_forget_block(struct ub_tree_ctx *tc, struct ub_eb *eb);
+/*
+ * `eb` left a tree nobody reads through the cache again (a log tree: read only at a
+ * replay, from the disk): forgotten whether dirty or clean, so the blocks a log
+ * sync wrote and the next fsync copied do not wait in the cache for eviction
+ * while every new block takes fresh memory. The caller holds a reference.
+ */
+void ub_tree_forget_unread_block(struct ub_tree_ctx *tc, struct ub_eb *eb);
 /* first slot whose key is >= key (nritems if none); *exact if equal */
 int ub_eb_lower_bound(const struct ub_eb *eb, const struct ub_key *key, bool *exact);
 /* the child at `slot` of p->nodes[level], checked against what the path says of it */

@@ -132,8 +132,22 @@ static int copies_read(struct ub_volume *vol, const struct ub_chunk *c, uint64_t
 
 /* ---- writing ---- */
 
+struct copy_write {
+	struct ub_volume *vol;
+	const struct ub_chunk *c;
+	uint64_t logical, len;
+	const uint8_t *buf;
+};
+
+static int copy_write(void *arg, int i)
+{
+	const struct copy_write *w = arg;
+
+	return ub_span_write(w->vol, w->c, w->logical, w->len, i + 1, w->buf);
+}
+
 /*
- * Every copy. Mapping and checking come first, segment by segment, so a
+ * Every copy (side by side, par_io.c). Mapping and checking come first, segment by segment, so a
  * refused write changes nothing; copies on missing devices are skipped as
  * long as each segment keeps one. The writes then go out gathered per device.
  */
@@ -178,13 +192,11 @@ static int copies_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_
 		lg += n;
 		left -= n;
 	}
-	for (int k = 1; k <= copies; k++) {
-		int ret = ub_span_write(vol, c, logical, len, k, buf);
+	{
+		struct copy_write w = { .vol = vol, .c = c, .logical = logical, .len = len, .buf = buf };
 
-		if (ret)
-			return ret;
+		return ub_vol_par_run(copies, ub_vol_par_worth(c, len * (uint64_t)copies), copy_write, &w);
 	}
-	return 0;
 }
 
 /* Only the stripe counts differ between the three families. */

@@ -409,13 +409,39 @@ out:
  * lie back to back on every device, each device gets one gathered write of
  * its strips of the batch; the data itself is never copied.
  */
+struct run_dev_write {
+	struct ub_volume *vol;
+	const struct ub_chunk *c;
+	uint64_t phys_off; /* f0 * stripe_len */
+	int k;
+	const int *sts;    /* the present devices' stripes */
+	struct iovec (*iov)[RUN_BATCH];
+};
+
+static int run_dev_write(void *arg, int i)
+{
+	const struct run_dev_write *w = arg;
+	int st = w->sts[i];
+
+	return ub_vol_dev_writev(w->vol, w->c, st, w->iov[st], w->k, w->c->stripes[st].physical + w->phys_off);
+}
+
+/*
+ * Full stripes the write covers completely need nothing from disk: P (and Q)
+ * come straight from the caller's bytes, and since consecutive full stripes
+ * lie back to back on every device, each device gets one gathered write of
+ * its strips of the batch (the devices side by side, par_io.c); the data
+ * itself is never copied.
+ */
 static int full_run_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t f0, uint64_t k,
 			  const uint8_t *src /* the write's bytes for chunk offset 0 */)
 {
 	const int total = c->num_stripes, np = c->profile->nparity, nd = total - np;
 	const uint64_t slen = c->stripe_len;
-	struct iovec iov[RUN_BATCH];
+	struct iovec iov[UB_RAID_MAX_STRIPES][RUN_BATCH];
+	int sts[UB_RAID_MAX_STRIPES], npresent = 0;
 	uint8_t *par = scratch_get((size_t)(k * (uint64_t)np * slen));
+	struct run_dev_write w = { .vol = vol, .c = c, .phys_off = f0 * slen, .k = (int)k, .sts = sts, .iov = iov };
 	int ret;
 
 	if (!par)
@@ -436,19 +462,17 @@ static int full_run_write(struct ub_volume *vol, const struct ub_chunk *c, uint6
 			vol->writes_skipped += k;
 			continue;
 		}
+		sts[npresent++] = st;
 		for (uint64_t j = 0; j < k; j++) {
 			/* the inverse of slot_stripe */
 			uint64_t slot = ((uint64_t)st + (uint64_t)total - (f0 + j) % (uint64_t)total) % (uint64_t)total;
 
-			iov[j].iov_base = slot < (uint64_t)nd ? (void *)(src + ((f0 + j) * (uint64_t)nd + slot) * slen)
-							       : (void *)(par + (j * (uint64_t)np + slot - (uint64_t)nd) * slen);
-			iov[j].iov_len = slen;
+			iov[st][j].iov_base = slot < (uint64_t)nd ? (void *)(src + ((f0 + j) * (uint64_t)nd + slot) * slen)
+								   : (void *)(par + (j * (uint64_t)np + slot - (uint64_t)nd) * slen);
+			iov[st][j].iov_len = slen;
 		}
-		ret = ub_vol_dev_writev(vol, c, st, iov, (int)k, c->stripes[st].physical + f0 * slen);
-		if (ret)
-			return ret;
 	}
-	return 0;
+	return ub_vol_par_run(npresent, ub_vol_par_worth(c, k * (uint64_t)total * slen), run_dev_write, &w);
 }
 
 static int parity_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len,

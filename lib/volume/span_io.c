@@ -163,6 +163,20 @@ out:
 	return ret;
 }
 
+struct span_write {
+	struct ub_volume *vol;
+	const struct ub_chunk *c;
+	const struct span_plan *p;
+};
+
+static int span_write(void *arg, int i)
+{
+	const struct span_write *w = arg;
+	const struct span *sp = &w->p->spans[i];
+
+	return ub_vol_dev_writev(w->vol, w->c, sp->stripe, w->p->iov + sp->first, sp->n, sp->phys);
+}
+
 int ub_span_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logical, uint64_t len, int copy,
 		  const uint8_t *buf)
 {
@@ -174,10 +188,10 @@ int ub_span_write(struct ub_volume *vol, const struct ub_chunk *c, uint64_t logi
 	/* the plan only points into buf: the writes read from it */
 	if (!ret)
 		ret = plan_spans(c, logical - c->logical, len, copy, (uint8_t *)buf, true, &p);
-	for (int i = 0; i < p.nspans && ret == 0; i++) {
-		const struct span *sp = &p.spans[i];
+	if (!ret) {
+		struct span_write w = { .vol = vol, .c = c, .p = &p };
 
-		ret = ub_vol_dev_writev(vol, c, sp->stripe, p.iov + sp->first, sp->n, sp->phys);
+		ret = ub_vol_par_run(p.nspans, ub_vol_par_worth(c, len), span_write, &w);
 	}
 	plan_free(&p, iov_small);
 	return ret;

@@ -62,6 +62,12 @@ int ub_vol_dev_write(struct ub_volume *vol, const struct ub_chunk *c, int stripe
 int ub_vol_dev_writev(struct ub_volume *vol, const struct ub_chunk *c, int stripe, const struct iovec *iov, int iovcnt,
 		      uint64_t phys);
 
+/* par_io.c: a write's device pieces side by side */
+/* whether pieces of a `bytes` write to chunk `c` are worth a second thread (every present device a plain file, a second CPU) */
+bool ub_vol_par_worth(const struct ub_chunk *c, uint64_t bytes);
+/* fn(arg, i) for every i < n, on two threads when side_by_side; the first error, after which no piece starts */
+int ub_vol_par_run(int n, bool side_by_side, int (*fn)(void *arg, int i), void *arg);
+
 /* raid_math.c: ub_raid_gen_parity, ub_raid_recover (volume_priv.h: scrub uses them too) */
 
 /* ---- gathered reads and writes (span_io.c) ---- */
