@@ -73,7 +73,9 @@ def quota_image(tmp_path_factory):
     with open(img, "wb") as f:
         f.truncate(512 * T.MiB)
     T.run(["mkfs.btrfs", "-q", "-f", img])
-    with T.mounted([img], base / "mnt", options="compress=zstd", readonly=False) as m:
+    # commit=1: the deleted subvolume is dropped by the kernel's cleaner, which a commit wakes
+    # (the default 30 s was most of this setup)
+    with T.mounted([img], base / "mnt", options="compress=zstd,commit=1", readonly=False) as m:
         _populate(m, random.Random(8))
         T.run(["sync"])
     flags = _status_flags(img)

@@ -707,7 +707,8 @@ def test_dead_subvolume_orphan_item(ubtrfs_bin, tmp_path):
     assert btrfs_check(img).returncode == 0
     kimg = tmp_path / "kernel.img"
     T.copy_sparse(img, kimg)
-    with T.mounted([kimg], tmp_path / "mnt", readonly=False) as m:
+    # commit=1: the kernel's cleaner, which finishes the drop, is woken by a commit (30 s apart by default)
+    with T.mounted([kimg], tmp_path / "mnt", options="commit=1", readonly=False) as m:
         T.run(["btrfs", "subvolume", "sync", m], timeout=120)
     tree = T.run(["btrfs", "inspect-internal", "dump-tree", "-t", "1", str(kimg)]).stdout.decode()
     assert "256 ROOT_ITEM" not in tree, "the kernel did not finish the drop"
