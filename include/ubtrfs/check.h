@@ -80,6 +80,8 @@ enum ub_chk_fix {
 	UB_CHK_FIX_ROOT_NEWER, /* the root item of tree `tree` is one commit behind its tree: it points at the
 				  newer root, tree block `logical` (generation `want`, level `want2`), whose
 				  blocks all have their extent items (btrfs check's "outdated root item") */
+	UB_CHK_FIX_QGROUP,    /* the QGROUP_INFO item at `key` (quota tree) gets referenced `want` and exclusive
+				  `want2` bytes, what its subvolumes reach */
 	UB_CHK_FIX_COUNT
 };
 

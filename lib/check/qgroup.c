@@ -411,6 +411,10 @@ static void judge(struct ub_checker *c, const struct qg_info *g)
 	}
 	free(m);
 	where_quota(&p, &g->key);
+	/* every count of the quota tree was judged whole: the cure sets both from what the trees reach */
+	p.fix = UB_CHK_FIX_QGROUP;
+	p.want = rfer;
+	p.want2 = excl;
 	if (g->rfer != rfer)
 		chk_report(c, &p, "qgroup %llu/%llu: referenced %llu bytes, its subvolumes reach %llu",
 			   (unsigned long long)QG_LEVEL(g->key.offset), (unsigned long long)QG_ID(g->key.offset),

@@ -102,6 +102,13 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
 		n->inode = p->logical;
 	}
+	if (p->fix == UB_CHK_FIX_QGROUP) {
+		if (!p->has_key || p->key.type != BTRFS_QGROUP_INFO_KEY)
+			goto drop;
+		n->key = p->key;
+		n->tree = BTRFS_QUOTA_TREE_OBJECTID;
+		n->inode = p->key.offset; /* the referenced and the exclusive problem are one note */
+	}
 	/* every space problem has the one cure, every bad copy too: keep one note of each */
 	if (p->fix == UB_CHK_FIX_SPACE || p->fix == UB_CHK_FIX_COPY) {
 		n->tree = n->inode = n->devid = n->want = 0;
@@ -305,6 +312,12 @@ static void dry_run(struct rp_ctx *c)
 			       "(generation %llu, level %llu)", (unsigned long long)n->tree, (unsigned long long)n->inode,
 			       (unsigned long long)n->want, (unsigned long long)n->want2);
 			break;
+		case UB_CHK_FIX_QGROUP:
+			rp_say(c, n, 0, "would set qgroup %llu/%llu's counts to referenced %llu, exclusive %llu bytes",
+			       (unsigned long long)(n->key.offset >> 48),
+			       (unsigned long long)(n->key.offset & ((1ULL << 48) - 1)), (unsigned long long)n->want,
+			       (unsigned long long)n->want2);
+			break;
 		case UB_CHK_FIX_SPACE:
 			rp_say(c, n, 0, "would recount every block group's used bytes and the superblock's bytes_used "
 			       "from the extent tree and rewrite the free space tree from them");
@@ -433,6 +446,9 @@ static int apply(struct rp_ctx *c)
 		case UB_CHK_FIX_DEV_USED:
 			ret = rp_fix_dev_used(c, n);
 			break;
+		case UB_CHK_FIX_QGROUP:
+			ret = rp_fix_qgroup(c, n);
+			break;
 		case UB_CHK_FIX_SPACE:
 			/* done by the engine's open (UB_ENGINE_OPEN_REPAIR_SPACE) and its commit */
 			rp_say(c, n, 0, "block group used bytes recounted from the extent tree (wrong in %d block groups), "
@@ -478,6 +494,38 @@ static int open_devices(struct rp_ctx *c, const char *const *paths, int n, struc
 	return ret;
 }
 
+/*
+ * Whether the repair changes nothing but qgroup counts. The engine keeps no
+ * qgroup counts: a transaction that changed other trees could leave the counts
+ * it set untrue (a shared block copied moves bytes from shared to exclusive),
+ * so the counts are cured only alone; a filesystem with quotas refuses the
+ * other cures (the engine's open says so).
+ */
+static bool quota_counts_only(const struct rp_ctx *c)
+{
+	if (!c->r->nnotes || c->opts->init_csum_tree)
+		return false;
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix != UB_CHK_FIX_QGROUP)
+			return false;
+	return true;
+}
+
+static void drop_mixed_qgroup_cures(struct rp_ctx *c)
+{
+	size_t k = 0;
+
+	if (quota_counts_only(c))
+		return;
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix != UB_CHK_FIX_QGROUP)
+			c->r->notes[k++] = c->r->notes[i];
+	if (k != c->r->nnotes)
+		ub_warn(c->log, "repair: the qgroup counts are left as they are: other cures change the trees they count "
+			"(the engine keeps no qgroup counts); they are cured by a repair that has nothing else to do");
+	c->r->nnotes = k;
+}
+
 /* What every run does first: the notes made unique and counted. */
 static void run_begin(struct rp_ctx *c)
 {
@@ -486,6 +534,7 @@ static void run_begin(struct rp_ctx *c)
 	notes_unique(c->r);
 	drop_space_cures(c);
 	drop_older_root_cures(c);
+	drop_mixed_qgroup_cures(c);
 	c->res->curable = c->r->nnotes;
 }
 
@@ -507,8 +556,13 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 	for (size_t i = 0; i < r->nnotes; i++)
 		if (space_cure(r->notes[i].fix))
 			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
+	if (quota_counts_only(c))
+		flags |= UB_ENGINE_OPEN_QUOTA_COUNTS;
 	/* the engine takes the devices over, also when it fails */
 	ret = ub_engine_open_raw(NULL, devs, ndevs, c->log, flags, &c->e);
+	/* a dead subvolume's drop after the commit would change what the counts were set to */
+	if (!ret && (flags & UB_ENGINE_OPEN_QUOTA_COUNTS))
+		ub_engine_set_clean_step(c->e, 0);
 	if (!ret)
 		ret = ub_engine_ready(c->e);
 	if (!ret)
@@ -528,6 +582,8 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 	ret = apply(c);
 	if (!ret && c->opts->init_csum_tree)
 		ret = rp_init_csum_tree(c);
+	if (!ret && (flags & UB_ENGINE_OPEN_QUOTA_COUNTS))
+		ret = rp_qgroup_status(c);
 	if (ret) {
 		ub_txn_abort(c->t);
 		goto out;

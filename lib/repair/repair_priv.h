@@ -118,6 +118,9 @@ int rp_fix_block_ref_del(struct rp_ctx *c, const struct rp_note *n);
 int rp_block_full_backref(struct rp_ctx *c, const struct ub_eb *eb, bool *full);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
+/* qgroups.c: a qgroup's counts set (the QGROUP_INFO item at n->key); the status item's generation the transaction's */
+int rp_fix_qgroup(struct rp_ctx *c, const struct rp_note *n);
+int rp_qgroup_status(struct rp_ctx *c);
 /*
  * --init-csum-tree (csum.c): the checksum tree rebuilt from every copy of the
  * data the file trees reference, in c->t (c->e NULL: a dry run, said only).

@@ -151,6 +151,8 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
 		}
 	}
 	ret = ub_engine_root(e, BTRFS_QUOTA_TREE_OBJECTID, &quota);
+	if (ret == 0 && (flags & UB_ENGINE_OPEN_QUOTA_COUNTS))
+		ret = -ENOENT;
 	if (ret == 0) {
 		ub_err(&e->fs.log, "cannot open for writing: quotas (qgroups) are enabled, and the write engine does "
 				   "not keep the quota tree up to date; disable them with `btrfs quota disable` first");

@@ -189,6 +189,12 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
  * zeros), as btrfs check --repair does; nothing else may. The flag stays set.
  */
 #define UB_ENGINE_OPEN_METADUMP (1U << 17)
+/*
+ * A repair that changes only the quota tree's counts may open a filesystem with
+ * quotas on (the engine keeps no qgroup counts, so every other writer is
+ * refused): it sets what the trees reach and the status item's generation.
+ */
+#define UB_ENGINE_OPEN_QUOTA_COUNTS (1U << 18)
 int ub_engine_repair_fixed_groups(const struct ub_engine *e);
 int ub_engine_ready(struct ub_engine *e);
 /*

@@ -166,3 +166,69 @@ def test_inconsistent_not_judged(ubtrfs_bin, img):
     assert cp.returncode == 0 and not recs and summary["qgroups"] == 0, recs
     cp = check("-v", img)
     assert b"qgroup counts not verified" in cp.stderr, T.describe(cp)
+
+
+def _counts(img):
+    """Every qgroup's (referenced, exclusive) as the quota tree holds them."""
+    with C.Image(img) as im:
+        out = {}
+        for blk, slot in im.find_items(im.tree_root(QUOTA_TREE)[0], lambda k: k.type == QGROUP_INFO):
+            out[blk.item_key(slot).offset] = (blk.get_item(slot, INFO_RFER, "<Q"), blk.get_item(slot, INFO_EXCL, "<Q"))
+        return out
+
+
+def _kernel_counts(img, mnt):
+    """The counts the kernel shows after its own rescan (its mount writes nothing else here)."""
+    with T.mounted([img], mnt, readonly=False) as m:
+        T.run(["btrfs", "quota", "rescan", "-w", m])
+        out = T.run(["btrfs", "qgroup", "show", "--raw", m]).stdout.decode()
+    counts = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 3 and "/" in f[0] and f[1].isdigit():
+            level, qid = f[0].split("/")
+            counts[(int(level) << 48) | int(qid)] = (int(f[1]), int(f[2]))
+    return counts
+
+
+def test_repair_sets_the_counts(ubtrfs_bin, img, tmp_path):
+    """Three qgroups' counts broken (a subvolume's referenced, a level-1 exclusive, the top level's
+    zeroed, as fsck/032 has them): `check --repair` sets what the subvolumes reach, which is what
+    the kernel counted when it made the image; btrfs check is clean; the kernel's mount trusts the
+    counts (no generation mismatch) and its own rescan finds the same; the undo file gives the
+    damaged image back byte for byte."""
+    good = _counts(img)
+    qid = (1 << 48) | 100
+
+    def edit(im):
+        sv = _subvol_ids(im)[0]
+        blk, slot = _info(im, sv)
+        blk.patch_item(slot, INFO_RFER, "<Q", blk.get_item(slot, INFO_RFER, "<Q") + 4096)
+        im.write_block(blk)
+        blk, slot = _info(im, qid)
+        blk.patch_item(slot, INFO_EXCL, "<Q", blk.get_item(slot, INFO_EXCL, "<Q") + 16384)
+        im.write_block(blk)
+        blk, slot = _info(im, C.FS_TREE)
+        blk.patch_item(slot, INFO_RFER, "<Q", 0)
+        blk.patch_item(slot, INFO_EXCL, "<Q", 0)
+        im.write_block(blk)
+    damaged(img, edit)
+    with open(img, "rb") as f:
+        before = f.read()
+    undo = tmp_path / "q.undo"
+    cp = T.ubtrfs("check", "--repair", "--undo-file", str(undo), str(img), timeout=120)
+    assert cp.returncode == 0, T.describe(cp) + cp.stdout.decode()[-3000:]
+    assert cp.stdout.decode().count("repair: qgroup ") == 3, cp.stdout.decode()[-3000:]
+    assert _counts(img) == good
+    ref = btrfs_check(img)
+    assert ref.returncode == 0, ref.stdout.decode()[-3000:] + ref.stderr.decode()[-2000:]
+    with C.Image(img) as im:
+        blk, slot = im.find_item(im.tree_root(QUOTA_TREE)[0], lambda k: k.type == QGROUP_STATUS)
+        assert not blk.get_item(slot, STATUS_FLAGS, "<Q") & FLAG_INCONSISTENT
+    kimg = tmp_path / "k.img"
+    T.copy_sparse(img, kimg)
+    assert _kernel_counts(kimg, tmp_path / "kmnt") == good
+    cp = T.ubtrfs("rescue", "undo", str(undo), str(img))
+    assert cp.returncode == 0, T.describe(cp)
+    with open(img, "rb") as f:
+        assert f.read() == before, "the undo file did not give the damaged image back"

@@ -58,7 +58,6 @@ THEIRS_ONLY = {
     "fsck/027-bad-extent-inline-ref-type": BLOCK,
     "fsck/028-unaligned-super-dev-sizes":
         "super: no valid superblock to open (`ubtrfs rescue fix-device-size` is the cure)",
-    "fsck/032-corrupted-qgroup": "qgroup: counts (no cure yet)",
     "fsck/035-inline-bad-ram-bytes": BLOCK,
     "fsck/038-missing-one-file-extent": "extent: a data back reference no file extent item makes (no cure yet)",
     "fsck/039-bad-inode-mode--bad_free_space_cache_imode": BLOCK + " (the root tree's leaf)",
@@ -83,6 +82,7 @@ SMOKE = {
     "fsck/011-no-inode-item", "fsck/036-bad-dev-extents", "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree",
     "fsck/020-extent-ref-cases--shared_block_ref_only", "fsck/043-bad-inode-generation--bad_inode_transid",
     "fsck/006-bad-root-items--default_case", "fsck/006-bad-root-items--skinny_case",
+    "fsck/032-corrupted-qgroup",
 }
 
 IMAGES = [(n, a) for n, a in CORPUS.list_images() if os.environ.get("UBTRFS_LONG_TESTS") == "1" or n in SMOKE]
