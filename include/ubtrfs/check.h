@@ -82,6 +82,11 @@ enum ub_chk_fix {
 				  blocks all have their extent items (btrfs check's "outdated root item") */
 	UB_CHK_FIX_QGROUP,    /* the QGROUP_INFO item at `key` (quota tree) gets referenced `want` and exclusive
 				  `want2` bytes, what its subvolumes reach */
+	UB_CHK_FIX_INODE_GEN, /* `inode`'s generation and transid, one newer than the filesystem, both become the
+				  repair's transaction (as btrfs check --repair sets them) */
+	UB_CHK_FIX_EXTENT_GEN, /* the extent item at `key` (extent tree) gets generation `want`: a tree block's
+				  header generation, or for data the last commit's */
+	UB_CHK_FIX_NUM_DEVICES, /* the superblocks' num_devices becomes `want`, the chunk tree's device items */
 	UB_CHK_FIX_COUNT
 };
 

@@ -528,9 +528,16 @@ static int extent_item(struct cstate *s, const struct ub_key *k, const uint8_t *
 
 		if (!gen || gen > s->c->super_generation) {
 			p.cls = UB_CHK_EXTENT;
+			/* a tree block's item gets its header's generation (extent_refs.c says which); data the last commit's */
+			if (k->type == BTRFS_EXTENT_ITEM_KEY && (UB_GET(btrfs_extent_item, flags, d) & BTRFS_EXTENT_FLAG_DATA)) {
+				p.fix = UB_CHK_FIX_EXTENT_GEN;
+				p.want = s->c->super_generation;
+			}
 			chk_report(s->c, &p, "extent item generation %llu, expected in [1, %llu]", (unsigned long long)gen,
 				   (unsigned long long)s->c->super_generation);
 			p.cls = UB_CHK_CHUNK;
+			p.fix = UB_CHK_FIX_NONE;
+			p.want = 0;
 		}
 	}
 	if (k->objectid + len > s->prev_ext_end) {

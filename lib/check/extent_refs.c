@@ -689,9 +689,14 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 		return;
 	}
 	/* the extent item is made with the block, in the transaction that wrote the block's header */
-	if (b->gen && UB_GET(btrfs_extent_item, generation, d) != b->gen)
+	if (b->gen && UB_GET(btrfs_extent_item, generation, d) != b->gen) {
+		p.fix = UB_CHK_FIX_EXTENT_GEN;
+		p.want = b->gen;
 		chk_report(c, &p, "extent item generation %llu, the block's header says %llu",
 			   (unsigned long long)UB_GET(btrfs_extent_item, generation, d), (unsigned long long)b->gen);
+		p.fix = UB_CHK_FIX_NONE;
+		p.want = 0;
+	}
 	if (!c->walk_complete || (c->dropped_roots && subvol_tree(tree_of(c, b))))
 		return;
 	if (refs != b->ptrs) {

@@ -62,9 +62,12 @@ void chk_inode_rules(struct fstate *f, const struct ub_key *k, const uint8_t *d,
 	gen = UB_GET(btrfs_inode_item, generation, d);
 	transid = UB_GET(btrfs_inode_item, transid, d);
 	chk_fs_where(&p, f, k->objectid, k->type, k->offset);
-	if (gen > f->gen_limit || transid > f->gen_limit)
+	if (gen > f->gen_limit || transid > f->gen_limit) {
+		p.fix = f->log ? UB_CHK_FIX_NONE : UB_CHK_FIX_INODE_GEN;
 		item_report(f, &p, "generation %llu or transid %llu is newer than the filesystem's %llu",
 			    (unsigned long long)gen, (unsigned long long)transid, (unsigned long long)f->gen_limit - 1);
+		p.fix = UB_CHK_FIX_NONE;
+	}
 	if (S_ISLNK(mode) && (flags & (UB_INODE_IMMUTABLE | UB_INODE_APPEND)))
 		item_report(f, &p, "a symlink with the immutable or append-only flag (flags 0x%llx)",
 			    (unsigned long long)flags);

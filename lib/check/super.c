@@ -250,9 +250,13 @@ static void compare_devices(struct ub_checker *c, struct dev_super *ds, int n, s
 					   (unsigned long long)devs[i].devid);
 		}
 		p.devid = 0;
-		if ((uint64_t)nd != vi.num_devices)
+		if ((uint64_t)nd != vi.num_devices) {
+			/* the device items are the filesystem's devices (the kernel's mount counts them) */
+			p.fix = nd > 0 ? UB_CHK_FIX_NUM_DEVICES : UB_CHK_FIX_NONE;
+			p.want = (uint64_t)nd;
 			chk_report(c, &p, "the superblock counts %llu devices, the chunk tree has %d device items",
 				   (unsigned long long)vi.num_devices, nd);
+		}
 		free(devs);
 	}
 }

@@ -33,3 +33,37 @@ int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n)
 		       (unsigned long long)n->devid, (unsigned long long)u.was, (unsigned long long)n->want);
 	return 0;
 }
+
+int rp_fix_num_devices(struct rp_ctx *c, const struct rp_note *n)
+{
+	struct ub_volume *vol = c->e->fs.vol;
+	uint64_t was = UB_GET(ub_disk_super, num_devices, vol->super);
+
+	if (!n->want || n->want != (uint64_t)vol->nvdevs) {
+		ub_err(c->log, "repair: num_devices %llu is not the %d devices the volume holds: left",
+		       (unsigned long long)n->want, vol->nvdevs);
+		return 0;
+	}
+	/* the commit writes every device's superblock from this one */
+	vol->num_devices = n->want;
+	UB_SET(ub_disk_super, num_devices, vol->super, n->want);
+	/*
+	 * A commit that changed no tree writes nothing (the last commit stays the
+	 * truth): the root tree's path is copied, so the superblocks are written.
+	 */
+	{
+		struct ub_key key = { 0, 0, 0 };
+		struct ub_path p;
+		int ret;
+
+		ub_path_init(&p);
+		ret = ub_tree_search_slot(&c->e->fs.tc, ub_txn_ta(c->t), &c->e->fs.root_tree->root, &key, &p, 0, true);
+		ub_path_release(&p);
+		if (ret < 0)
+			return ret;
+	}
+	if (was != n->want)
+		rp_say(c, n, was, "the superblocks' num_devices %llu -> %llu (the chunk tree's device items)",
+		       (unsigned long long)was, (unsigned long long)n->want);
+	return 0;
+}

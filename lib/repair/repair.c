@@ -102,6 +102,15 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
 		n->inode = p->logical;
 	}
+	if (p->fix == UB_CHK_FIX_EXTENT_GEN) {
+		if (!p->has_key)
+			goto drop;
+		n->key = p->key;
+		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
+		n->inode = p->key.objectid;
+	}
+	if (p->fix == UB_CHK_FIX_INODE_GEN && (!p->tree || !p->inode))
+		goto drop;
 	if (p->fix == UB_CHK_FIX_QGROUP) {
 		if (!p->has_key || p->key.type != BTRFS_QGROUP_INFO_KEY)
 			goto drop;
@@ -312,6 +321,17 @@ static void dry_run(struct rp_ctx *c)
 			       "(generation %llu, level %llu)", (unsigned long long)n->tree, (unsigned long long)n->inode,
 			       (unsigned long long)n->want, (unsigned long long)n->want2);
 			break;
+		case UB_CHK_FIX_NUM_DEVICES:
+			rp_say(c, n, 0, "would set the superblocks' num_devices to %llu", (unsigned long long)n->want);
+			break;
+		case UB_CHK_FIX_INODE_GEN:
+			rp_say(c, n, 0, "would set inode %llu's generation and transid (tree %llu) to the repair's transaction",
+			       (unsigned long long)n->inode, (unsigned long long)n->tree);
+			break;
+		case UB_CHK_FIX_EXTENT_GEN:
+			rp_say(c, n, 0, "would set the generation of extent %llu to %llu", (unsigned long long)n->key.objectid,
+			       (unsigned long long)n->want);
+			break;
 		case UB_CHK_FIX_QGROUP:
 			rp_say(c, n, 0, "would set qgroup %llu/%llu's counts to referenced %llu, exclusive %llu bytes",
 			       (unsigned long long)(n->key.offset >> 48),
@@ -445,6 +465,15 @@ static int apply(struct rp_ctx *c)
 			break;
 		case UB_CHK_FIX_DEV_USED:
 			ret = rp_fix_dev_used(c, n);
+			break;
+		case UB_CHK_FIX_NUM_DEVICES:
+			ret = rp_fix_num_devices(c, n);
+			break;
+		case UB_CHK_FIX_INODE_GEN:
+			ret = rp_fix_inode_gen(c, n);
+			break;
+		case UB_CHK_FIX_EXTENT_GEN:
+			ret = rp_fix_extent_gen(c, n);
 			break;
 		case UB_CHK_FIX_QGROUP:
 			ret = rp_fix_qgroup(c, n);

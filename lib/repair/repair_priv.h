@@ -118,9 +118,14 @@ int rp_fix_block_ref_del(struct rp_ctx *c, const struct rp_note *n);
 int rp_block_full_backref(struct rp_ctx *c, const struct ub_eb *eb, bool *full);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
+/* the superblocks' num_devices set to n->want, the device items' count */
+int rp_fix_num_devices(struct rp_ctx *c, const struct rp_note *n);
 /* qgroups.c: a qgroup's counts set (the QGROUP_INFO item at n->key); the status item's generation the transaction's */
 int rp_fix_qgroup(struct rp_ctx *c, const struct rp_note *n);
 int rp_qgroup_status(struct rp_ctx *c);
+/* gens.c: an inode's generation and transid from the future set to the transaction's; an extent item's to n->want */
+int rp_fix_inode_gen(struct rp_ctx *c, const struct rp_note *n);
+int rp_fix_extent_gen(struct rp_ctx *c, const struct rp_note *n);
 /*
  * --init-csum-tree (csum.c): the checksum tree rebuilt from every copy of the
  * data the file trees reference, in c->t (c->e NULL: a dry run, said only).

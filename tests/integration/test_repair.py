@@ -16,6 +16,7 @@ Budget: about 30 s with -n 2.
 
 import hashlib
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -466,15 +467,40 @@ def test_existing_undo_file_never_overwritten(ubtrfs_bin, base):
     assert undo.read_bytes() == b"not yours" and sha(img) == before
 
 
-def test_no_cure_left_as_it_was(ubtrfs_bin, base):
-    """An inode whose transid is newer than the filesystem: no cure in this version; the repair
-    changes nothing (the image byte for byte), says so, exits 1."""
-    img, _ = base
+def test_inode_generation_from_the_future(ubtrfs_bin, base, tmp_path):
+    """An inode whose transid is newer than the filesystem (fsck/043's damage): both its
+    generation and transid become the repair's transaction, as btrfs check --repair sets them;
+    btrfs check clean, every file reads the same, undo gives the damaged image back."""
+    img, files = base
 
     def edit(im):
         b, s = first_inode(im, C.FS_TREE, is_reg)
         b.patch_item(s, 8, "<Q", im.super("generation") + 100)  # inode item: generation, transid
         im.write_block(b)
+    damage(img, edit)
+    damaged_sha = sha(img)
+    undo = tmp_path / "gen.undo"
+    cp = repair(img, undo=undo)
+    out = cp.stdout.decode()
+    assert cp.returncode == 0, T.describe(cp) + out[-3000:]
+    assert re.search(r"repair: inode \d+ of tree 5: generation \d+ -> (\d+), transid \d+ -> \1", out), out
+    assert_repaired(img, files, damaged_sha, undo)
+
+
+def test_no_cure_left_as_it_was(ubtrfs_bin, base):
+    """A data extent's inline EXTENT_DATA_REF naming another inode than the file extent item that
+    points at the extent (a data back reference no file extent item makes): no cure in this
+    version; the repair changes nothing (the image byte for byte), says so, exits 1."""
+    img, _ = base
+
+    def edit(im):
+        for b, s in im.walk(im.tree_root(C.EXTENT_TREE)[0]):
+            # a data EXTENT_ITEM (flags DATA) whose first inline reference is an EXTENT_DATA_REF
+            if b.item_key(s).type == 168 and b.get_item(s, 16, "<Q") & 1 and b.get_item(s, 24, "<B") == 178:
+                b.patch_item(s, 24 + 1 + 8, "<Q", b.get_item(s, 24 + 1 + 8, "<Q") + 1000)  # its inode
+                im.write_block(b)
+                return
+        raise AssertionError("no data extent item with an inline EXTENT_DATA_REF")
     damage(img, edit)
     before = sha(img)
     cp = repair(img)

@@ -63,15 +63,8 @@ THEIRS_ONLY = {
     "fsck/039-bad-inode-mode--bad_free_space_cache_imode": BLOCK + " (the root tree's leaf)",
     "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree": BLOCK,
     "fsck/041-invalid-root-generation": BLOCK,
-    "fsck/043-bad-inode-generation--bad_inode_geneartion": "fs: an inode generation from the future (no cure yet)",
-    "fsck/043-bad-inode-generation--bad_inode_transid": "fs: an inode transid from the future (no cure yet)",
-    "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_data":
-        "extent: an extent item generation from the future (no cure yet)",
-    "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_tree_block":
-        "extent: an extent item generation from the future (no cure yet)",
     "fsck/050-invalid-block-group-used": BLOCK + " (used beyond the group's length: the leaf is refused)",
     "fsck/053-bad-metadata-level": BLOCK,
-    "fsck/055-super-num-devs-mismatch": "super: num_devices (no cure yet)",
 }
 
 # the images whose problems have cures in this version, and a slice of the others
@@ -82,7 +75,10 @@ SMOKE = {
     "fsck/011-no-inode-item", "fsck/036-bad-dev-extents", "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree",
     "fsck/020-extent-ref-cases--shared_block_ref_only", "fsck/043-bad-inode-generation--bad_inode_transid",
     "fsck/006-bad-root-items--default_case", "fsck/006-bad-root-items--skinny_case",
-    "fsck/032-corrupted-qgroup",
+    "fsck/032-corrupted-qgroup", "fsck/043-bad-inode-generation--bad_inode_geneartion",
+    "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_data",
+    "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_tree_block",
+    "fsck/055-super-num-devs-mismatch",
 }
 
 IMAGES = [(n, a) for n, a in CORPUS.list_images() if os.environ.get("UBTRFS_LONG_TESTS") == "1" or n in SMOKE]
