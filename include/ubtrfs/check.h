@@ -87,6 +87,12 @@ enum ub_chk_fix {
 	UB_CHK_FIX_EXTENT_GEN, /* the extent item at `key` (extent tree) gets generation `want`: a tree block's
 				  header generation, or for data the last commit's */
 	UB_CHK_FIX_NUM_DEVICES, /* the superblocks' num_devices becomes `want`, the chunk tree's device items */
+	UB_CHK_FIX_DATA_REF_DROP, /* the EXTENT_DATA_REF (root `tree`, inode `inode`, offset `want`) of the data
+				  extent item at `key` counts `want2` more than the file extent items that make it:
+				  its count (and the item's refs) lowered by that */
+	UB_CHK_FIX_BEHIND,    /* no cure, and a warning to the repair: a tree's root item may be behind its
+				  tree (newer blocks of it have extent items), so the references counted in the
+				  tree the root item names are not the whole truth: no reference cure is safe */
 	UB_CHK_FIX_COUNT
 };
 

@@ -122,6 +122,8 @@ static uint64_t match(struct cstate *s, const struct chk_dref *r)
 static void match_files(struct cstate *s, struct ub_chk_problem *p)
 {
 	struct chk_fext *f = open_fexts(s);
+	uint64_t *made = calloc(s->ndrefs ? s->ndrefs : 1, sizeof(*made));
+	size_t unused = 0;
 
 	/* a leaf's items are taken by its SHARED_DATA_REF first: its own root's leaf may make the same triple */
 	for (int shared = 1; shared >= 0; shared--)
@@ -132,16 +134,45 @@ static void match_files(struct cstate *s, struct ub_chk_problem *p)
 			if (r->shared != (bool)shared)
 				continue;
 			m = match(s, r);
+			if (made)
+				made[i] = m;
 			if (m == r->count)
 				continue;
 			if (r->shared)
 				chk_report(s->c, p, "SHARED_DATA_REF (parent %llu) counts %llu, %llu file extent items of that leaf point at the extent",
 					   (unsigned long long)r->parent, (unsigned long long)r->count, (unsigned long long)m);
-			else
+			else if (!made) /* no memory for the cure's bookkeeping: the problem alone */
 				chk_report(s->c, p, "EXTENT_DATA_REF (root %llu inode %llu offset %llu) counts %llu, %llu file extent items make it",
 					   (unsigned long long)r->root, (unsigned long long)r->ino,
 					   (unsigned long long)r->offset, (unsigned long long)r->count, (unsigned long long)m);
 		}
+	for (size_t i = 0; i < s->fext_n; i++)
+		unused += !f[i].used;
+	for (size_t i = 0; i < s->ndrefs; i++) {
+		const struct chk_dref *r = &s->drefs[i];
+		struct ub_chk_problem q = *p;
+
+		if (r->shared || !made || made[i] == r->count)
+			continue;
+		/*
+		 * More counted than file extent items make, every file tree walked, every
+		 * item of the extent matched and the item's refs their sum: the surplus
+		 * stands for no item, and goes (the count lowered, the reference with it at
+		 * zero, the extent freed with its last). An item left unmatched may be
+		 * what the reference meant: then nothing (the extent must not be freed).
+		 */
+		if (made[i] < r->count && !unused && s->dref_sum == s->dref_refs) {
+			q.fix = UB_CHK_FIX_DATA_REF_DROP;
+			q.tree = r->root;
+			q.inode = r->ino;
+			q.want = r->offset;
+			q.want2 = r->count - made[i];
+		}
+		chk_report(s->c, &q, "EXTENT_DATA_REF (root %llu inode %llu offset %llu) counts %llu, %llu file extent items make it",
+			   (unsigned long long)r->root, (unsigned long long)r->ino, (unsigned long long)r->offset,
+			   (unsigned long long)r->count, (unsigned long long)made[i]);
+	}
+	free(made);
 	for (size_t i = 0; i < s->fext_n; i++)
 		if (!f[i].used)
 			chk_report(s->c, p, "the file extent item of root %llu inode %llu (offset %llu, leaf %llu) points at the extent, which has no reference for it",

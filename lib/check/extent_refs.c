@@ -668,7 +668,8 @@ void chk_extent_refs_item(struct ub_checker *c, const struct ub_key *k, const ui
 			char name[32];
 
 			if (newer_of_tree(c, k, d, size, &t) > 0) {
-				/* perhaps the tree's newer commit: its item stays (no cure) */
+				/* perhaps the tree's newer commit: its item stays (no cure), and the repair is warned */
+				p.fix = UB_CHK_FIX_BEHIND;
 				chk_report(c, &p, "extent item for a tree block that no tree reaches: a block of %s of "
 					   "generation %llu, newer than its root item's %llu (the root item may be behind "
 					   "its tree: no cure)", ub_tree_name(t, name, sizeof(name)),

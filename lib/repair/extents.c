@@ -8,10 +8,12 @@
  */
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "repair/repair_priv.h"
 #include "txn/backref.h"
+#include "alloc/delayed_ref.h"
 
 int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n)
 {
@@ -473,4 +475,26 @@ int rp_data_scan(struct rp_ctx *c)
 		qsort(n->drefs, n->ndrefs, sizeof(*n->drefs), dref_cmp);
 	}
 	return ret;
+}
+
+/* ---- a data reference counting more than the file extent items that make it ---- */
+
+int rp_fix_data_ref_drop(struct rp_ctx *c, const struct rp_note *n)
+{
+	int ret;
+
+	if (!n->want2 || n->want2 > INT64_MAX)
+		return -EINVAL;
+	/* the commit's reference queue lowers the count, removes the reference at zero, frees the extent with its last */
+	ret = ub_dref_add_data(c->t->refs, n->key.objectid, n->key.offset, n->tree, n->inode, n->want, 0,
+			       -(int64_t)n->want2, 0);
+	if (ret) {
+		ub_err(c->log, "repair: the data reference of extent %llu cannot be lowered: %s",
+		       (unsigned long long)n->key.objectid, strerror(-ret));
+		return ret;
+	}
+	rp_say(c, n, n->want2, "extent %llu: EXTENT_DATA_REF (root %llu inode %llu offset %llu) lowered by %llu, "
+	       "which no file extent item makes", (unsigned long long)n->key.objectid, (unsigned long long)n->tree,
+	       (unsigned long long)n->inode, (unsigned long long)n->want, (unsigned long long)n->want2);
+	return 0;
 }

@@ -109,6 +109,11 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->tree = BTRFS_EXTENT_TREE_OBJECTID;
 		n->inode = p->key.objectid;
 	}
+	if (p->fix == UB_CHK_FIX_DATA_REF_DROP) {
+		if (!p->has_key || !p->tree || !p->inode)
+			goto drop;
+		n->key = p->key;
+	}
 	if (p->fix == UB_CHK_FIX_INODE_GEN && (!p->tree || !p->inode))
 		goto drop;
 	if (p->fix == UB_CHK_FIX_QGROUP) {
@@ -177,14 +182,19 @@ static void drop_older_root_cures(struct rp_ctx *c)
 	bool moved = false;
 
 	for (size_t i = 0; i < r->nnotes; i++)
-		moved |= r->notes[i].fix == UB_CHK_FIX_ROOT_NEWER;
+		moved |= r->notes[i].fix == UB_CHK_FIX_ROOT_NEWER || r->notes[i].fix == UB_CHK_FIX_BEHIND;
 	if (!moved)
 		return;
 	for (size_t i = 0; i < r->nnotes; i++) {
 		enum ub_chk_fix f = r->notes[i].fix;
 
+		/* a warning, no cure */
+		if (f == UB_CHK_FIX_BEHIND)
+			continue;
+
 		if (f == UB_CHK_FIX_EXTENT_REFS || f == UB_CHK_FIX_EXTENT_ADD || f == UB_CHK_FIX_EXTENT_DEL ||
-		    f == UB_CHK_FIX_DATA_ADD || f == UB_CHK_FIX_BLOCK_REF_ADD || f == UB_CHK_FIX_BLOCK_REF_DEL) {
+		    f == UB_CHK_FIX_DATA_ADD || f == UB_CHK_FIX_BLOCK_REF_ADD || f == UB_CHK_FIX_BLOCK_REF_DEL ||
+		    f == UB_CHK_FIX_DATA_REF_DROP || f == UB_CHK_FIX_EXTENT_GEN) {
 			dropped++;
 			continue;
 		}
@@ -192,8 +202,8 @@ static void drop_older_root_cures(struct rp_ctx *c)
 	}
 	r->nnotes = k;
 	if (dropped)
-		ub_warn(c->log, "repair: a root item moves to its tree's newer root: %zu cures of the extent tree's "
-			"references, judged against the older root, are left for a repair after this one", dropped);
+		ub_warn(c->log, "repair: a root item moves to its tree's newer root, or may be behind its tree: %zu "
+			"cures of the extent tree's references, judged against the older root, are left", dropped);
 }
 
 static int note_cmp(const void *a, const void *b)
@@ -319,6 +329,11 @@ static void dry_run(struct rp_ctx *c)
 		case UB_CHK_FIX_ROOT_NEWER:
 			rp_say(c, n, 0, "would point the root item of tree %llu at its newer root, tree block %llu "
 			       "(generation %llu, level %llu)", (unsigned long long)n->tree, (unsigned long long)n->inode,
+			       (unsigned long long)n->want, (unsigned long long)n->want2);
+			break;
+		case UB_CHK_FIX_DATA_REF_DROP:
+			rp_say(c, n, 0, "would lower extent %llu's EXTENT_DATA_REF (root %llu inode %llu offset %llu) by %llu",
+			       (unsigned long long)n->key.objectid, (unsigned long long)n->tree, (unsigned long long)n->inode,
 			       (unsigned long long)n->want, (unsigned long long)n->want2);
 			break;
 		case UB_CHK_FIX_NUM_DEVICES:
@@ -465,6 +480,9 @@ static int apply(struct rp_ctx *c)
 			break;
 		case UB_CHK_FIX_DEV_USED:
 			ret = rp_fix_dev_used(c, n);
+			break;
+		case UB_CHK_FIX_DATA_REF_DROP:
+			ret = rp_fix_data_ref_drop(c, n);
 			break;
 		case UB_CHK_FIX_NUM_DEVICES:
 			ret = rp_fix_num_devices(c, n);

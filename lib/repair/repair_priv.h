@@ -118,6 +118,8 @@ int rp_fix_block_ref_del(struct rp_ctx *c, const struct rp_note *n);
 int rp_block_full_backref(struct rp_ctx *c, const struct ub_eb *eb, bool *full);
 /* devid's DEV_ITEM bytes_used (the chunk tree's and the superblocks' copies) becomes n->want. */
 int rp_fix_dev_used(struct rp_ctx *c, const struct rp_note *n);
+/* extents.c: a data reference's surplus over the file extent items that make it dropped (the commit's queue) */
+int rp_fix_data_ref_drop(struct rp_ctx *c, const struct rp_note *n);
 /* the superblocks' num_devices set to n->want, the device items' count */
 int rp_fix_num_devices(struct rp_ctx *c, const struct rp_note *n);
 /* qgroups.c: a qgroup's counts set (the QGROUP_INFO item at n->key); the status item's generation the transaction's */

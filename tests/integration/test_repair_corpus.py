@@ -59,7 +59,6 @@ THEIRS_ONLY = {
     "fsck/028-unaligned-super-dev-sizes":
         "super: no valid superblock to open (`ubtrfs rescue fix-device-size` is the cure)",
     "fsck/035-inline-bad-ram-bytes": BLOCK,
-    "fsck/038-missing-one-file-extent": "extent: a data back reference no file extent item makes (no cure yet)",
     "fsck/039-bad-inode-mode--bad_free_space_cache_imode": BLOCK + " (the root tree's leaf)",
     "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree": BLOCK,
     "fsck/041-invalid-root-generation": BLOCK,
@@ -78,7 +77,7 @@ SMOKE = {
     "fsck/032-corrupted-qgroup", "fsck/043-bad-inode-generation--bad_inode_geneartion",
     "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_data",
     "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_tree_block",
-    "fsck/055-super-num-devs-mismatch",
+    "fsck/055-super-num-devs-mismatch", "fsck/038-missing-one-file-extent",
 }
 
 IMAGES = [(n, a) for n, a in CORPUS.list_images() if os.environ.get("UBTRFS_LONG_TESTS") == "1" or n in SMOKE]
