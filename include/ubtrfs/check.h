@@ -93,6 +93,8 @@ enum ub_chk_fix {
 	UB_CHK_FIX_BEHIND,    /* no cure, and a warning to the repair: a tree's root item may be behind its
 				  tree (newer blocks of it have extent items), so the references counted in the
 				  tree the root item names are not the whole truth: no reference cure is safe */
+	UB_CHK_FIX_ROOT_DIR,  /* subvolume `tree`'s root directory `inode` has items but no inode item: one is
+				  made (a directory, 0755, owned by root, its size counted from its entries) */
 	UB_CHK_FIX_COUNT
 };
 

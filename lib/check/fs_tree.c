@@ -81,6 +81,9 @@ static void inode_verdicts(struct fstate *f)
 	f->s.c->sum.inodes++;
 	chk_fs_where(&p, f, i->ino, BTRFS_INODE_ITEM_KEY, 0);
 	if (!i->item) {
+		/* a subvolume's root directory is known to be a directory: btrfs check makes it again too */
+		if (i->ino == f->root_dirid && !f->log)
+			p.fix = UB_CHK_FIX_ROOT_DIR;
 		chk_report(f->s.c, &p, "%s has items but no inode item",
 			   i->ino == f->root_dirid ? "the subvolume's root directory" : "the inode");
 		return;

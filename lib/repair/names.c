@@ -10,6 +10,7 @@
  * the inode's nlink and the directory's size, are counted again.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -611,4 +612,40 @@ int rp_fix_lost(struct rp_ctx *c, const struct rp_note *note)
 	rp_say(c, note, 0, "inode %llu of tree %llu had no name: linked as /lost+found/%s", (unsigned long long)note->inode,
 	       (unsigned long long)note->tree, name);
 	return rp_touch(c, note->tree, note->inode, false);
+}
+
+/* ---- a subvolume's root directory without its inode item ---- */
+
+int rp_fix_root_dir(struct rp_ctx *c, const struct rp_note *n)
+{
+	struct ub_key key = { n->inode, BTRFS_INODE_ITEM_KEY, 0 };
+	uint8_t ii[UB_II_SIZE];
+	struct fsw w;
+	int ret = fsw_init(&w, c->t, n->tree);
+
+	if (ret) {
+		ub_err(c->log, "repair: subvolume %llu cannot be changed: %s", (unsigned long long)n->tree, strerror(-ret));
+		return ret;
+	}
+	/* as a new directory's (fsw_alloc_inode), with btrfs check's choices: 0755, root's, one link */
+	memset(ii, 0, sizeof(ii));
+	UB_SET(btrfs_inode_item, generation, ii, c->t->transid);
+	UB_SET(btrfs_inode_item, transid, ii, c->t->transid);
+	UB_SET(btrfs_inode_item, nlink, ii, 1);
+	UB_SET(btrfs_inode_item, mode, ii, 040755);
+	UB_SET(btrfs_inode_item, sequence, ii, 1);
+	fsw_set_time(ii, offsetof(struct btrfs_inode_item, atime), &w.now);
+	fsw_set_time(ii, offsetof(struct btrfs_inode_item, ctime), &w.now);
+	fsw_set_time(ii, offsetof(struct btrfs_inode_item, mtime), &w.now);
+	fsw_set_time(ii, offsetof(struct btrfs_inode_item, otime), &w.now);
+	ret = ub_tree_insert_item(w.tc, w.ta, &w.fs->root, &key, ii, UB_II_SIZE);
+	if (ret) {
+		ub_err(c->log, "repair: the root directory's inode item of subvolume %llu cannot be made: %s",
+		       (unsigned long long)n->tree, strerror(-ret));
+		return ret;
+	}
+	rp_say(c, n, 0, "subvolume %llu: the root directory's inode item %llu made again (a directory, 0755, root's)",
+	       (unsigned long long)n->tree, (unsigned long long)n->inode);
+	/* its size from its entries, at the end */
+	return rp_touch(c, n->tree, n->inode, true);
 }

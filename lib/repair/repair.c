@@ -114,7 +114,7 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 			goto drop;
 		n->key = p->key;
 	}
-	if (p->fix == UB_CHK_FIX_INODE_GEN && (!p->tree || !p->inode))
+	if ((p->fix == UB_CHK_FIX_INODE_GEN || p->fix == UB_CHK_FIX_ROOT_DIR) && (!p->tree || !p->inode))
 		goto drop;
 	if (p->fix == UB_CHK_FIX_QGROUP) {
 		if (!p->has_key || p->key.type != BTRFS_QGROUP_INFO_KEY)
@@ -331,6 +331,10 @@ static void dry_run(struct rp_ctx *c)
 			       "(generation %llu, level %llu)", (unsigned long long)n->tree, (unsigned long long)n->inode,
 			       (unsigned long long)n->want, (unsigned long long)n->want2);
 			break;
+		case UB_CHK_FIX_ROOT_DIR:
+			rp_say(c, n, 0, "would make the inode item of subvolume %llu's root directory %llu again",
+			       (unsigned long long)n->tree, (unsigned long long)n->inode);
+			break;
 		case UB_CHK_FIX_DATA_REF_DROP:
 			rp_say(c, n, 0, "would lower extent %llu's EXTENT_DATA_REF (root %llu inode %llu offset %llu) by %llu",
 			       (unsigned long long)n->key.objectid, (unsigned long long)n->tree, (unsigned long long)n->inode,
@@ -480,6 +484,9 @@ static int apply(struct rp_ctx *c)
 			break;
 		case UB_CHK_FIX_DEV_USED:
 			ret = rp_fix_dev_used(c, n);
+			break;
+		case UB_CHK_FIX_ROOT_DIR:
+			ret = rp_fix_root_dir(c, n);
 			break;
 		case UB_CHK_FIX_DATA_REF_DROP:
 			ret = rp_fix_data_ref_drop(c, n);

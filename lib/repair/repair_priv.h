@@ -56,6 +56,8 @@ void rp_say(struct rp_ctx *c, const struct rp_note *n, uint64_t was, const char 
 /* names.c: the names of n->inode in directory n->want made whole; an inode with no name into /lost+found */
 int rp_fix_names(struct rp_ctx *c, const struct rp_note *n);
 int rp_fix_lost(struct rp_ctx *c, const struct rp_note *n);
+/* names.c: a subvolume's root directory given its inode item back (its size counted at the end) */
+int rp_fix_root_dir(struct rp_ctx *c, const struct rp_note *n);
 /* Set ino's nlink (dir_size: its size) to what its items say now. */
 int rp_recount(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size);
 /* An inode whose names changed: its nlink (dir_size: its size) counted again at the end. -ENOMEM only. */

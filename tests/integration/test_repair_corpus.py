@@ -51,7 +51,6 @@ THEIRS_ONLY = {
     "fsck/003-shift-offsets": BLOCK,
     "fsck/005-bad-item-offset": BLOCK,
     "fsck/007-bad-offset-snapshots": BLOCK,
-    "fsck/010-no-rootdir-inode-item": "fs: the root directory's inode item missing (no cure yet)",
     "fsck/011-no-inode-item": BLOCK,
     "fsck/017-missing-all-file-extent": MIXED + "; every problem has a cure (hole items)",
     "fsck/026-bad-dir-item-name": BLOCK,
