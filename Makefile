@@ -62,10 +62,10 @@ CMD_SRCS := $(sort $(wildcard cmd/*.c))
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 # tests/tools: a .c with a .h of its name is a helper (crash_cuts), in an archive every tool links;
-# slowdev is a FUSE filesystem of its own, without the library; nbd_record is an nbdkit plugin
-# (test_mount_crash.py builds it); every other .c is one tool
+# slowdev and rec_fuse are FUSE filesystems of their own, without the library; nbd_record is an
+# nbdkit plugin (test_mount_crash.py builds it); every other .c is one tool
 TOOL_HELPER_SRCS := $(sort $(patsubst %.h,%.c,$(wildcard tests/tools/*.h)))
-TOOL_SRCS := $(sort $(filter-out $(TOOL_HELPER_SRCS) tests/tools/slowdev.c tests/tools/nbd_record.c,\
+TOOL_SRCS := $(sort $(filter-out $(TOOL_HELPER_SRCS) tests/tools/slowdev.c tests/tools/rec_fuse.c tests/tools/nbd_record.c,\
 	$(wildcard tests/tools/*.c)))
 # tools written as library users: built without -Ilib, they can include no private header
 LIBUSER_TOOLS := nocow_driver threads_driver balance_driver undo_driver undo_crash recover_driver
@@ -142,10 +142,14 @@ $(TOOL_BINS): $(BUILD)/tests/tools/%: tests/tools/%.c $(TOOL_HELPER_LIB) $(BUILD
 $(addprefix $(BUILD)/tests/tools/,$(LIBUSER_TOOLS)): private CFLAGS_BASE := $(filter-out -Ilib,$(CFLAGS_BASE))
 # the FUSE mount's stalling device (test_mount_parallel.py), in any build directory (build-tsan
 # too): it needs neither the library nor a sanitizer
+# (rec_fuse, the recording device of several images, bench/write-hole, likewise)
 %/tests/tools/slowdev: tests/tools/slowdev.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(shell pkg-config --libs fuse3)
-tools: $(TOOL_BINS) $(BUILD)/tests/tools/slowdev
+%/tests/tools/rec_fuse: tests/tools/rec_fuse.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS_BASE) $(CFLAGS) $(LDFLAGS_BASE) -o $@ $< $(shell pkg-config --libs fuse3)
+tools: $(TOOL_BINS) $(BUILD)/tests/tools/slowdev $(BUILD)/tests/tools/rec_fuse
 
 integration: all tools
 	UBTRFS=$(CURDIR)/$(BUILD)/ubtrfs /usr/bin/pytest-3 -q $$(/usr/bin/python3 -c 'import xdist' 2>/dev/null && printf -- '-n %s --dist loadgroup' "$${UBTRFS_TEST_JOBS:-2}") --durations=30 tests/integration $(PYTEST_ARGS)
