@@ -62,6 +62,7 @@ struct ie_block {
 	uint8_t level;
 	bool full;       /* FULL_BACKREF */
 	bool old_extent; /* a block of the old extent tree: freed, not described */
+	bool unclaimed;  /* such a block whose address is not free space (a damaged pointer): left alone */
 };
 
 struct ie_bref {
@@ -184,6 +185,11 @@ static int walk(struct rp_ie *s, uint64_t tree, uint64_t bytenr, int level, uint
 
 	if (ret)
 		return ret < 0 ? ret : 0; /* reached before: its reference is added, what is below it is counted */
+	if (level < 0 || level >= UB_MAX_LEVEL) {
+		ub_err(s->c->log, "repair: --init-extent-tree: tree %s: a pointer at %llu says level %d",
+		       ub_tree_name(tree, tn, sizeof(tn)), (unsigned long long)bytenr, level);
+		return -EUCLEAN;
+	}
 	ret = ub_tree_read_block(s->tc, bytenr, &exp, &eb);
 	if (ret) {
 		if (tree != BTRFS_EXTENT_TREE_OBJECTID) {
@@ -273,6 +279,8 @@ static int walk_all(struct rp_ie *s, struct ub_fs *fs)
 	struct ub_tree_iter it;
 	const uint8_t *d;
 	uint32_t size;
+	uint64_t ext_bytenr = 0, ext_gen = 0;
+	int ext_level = 0;
 	char tn[32];
 	int ret;
 
@@ -321,11 +329,23 @@ static int walk_all(struct rp_ie *s, struct ub_fs *fs)
 		bytenr = UB_GET(btrfs_root_item, bytenr, d);
 		gen = UB_GET(btrfs_root_item, generation, d);
 		level = (int)UB_GET(btrfs_root_item, level, d);
+		/*
+		 * The old extent tree last: a damaged pointer of it at a block another
+		 * tree uses then finds that block seen, and leaves it to its tree.
+		 */
+		if (k.objectid == BTRFS_EXTENT_TREE_OBJECTID) {
+			ext_bytenr = bytenr;
+			ext_gen = gen;
+			ext_level = level;
+			continue;
+		}
 		ret = walk_root(s, k.objectid, bytenr, level, gen);
 		if (ret)
 			break;
 	}
 	ub_tree_iter_end(&it);
+	if (ret == 1)
+		ret = walk_root(s, BTRFS_EXTENT_TREE_OBJECTID, ext_bytenr, ext_level, ext_gen);
 	if (ret < 0 && ret != -EUCLEAN && ret != -EOPNOTSUPP && ret != -ENOMEM)
 		ub_err(s->c->log, "repair: --init-extent-tree: the root tree cannot be read: %s", strerror(-ret));
 	return ret < 0 ? ret : 0;
@@ -450,10 +470,28 @@ static int claim_all(struct rp_ie *s, struct ub_engine *e)
 	int ret = 0;
 
 	for (size_t i = 0; !ret && i < s->nblocks; i++)
-		ret = claim(s, e, s->blocks[i].bytenr, s->nodesize, "tree block");
+		if (!s->blocks[i].old_extent)
+			ret = claim(s, e, s->blocks[i].bytenr, s->nodesize, "tree block");
 	for (size_t i = 0; !ret && i < s->ndrefs; i++)
 		if (!i || s->drefs[i - 1].bytenr != s->drefs[i].bytenr)
 			ret = claim(s, e, s->drefs[i].bytenr, s->drefs[i].len, "data extent");
+	/*
+	 * The old extent tree's blocks after everything that lives: a pointer of
+	 * it that is damaged may name space in use or outside every block group,
+	 * which is then not the old tree's to free.
+	 */
+	for (size_t i = 0; !ret && i < s->nblocks; i++) {
+		struct ie_block *b = &s->blocks[i];
+
+		if (!b->old_extent)
+			continue;
+		if (ub_alloc_account(e->alloc, b->bytenr, s->nodesize, true)) {
+			b->unclaimed = true;
+			s->old_blocks--;
+			continue;
+		}
+		e->bytes_used += s->nodesize;
+	}
 	return ret;
 }
 
@@ -733,7 +771,7 @@ int rp_init_extent_tree(struct rp_ctx *c)
 	e->fs.extent_tree->root = nr;
 	/* the old tree's blocks: free once the commit is durable (pinned until then, the old superblocks reach them) */
 	for (size_t i = 0; !ret && i < s->nblocks; i++) {
-		if (!s->blocks[i].old_extent)
+		if (!s->blocks[i].old_extent || s->blocks[i].unclaimed)
 			continue;
 		ret = ub_alloc_account(e->alloc, s->blocks[i].bytenr, s->nodesize, false);
 		if (!ret)

@@ -298,3 +298,24 @@ def test_not_skinny(ubtrfs_bin, tmp_path):
         assert read_tree(m) == files
     img.unlink()
     undo.unlink()
+
+
+def test_unreadable_subvolume_leaf_refused(ubtrfs_bin, image, tmp_path):
+    """A leaf of the top-level subvolume's tree unreadable: the walk cannot see the data it
+    points at, whose space would look free; the repair stops (exit 2) and writes nothing."""
+    src, _ = image
+    img = tmp_path / "fs.img"
+    R.copy_sparse(src, img)
+    with C.Image(img) as im:
+        root = im.tree_root(C.FS_TREE)[0]
+        leaves = [b for b, _, _ in im.tree_blocks(root) if b.is_leaf]
+        assert len(leaves) >= 2
+        for p in im.physical(leaves[1].logical):
+            im._pwrite(p + 300, b"\xa5" * 256)
+        im.f.flush()
+    damaged = tmp_path / "damaged.img"
+    R.copy_sparse(img, damaged)
+    cp, _ = init_extent(img)
+    assert cp.returncode == 2, T.describe(cp)
+    assert b"cannot be read" in cp.stderr and b"repair it first" in cp.stderr, cp.stderr[-2000:]
+    assert R.same_bytes(img, damaged)
