@@ -2,8 +2,10 @@
 """`ubtrfs check --repair --init-extent-tree` (issue 34): the extent tree rebuilt from the trees.
 
 One kernel-made image (DUP metadata, skinny metadata, no-holes, free space tree) holds a few
-hundred files of several sizes, inline ones, zstd-compressed ones, reflinked copies, and a
-snapshot whose source changed after it (so shared leaves got FULL_BACKREF and SHARED refs).
+hundred files of several sizes, inline ones, zstd-compressed ones, reflinked copies (one extent
+60 times: keyed references), a snapshot whose source changed after it (so shared blocks got
+FULL_BACKREF and SHARED refs), and a snapshot of a subvolume deleted after it changed (blocks
+owned by a tree that is gone).
 Its extent tree is then damaged (craft.py) in several ways:
 
 - items deleted: extent items of tree blocks and data, and a BLOCK_GROUP_ITEM;
@@ -85,6 +87,21 @@ def make_image(d, features="no-holes", nfiles=400):
         with open(os.path.join(m, "d", "f1"), "r+b") as f:
             f.seek(4096)
             f.write(rnd.randbytes(4096))
+        # a subvolume snapshotted, changed, then deleted: the blocks it owned that the snapshot
+        # still reaches get FULL_BACKREF from the kernel's drop, their owner tree gone
+        sv = os.path.join(m, "sv")
+        T.run(["btrfs", "subvolume", "create", sv])
+        for i in range(nfiles // 3):
+            with open(os.path.join(sv, "g%d" % i), "wb") as f:
+                f.write(rnd.randbytes(rnd.choice((700, 3000, 9000))))
+        os.sync()
+        T.run(["btrfs", "subvolume", "snapshot", sv, os.path.join(m, "svsnap")])
+        for i in range(0, nfiles // 3, 5):
+            with open(os.path.join(sv, "g%d" % i), "ab") as f:
+                f.write(b"changed")
+        os.sync()
+        T.run(["btrfs", "subvolume", "delete", sv])
+        T.run(["btrfs", "subvolume", "sync", m])
     with T.mounted([img], d / "mnt", readonly=True) as m:
         files = read_tree(m)
     assert R.btrfs_check_clean(img)
@@ -127,26 +144,31 @@ def damage_counts(img):
     """refs counts raised, a tree block's inline root and a data ref's count changed, a block
     group's used bytes wrong."""
     with C.Image(img) as im:
-        leaf = max(extent_leaves(im), key=lambda b: b.nritems())
         meta = data = bg = 0
-        for i in range(leaf.nritems()):
-            k = leaf.item_key(i)
-            if k.type == C.METADATA_ITEM and meta < 3:
-                leaf.patch_item(i, 0, "<Q", leaf.get_item(i, 0, "<Q") + 2)
-                if meta == 0 and leaf.get_item(i, 24, "<B") == 176:  # TREE_BLOCK_REF
-                    leaf.patch_item(i, 25, "<Q", 4242)
-                meta += 1
-            elif k.type == C.EXTENT_ITEM and data < 3:
-                if data == 0 and leaf.get_item(i, 24, "<B") == 178:  # EXTENT_DATA_REF: its count
-                    leaf.patch_item(i, 49, "<I", leaf.get_item(i, 49, "<I") + 3)
+        for leaf in extent_leaves(im):
+            changed = False
+            for i in range(leaf.nritems()):
+                k = leaf.item_key(i)
+                if k.type == C.METADATA_ITEM and meta < 3:
+                    leaf.patch_item(i, 0, "<Q", leaf.get_item(i, 0, "<Q") + 2)
+                    if meta == 0 and leaf.get_item(i, 24, "<B") == 176:  # TREE_BLOCK_REF
+                        leaf.patch_item(i, 25, "<Q", 4242)
+                    meta += 1
+                elif k.type == C.EXTENT_ITEM and data < 3:
+                    if data == 0 and leaf.get_item(i, 24, "<B") == 178:  # EXTENT_DATA_REF: its count
+                        leaf.patch_item(i, 49, "<I", leaf.get_item(i, 49, "<I") + 3)
+                    else:
+                        leaf.patch_item(i, 0, "<Q", leaf.get_item(i, 0, "<Q") + 1)
+                    data += 1
+                elif k.type == C.BLOCK_GROUP_ITEM and not bg:
+                    leaf.patch_item(i, 0, "<Q", leaf.get_item(i, 0, "<Q") + 40960)
+                    bg += 1
                 else:
-                    leaf.patch_item(i, 0, "<Q", leaf.get_item(i, 0, "<Q") + 1)
-                data += 1
-            elif k.type == C.BLOCK_GROUP_ITEM and not bg:
-                leaf.patch_item(i, 0, "<Q", leaf.get_item(i, 0, "<Q") + 40960)
-                bg += 1
-        assert meta and data, "the extent leaf has no items to damage"
-        im.write_block(leaf)
+                    continue
+                changed = True
+            if changed:
+                im.write_block(leaf)
+        assert meta and data and bg, "the extent tree has no items to damage"
 
 
 def damage_unreadable(img):
