@@ -101,6 +101,8 @@ def make_image(d, features="no-holes", nfiles=400):
                 f.write(b"changed")
         os.sync()
         T.run(["btrfs", "subvolume", "delete", sv])
+        # a commit wakes the kernel's cleaner now (else it waits for the 30 s commit interval)
+        T.run(["btrfs", "filesystem", "sync", m])
         T.run(["btrfs", "subvolume", "sync", m])
     with T.mounted([img], d / "mnt", readonly=True) as m:
         files = read_tree(m)
