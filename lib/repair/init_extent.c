@@ -517,7 +517,7 @@ static void summary(struct rp_ie *s, bool dry)
 	       "extent tree %s from %llu trees: %llu tree blocks (%llu bytes), %llu data extents (%llu bytes) in "
 	       "%zu back references; %llu blocks of the old extent tree %s%s",
 	       dry ? "would be rebuilt" : "rebuilt", (unsigned long long)s->trees,
-	       (unsigned long long)(s->nblocks - s->old_blocks), (unsigned long long)s->meta_bytes,
+	       (unsigned long long)(s->meta_bytes / s->nodesize), (unsigned long long)s->meta_bytes,
 	       (unsigned long long)s->data_extents, (unsigned long long)s->data_bytes, s->nbrefs + s->ndrefs,
 	       (unsigned long long)s->old_blocks, dry ? "would be freed" : "freed",
 	       s->lost ? " (some below its unreadable nodes cannot be found: their space stays leaked until a check "
