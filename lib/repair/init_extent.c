@@ -56,6 +56,9 @@
 #include "repair/repair_priv.h"
 #include "volume/volume_priv.h"
 
+/* The tree block cache while the trees are walked (check's own size). */
+#define WALK_CACHE_BYTES (16ULL << 20)
+
 struct ie_block {
 	uint64_t bytenr, gen, owner;
 	struct ub_key first;
@@ -556,7 +559,14 @@ int rp_init_extent_scan(struct rp_ctx *c)
 		ub_err(c->log, "repair: --init-extent-tree: extent-tree-v2 is not supported");
 		ret = -EOPNOTSUPP;
 	} else {
+		/* every block is read once: a cache as large as the engine's would only hold memory */
+		struct ub_tree_cache_stats st;
+
+		ub_tree_cache_stats(s->tc, &st);
+		if (st.limit > WALK_CACHE_BYTES)
+			ub_tree_set_cache_limit(s->tc, WALK_CACHE_BYTES);
 		ret = walk_all(s, fs);
+		ub_tree_set_cache_limit(s->tc, st.limit);
 	}
 	if (!ret)
 		ret = settle(s);
