@@ -25,7 +25,7 @@
 
 static const char help[] =
 	"usage: ubtrfs check [OPTIONS] DEV...\n"
-	"       ubtrfs check --repair [--init-csum-tree] [--dry-run] [--undo-file FILE] [OPTIONS] DEV...\n\n"
+	"       ubtrfs check --repair [--init-csum-tree] [--init-extent-tree] [--dry-run] [--undo-file FILE] [OPTIONS] DEV...\n\n"
 	"Check the filesystem on DEV... without changing it (devices are opened read-only):\n"
 	"superblocks, tree blocks (every copy), chunks, block groups, device extents, the\n"
 	"extent tree's references against the trees, the free space tree or v1 space cache,\n"
@@ -48,6 +48,10 @@ static const char help[] =
 	"                     is kept, one no copy verifies is kept too (the sector stays\n"
 	"                     unreadable, named); a sector without one gets one only when\n"
 	"                     all its copies agree\n"
+	"      --init-extent-tree  rebuild the extent tree from the trees that exist (implies\n"
+	"                     --repair): every tree block and data extent they reach gets its\n"
+	"                     item and back references, block groups their used bytes, the\n"
+	"                     free space tree is rewritten; the old tree's problems need no cure\n"
 	"      --dry-run      with --repair: say each change, write nothing\n"
 	"      --undo-file FILE  with --repair: the undo file (default: ubtrfs-undo-UUID-genN.undo\n"
 	"                     in the current folder; never overwritten); `ubtrfs rescue undo`\n"
@@ -399,16 +403,17 @@ static void default_undo_name(const struct ub_volume_info *vi, char *buf, size_t
 }
 
 /* --repair after the check that noted the problems: the repair, then a check of what it left. */
-static int repair(struct check_run *cr, bool dry_run, const char *undo_file, bool init_csum)
+static int repair(struct check_run *cr, bool dry_run, const char *undo_file, bool init_csum, bool init_extent)
 {
 	struct ub_repair_sink rsink = { on_change, cr->o };
-	struct ub_repair_opts ro = { .dry_run = dry_run, .sink = &rsink, .init_csum_tree = init_csum };
+	struct ub_repair_opts ro = { .dry_run = dry_run, .sink = &rsink, .init_csum_tree = init_csum,
+				     .init_extent_tree = init_extent };
 	struct ub_repair_result res;
 	struct ub_log log = { .fn = NULL, .arg = NULL, .verbosity = cr->oa->verbosity, .errors = NULL };
 	char undo_name[128];
 	int ret;
 
-	if (!cr->problems && !init_csum) {
+	if (!cr->problems && !init_csum && !init_extent) {
 		if (!cr->o->json)
 			printf("repair: nothing to repair\n");
 		return EXIT_OK;
@@ -464,13 +469,14 @@ int cmd_check(int argc, char **argv)
 		{ "dry-run", no_argument, NULL, 0x404 },
 		{ "undo-file", required_argument, NULL, 0x405 },
 		{ "init-csum-tree", no_argument, NULL, 0x406 },
+		{ "init-extent-tree", no_argument, NULL, 0x407 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct open_args oa;
 	struct out o = { 0 };
 	struct check_run cr = { .oa = &oa, .o = &o };
-	bool do_repair = false, dry_run = false, init_csum = false;
+	bool do_repair = false, dry_run = false, init_csum = false, init_extent = false;
 	const char *undo_file = NULL;
 	int opt, rc;
 
@@ -491,6 +497,7 @@ int cmd_check(int argc, char **argv)
 		case 0x404: dry_run = true; break;
 		case 0x405: undo_file = optarg; break;
 		case 0x406: init_csum = do_repair = true; break;
+		case 0x407: init_extent = do_repair = true; break;
 		case 'h': fputs(help, stdout); return EXIT_OK;
 		default: return usage_error("check", "invalid option");
 		}
@@ -521,7 +528,7 @@ int cmd_check(int argc, char **argv)
 			fprintf(stderr, "ubtrfs check: error: out of memory while noting the problems: no repair\n");
 			rc = EXIT_FATAL;
 		} else if (rc != EXIT_FATAL) {
-			rc = repair(&cr, dry_run, undo_file, init_csum);
+			rc = repair(&cr, dry_run, undo_file, init_csum, init_extent);
 		}
 		ub_repair_free(r);
 	}

@@ -60,6 +60,16 @@ struct ub_repair_opts {
 	 * computed only when every readable copy agrees (docs/check.md, Repair).
 	 */
 	bool init_csum_tree;
+	/*
+	 * Rebuild the extent tree from the trees that exist (before the other
+	 * cures, in the same transaction), also when nothing was noted: every
+	 * tree block reachable from the root and chunk trees gets its metadata
+	 * item and back references, every data extent its references counted
+	 * from the file extent items, every block group its used bytes, the free
+	 * space tree rewritten; the cures of the old extent tree's problems are
+	 * left out (docs/check.md, Repair).
+	 */
+	bool init_extent_tree;
 };
 
 struct ub_repair_result {

@@ -102,6 +102,15 @@ int ub_alloc_load(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub
  */
 int ub_alloc_load_repair(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_root *extent_root,
 			 uint64_t *fixed, struct ub_alloc **out);
+/*
+ * For a repair that rebuilds the extent tree (lib/repair/init_extent.c): one
+ * block group per chunk of the volume's map (its type from the chunk), every
+ * byte free, nothing read from the extent tree (which may be damaged). The
+ * caller then takes every extent it found in use out with ub_alloc_account
+ * (alloc) before anything is reserved, and writes the BLOCK_GROUP_ITEMs; every
+ * group is dirty, its free space tree items rewritten whole at the next commit.
+ */
+int ub_alloc_load_chunks(struct ub_volume *vol, struct ub_alloc **out);
 /* An allocator with no block group (mkfs, tests); sizes from vol (NULL: sectorsize 4096, nodesize 16384). */
 int ub_alloc_create(struct ub_volume *vol, const struct ub_log *log, struct ub_alloc **out);
 void ub_alloc_free(struct ub_alloc *a);

@@ -432,6 +432,44 @@ fail:
 	return ret;
 }
 
+int ub_alloc_load_chunks(struct ub_volume *vol, struct ub_alloc **out)
+{
+	struct ub_alloc *a = NULL;
+	int ret;
+
+	if (SB_GET(compat_ro_flags, vol->super) & BTRFS_FEATURE_COMPAT_RO_BLOCK_GROUP_TREE) {
+		ub_err(&vol->log, "the allocator does not support the block-group-tree feature "
+				  "(block group items outside the extent tree)");
+		return -EOPNOTSUPP;
+	}
+	ret = ub_alloc_create(vol, &vol->log, &a);
+	if (ret)
+		return ret;
+	for (int i = 0; i < vol->nchunks; i++) {
+		const struct ub_chunk *c = vol->chunks[i];
+		struct ub_bg *bg;
+
+		ret = ub_alloc_insert_chunk_bg(a, c, c->type, &bg);
+		if (ret == -EINVAL || ret == -EEXIST) {
+			ub_err(&a->log, "chunk %" PRIu64 " length %" PRIu64 ": %s", c->logical, c->length,
+			       ret == -EEXIST ? "overlaps another chunk" : "cannot map its superblock mirrors");
+			ret = -EUCLEAN;
+		}
+		if (!ret) {
+			bg->used = bg->old_used = 0;
+			ret = rebuild_avail(bg);
+		}
+		if (ret)
+			goto fail;
+	}
+	ub_alloc_rebuild_fst_all(a);
+	*out = a;
+	return 0;
+fail:
+	ub_alloc_free(a);
+	return ret;
+}
+
 int ub_alloc_load(struct ub_tree_ctx *tc, struct ub_volume *vol, const struct ub_root *extent_root,
 		  const struct ub_root *fst_root, struct ub_alloc **out)
 {

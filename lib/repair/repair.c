@@ -557,7 +557,7 @@ static int open_devices(struct rp_ctx *c, const char *const *paths, int n, struc
  */
 static bool quota_counts_only(const struct rp_ctx *c)
 {
-	if (!c->r->nnotes || c->opts->init_csum_tree)
+	if (!c->r->nnotes || c->opts->init_csum_tree || c->opts->init_extent_tree)
 		return false;
 	for (size_t i = 0; i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix != UB_CHK_FIX_QGROUP)
@@ -580,16 +580,64 @@ static void drop_mixed_qgroup_cures(struct rp_ctx *c)
 	c->r->nnotes = k;
 }
 
+/* The cures --init-extent-tree makes needless: the rebuilt tree holds what they would mend. */
+static bool extent_cure(enum ub_chk_fix f)
+{
+	return space_cure(f) || f == UB_CHK_FIX_UNCOUNTED || f == UB_CHK_FIX_EXTENT_REFS ||
+	       f == UB_CHK_FIX_BLOCK_REF_ADD || f == UB_CHK_FIX_BLOCK_REF_DEL || f == UB_CHK_FIX_EXTENT_GEN ||
+	       f == UB_CHK_FIX_DATA_REF_DROP;
+}
+
+/* The notes dropped: cured all the same, by the rebuild. */
+static size_t drop_extent_cures(struct rp_ctx *c)
+{
+	struct ub_repair *r = c->r;
+	size_t k = 0, dropped = 0;
+
+	for (size_t i = 0; i < r->nnotes; i++) {
+		if (extent_cure(r->notes[i].fix)) {
+			free(r->notes[i].drefs);
+			dropped += r->notes[i].fix != UB_CHK_FIX_UNCOUNTED;
+			continue;
+		}
+		r->notes[k++] = r->notes[i];
+	}
+	r->nnotes = k;
+	return dropped;
+}
+
 /* What every run does first: the notes made unique and counted. */
 static void run_begin(struct rp_ctx *c)
 {
+	size_t rebuilt = 0;
+
 	memset(c->res, 0, sizeof(*c->res));
 	c->res->noted = c->r->noted;
 	notes_unique(c->r);
+	if (c->opts->init_extent_tree)
+		rebuilt = drop_extent_cures(c);
 	drop_space_cures(c);
 	drop_older_root_cures(c);
 	drop_mixed_qgroup_cures(c);
-	c->res->curable = c->r->nnotes;
+	c->res->curable = c->r->nnotes + rebuilt;
+}
+
+/*
+ * --init-extent-tree walks the trees as the last commit has them: a root item
+ * that moves to a newer root in the same run would leave that tree's blocks
+ * out of the rebuilt extent tree. One repair first, then the rebuild.
+ */
+static int root_newer_refused(struct rp_ctx *c)
+{
+	if (!c->opts->init_extent_tree)
+		return 0;
+	for (size_t i = 0; i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_ROOT_NEWER) {
+			ub_err(c->log, "repair: --init-extent-tree: the root item of tree %llu is behind its tree: run "
+			       "`ubtrfs check --repair` without it first", (unsigned long long)c->r->notes[i].tree);
+			return -EOPNOTSUPP;
+		}
+	return 0;
 }
 
 /* The engine on the opened devices (taken over), the cures, the commit. */
@@ -612,11 +660,16 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
 	if (quota_counts_only(c))
 		flags |= UB_ENGINE_OPEN_QUOTA_COUNTS;
+	/* a rebuilt extent tree: the free space is what the walk of the trees leaves (init_extent.c) */
+	if (c->opts->init_extent_tree)
+		flags = (flags & ~UB_ENGINE_OPEN_REPAIR_SPACE) | UB_ENGINE_OPEN_REPAIR_EXTENTS;
 	/* the engine takes the devices over, also when it fails */
 	ret = ub_engine_open_raw(NULL, devs, ndevs, c->log, flags, &c->e);
 	/* a dead subvolume's drop after the commit would change what the counts were set to */
 	if (!ret && (flags & UB_ENGINE_OPEN_QUOTA_COUNTS))
 		ub_engine_set_clean_step(c->e, 0);
+	if (!ret && c->opts->init_extent_tree)
+		ret = rp_init_extent_scan(c);
 	if (!ret)
 		ret = ub_engine_ready(c->e);
 	if (!ret)
@@ -633,7 +686,11 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 	ret = ub_txn_start(c->e, &c->t);
 	if (ret)
 		goto out;
-	ret = apply(c);
+	/* the new extent tree first: every copy-on-write after it is applied to it */
+	if (c->opts->init_extent_tree)
+		ret = rp_init_extent_tree(c);
+	if (!ret)
+		ret = apply(c);
 	if (!ret && c->opts->init_csum_tree)
 		ret = rp_init_csum_tree(c);
 	if (!ret && (flags & UB_ENGINE_OPEN_QUOTA_COUNTS))
@@ -646,6 +703,7 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 	if (!ret)
 		c->res->generation = ub_engine_generation(c->e);
 out:
+	rp_init_extent_free(c);
 	if (c->e) {
 		int err = ub_engine_error(c->e);
 
@@ -672,11 +730,15 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	run_begin(&c);
 	if (npaths <= 0)
 		return -EINVAL;
-	if (!r->nnotes && !c.opts->init_csum_tree)
+	ret = root_newer_refused(&c);
+	if (ret)
+		return ret;
+	if (!r->nnotes && !c.opts->init_csum_tree && !c.opts->init_extent_tree)
 		return 0;
 	if (c.opts->dry_run) {
 		dry_run(&c);
-		return c.opts->init_csum_tree ? rp_init_csum_tree(&c) : 0;
+		ret = c.opts->init_extent_tree ? rp_init_extent_scan(&c) : 0;
+		return !ret && c.opts->init_csum_tree ? rp_init_csum_tree(&c) : ret;
 	}
 	devs = calloc((size_t)npaths, sizeof(*devs));
 	if (!devs)
@@ -713,11 +775,13 @@ int ub_repair_run_devs(struct ub_repair *r, struct ub_dev *const *devs, int ndev
 	run_begin(&c);
 	/* no paths: --init-csum-tree's dry run opens the devices by their paths, so it is ub_repair_run's */
 	ret = ndevs <= 0 ? -EINVAL : c.opts->undo_file ? -EINVAL : 0;
-	if (!ret && c.opts->dry_run && c.opts->init_csum_tree)
+	if (!ret && c.opts->dry_run && (c.opts->init_csum_tree || c.opts->init_extent_tree))
 		ret = -EINVAL;
+	if (!ret)
+		ret = root_newer_refused(&c);
 	if (!ret && c.opts->dry_run)
 		dry_run(&c);
-	if (ret || c.opts->dry_run || (!r->nnotes && !c.opts->init_csum_tree)) {
+	if (ret || c.opts->dry_run || (!r->nnotes && !c.opts->init_csum_tree && !c.opts->init_extent_tree)) {
 		for (int i = 0; i < ndevs; i++)
 			ub_dev_close(devs[i]);
 		return ret;

@@ -48,6 +48,8 @@ struct rp_ctx {
 	/* the devices (a dry run's --init-csum-tree opens them read-only itself) */
 	const char *const *paths;
 	int npaths;
+	/* --init-extent-tree: what the walk of the trees found (init_extent.c), until the rebuild */
+	struct rp_ie *ie;
 };
 
 /* rp_ctx.c, what every cure uses. A change made (or that would be): counted and handed to the caller's sink. */
@@ -135,5 +137,16 @@ int rp_fix_extent_gen(struct rp_ctx *c, const struct rp_note *n);
  * data the file trees reference, in c->t (c->e NULL: a dry run, said only).
  */
 int rp_init_csum_tree(struct rp_ctx *c);
+/*
+ * --init-extent-tree (init_extent.c). rp_init_extent_scan: every tree of the
+ * last commit walked; with c->e (opened UB_ENGINE_OPEN_REPAIR_EXTENTS) what
+ * it found is taken out of the allocator's free space, before anything is
+ * allocated; without (a dry run) it opens the devices read-only and says
+ * what the rebuild would hold. rp_init_extent_tree, first in c->t: the new
+ * tree. rp_init_extent_free: what the scan kept, dropped (safe twice).
+ */
+int rp_init_extent_scan(struct rp_ctx *c);
+int rp_init_extent_tree(struct rp_ctx *c);
+void rp_init_extent_free(struct rp_ctx *c);
 
 #endif

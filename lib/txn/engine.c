@@ -177,7 +177,11 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
 	/* a free space tree the superblock does not flag is stale: the engine neither trusts nor updates it */
 	if (!(e->compat_ro & BTRFS_FEATURE_COMPAT_RO_FREE_SPACE_TREE))
 		e->fs.fst_tree = NULL;
-	if (flags & UB_ENGINE_OPEN_REPAIR_SPACE) {
+	if (flags & UB_ENGINE_OPEN_REPAIR_EXTENTS) {
+		ret = ub_alloc_load_chunks(e->fs.vol, &e->alloc);
+		e->fst_strays = true;
+		e->bytes_used = 0;
+	} else if (flags & UB_ENGINE_OPEN_REPAIR_SPACE) {
 		uint64_t fixed;
 
 		ret = ub_alloc_load_repair(&e->fs.tc, e->fs.vol, &e->fs.extent_tree->root, &fixed, &e->alloc);

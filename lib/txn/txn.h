@@ -195,6 +195,14 @@ int ub_engine_open_raw(const char *const *paths, struct ub_dev *const *devs, int
  * refused): it sets what the trees reach and the status item's generation.
  */
 #define UB_ENGINE_OPEN_QUOTA_COUNTS (1U << 18)
+/*
+ * A repair that rebuilds the extent tree (--init-extent-tree): the allocator
+ * from the chunk map alone, every block group empty (ub_alloc_load_chunks),
+ * nothing read from the old extent tree but its root item; bytes_used 0. The
+ * repair takes out every extent its walk of the trees found in use before
+ * anything is allocated, and replaces the extent tree in its transaction.
+ */
+#define UB_ENGINE_OPEN_REPAIR_EXTENTS (1U << 19)
 int ub_engine_repair_fixed_groups(const struct ub_engine *e);
 int ub_engine_ready(struct ub_engine *e);
 /*

@@ -3,7 +3,7 @@
  * `check --repair` with every device write recorded, then the images a crash at
  * chosen points could have left (crash_cuts.h), for test_repair_crash.py:
  *
- *   repair_driver --crash-dir DIR --crash-cuts K|all DEV...
+ *   repair_driver --crash-dir DIR --crash-cuts K|all [--init-extent-tree] DEV...
  *
  * The checker runs on the devices (read-only) and its problems are noted for
  * the repair; then the repair runs on devices stacked as `check --repair`
@@ -175,6 +175,7 @@ static int check_and_note(char *const *paths, int n, struct ub_repair *r)
 int main(int argc, char **argv)
 {
 	struct ub_repair_result res = { 0 };
+	struct ub_repair_opts opts = { 0 };
 	struct ub_repair *r = NULL;
 	struct ub_undo *u = NULL;
 	struct ub_dev *devs[MAX_DEVS] = { 0 };
@@ -184,11 +185,18 @@ int main(int argc, char **argv)
 	int ndevs, ret, d;
 
 	if (argc < 6 || strcmp(argv[1], "--crash-dir") || strcmp(argv[3], "--crash-cuts")) {
-		fprintf(stderr, "usage: repair_driver --crash-dir DIR --crash-cuts K|all DEV...\n");
+		fprintf(stderr, "usage: repair_driver --crash-dir DIR --crash-cuts K|all [--init-extent-tree] DEV...\n");
 		return 2;
 	}
 	dir = argv[2];
 	cuts = strcmp(argv[4], "all") ? atol(argv[4]) : -1;
+	/* the option: taken out, so the devices stay argv[5]... */
+	if (!strcmp(argv[5], "--init-extent-tree")) {
+		opts.init_extent_tree = true;
+		argv[5] = argv[4];
+		argv++;
+		argc--;
+	}
 	ndevs = argc - 5;
 	if (ndevs < 1 || ndevs > MAX_DEVS)
 		return 2;
@@ -235,7 +243,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* the devices are closed by the repair, also when it fails */
-	ret = ub_repair_run_devs(r, devs, ndevs, NULL, NULL, &res);
+	ret = ub_repair_run_devs(r, devs, ndevs, &opts, NULL, &res);
 	if (ret)
 		fprintf(stderr, "repair_driver: repair: %s\n", strerror(-ret));
 	if (!ret)
