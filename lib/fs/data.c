@@ -158,14 +158,27 @@ static int data_read_impl(struct ub_fs *fs, uint64_t logical, uint64_t len, uint
 	}
 	if (verify) {
 		ret = lookup_csums(fs, logical, nsec, csums, have);
-		if (ret)
+		if (ret == -ENOMEM)
 			goto out;
+		if (ret) {
+			/*
+			 * The checksum tree cannot say what the data must be: no byte of it is
+			 * verified, so none is given (a missing tree is not "no checksums").
+			 */
+			ub_err(&fs->log, "data at logical %llu+%llu: its checksums cannot be read: %s",
+			       (unsigned long long)logical, (unsigned long long)len, strerror(-ret));
+			ret = -EIO;
+			memset(bad, 1, nsec);
+			memset(buf, 0, len);
+			goto out;
+		}
 	}
 	copies = ub_volume_num_copies(fs->vol, logical);
 	if (!copies) {
 		ub_err(&fs->log, "data at logical %llu is not in any chunk", (unsigned long long)logical);
 		ret = -EIO;
 		memset(bad, 1, nsec);
+		memset(buf, 0, len);
 		goto out;
 	}
 	/* first whatever copy reads (degraded profiles rebuild here), straight into buf */
