@@ -80,6 +80,9 @@ enum ub_chk_fix {
 	UB_CHK_FIX_ROOT_NEWER, /* the root item of tree `tree` is one commit behind its tree: it points at the
 				  newer root, tree block `logical` (generation `want`, level `want2`), whose
 				  blocks all have their extent items (btrfs check's "outdated root item") */
+	UB_CHK_FIX_SALVAGE,   /* tree block `logical` of tree `tree`, no copy of which passes the tree checks
+				 (its pointer expects generation `want`, 0: any, and level `want2`): a
+				 repair reads it leniently, cures its items and copies it on write */
 	UB_CHK_FIX_COUNT
 };
 

@@ -75,7 +75,7 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->key = p->key;
 		n->inode = p->key.objectid;
 	}
-	if (p->fix == UB_CHK_FIX_ROOT_NEWER) {
+	if (p->fix == UB_CHK_FIX_ROOT_NEWER || p->fix == UB_CHK_FIX_SALVAGE) {
 		if (!p->logical || !p->tree)
 			goto drop;
 		n->inode = p->logical;
@@ -368,6 +368,16 @@ static int apply(struct rp_ctx *c)
 {
 	int ret = 0;
 
+	/*
+	 * Salvaged blocks first: each copied on write in every tree that reaches
+	 * it, so no later change meets the old address; then the names an entry
+	 * they dropped held.
+	 */
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_SALVAGE)
+			ret = rp_salvage_cow(c, &c->r->notes[i]);
+	if (!ret)
+		ret = rp_salvage_names(c);
 	/* a root item behind its tree first: any later change of the tree copies the newer root */
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_ROOT_NEWER)
@@ -507,6 +517,8 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 	for (size_t i = 0; i < r->nnotes; i++)
 		if (space_cure(r->notes[i].fix))
 			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
+	if (rp_salvage_space(c))
+		flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
 	/* the engine takes the devices over, also when it fails */
 	ret = ub_engine_open_raw(NULL, devs, ndevs, c->log, flags, &c->e);
 	if (!ret)
@@ -564,18 +576,32 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 		return -EINVAL;
 	if (!r->nnotes && !c.opts->init_csum_tree)
 		return 0;
+	/* blocks no copy of which passes: cured from the devices read-only, before anything opens for writing */
+	ret = rp_salvage_prepare(&c);
+	if (ret) {
+		rp_salvage_done(&c);
+		return ret;
+	}
+	c.res->curable = r->nnotes;
+	if (!r->nnotes && !c.opts->init_csum_tree)
+		return 0;
 	if (c.opts->dry_run) {
 		dry_run(&c);
-		return c.opts->init_csum_tree ? rp_init_csum_tree(&c) : 0;
+		ret = c.opts->init_csum_tree ? rp_init_csum_tree(&c) : 0;
+		rp_salvage_done(&c);
+		return ret;
 	}
 	devs = calloc((size_t)npaths, sizeof(*devs));
-	if (!devs)
+	if (!devs) {
+		rp_salvage_done(&c);
 		return -ENOMEM;
+	}
 	if (c.opts->undo_file) {
 		ret = ub_undo_create(c.opts->undo_file, &c.undo);
 		if (ret) {
 			ub_err(log, "repair: cannot create the undo file %s: %s", c.opts->undo_file,
 			       ret == -EEXIST ? "it exists (an undo file is never overwritten)" : strerror(-ret));
+			rp_salvage_done(&c);
 			free(devs);
 			return ret;
 		}
@@ -583,6 +609,7 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	ret = open_devices(&c, paths, npaths, devs);
 	if (!ret)
 		ret = run_on(&c, devs, npaths);
+	rp_salvage_done(&c);
 	if (c.undo) {
 		int u = ub_undo_finish(c.undo);
 
