@@ -499,6 +499,68 @@ static void run_begin(struct rp_ctx *c)
 	c->res->curable = c->r->nnotes;
 }
 
+/*
+ * A second round, after the commit that let salvaged blocks in: their items
+ * were never checked (the check before could not read them), so the check
+ * runs again on the committed filesystem, and the cures of what it finds
+ * that need nothing the open decided (no space cure unless the engine
+ * counts the space from the extent tree; no scrub, no salvage, no extent
+ * item made again) go in a second transaction on the same devices and
+ * undo file. Its failure leaves the first commit, a filesystem better than
+ * before, as it is.
+ */
+static int run_again(struct rp_ctx *c, unsigned flags)
+{
+	struct ub_repair *r1 = c->r, *r2;
+	size_t k = 0;
+	int ret;
+
+	free(c->touched);
+	c->touched = NULL;
+	c->ntouched = c->captouched = 0;
+	ret = ub_repair_new(&r2);
+	if (ret)
+		return ret;
+	ret = rp_salvage_recheck(c, r2);
+	if (ret) {
+		ub_warn(c->log, "repair: the check after the salvage could not be completed (%s): no second round",
+			strerror(-ret));
+		ub_repair_free(r2);
+		return 0;
+	}
+	c->r = r2;
+	notes_unique(r2);
+	drop_space_cures(c);
+	drop_older_root_cures(c);
+	for (size_t i = 0; i < r2->nnotes; i++) {
+		enum ub_chk_fix f = r2->notes[i].fix;
+
+		if (f == UB_CHK_FIX_SALVAGE || f == UB_CHK_FIX_COPY || f == UB_CHK_FIX_EXTENT_ADD ||
+		    f == UB_CHK_FIX_DATA_ADD || (space_cure(f) && !(flags & UB_ENGINE_OPEN_REPAIR_SPACE)))
+			continue;
+		r2->notes[k++] = r2->notes[i];
+	}
+	r2->nnotes = k;
+	c->res->curable += k;
+	if (k)
+		ret = ub_txn_start(c->e, &c->t);
+	if (k && !ret) {
+		ret = apply(c);
+		if (ret)
+			ub_txn_abort(c->t);
+		else
+			ret = ub_txn_commit(c->t);
+		if (!ret)
+			c->res->generation = ub_engine_generation(c->e);
+	}
+	c->r = r1;
+	ub_repair_free(r2);
+	if (ret)
+		ub_warn(c->log, "repair: the second round after the salvage failed (%s); the first commit stands",
+			strerror(-ret));
+	return 0;
+}
+
 /* The engine on the opened devices (taken over), the cures, the commit. */
 static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 {
@@ -547,6 +609,8 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 	ret = ub_txn_commit(c->t);
 	if (!ret)
 		c->res->generation = ub_engine_generation(c->e);
+	if (!ret && rp_salvaged(c))
+		ret = run_again(c, flags);
 out:
 	if (c->e) {
 		int err = ub_engine_error(c->e);

@@ -141,5 +141,13 @@ bool rp_salvage_space(const struct rp_ctx *c);
 int rp_salvage_cow(struct rp_ctx *c, const struct rp_note *n);
 int rp_salvage_names(struct rp_ctx *c);
 void rp_salvage_done(struct rp_ctx *c);
+/*
+ * After the commit that let salvaged blocks in: what they hold was never
+ * checked (the check could not read them). rp_salvaged: some were;
+ * rp_salvage_recheck runs the checker on the engine's committed filesystem,
+ * its problems noted into r2, for a second round of cures.
+ */
+bool rp_salvaged(const struct rp_ctx *c);
+int rp_salvage_recheck(struct rp_ctx *c, struct ub_repair *r2);
 
 #endif

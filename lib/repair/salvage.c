@@ -21,7 +21,8 @@
  *     ram_bytes set to it;
  *   - an inode mode with an unknown type or stray bits: the type from what the
  *     leaf says of the inode (a directory's entries, file extents, an entry
- *     naming it), the permission bits kept (0755 / 0644 when none);
+ *     naming it; else a regular file), the permission bits the owner's only
+ *     (0700 / 0600: the old ones are noise too);
  *   - a DIR_ITEM / DIR_INDEX entry that breaks a rule (a name whose hash is
  *     not its key's): the item dropped, and the names of the inodes it named
  *     made whole again from the records that survive (names.c);
@@ -239,23 +240,21 @@ static int cure_inode(struct salv_block *b, uint32_t slot, const struct ub_key *
 {
 	uint8_t *d = item_data(b->buf, slot);
 	uint64_t mode = UB_GET(btrfs_inode_item, mode, d);
-	uint32_t type, perm = (uint32_t)mode & 07777;
+	uint32_t type, perm;
 
 	if (item_size(b->buf, slot) != sizeof(struct btrfs_inode_item))
 		return -EUCLEAN;
 	if (mode <= 07777777 && mode_valid((uint32_t)mode))
 		return -EUCLEAN; /* not the mode: some other rule, no cure here */
-	/* the kernel's free space cache inodes (root tree) are regular files, 0600 */
-	if (b->n->tree == BTRFS_ROOT_TREE_OBJECTID) {
+	/*
+	 * A mode with no valid type or stray bits is garbage, its permission
+	 * bits too (set-id bits from noise must not come out): owner only. The
+	 * kernel's free space cache inodes (root tree) are regular files, 0600.
+	 */
+	type = b->n->tree == BTRFS_ROOT_TREE_OBJECTID ? S_IFREG : leaf_says_type(b->buf, k->objectid, b->n->tree);
+	if (!type)
 		type = S_IFREG;
-		perm = 0600;
-	} else {
-		type = leaf_says_type(b->buf, k->objectid, b->n->tree);
-		if (!type)
-			type = S_IFREG;
-		if (!perm)
-			perm = type == S_IFDIR ? 0755 : 0644;
-	}
+	perm = type == S_IFDIR ? 0700 : 0600;
 	UB_SET(btrfs_inode_item, mode, d, type | perm);
 	said(b, "inode %llu: mode 0%llo -> 0%o", (unsigned long long)k->objectid, (unsigned long long)mode, type | perm);
 	return 0;
@@ -605,6 +604,11 @@ bool rp_salvage_space(const struct rp_ctx *c)
 	return c->salvage && c->salvage->space;
 }
 
+bool rp_salvaged(const struct rp_ctx *c)
+{
+	return c->salvage && c->salvage->ndone;
+}
+
 int rp_salvage_cow(struct rp_ctx *c, const struct rp_note *n)
 {
 	struct ub_eroot *er;
@@ -655,6 +659,8 @@ int rp_salvage_names(struct rp_ctx *c)
 
 		ret = rp_fix_names(c, &n);
 	}
+	if (c->salvage)
+		c->salvage->nnames = 0; /* made whole once: a second round must not do it again */
 	return ret;
 }
 
@@ -667,4 +673,32 @@ void rp_salvage_done(struct rp_ctx *c)
 	free(c->salvage->done);
 	free(c->salvage);
 	c->salvage = NULL;
+}
+
+struct recheck {
+	struct ub_repair *r;
+	int err;
+};
+
+static void recheck_problem(void *arg, const struct ub_chk_problem *p)
+{
+	struct recheck *rc = arg;
+
+	if (!rc->err)
+		rc->err = ub_repair_note(rc->r, p);
+}
+
+int rp_salvage_recheck(struct rp_ctx *c, struct ub_repair *r2)
+{
+	struct recheck rc = { r2, 0 };
+	struct ub_chk_sink sink = { recheck_problem, NULL, &rc };
+	struct ub_chk_opts o = { 0 };
+	struct ub_checker *chk;
+	int ret = ub_checker_new(&o, &sink, &chk);
+
+	if (ret)
+		return ret;
+	ret = ub_checker_run(chk, &c->e->fs);
+	ub_checker_free(chk);
+	return ret ? ret : rc.err;
 }
