@@ -616,9 +616,12 @@ int rp_salvage_cow(struct rp_ctx *c, const struct rp_note *n)
 	struct ub_eb *eb = NULL;
 	struct ub_expect exp = { .level = -1 };
 	struct ub_key first;
-	int level, ret;
+	int level, ret = 0;
 
-	ret = ub_engine_root(c->e, n->tree, &er);
+	if (n->tree == BTRFS_ROOT_TREE_OBJECTID)
+		er = c->e->fs.root_tree;
+	else
+		ret = ub_engine_root(c->e, n->tree, &er);
 	if (!ret) {
 		/* the first key of the cured block: a copy-on-write search for it passes through the block */
 		ret = ub_tree_read_block(&c->e->fs.tc, n->inode, &exp, &eb);
