@@ -19,10 +19,16 @@
  *     says when that lies inside the block, else assumed in place;
  *   - an uncompressed inline extent whose ram_bytes is not its data's length:
  *     ram_bytes set to it;
+ *   - a file extent whose disk_bytenr is no sector's address: the data extent
+ *     whose back reference names the item (tree, inode, file offset less the
+ *     offset into the extent) with the item's length, when exactly one does
+ *     (btrfs check deletes the item and the extent's reference instead);
  *   - an inode mode with an unknown type or stray bits: the type from what the
  *     leaf says of the inode (a directory's entries, file extents, an entry
  *     naming it; else a regular file), the permission bits the owner's only
  *     (0700 / 0600: the old ones are noise too);
+ *   - an inode's items with no INODE_ITEM before them: one made from what the
+ *     leaf says of it (btrfs check makes one too);
  *   - a DIR_ITEM / DIR_INDEX entry that breaks a rule (a name whose hash is
  *     not its key's): the item dropped, and the names of the inodes it named
  *     made whole again from the records that survive (names.c);
@@ -41,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include "fs/fs_embed.h"
 #include "tree/tree_check.h"
 #include "repair/repair_priv.h"
@@ -59,6 +66,7 @@ struct rp_salvage {
 
 /* What one block's cures need: the volume (to read the blocks an extent item describes), what was done. */
 struct salv_block {
+	struct ub_fs *fs;        /* the filesystem opened read-only: its extent tree tells where data lies */
 	struct ub_volume *vol;
 	const struct rp_note *n;
 	uint8_t *buf;
@@ -260,15 +268,90 @@ static int cure_inode(struct salv_block *b, uint32_t slot, const struct ub_key *
 	return 0;
 }
 
+/*
+ * The data extent whose back reference names this file extent (tree, inode,
+ * file offset less the offset into the extent) and whose length is the
+ * item's disk_num_bytes: 0 and *out when there is exactly one, else -ENOENT.
+ */
+static int extent_by_backref(struct salv_block *b, uint64_t ino, uint64_t offset, uint64_t len, uint64_t *out)
+{
+	struct ub_key min = { 0, 0, 0 }, max = { UINT64_MAX, UINT8_MAX, UINT64_MAX }, k, ext = { 0, 0, 0 };
+	struct ub_tree_iter it;
+	const uint8_t *d;
+	uint32_t size;
+	int found = 0, ret;
+
+	if (!b->fs->extent_tree)
+		return -ENOENT;
+	ret = ub_tree_iter_start(&it, &b->fs->tc, &b->fs->extent_tree->root, &min, &max);
+	while (!ret && (ret = ub_tree_iter_next(&it, &k, &d, &size)) == 0) {
+		if (k.type == BTRFS_EXTENT_ITEM_KEY) {
+			uint32_t pos = sizeof(struct btrfs_extent_item);
+
+			ext = k;
+			if (size < pos || !(UB_GET(btrfs_extent_item, flags, d) & BTRFS_EXTENT_FLAG_DATA) || k.offset != len)
+				continue;
+			/* inline references: a type byte, then its body */
+			while (pos < size) {
+				uint8_t type = d[pos];
+				const uint8_t *r = d + pos + 1;
+
+				if (type == BTRFS_EXTENT_DATA_REF_KEY && pos + 1 + sizeof(struct btrfs_extent_data_ref) <= size) {
+					if (UB_GET(btrfs_extent_data_ref, root, r) == b->n->tree &&
+					    UB_GET(btrfs_extent_data_ref, objectid, r) == ino &&
+					    UB_GET(btrfs_extent_data_ref, offset, r) == offset) {
+						*out = k.objectid;
+						found++;
+					}
+					pos += 1 + (uint32_t)sizeof(struct btrfs_extent_data_ref);
+				} else if (type == BTRFS_SHARED_DATA_REF_KEY) {
+					pos += 1 + (uint32_t)sizeof(struct btrfs_shared_data_ref);
+				} else {
+					break;
+				}
+			}
+		} else if (k.type == BTRFS_EXTENT_DATA_REF_KEY && k.objectid == ext.objectid && ext.offset == len &&
+			   size >= sizeof(struct btrfs_extent_data_ref) &&
+			   UB_GET(btrfs_extent_data_ref, root, d) == b->n->tree &&
+			   UB_GET(btrfs_extent_data_ref, objectid, d) == ino &&
+			   UB_GET(btrfs_extent_data_ref, offset, d) == offset) {
+			*out = k.objectid;
+			found++;
+		}
+	}
+	ub_tree_iter_end(&it);
+	if (ret < 0)
+		return ret;
+	return found == 1 && !(*out % b->vol->sectorsize) ? 0 : -ENOENT;
+}
+
 static int cure_file_extent(struct salv_block *b, uint32_t slot, const struct ub_key *k)
 {
 	uint8_t *d = item_data(b->buf, slot);
 	uint32_t size = item_size(b->buf, slot);
-	uint64_t ram;
+	uint64_t ram, bytenr, want;
+	int ret;
 
-	if (size <= UB_FILE_EXTENT_INLINE_DATA_START ||
-	    UB_GET(btrfs_file_extent_item, type, d) != BTRFS_FILE_EXTENT_INLINE ||
-	    UB_GET(btrfs_file_extent_item, compression, d) != 0)
+	if (size <= UB_FILE_EXTENT_INLINE_DATA_START)
+		return -EUCLEAN;
+	if (UB_GET(btrfs_file_extent_item, type, d) != BTRFS_FILE_EXTENT_INLINE) {
+		/* an address that is no sector's: the extent tree's back reference says which extent it was */
+		if (size != sizeof(struct btrfs_file_extent_item))
+			return -EUCLEAN;
+		bytenr = UB_GET(btrfs_file_extent_item, disk_bytenr, d);
+		if (!(bytenr % b->vol->sectorsize) || UB_GET(btrfs_file_extent_item, offset, d) > k->offset)
+			return -EUCLEAN;
+		ret = extent_by_backref(b, k->objectid, k->offset - UB_GET(btrfs_file_extent_item, offset, d),
+					UB_GET(btrfs_file_extent_item, disk_num_bytes, d), &want);
+		if (ret)
+			return ret == -ENOENT ? -EUCLEAN : ret;
+		UB_SET(btrfs_file_extent_item, disk_bytenr, d, want);
+		said(b, "inode %llu: file extent at %llu: disk_bytenr %llu -> %llu, the extent whose back reference "
+		     "names it", (unsigned long long)k->objectid, (unsigned long long)k->offset,
+		     (unsigned long long)bytenr, (unsigned long long)want);
+		return 0;
+	}
+	if (UB_GET(btrfs_file_extent_item, compression, d) != 0)
 		return -EUCLEAN;
 	ram = UB_GET(btrfs_file_extent_item, ram_bytes, d);
 	if (ram == size - UB_FILE_EXTENT_INLINE_DATA_START)
@@ -386,11 +469,92 @@ static int cure_root_key(struct salv_block *b, uint32_t slot, const struct ub_ke
 	return 0;
 }
 
-static int cure_item(struct salv_block *b, uint32_t slot)
+/*
+ * Insert an item of `size` bytes (zeroed) with key `k` at `slot`: 0, or
+ * -ENOSPC when the leaf has no room. The data of the items from `slot` on
+ * moves down by `size`, as the kernel's insert does.
+ */
+static int insert_item(uint8_t *buf, uint32_t nodesize, uint32_t slot, const struct ub_key *k, uint32_t size)
+{
+	uint32_t n = (uint32_t)HDR(nritems, buf), data_size = nodesize - UB_HEADER_SIZE;
+	uint32_t top = slot ? item_off(buf, slot - 1) : data_size, low = n ? item_off(buf, n - 1) : data_size;
+
+	if (slot > n || low < size || low - size < (n + 1) * UB_ITEM_SIZE)
+		return -ENOSPC;
+	memmove(buf + UB_HEADER_SIZE + low - size, buf + UB_HEADER_SIZE + low, top - low);
+	for (uint32_t i = slot; i < n; i++)
+		UB_SET(ub_disk_item, offset, ITEM(buf, i), item_off(buf, i) - size);
+	memmove(ITEM(buf, slot + 1), ITEM(buf, slot), (size_t)(n - slot) * UB_ITEM_SIZE);
+	set_item_key(buf, slot, k);
+	UB_SET(ub_disk_item, offset, ITEM(buf, slot), top - size);
+	UB_SET(ub_disk_item, size, ITEM(buf, slot), size);
+	memset(buf + UB_HEADER_SIZE + top - size, 0, size);
+	UB_SET(ub_disk_header, nritems, buf, n + 1);
+	return 0;
+}
+
+/*
+ * An inode's items with no INODE_ITEM before them: one made from what the
+ * leaf says (the type an entry naming it gives, its names for nlink, its
+ * file extents for the size), generation and transid the leaf's, times now;
+ * owner-only permissions. A second round of the repair counts the rest
+ * (nlink, size, nbytes) again from the items.
+ */
+static int cure_missing_inode(struct salv_block *b, uint32_t slot, const struct ub_key *k)
+{
+	uint8_t *buf = b->buf, *d;
+	uint32_t n = (uint32_t)HDR(nritems, buf), type = leaf_says_type(buf, k->objectid, b->n->tree), nlink = 0;
+	uint64_t size = 0, now = (uint64_t)time(NULL), gen = HDR(generation, buf);
+	struct ub_key ik = { k->objectid, BTRFS_INODE_ITEM_KEY, 0 };
+	int ret;
+
+	for (uint32_t i = slot; i < n; i++) {
+		struct ub_key ck;
+		const uint8_t *cd = buf + UB_HEADER_SIZE + item_off(buf, i);
+		uint32_t cs = item_size(buf, i);
+
+		item_key(buf, i, &ck);
+		if (ck.objectid != k->objectid)
+			break;
+		if (ck.type == BTRFS_INODE_REF_KEY) {
+			for (uint32_t pos = 0; pos + sizeof(struct btrfs_inode_ref) <= cs; nlink++)
+				pos += (uint32_t)sizeof(struct btrfs_inode_ref) + (uint32_t)UB_GET(btrfs_inode_ref, name_len, cd + pos);
+		} else if (ck.type == BTRFS_EXTENT_DATA_KEY && cs > UB_FILE_EXTENT_INLINE_DATA_START) {
+			bool inl = UB_GET(btrfs_file_extent_item, type, cd) == BTRFS_FILE_EXTENT_INLINE;
+			uint64_t len = inl ? UB_GET(btrfs_file_extent_item, ram_bytes, cd) :
+				       cs >= sizeof(struct btrfs_file_extent_item) ? UB_GET(btrfs_file_extent_item, num_bytes, cd) : 0;
+
+			if (ck.offset + len > size)
+				size = ck.offset + len;
+		}
+	}
+	if (!type)
+		type = S_IFREG;
+	ret = insert_item(buf, b->vol->nodesize, slot, &ik, sizeof(struct btrfs_inode_item));
+	if (ret)
+		return -EUCLEAN;
+	d = item_data(buf, slot);
+	UB_SET(btrfs_inode_item, generation, d, gen);
+	UB_SET(btrfs_inode_item, transid, d, gen);
+	UB_SET(btrfs_inode_item, size, d, type == S_IFREG ? size : 0);
+	UB_SET(btrfs_inode_item, nlink, d, nlink ? nlink : 1);
+	UB_SET(btrfs_inode_item, mode, d, type | (type == S_IFDIR ? 0700 : 0600));
+	ub_put_le(d + offsetof(struct btrfs_inode_item, atime), 8, now);
+	ub_put_le(d + offsetof(struct btrfs_inode_item, ctime), 8, now);
+	ub_put_le(d + offsetof(struct btrfs_inode_item, mtime), 8, now);
+	said(b, "inode %llu: its INODE_ITEM made again from the leaf (mode 0%o, nlink %u, size %llu)",
+	     (unsigned long long)k->objectid, type | (type == S_IFDIR ? 0700 : 0600), nlink ? nlink : 1,
+	     (unsigned long long)(type == S_IFREG ? size : 0));
+	return 0;
+}
+
+static int cure_item(struct salv_block *b, uint32_t slot, const char *why)
 {
 	struct ub_key k;
 
 	item_key(b->buf, slot, &k);
+	if (strstr(why, "belongs to another inode; the INODE_ITEM of"))
+		return cure_missing_inode(b, slot, &k);
 	switch (k.type) {
 	case BTRFS_INODE_ITEM_KEY:
 		return cure_inode(b, slot, &k);
@@ -470,7 +634,7 @@ static int cure_copy(struct salv_block *b, char *why, size_t whylen)
 		slot = why_slot(why);
 		if (level != 0 || slot < 0 || (uint32_t)slot >= HDR(nritems, buf))
 			return -EUCLEAN;
-		ret = cure_item(b, (uint32_t)slot);
+		ret = cure_item(b, (uint32_t)slot, why);
 		if (ret)
 			return ret == -ENOMEM ? ret : -EUCLEAN;
 	}
@@ -518,9 +682,10 @@ static int remember(struct rp_salvage *s, const struct salv_block *b)
 }
 
 /* One block: its copies cured until one passes, handed to the tree layer. 1: none could be. */
-static int salvage_block(struct rp_ctx *c, struct ub_volume *vol, const struct rp_note *n)
+static int salvage_block(struct rp_ctx *c, struct ub_fs *fs, const struct rp_note *n)
 {
-	struct salv_block b = { .vol = vol, .n = n, .s = c->salvage };
+	struct ub_volume *vol = fs->vol;
+	struct salv_block b = { .fs = fs, .vol = vol, .n = n, .s = c->salvage };
 	int copies = ub_volume_num_copies(vol, n->inode), ret = 1;
 	char why[320] = "no copy can be read";
 
@@ -581,7 +746,7 @@ int rp_salvage_prepare(struct rp_ctx *c)
 		struct rp_note *n = &r->notes[i];
 
 		if (n->fix == UB_CHK_FIX_SALVAGE && !already(c->salvage, n->inode)) {
-			ret = salvage_block(c, fs.vol, n);
+			ret = salvage_block(c, &fs, n);
 			if (ret == 1) {
 				ret = 0;
 				continue;
