@@ -80,6 +80,10 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 			goto drop;
 		n->inode = p->logical;
 	}
+	/* the chunk tree's blocks are the volume's map, the log's and relocation's are not the engine's to copy */
+	if (p->fix == UB_CHK_FIX_SALVAGE && (p->tree == BTRFS_CHUNK_TREE_OBJECTID || p->tree == BTRFS_TREE_LOG_OBJECTID ||
+					     p->tree == BTRFS_TREE_RELOC_OBJECTID))
+		goto drop;
 	if (p->fix == UB_CHK_FIX_UUID_ADD || p->fix == UB_CHK_FIX_UUID_DEL) {
 		if (!p->has_key)
 			goto drop;
@@ -692,6 +696,16 @@ int ub_repair_run_devs(struct ub_repair *r, struct ub_dev *const *devs, int ndev
 	int ret;
 
 	run_begin(&c);
+	/* a salvage reads the devices leniently by their paths before the engine opens: ub_repair_run's only */
+	{
+		size_t k = 0;
+
+		for (size_t i = 0; i < r->nnotes; i++)
+			if (r->notes[i].fix != UB_CHK_FIX_SALVAGE)
+				r->notes[k++] = r->notes[i];
+		r->nnotes = k;
+		c.res->curable = k;
+	}
 	/* no paths: --init-csum-tree's dry run opens the devices by their paths, so it is ub_repair_run's */
 	ret = ndevs <= 0 ? -EINVAL : c.opts->undo_file ? -EINVAL : 0;
 	if (!ret && c.opts->dry_run && c.opts->init_csum_tree)

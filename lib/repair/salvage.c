@@ -344,7 +344,7 @@ static int cure_file_extent(struct salv_block *b, uint32_t slot, const struct ub
 		ret = extent_by_backref(b, k->objectid, k->offset - UB_GET(btrfs_file_extent_item, offset, d),
 					UB_GET(btrfs_file_extent_item, disk_num_bytes, d), &want);
 		if (ret)
-			return ret == -ENOENT ? -EUCLEAN : ret;
+			return ret == -ENOMEM ? ret : -EUCLEAN; /* an extent tree that cannot be read tells nothing */
 		UB_SET(btrfs_file_extent_item, disk_bytenr, d, want);
 		said(b, "inode %llu: file extent at %llu: disk_bytenr %llu -> %llu, the extent whose back reference "
 		     "names it", (unsigned long long)k->objectid, (unsigned long long)k->offset,
@@ -700,7 +700,7 @@ static int salvage_block(struct rp_ctx *c, struct ub_fs *fs, const struct rp_not
 		if (ub_volume_read(vol, n->inode, vol->nodesize, m, b.buf))
 			continue;
 		ret = cure_copy(&b, why, sizeof(why));
-		if (ret == -EUCLEAN)
+		if (ret && ret != -ENOMEM)
 			ret = 1;
 	}
 	if (ret == 0)

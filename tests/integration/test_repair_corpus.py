@@ -38,40 +38,24 @@ pytestmark = pytest.mark.xdist_group("repair-corpus")
 
 # why the write engine does not open a filesystem for the repair (docs/check.md)
 MIXED = "engine: mixed block groups (mixed-bg): the write engine does not keep them up to date"
-# a tree block no copy of which passes the tree layer's checks: no cure replaces a block yet
-BLOCK = "tree: a block rejected whole (no good copy), no cure rebuilds it yet"
 
 # btrfs check --repair leaves these clean, ours does not (yet): why. An image that ours
 # makes clean too must leave this list (the test says so), so the table stays true.
 THEIRS_ONLY = {
-    "fuzz/bko-154961-heap-overflow-chunk-items": BLOCK + " (the root tree's leaf)",
-    "fuzz/bko-155201-wrong-chunk-item-in-root-tree": BLOCK + " (the root tree's leaf)",
-    "fsck/001-bad-file-extent-bytenr": BLOCK,
-    "fsck/002-bad-transid": BLOCK,
-    "fsck/003-shift-offsets": BLOCK,
-    "fsck/005-bad-item-offset": BLOCK,
-    "fsck/007-bad-offset-snapshots": BLOCK,
+    "fuzz/bko-154961-heap-overflow-chunk-items": MIXED + "; the root tree's leaf has a cure (salvage)",
+    "fuzz/bko-155201-wrong-chunk-item-in-root-tree": MIXED + "; the root tree's leaf has a cure (salvage)",
     "fsck/010-no-rootdir-inode-item": "fs: the root directory's inode item missing (no cure yet)",
-    "fsck/011-no-inode-item": BLOCK,
     "fsck/017-missing-all-file-extent": MIXED + "; every problem has a cure (hole items)",
-    "fsck/026-bad-dir-item-name": BLOCK,
-    "fsck/027-bad-extent-inline-ref-type": BLOCK,
     "fsck/028-unaligned-super-dev-sizes":
         "super: no valid superblock to open (`ubtrfs rescue fix-device-size` is the cure)",
     "fsck/032-corrupted-qgroup": "qgroup: counts (no cure yet)",
-    "fsck/035-inline-bad-ram-bytes": BLOCK,
     "fsck/038-missing-one-file-extent": "extent: a data back reference no file extent item makes (no cure yet)",
-    "fsck/039-bad-inode-mode--bad_free_space_cache_imode": BLOCK + " (the root tree's leaf)",
-    "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree": BLOCK,
-    "fsck/041-invalid-root-generation": BLOCK,
     "fsck/043-bad-inode-generation--bad_inode_geneartion": "fs: an inode generation from the future (no cure yet)",
     "fsck/043-bad-inode-generation--bad_inode_transid": "fs: an inode transid from the future (no cure yet)",
     "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_data":
         "extent: an extent item generation from the future (no cure yet)",
     "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_tree_block":
         "extent: an extent item generation from the future (no cure yet)",
-    "fsck/050-invalid-block-group-used": BLOCK + " (used beyond the group's length: the leaf is refused)",
-    "fsck/053-bad-metadata-level": BLOCK,
     "fsck/055-super-num-devs-mismatch": "super: num_devices (no cure yet)",
 }
 
@@ -83,6 +67,11 @@ SMOKE = {
     "fsck/011-no-inode-item", "fsck/036-bad-dev-extents", "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree",
     "fsck/020-extent-ref-cases--shared_block_ref_only", "fsck/043-bad-inode-generation--bad_inode_transid",
     "fsck/006-bad-root-items--default_case", "fsck/006-bad-root-items--skinny_case",
+    # tree blocks no copy of which passes, salvaged (lib/repair/salvage.c)
+    "fsck/001-bad-file-extent-bytenr", "fsck/003-shift-offsets", "fsck/005-bad-item-offset",
+    "fsck/026-bad-dir-item-name", "fsck/027-bad-extent-inline-ref-type",
+    "fsck/035-inline-bad-ram-bytes", "fsck/039-bad-inode-mode--bad_free_space_cache_imode",
+    "fsck/041-invalid-root-generation", "fsck/053-bad-metadata-level",
 }
 
 IMAGES = [(n, a) for n, a in CORPUS.list_images() if os.environ.get("UBTRFS_LONG_TESTS") == "1" or n in SMOKE]
