@@ -651,8 +651,10 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 		return ret;
 	}
 	c.res->curable = r->nnotes;
-	if (!r->nnotes && !c.opts->init_csum_tree)
+	if (!r->nnotes && !c.opts->init_csum_tree) {
+		rp_salvage_done(&c);
 		return 0;
+	}
 	if (c.opts->dry_run) {
 		dry_run(&c);
 		ret = c.opts->init_csum_tree ? rp_init_csum_tree(&c) : 0;
