@@ -80,9 +80,16 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 			goto drop;
 		n->inode = p->logical;
 	}
-	/* the chunk tree's blocks are the volume's map, the log's and relocation's are not the engine's to copy */
+	/*
+	 * The chunk tree's blocks are the volume's map, the log's and relocation's
+	 * are not the engine's to copy. A checksum tree block is not salvaged
+	 * either: its checksums are data the tree checks cannot judge, and one a
+	 * mutation changed would make data that reads now (unverified, the
+	 * block being unreadable) fail to read; --init-csum-tree rebuilds the
+	 * tree from the data instead.
+	 */
 	if (p->fix == UB_CHK_FIX_SALVAGE && (p->tree == BTRFS_CHUNK_TREE_OBJECTID || p->tree == BTRFS_TREE_LOG_OBJECTID ||
-					     p->tree == BTRFS_TREE_RELOC_OBJECTID))
+					     p->tree == BTRFS_TREE_RELOC_OBJECTID || p->tree == BTRFS_CSUM_TREE_OBJECTID))
 		goto drop;
 	if (p->fix == UB_CHK_FIX_UUID_ADD || p->fix == UB_CHK_FIX_UUID_DEL) {
 		if (!p->has_key)
