@@ -268,6 +268,13 @@ struct check_run {
 	struct ub_chk_opts copts;
 	bool force;
 	struct ub_repair *repair;      /* the problems are noted for it too */
+	/*
+	 * the blocks no copy of which passes (fix SALVAGE), noted apart: when
+	 * such a block stops the check (the root tree's), the repair salvages
+	 * them alone and checks again itself (docs/check.md)
+	 */
+	struct ub_repair *salvage;
+	uint64_t nsalvage;
 	/* ---- what the run found out, for the repair ---- */
 	struct ub_volume_info vi;
 	char **paths;                  /* every device of the filesystem (freed by the caller) */
@@ -283,6 +290,11 @@ static void on_problem_noted(void *arg, const struct ub_chk_problem *p)
 	on_problem(cr->o, p);
 	if (cr->repair && ub_repair_note(cr->repair, p))
 		cr->o->nomem = true;
+	if (cr->repair && cr->salvage && p->fix == UB_CHK_FIX_SALVAGE) {
+		cr->nsalvage++;
+		if (ub_repair_note(cr->salvage, p))
+			cr->o->nomem = true;
+	}
 }
 
 static void on_progress_run(void *arg, const char *phase, uint64_t done, uint64_t total)
@@ -520,6 +532,8 @@ int cmd_check(int argc, char **argv)
 		fprintf(stderr, "ubtrfs check: error: out of memory\n");
 		return EXIT_FATAL;
 	}
+	if (do_repair && ub_repair_new(&cr.salvage))
+		o.nomem = true;
 	rc = check_once(&cr);
 	if (do_repair) {
 		struct ub_repair *r = cr.repair;
@@ -529,8 +543,13 @@ int cmd_check(int argc, char **argv)
 			rc = EXIT_FATAL;
 		} else if (rc != EXIT_FATAL) {
 			rc = repair(&cr, dry_run, undo_file, init_csum, init_extent);
+		} else if (cr.paths && cr.nsalvage) {
+			/* the check stopped at a block no copy of which passes: only its salvage, then the rest */
+			cr.repair = cr.salvage;
+			rc = repair(&cr, dry_run, undo_file, false, false);
 		}
 		ub_repair_free(r);
+		ub_repair_free(cr.salvage);
 	}
 	for (int i = 0; i < cr.npaths; i++)
 		free(cr.paths[i]);

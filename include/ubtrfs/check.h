@@ -95,6 +95,9 @@ enum ub_chk_fix {
 				  tree the root item names are not the whole truth: no reference cure is safe */
 	UB_CHK_FIX_ROOT_DIR,  /* subvolume `tree`'s root directory `inode` has items but no inode item: one is
 				  made (a directory, 0755, owned by root, its size counted from its entries) */
+	UB_CHK_FIX_SALVAGE,   /* tree block `logical` of tree `tree`, no copy of which passes the tree checks
+				 (its pointer expects generation `want`, 0: any, and level `want2`): a
+				 repair reads it leniently, cures its items and copies it on write */
 	UB_CHK_FIX_COUNT
 };
 

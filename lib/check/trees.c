@@ -181,6 +181,12 @@ static int visit(struct walk *w, uint64_t bytenr, const struct ub_expect *exp, c
 		where_block(&p, w, bytenr, key);
 		if (ret == -ENOMEM)
 			return ret;
+		/* every copy read and none passes: a repair may salvage one (lib/repair/salvage.c) */
+		if (ret == -EUCLEAN && strstr(why, "no good copy among")) {
+			p.fix = UB_CHK_FIX_SALVAGE;
+			p.want = exp ? exp->generation : 0;
+			p.want2 = exp && exp->level >= 0 ? (uint64_t)exp->level : UINT64_MAX;
+		}
 		chk_report(w->c, &p, "%s", *why ? why : strerror(-ret));
 		/* what lies below is unknown: reference counts and "unreached" verdicts would be wrong */
 		w->c->walk_complete = false;

@@ -565,7 +565,9 @@ static int lost_found(struct rp_ctx *c, struct fsw *w, uint64_t tree, uint64_t *
 	}
 	if (ret != -ENOENT)
 		return ret;
-	return ub_fsw_mkdir(c->t, tree, root, name, sizeof(name) - 1, 0700, 0, 0, out);
+	/* the root directory's size grows by the new name: counted again at the end, not set to the check's */
+	ret = rp_touch(c, tree, root, true);
+	return ret ? ret : ub_fsw_mkdir(c->t, tree, root, name, sizeof(name) - 1, 0700, 0, 0, out);
 }
 
 int rp_fix_lost(struct rp_ctx *c, const struct rp_note *note)

@@ -75,11 +75,22 @@ int ub_repair_note(struct ub_repair *r, const struct ub_chk_problem *p)
 		n->key = p->key;
 		n->inode = p->key.objectid;
 	}
-	if (p->fix == UB_CHK_FIX_ROOT_NEWER) {
+	if (p->fix == UB_CHK_FIX_ROOT_NEWER || p->fix == UB_CHK_FIX_SALVAGE) {
 		if (!p->logical || !p->tree)
 			goto drop;
 		n->inode = p->logical;
 	}
+	/*
+	 * The chunk tree's blocks are the volume's map, the log's and relocation's
+	 * are not the engine's to copy. A checksum tree block is not salvaged
+	 * either: its checksums are data the tree checks cannot judge, and one a
+	 * mutation changed would make data that reads now (unverified, the
+	 * block being unreadable) fail to read; --init-csum-tree rebuilds the
+	 * tree from the data instead.
+	 */
+	if (p->fix == UB_CHK_FIX_SALVAGE && (p->tree == BTRFS_CHUNK_TREE_OBJECTID || p->tree == BTRFS_TREE_LOG_OBJECTID ||
+					     p->tree == BTRFS_TREE_RELOC_OBJECTID || p->tree == BTRFS_CSUM_TREE_OBJECTID))
+		goto drop;
 	if (p->fix == UB_CHK_FIX_UUID_ADD || p->fix == UB_CHK_FIX_UUID_DEL) {
 		if (!p->has_key)
 			goto drop;
@@ -420,6 +431,16 @@ static int apply(struct rp_ctx *c)
 {
 	int ret = 0;
 
+	/*
+	 * Salvaged blocks first: each copied on write in every tree that reaches
+	 * it, so no later change meets the old address; then the names an entry
+	 * they dropped held.
+	 */
+	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
+		if (c->r->notes[i].fix == UB_CHK_FIX_SALVAGE)
+			ret = rp_salvage_cow(c, &c->r->notes[i]);
+	if (!ret)
+		ret = rp_salvage_names(c);
 	/* a root item behind its tree first: any later change of the tree copies the newer root */
 	for (size_t i = 0; !ret && i < c->r->nnotes; i++)
 		if (c->r->notes[i].fix == UB_CHK_FIX_ROOT_NEWER)
@@ -640,6 +661,68 @@ static int root_newer_refused(struct rp_ctx *c)
 	return 0;
 }
 
+/*
+ * A second round, after the commit that let salvaged blocks in: their items
+ * were never checked (the check before could not read them), so the check
+ * runs again on the committed filesystem, and the cures of what it finds
+ * that need nothing the open decided (no space cure unless the engine
+ * counts the space from the extent tree; no scrub, no salvage, no extent
+ * item made again) go in a second transaction on the same devices and
+ * undo file. Its failure leaves the first commit, a filesystem better than
+ * before, as it is.
+ */
+static int run_again(struct rp_ctx *c, unsigned flags)
+{
+	struct ub_repair *r1 = c->r, *r2;
+	size_t k = 0;
+	int ret;
+
+	free(c->touched);
+	c->touched = NULL;
+	c->ntouched = c->captouched = 0;
+	ret = ub_repair_new(&r2);
+	if (ret)
+		return ret;
+	ret = rp_salvage_recheck(c, r2);
+	if (ret) {
+		ub_warn(c->log, "repair: the check after the salvage could not be completed (%s): no second round",
+			strerror(-ret));
+		ub_repair_free(r2);
+		return 0;
+	}
+	c->r = r2;
+	notes_unique(r2);
+	drop_space_cures(c);
+	drop_older_root_cures(c);
+	for (size_t i = 0; i < r2->nnotes; i++) {
+		enum ub_chk_fix f = r2->notes[i].fix;
+
+		if (f == UB_CHK_FIX_SALVAGE || f == UB_CHK_FIX_COPY || f == UB_CHK_FIX_EXTENT_ADD ||
+		    f == UB_CHK_FIX_DATA_ADD || (space_cure(f) && !(flags & UB_ENGINE_OPEN_REPAIR_SPACE)))
+			continue;
+		r2->notes[k++] = r2->notes[i];
+	}
+	r2->nnotes = k;
+	c->res->curable += k;
+	if (k)
+		ret = ub_txn_start(c->e, &c->t);
+	if (k && !ret) {
+		ret = apply(c);
+		if (ret)
+			ub_txn_abort(c->t);
+		else
+			ret = ub_txn_commit(c->t);
+		if (!ret)
+			c->res->generation = ub_engine_generation(c->e);
+	}
+	c->r = r1;
+	ub_repair_free(r2);
+	if (ret)
+		ub_warn(c->log, "repair: the second round after the salvage failed (%s); the first commit stands",
+			strerror(-ret));
+	return 0;
+}
+
 /* The engine on the opened devices (taken over), the cures, the commit. */
 static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 {
@@ -658,6 +741,8 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 	for (size_t i = 0; i < r->nnotes; i++)
 		if (space_cure(r->notes[i].fix))
 			flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
+	if (rp_salvage_space(c))
+		flags |= UB_ENGINE_OPEN_REPAIR_SPACE;
 	if (quota_counts_only(c))
 		flags |= UB_ENGINE_OPEN_QUOTA_COUNTS;
 	/* a rebuilt extent tree: the free space is what the walk of the trees leaves (init_extent.c) */
@@ -702,6 +787,8 @@ static int run_on(struct rp_ctx *c, struct ub_dev *const *devs, int ndevs)
 	ret = ub_txn_commit(c->t);
 	if (!ret)
 		c->res->generation = ub_engine_generation(c->e);
+	if (!ret && rp_salvaged(c))
+		ret = run_again(c, flags);
 out:
 	rp_init_extent_free(c);
 	if (c->e) {
@@ -735,19 +822,36 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 		return ret;
 	if (!r->nnotes && !c.opts->init_csum_tree && !c.opts->init_extent_tree)
 		return 0;
+	/* blocks no copy of which passes: cured from the devices read-only, before anything opens for writing */
+	ret = rp_salvage_prepare(&c);
+	if (ret) {
+		rp_salvage_done(&c);
+		return ret;
+	}
+	c.res->curable = r->nnotes;
+	if (!r->nnotes && !c.opts->init_csum_tree) {
+		rp_salvage_done(&c);
+		return 0;
+	}
 	if (c.opts->dry_run) {
 		dry_run(&c);
 		ret = c.opts->init_extent_tree ? rp_init_extent_scan(&c) : 0;
-		return !ret && c.opts->init_csum_tree ? rp_init_csum_tree(&c) : ret;
+		if (!ret && c.opts->init_csum_tree)
+			ret = rp_init_csum_tree(&c);
+		rp_salvage_done(&c);
+		return ret;
 	}
 	devs = calloc((size_t)npaths, sizeof(*devs));
-	if (!devs)
+	if (!devs) {
+		rp_salvage_done(&c);
 		return -ENOMEM;
+	}
 	if (c.opts->undo_file) {
 		ret = ub_undo_create(c.opts->undo_file, &c.undo);
 		if (ret) {
 			ub_err(log, "repair: cannot create the undo file %s: %s", c.opts->undo_file,
 			       ret == -EEXIST ? "it exists (an undo file is never overwritten)" : strerror(-ret));
+			rp_salvage_done(&c);
 			free(devs);
 			return ret;
 		}
@@ -755,6 +859,7 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	ret = open_devices(&c, paths, npaths, devs);
 	if (!ret)
 		ret = run_on(&c, devs, npaths);
+	rp_salvage_done(&c);
 	if (c.undo) {
 		int u = ub_undo_finish(c.undo);
 
@@ -773,6 +878,16 @@ int ub_repair_run_devs(struct ub_repair *r, struct ub_dev *const *devs, int ndev
 	int ret;
 
 	run_begin(&c);
+	/* a salvage reads the devices leniently by their paths before the engine opens: ub_repair_run's only */
+	{
+		size_t k = 0;
+
+		for (size_t i = 0; i < r->nnotes; i++)
+			if (r->notes[i].fix != UB_CHK_FIX_SALVAGE)
+				r->notes[k++] = r->notes[i];
+		r->nnotes = k;
+		c.res->curable = k;
+	}
 	/* no paths: --init-csum-tree's dry run opens the devices by their paths, so it is ub_repair_run's */
 	ret = ndevs <= 0 ? -EINVAL : c.opts->undo_file ? -EINVAL : 0;
 	if (!ret && c.opts->dry_run && (c.opts->init_csum_tree || c.opts->init_extent_tree))

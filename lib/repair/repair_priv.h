@@ -50,6 +50,8 @@ struct rp_ctx {
 	int npaths;
 	/* --init-extent-tree: what the walk of the trees found (init_extent.c), until the rebuild */
 	struct rp_ie *ie;
+	/* blocks no copy of which passed the tree checks, cured (salvage.c); NULL: none */
+	struct rp_salvage *salvage;
 };
 
 /* rp_ctx.c, what every cure uses. A change made (or that would be): counted and handed to the caller's sink. */
@@ -148,5 +150,29 @@ int rp_init_csum_tree(struct rp_ctx *c);
 int rp_init_extent_scan(struct rp_ctx *c);
 int rp_init_extent_tree(struct rp_ctx *c);
 void rp_init_extent_free(struct rp_ctx *c);
+
+/*
+ * salvage.c: every UB_CHK_FIX_SALVAGE note's block (n->inode, of tree
+ * n->tree) read leniently from c->paths, before the engine opens: a copy
+ * whose items the salvage's cures mend is handed to the tree layer
+ * (ub_tree_salvage_put), a note whose block has none is dropped (said).
+ * rp_salvage_cow copies the block on write in its tree (in c->t);
+ * rp_salvage_names makes the names a dropped entry held whole again;
+ * rp_salvage_space: a block group's used bytes must be recounted;
+ * rp_salvage_done empties the tree layer's list (always, after the run).
+ */
+int rp_salvage_prepare(struct rp_ctx *c);
+bool rp_salvage_space(const struct rp_ctx *c);
+int rp_salvage_cow(struct rp_ctx *c, const struct rp_note *n);
+int rp_salvage_names(struct rp_ctx *c);
+void rp_salvage_done(struct rp_ctx *c);
+/*
+ * After the commit that let salvaged blocks in: what they hold was never
+ * checked (the check could not read them). rp_salvaged: some were;
+ * rp_salvage_recheck runs the checker on the engine's committed filesystem,
+ * its problems noted into r2, for a second round of cures.
+ */
+bool rp_salvaged(const struct rp_ctx *c);
+int rp_salvage_recheck(struct rp_ctx *c, struct ub_repair *r2);
 
 #endif

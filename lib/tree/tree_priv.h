@@ -62,6 +62,18 @@ bool ub_tree_is_quiet(void);
  * remembered failure is then said again, as a read of the block would say it.
  */
 void ub_tree_repeat_bad(bool on);
+/*
+ * A repair's way to let in a tree block no copy of which passes the checks
+ * (lib/repair/salvage.c): its cured bytes (checksum sealed, every item check
+ * passing; only the generation may be from the future) for the filesystem
+ * whose tree blocks carry `fsid`. Every tree context of that filesystem then
+ * takes them for the block at `bytenr` instead of reading the devices, until
+ * ub_tree_salvage_clear. The repair copies such a block on write in its
+ * transaction, so nothing committed points at the address; only the repair
+ * puts entries, and only while it runs.
+ */
+int ub_tree_salvage_put(const uint8_t fsid[UB_FSID_SIZE], uint64_t bytenr, const void *buf, uint32_t len);
+void ub_tree_salvage_clear(void);
 
 struct ub_tree_ctx {
 	struct ub_volume *vol;

@@ -38,31 +38,15 @@ pytestmark = pytest.mark.xdist_group("repair-corpus")
 
 # why the write engine does not open a filesystem for the repair (docs/check.md)
 MIXED = "engine: mixed block groups (mixed-bg): the write engine does not keep them up to date"
-# a tree block no copy of which passes the tree layer's checks: no cure replaces a block yet
-BLOCK = "tree: a block rejected whole (no good copy), no cure rebuilds it yet"
 
 # btrfs check --repair leaves these clean, ours does not (yet): why. An image that ours
 # makes clean too must leave this list (the test says so), so the table stays true.
 THEIRS_ONLY = {
-    "fuzz/bko-154961-heap-overflow-chunk-items": BLOCK + " (the root tree's leaf)",
-    "fuzz/bko-155201-wrong-chunk-item-in-root-tree": BLOCK + " (the root tree's leaf)",
-    "fsck/001-bad-file-extent-bytenr": BLOCK,
-    "fsck/002-bad-transid": BLOCK,
-    "fsck/003-shift-offsets": BLOCK,
-    "fsck/005-bad-item-offset": BLOCK,
-    "fsck/007-bad-offset-snapshots": BLOCK,
-    "fsck/011-no-inode-item": BLOCK,
+    "fuzz/bko-154961-heap-overflow-chunk-items": MIXED + "; the root tree's leaf has a cure (salvage)",
+    "fuzz/bko-155201-wrong-chunk-item-in-root-tree": MIXED + "; the root tree's leaf has a cure (salvage)",
     "fsck/017-missing-all-file-extent": MIXED + "; every problem has a cure (hole items)",
-    "fsck/026-bad-dir-item-name": BLOCK,
-    "fsck/027-bad-extent-inline-ref-type": BLOCK,
     "fsck/028-unaligned-super-dev-sizes":
         "super: no valid superblock to open (`ubtrfs rescue fix-device-size` is the cure)",
-    "fsck/035-inline-bad-ram-bytes": BLOCK,
-    "fsck/039-bad-inode-mode--bad_free_space_cache_imode": BLOCK + " (the root tree's leaf)",
-    "fsck/039-bad-inode-mode--bad_imodes_in_subvolume_tree": BLOCK,
-    "fsck/041-invalid-root-generation": BLOCK,
-    "fsck/050-invalid-block-group-used": BLOCK + " (used beyond the group's length: the leaf is refused)",
-    "fsck/053-bad-metadata-level": BLOCK,
 }
 
 # the images whose problems have cures in this version, and a slice of the others
@@ -77,6 +61,11 @@ SMOKE = {
     "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_data",
     "fsck/044-invalid-extent-item-generation--bad_extent_item_gen_for_tree_block",
     "fsck/055-super-num-devs-mismatch", "fsck/038-missing-one-file-extent",
+    # tree blocks no copy of which passes, salvaged (lib/repair/salvage.c)
+    "fsck/001-bad-file-extent-bytenr", "fsck/003-shift-offsets", "fsck/005-bad-item-offset",
+    "fsck/026-bad-dir-item-name", "fsck/027-bad-extent-inline-ref-type",
+    "fsck/035-inline-bad-ram-bytes", "fsck/039-bad-inode-mode--bad_free_space_cache_imode",
+    "fsck/041-invalid-root-generation", "fsck/053-bad-metadata-level",
 }
 
 IMAGES = [(n, a) for n, a in CORPUS.list_images() if os.environ.get("UBTRFS_LONG_TESTS") == "1" or n in SMOKE]

@@ -8,6 +8,8 @@
  *    and leaves before interior nodes; readahead advice reads nothing in;
  *  - one copy per address, also when several threads miss the same block at
  *    once;
+ *  - a repair's salvaged block is taken, cached as made in memory, only when it
+ *    passes the checks;
  *  - readers in four threads and the writer creating and dropping blocks of a
  *    transaction share one cache (run under ASan by make SAN=1; the locking
  *    was also run once under -fsanitize=thread).
@@ -421,6 +423,50 @@ static void run_threads(bool same_order, bool with_writer, uint64_t limit)
 }
 
 /* Four readers missing the same blocks at once end with one copy of each. */
+/*
+ * A repair's salvaged block (ub_tree_salvage_put): taken instead of the
+ * devices' copies when its bytes pass every check but the generation's bound,
+ * cached as made in memory (mirror 0); bytes that fail a check (a bad
+ * checksum) are not, and the devices' copy is read; after
+ * ub_tree_salvage_clear the devices' copy again.
+ */
+static void test_salvaged_block(void **state)
+{
+	const struct blk *b = &E.blocks[E.nblocks / 2];
+	struct ub_volume *vol = E.fs->vol;
+	uint8_t *buf = malloc(E.nodesize), csum[UB_CSUM_SIZE_MAX];
+	uint64_t future = vol->generation + 100;
+	struct ub_tree_ctx tc;
+	struct ub_eb *eb;
+
+	(void)state;
+	NEED_MKFS();
+	assert_non_null(buf);
+	assert_int_equal(ub_volume_read(vol, b->bytenr, E.nodesize, 1, buf), 0);
+	UB_SET(ub_disk_header, generation, buf, future);
+	ub_csum(vol->csum_type, buf + UB_CSUM_SIZE_MAX, E.nodesize - UB_CSUM_SIZE_MAX, csum);
+	memcpy(buf, csum, vol->csum_size);
+	assert_int_equal(ub_tree_salvage_put(vol->metadata_uuid, b->bytenr, buf, E.nodesize), 0);
+	assert_int_equal(ub_tree_ctx_init(&tc, vol, NULL), 0);
+	assert_int_equal(read_blk(&tc, b, &eb), 0);
+	assert_int_equal(eb->mirror, 0);
+	assert_int_equal(ub_eb_generation(eb), future);
+	ub_eb_put(&tc, eb);
+	ub_tree_ctx_destroy(&tc);
+	ub_tree_salvage_clear();
+	/* a checksum that does not match: not taken */
+	buf[40] ^= 1;
+	assert_int_equal(ub_tree_salvage_put(vol->metadata_uuid, b->bytenr, buf, E.nodesize), 0);
+	assert_int_equal(ub_tree_ctx_init(&tc, vol, NULL), 0);
+	assert_int_equal(read_blk(&tc, b, &eb), 0);
+	assert_true(eb->mirror >= 1);
+	assert_true(ub_eb_generation(eb) <= vol->generation);
+	ub_eb_put(&tc, eb);
+	ub_tree_ctx_destroy(&tc);
+	ub_tree_salvage_clear();
+	free(buf);
+}
+
 static void test_threads_one_copy(void **state)
 {
 	(void)state;
@@ -444,6 +490,7 @@ int main(void)
 		cmocka_unit_test(test_dirty_never_evicted),
 		cmocka_unit_test(test_interior_kept_over_leaves),
 		cmocka_unit_test(test_readahead_reads_nothing_in),
+		cmocka_unit_test(test_salvaged_block),
 		cmocka_unit_test(test_threads_one_copy),
 		cmocka_unit_test(test_threads_readers_and_writer),
 	};
