@@ -616,7 +616,9 @@ static size_t drop_extent_cures(struct rp_ctx *c)
 	size_t k = 0, dropped = 0;
 
 	for (size_t i = 0; i < r->nnotes; i++) {
-		if (extent_cure(r->notes[i].fix)) {
+		/* the extent tree's own blocks are replaced whole: none is salvaged */
+		if (extent_cure(r->notes[i].fix) ||
+		    (r->notes[i].fix == UB_CHK_FIX_SALVAGE && r->notes[i].tree == BTRFS_EXTENT_TREE_OBJECTID)) {
 			free(r->notes[i].drefs);
 			dropped += r->notes[i].fix != UB_CHK_FIX_UNCOUNTED;
 			continue;
@@ -812,6 +814,7 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	struct rp_ctx c = { .r = r, .opts = opts ? opts : &none, .log = log, .res = res, .paths = paths,
 			    .npaths = npaths };
 	struct ub_dev **devs = NULL;
+	size_t before;
 	int ret;
 
 	run_begin(&c);
@@ -823,13 +826,15 @@ int ub_repair_run(struct ub_repair *r, const char *const *paths, int npaths, con
 	if (!r->nnotes && !c.opts->init_csum_tree && !c.opts->init_extent_tree)
 		return 0;
 	/* blocks no copy of which passes: cured from the devices read-only, before anything opens for writing */
+	before = r->nnotes;
 	ret = rp_salvage_prepare(&c);
 	if (ret) {
 		rp_salvage_done(&c);
 		return ret;
 	}
-	c.res->curable = r->nnotes;
-	if (!r->nnotes && !c.opts->init_csum_tree) {
+	/* the salvage notes whose blocks cannot be salvaged are gone */
+	c.res->curable -= before - r->nnotes;
+	if (!r->nnotes && !c.opts->init_csum_tree && !c.opts->init_extent_tree) {
 		rp_salvage_done(&c);
 		return 0;
 	}
