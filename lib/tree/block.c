@@ -377,7 +377,8 @@ int ub_tree_salvage_put(const uint8_t fsid[UB_FSID_SIZE], uint64_t bytenr, const
 	s->len = len;
 	pthread_mutex_lock(&salvage_lock);
 	s->next = salvage_list;
-	salvage_list = s;
+	/* atomic: salvage_get's first look, at every block read, takes no lock */
+	__atomic_store_n(&salvage_list, s, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&salvage_lock);
 	return 0;
 }
@@ -388,7 +389,7 @@ void ub_tree_salvage_clear(void)
 
 	pthread_mutex_lock(&salvage_lock);
 	s = salvage_list;
-	salvage_list = NULL;
+	__atomic_store_n(&salvage_list, NULL, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&salvage_lock);
 	for (; s; s = next) {
 		next = s->next;
