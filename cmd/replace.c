@@ -168,8 +168,9 @@ static const char help[] =
 	"usage: ubtrfs replace start [OPTIONS] SRCDEV|DEVID|missing NEWDEV MOUNTPOINT|DEV...\n"
 	"       ubtrfs replace status|cancel MOUNTPOINT|DEV...\n\n"
 	"  start    put a new device in the place of one (see 'ubtrfs replace start --help')\n"
-	"  status   offline: nothing runs in the background ('Never started'); on a mount, the kernel's\n"
-	"  cancel   offline: nothing to cancel; on a mount, the kernel's\n";
+	"  status   offline: nothing runs in the background ('Never started'); on a mount: the state\n"
+	"           its DEV_REPLACE ioctl reports (btrfs-progs' words)\n"
+	"  cancel   offline: nothing to cancel; on a mount: asked through the same ioctl\n";
 
 static int status_or_cancel(int argc, char **argv, bool cancel)
 {
