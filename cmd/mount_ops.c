@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "mount.h"
 #include "mount_ioctl.h"
+#include "ubtrfs/balance.h"
 #include "ubtrfs/format.h"
 #include "ubtrfs/fswrite.h"
 
@@ -126,6 +127,7 @@ static bool dir_add(void *arg, const char *name, const struct stat *st, uint64_t
 struct mount_dir_handle {
 	uint64_t last;  /* the highest index to show */
 	bool started;   /* read from already: a read from offset 0 is a rewinddir */
+	bool pending;   /* `last` not known yet: opened while a device replace held the writer lock */
 	struct mount_dir_handle *prev, *next; /* mount_ctx.dirs */
 };
 
@@ -170,7 +172,19 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ret = mount_dir_last_index(mc, ino, &h->last);
+	/*
+	 * The kernel's btrfs notes the highest index at opendir. An online replace
+	 * holds the writer lock for its whole copy, and `replace status|cancel`
+	 * reach it through a directory opened on the mount: then the index is
+	 * noted at the first read instead, so the open does not wait for the copy.
+	 */
+	{
+		uint64_t done, total;
+
+		ub_engine_device_replace_progress(mc->e, &done, &total);
+		h->pending = total != 0;
+	}
+	ret = h->pending ? 0 : mount_dir_last_index(mc, ino, &h->last);
 	if (ret) {
 		free(h);
 		reply_err(req, ret);
@@ -197,8 +211,10 @@ static void dir_reply(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bo
 	int ret = 0;
 
 	/* the kernel reads a directory on one file serially: the handle is this call's alone */
-	if (h && off == 0 && h->started)
+	if (h && ((off == 0 && h->started) || h->pending))
 		ret = mount_dir_last_index(mc, ino, &h->last);
+	if (h && !ret)
+		h->pending = false;
 	if (h)
 		h->started = true;
 	df.buf = ret ? NULL : malloc(size);

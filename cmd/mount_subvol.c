@@ -869,6 +869,12 @@ int mount_dev_replace(struct mount_ctx *mc, const struct mount_ioctl_caller *c, 
 		memset(&a->status, 0, sizeof(a->status));
 		a->status.replace_state = rep.state;
 		a->status.progress_1000 = rep.state == BTRFS_IOCTL_DEV_REPLACE_STATE_FINISHED ? 1000 : 0;
+		if (rep.running) {
+			uint64_t done, total;
+
+			ub_engine_device_replace_progress(mc->e, &done, &total);
+			a->status.progress_1000 = total ? (done >= total ? 1000 : done * 1000 / total) : 0;
+		}
 		a->status.time_started = rep.started;
 		a->status.time_stopped = rep.stopped;
 		pthread_mutex_unlock(&rep.lock);
@@ -878,12 +884,10 @@ int mount_dev_replace(struct mount_ctx *mc, const struct mount_ioctl_caller *c, 
 		if (!c->sys_admin)
 			return -EPERM;
 		pthread_mutex_lock(&rep.lock);
-		ret = rep.running;
+		/* the copy stops at its next step (the engine's flag: it holds the writer lock meanwhile) */
+		ret = rep.running && ub_engine_device_replace_cancel(mc->e) == 0;
 		pthread_mutex_unlock(&rep.lock);
-		/* the copy holds the writer lock to its end: it cannot be stopped halfway */
-		if (ret)
-			return -EBUSY;
-		a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_NOT_STARTED;
+		a->result = ret ? BTRFS_IOCTL_DEV_REPLACE_RESULT_NO_ERROR : BTRFS_IOCTL_DEV_REPLACE_RESULT_NOT_STARTED;
 		return 0;
 	case BTRFS_IOCTL_DEV_REPLACE_CMD_START:
 		break;
@@ -923,7 +927,8 @@ int mount_dev_replace(struct mount_ctx *mc, const struct mount_ioctl_caller *c, 
 	rep.stopped = (uint64_t)time(NULL);
 	pthread_mutex_unlock(&rep.lock);
 	a->result = BTRFS_IOCTL_DEV_REPLACE_RESULT_NO_ERROR;
-	if (ret == -EINVAL || ret == -ENOSPC || ret == -EEXIST || ret == -ENOENT || ret == -EBUSY || ret == -EACCES)
+	if (ret == -EINVAL || ret == -ENOSPC || ret == -EEXIST || ret == -ENOENT || ret == -EBUSY || ret == -EACCES ||
+	    ret == -ECANCELED)
 		return ret == -ENOENT ? -ENODEV : ret;
 	return ret ? failed(mc, ret) : 0;
 }

@@ -170,7 +170,8 @@ static const char help[] =
 	"  start    put a new device in the place of one (see 'ubtrfs replace start --help')\n"
 	"  status   offline: nothing runs in the background ('Never started'); on a mount: the state\n"
 	"           its DEV_REPLACE ioctl reports (btrfs-progs' words)\n"
-	"  cancel   offline: nothing to cancel; on a mount: asked through the same ioctl\n";
+	"  cancel   offline: nothing to cancel; on a mount: the copy stops at its next step and the\n"
+	"           filesystem stays as it was (the start reports 'Operation canceled')\n";
 
 static int status_or_cancel(int argc, char **argv, bool cancel)
 {
@@ -201,9 +202,15 @@ static int status_or_cancel(int argc, char **argv, bool cancel)
 		return EXIT_PROBLEMS;
 	}
 	close(fd);
-	if (!cancel)
+	if (cancel) {
+		if (a.result == BTRFS_IOCTL_DEV_REPLACE_RESULT_NOT_STARTED)
+			fprintf(stderr, "INFO: no replace is running\n");
+		return EXIT_OK;
+	}
+	if (a.status.replace_state == BTRFS_IOCTL_DEV_REPLACE_STATE_STARTED)
+		printf("%.1f%% done\n", a.status.progress_1000 / 10.0);
+	else
 		printf("%s\n", a.status.replace_state == BTRFS_IOCTL_DEV_REPLACE_STATE_NEVER_STARTED ? "Never started"
-			       : a.status.replace_state == BTRFS_IOCTL_DEV_REPLACE_STATE_STARTED ? "Started"
 			       : a.status.replace_state == BTRFS_IOCTL_DEV_REPLACE_STATE_FINISHED ? "Finished"
 			       : "Canceled or suspended");
 	return EXIT_OK;

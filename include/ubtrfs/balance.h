@@ -127,6 +127,16 @@ int ub_engine_device_resize(struct ub_engine *e, uint64_t devid, uint64_t size);
 int ub_engine_device_replace(struct ub_engine *e, uint64_t devid, const char *path, bool force);
 
 /*
+ * From any thread: a replace under way on `e` stops at its next step of the
+ * copy and returns -ECANCELED, the filesystem as it was (the new device took
+ * nothing's place; its superblock places stay zeroed). 0 when one was running,
+ * -ENOENT when none. ub_engine_device_replace_progress: bytes copied and to
+ * copy of the one under way (0 and 0 when none).
+ */
+int ub_engine_device_replace_cancel(struct ub_engine *e);
+void ub_engine_device_replace_progress(struct ub_engine *e, uint64_t *done, uint64_t *total);
+
+/*
  * Parse one type's filters as `btrfs balance start -d/-m/-s` spells them
  * ("convert=raid1,soft,usage=50,devid=2,limit=3..."), into *args (zeroed
  * first). 0, or -EINVAL with the reason in `why`.

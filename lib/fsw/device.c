@@ -494,15 +494,33 @@ static bool unit_used(struct ub_engine *e, const struct ub_chunk *c, const struc
 	return !ub_rs_contains(free, start, len);
 }
 
+/* The bytes of stripes device `devid` holds, as copy_stripes will walk them (for the progress). */
+static uint64_t stripes_total(struct ub_engine *e, uint64_t devid)
+{
+	struct ub_bg_info bi;
+	uint64_t pos = 0, total = 0;
+
+	while (ub_alloc_next_bg(e->alloc, pos, &bi) == 0) {
+		const struct ub_chunk *c = ub_volume_find_chunk(e->fs.vol, bi.start);
+
+		pos = bi.start + bi.length;
+		for (int s = 0; c && s < c->num_stripes; s++)
+			if (c->stripes[s].devid == devid)
+				total += ub_chunk_stripe_size(c);
+	}
+	return total;
+}
+
 /* Every stripe the device holds, written onto `to` at the same place from what the chunk holds. */
 static int copy_stripes(struct ub_engine *e, uint64_t devid, struct ub_dev *to, uint64_t *copied)
 {
 	const uint64_t step = 4ULL << 20;
 	uint8_t *buf = malloc(step);
 	struct ub_bg_info bi;
-	uint64_t pos = 0;
+	uint64_t pos = 0, base = 0;
 	int ret = buf ? 0 : -ENOMEM;
 
+	__atomic_store_n(&e->replace_total, stripes_total(e, devid), __ATOMIC_RELAXED);
 	while (!ret && ub_alloc_next_bg(e->alloc, pos, &bi) == 0) {
 		const struct ub_chunk *c = ub_volume_find_chunk(e->fs.vol, bi.start);
 
@@ -517,6 +535,11 @@ static int copy_stripes(struct ub_engine *e, uint64_t devid, struct ub_dev *to, 
 			for (uint64_t off = 0; off < size && !ret;) {
 				uint64_t n = 0;
 
+				/* a cancel is seen between steps: nothing the filesystem uses has changed yet */
+				if (__atomic_load_n(&e->replace_cancel, __ATOMIC_ACQUIRE)) {
+					ret = -ECANCELED;
+					break;
+				}
 				/* what holds nothing (free space, a parity row over free space) is not copied */
 				while (off < size && !unit_used(e, c, &src, off / c->stripe_len))
 					off += c->stripe_len;
@@ -536,12 +559,28 @@ static int copy_stripes(struct ub_engine *e, uint64_t devid, struct ub_dev *to, 
 				if (!ret)
 					*copied += n;
 				off += n;
+				__atomic_store_n(&e->replace_done, base + (off > size ? size : off), __ATOMIC_RELAXED);
 			}
 			ub_stripe_src_free(&src);
+			base += size;
 		}
 	}
 	free(buf);
 	return ret;
+}
+
+int ub_engine_device_replace_cancel(struct ub_engine *e)
+{
+	if (!__atomic_load_n(&e->replace_total, __ATOMIC_ACQUIRE))
+		return -ENOENT;
+	__atomic_store_n(&e->replace_cancel, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+void ub_engine_device_replace_progress(struct ub_engine *e, uint64_t *done, uint64_t *total)
+{
+	*done = __atomic_load_n(&e->replace_done, __ATOMIC_RELAXED);
+	*total = __atomic_load_n(&e->replace_total, __ATOMIC_ACQUIRE);
 }
 
 int ub_engine_device_replace(struct ub_engine *e, uint64_t devid, const char *path, bool force)
@@ -592,8 +631,15 @@ int ub_engine_device_replace(struct ub_engine *e, uint64_t devid, const char *pa
 	for (int m = 1; !ret && m < UB_SUPER_MIRROR_MAX; m++)
 		if (ub_super_offset(m) + UB_SUPER_INFO_SIZE <= ub_dev_size(to))
 			ret = ub_dev_write(to, zero, UB_SUPER_INFO_SIZE, ub_super_offset(m));
+	__atomic_store_n(&e->replace_cancel, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->replace_done, 0, __ATOMIC_RELAXED);
 	if (!ret)
 		ret = copy_stripes(e, v->devid, to, &copied);
+	/* no replace under way from here: a cancel now finds none */
+	__atomic_store_n(&e->replace_total, 0, __ATOMIC_RELEASE);
+	if (ret == -ECANCELED)
+		ub_logf(&e->fs.log, UB_LOG_INFO, "replace: canceled after %" PRIu64 " bytes copied; device %" PRIu64
+			" stays as it was", copied, v->devid);
 	if (!ret)
 		ret = ub_dev_flush(to);
 	if (!ret) {

@@ -50,6 +50,9 @@ struct ub_engine {
 	uint64_t bytes_used;     /* the superblock's, kept as extents are accounted */
 	struct ub_txn *running;
 	int broken;              /* 0, or the error that made the engine read-only (atomics) */
+	/* ---- a device replace under way (lib/fsw/device.c; atomics: cancel and progress come from other threads) ---- */
+	int replace_cancel;      /* set by ub_engine_device_replace_cancel: the copy stops at its next step */
+	uint64_t replace_done, replace_total; /* bytes of stripes copied, and to copy */
 	/* ---- dirty budget (reserve.c) ---- */
 	uint64_t dirty_budget;   /* 0: the default (UB_ENGINE_DIRTY_BUDGET, at most RAM / 8) */
 	uint64_t ram_budget;     /* that default for this machine, found once at open (sysconf is a syscall) */

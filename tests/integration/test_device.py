@@ -246,3 +246,54 @@ def test_online_replace_and_remove_missing(scratch):
     _check_clean(left)
     assert sorted(_show(left)) == [1, 2]
     same_files(_view(left, scratch))
+
+
+def test_online_replace_cancel(scratch):
+    """`replace cancel MNT` while a ubtrfs mount's replace copies: the source device's reads are
+    stalled (tests/tools/slowdev) so the copy is caught halfway, `replace status` says how far,
+    the cancel returns at once, the start then fails with "Operation canceled", status says
+    canceled, and the filesystem is as it was: the old device still its member, btrfs check
+    clean, every file readable, the new device without a btrfs superblock."""
+    from test_mount import fuse_mounted
+    from test_mount_parallel import slow_device
+    import threading
+    import time
+
+    imgs = _make(scratch, 2, 400 * MiB, "raid1", "raid1", seed=43, options="", snapshots=False)
+    new = _dev(scratch, "new.img", 400 * MiB)
+    flag = os.path.join(scratch, "stall")
+    um = os.path.join(scratch, "um")
+    big = os.urandom(24 * MiB)
+    result = {}
+    with slow_device(T.test_tool("slowdev"), imgs[1], 1 * MiB, 400 * MiB, flag, os.path.join(scratch, "slow")) as dev:
+        with fuse_mounted(T.ubtrfs_binary(), [imgs[0], dev], um, options="rw"):
+            with open(os.path.join(um, "big"), "wb") as f:
+                f.write(big)
+            assert T.ubtrfs("filesystem", "sync", um).returncode == 0
+            open(flag, "w").close()
+            th = threading.Thread(target=lambda: result.update(cp=T.ubtrfs("replace", "start", "2", new, um,
+                                                                            timeout=300)))
+            th.start()
+            deadline = time.monotonic() + 60
+            while True:
+                st = T.ubtrfs("replace", "status", um, timeout=30).stdout.decode().strip()
+                if st.endswith("% done"):
+                    break
+                assert time.monotonic() < deadline and th.is_alive(), (st, result)
+                time.sleep(0.05)
+            cp = T.ubtrfs("replace", "cancel", um, timeout=30)
+            assert cp.returncode == 0 and b"no replace" not in cp.stderr, T.describe(cp)
+            os.unlink(flag)
+            th.join(120)
+            assert not th.is_alive()
+            cp = result["cp"]
+            assert cp.returncode != 0 and b"Operation canceled" in cp.stdout + cp.stderr, T.describe(cp)
+            assert T.ubtrfs("replace", "status", um, timeout=30).stdout.decode().strip() == "Canceled or suspended"
+            with open(os.path.join(um, "big"), "rb") as f:
+                assert f.read() == big
+            with open(os.path.join(um, "after"), "wb") as f:
+                f.write(b"z" * 7000)
+    _check_clean(imgs)
+    with open(new, "rb") as f:
+        f.seek(65536 + 64)
+        assert f.read(8) != b"_BHRfS_M", "the canceled replace left a btrfs superblock on the new device"

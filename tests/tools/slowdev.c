@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A FUSE filesystem with one file, "img", passing reads through to an image
- * file, except that a read touching bytes [START, END) waits while the file
- * STALL exists: a device that hangs on one range, on demand (device mapper is
- * not available everywhere the tests run).
+ * A FUSE filesystem with one file, "img", passing reads and writes through to
+ * an image file, except that a read touching bytes [START, END) waits while
+ * the file STALL exists: a device that hangs on one range, on demand (device
+ * mapper is not available everywhere the tests run).
  *
  * usage: slowdev IMAGE START END STALL MOUNTPOINT   (stays in the foreground)
  */
@@ -68,11 +68,25 @@ static int sd_read(const char *path, char *buf, size_t size, off_t off, struct f
 	return got < 0 ? -errno : (int)got;
 }
 
+static int sd_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	ssize_t put = pwrite(backing, buf, size, off);
+
+	return put < 0 ? -errno : (int)put;
+}
+
+static int sd_fsync(const char *path, int datasync, struct fuse_file_info *fi)
+{
+	return fdatasync(backing) < 0 ? -errno : 0;
+}
+
 static const struct fuse_operations sd_ops = {
 	.getattr = sd_getattr,
 	.readdir = sd_readdir,
 	.open = sd_open,
 	.read = sd_read,
+	.write = sd_write,
+	.fsync = sd_fsync,
 };
 
 int main(int argc, char **argv)
@@ -81,7 +95,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: slowdev IMAGE START END STALL MOUNTPOINT\n");
 		return 2;
 	}
-	backing = open(argv[1], O_RDONLY);
+	backing = open(argv[1], O_RDWR);
 	if (backing < 0) {
 		perror(argv[1]);
 		return 2;
@@ -89,6 +103,6 @@ int main(int argc, char **argv)
 	stall_start = strtoll(argv[2], NULL, 0);
 	stall_end = strtoll(argv[3], NULL, 0);
 	stall_flag = argv[4];
-	char *fargv[] = { argv[0], "-f", "-o", "ro", argv[5], NULL };
-	return fuse_main(5, fargv, &sd_ops, NULL);
+	char *fargv[] = { argv[0], "-f", argv[5], NULL };
+	return fuse_main(3, fargv, &sd_ops, NULL);
 }
