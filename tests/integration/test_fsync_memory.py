@@ -16,6 +16,7 @@ Budget: a few seconds.
 import os
 import random
 import subprocess
+import tempfile
 
 import ubtrfs_testlib as T
 from test_mount import fuse_mounted
@@ -49,13 +50,15 @@ def fsyncs(path, n, rng):
 
 
 def test_fsync_stream_does_not_grow_the_daemon(scratch, ubtrfs_bin, monkeypatch):
-    img = os.path.join(scratch, "img")
+    # the test's own folder: the session scratch holds the image factory's img/ and mnt/
+    d = tempfile.mkdtemp(prefix="fsync-memory-", dir=scratch)
+    img = os.path.join(d, "fs.img")
     with open(img, "wb") as f:
         f.truncate(512 * MiB)
     T.run(["mkfs.btrfs", "-q", "-f", str(img)])
     old = os.environ.get("ASAN_OPTIONS")
     monkeypatch.setenv("ASAN_OPTIONS", (old + ":" if old else "") + "quarantine_size_mb=1")
-    mnt = os.path.join(scratch, "m")
+    mnt = os.path.join(d, "m")
     rng = random.Random(31)
     with fuse_mounted(ubtrfs_bin, [img], mnt, "rw,commit=600,noatime") as m:
         path = os.path.join(m, "f")
@@ -70,3 +73,4 @@ def test_fsync_stream_does_not_grow_the_daemon(scratch, ubtrfs_bin, monkeypatch)
     # reused buffers by under 1 MiB (from 5)
     assert after - before < 8 * 1024, "the daemon grew by %d KiB over 3000 fsyncs (from %d KiB)" % (
         after - before, before)
+    T.rmtree(d)

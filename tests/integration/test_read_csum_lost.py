@@ -10,6 +10,7 @@ with NODATASUM (chattr +C) has no checksums to look up and still reads.
 """
 import errno
 import os
+import tempfile
 
 import pytest
 
@@ -22,12 +23,20 @@ CSUM_TREE = 7
 
 
 @pytest.fixture
-def image(scratch):
-    img = os.path.join(scratch, "csum-lost.img")
+def own(scratch):
+    """The test's own folder (the session scratch holds the image factory's img/ and mnt/)."""
+    d = tempfile.mkdtemp(prefix="csum-lost-", dir=scratch)
+    yield d
+    T.rmtree(d)
+
+
+@pytest.fixture
+def image(own):
+    img = os.path.join(own, "csum-lost.img")
     with open(img, "wb") as f:
         f.truncate(256 * MiB)
     T.run(["mkfs.btrfs", "-q", "-f", img])
-    with T.mounted([img], os.path.join(scratch, "kmnt"), readonly=False) as m:
+    with T.mounted([img], os.path.join(own, "kmnt"), readonly=False) as m:
         with open(os.path.join(m, "data"), "wb") as f:
             f.write(bytes(range(256)) * 512)
         os.mkdir(os.path.join(m, "nocow"))
@@ -44,9 +53,9 @@ def image(scratch):
     os.unlink(img)
 
 
-def test_mount_read_is_an_io_error(ubtrfs_bin, image, scratch):
+def test_mount_read_is_an_io_error(ubtrfs_bin, image, own):
     log = []
-    with fuse_mounted(ubtrfs_bin, [image], os.path.join(scratch, "m"), "ro", log=log) as m:
+    with fuse_mounted(ubtrfs_bin, [image], os.path.join(own, "m"), "ro", log=log) as m:
         with pytest.raises(OSError) as e:
             with open(os.path.join(m, "data"), "rb") as f:
                 f.read()
