@@ -86,22 +86,6 @@ struct cs {
 	uint64_t kept, computed, kept_bad, disagree, unreadable, bad_copies;
 };
 
-static int grow(void **v, size_t *cap, size_t n, size_t elem, size_t first)
-{
-	size_t c;
-	void *m;
-
-	if (n < *cap)
-		return 0;
-	c = *cap ? *cap * 2 : first;
-	m = realloc(*v, c * elem);
-	if (!m)
-		return -ENOMEM;
-	*v = m;
-	*cap = c;
-	return 0;
-}
-
 /* Said to the caller's sink without counting as a change: what the repair could not make good. */
 static void tell(struct cs *s, uint64_t tree, uint64_t ino, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void tell(struct cs *s, uint64_t tree, uint64_t ino, const char *fmt, ...)
@@ -127,7 +111,7 @@ static struct subvol_count *count_of(struct cs *s, uint64_t id)
 {
 	if (s->nsv && s->sv[s->nsv - 1].id == id)
 		return &s->sv[s->nsv - 1];
-	if (grow((void **)&s->sv, &s->svcap, s->nsv, sizeof(*s->sv), 16))
+	if (rp_grow((void **)&s->sv, &s->svcap, s->nsv, sizeof(*s->sv), 16))
 		return NULL;
 	s->sv[s->nsv] = (struct subvol_count){ id, 0, 0 };
 	return &s->sv[s->nsv++];
@@ -171,7 +155,7 @@ static int add_need(struct cs *s, uint64_t subvol, const struct ub_key *k, const
 	end += (s->ss - end % s->ss) % s->ss;
 	if (start >= end)
 		return 0;
-	if (grow((void **)&s->needs, &s->ncap, s->nneeds, sizeof(*s->needs), 1024))
+	if (rp_grow((void **)&s->needs, &s->ncap, s->nneeds, sizeof(*s->needs), 1024))
 		return -ENOMEM;
 	s->needs[s->nneeds++] = (struct need){ start, end - start, subvol, k->objectid, k->offset, base };
 	sc = count_of(s, subvol);
@@ -253,7 +237,7 @@ static int collect(struct cs *s)
 			continue;
 		if (n && ids[n - 1] == k.objectid)
 			continue;
-		if (grow((void **)&ids, &cap, n, sizeof(*ids), 16)) {
+		if (rp_grow((void **)&ids, &cap, n, sizeof(*ids), 16)) {
 			ret = -ENOMEM;
 			break;
 		}
@@ -359,10 +343,10 @@ static int put_sum(struct cs *s, uint64_t at, const uint8_t *sum)
 {
 	struct sum_run *r = s->nruns ? &s->runs[s->nruns - 1] : NULL;
 
-	if (grow((void **)&s->sums, &s->scap, s->slen + s->csize, 1, 1 << 16))
+	if (rp_grow((void **)&s->sums, &s->scap, s->slen + s->csize, 1, 1 << 16))
 		return -ENOMEM;
 	if (!r || r->start + r->n * s->ss != at) {
-		if (grow((void **)&s->runs, &s->rcap, s->nruns, sizeof(*s->runs), 256))
+		if (rp_grow((void **)&s->runs, &s->rcap, s->nruns, sizeof(*s->runs), 256))
 			return -ENOMEM;
 		r = &s->runs[s->nruns++];
 		*r = (struct sum_run){ at, 0, s->slen };
@@ -565,7 +549,7 @@ static int verify(struct cs *s)
 
 static int drop_one(struct cs *s, struct ub_txn *t, uint64_t bytenr, int level)
 {
-	if (grow((void **)&s->dropped, &s->dcap, s->ndropped, sizeof(*s->dropped), 64))
+	if (rp_grow((void **)&s->dropped, &s->dcap, s->ndropped, sizeof(*s->dropped), 64))
 		return -ENOMEM;
 	s->dropped[s->ndropped++] = bytenr;
 	return ub_dref_add_tree(t->refs, bytenr, s->vol->nodesize, level, BTRFS_CSUM_TREE_OBJECTID, 0, -1,

@@ -7,6 +7,7 @@
  * every tree was walked, which is when the checker offers this cure.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -15,16 +16,16 @@
 #include "txn/backref.h"
 #include "alloc/delayed_ref.h"
 
-int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n)
+/* The extent item at `key` copied for change; one field (refs or generation) set to `want`, its old value in *was. */
+static int extent_item_set(struct rp_ctx *c, const struct ub_key *key, bool generation, uint64_t want, uint64_t *was)
 {
 	struct ub_root *root = &c->e->fs.extent_tree->root;
 	struct ub_path p;
-	uint64_t was = 0;
 	uint32_t size;
 	int ret;
 
 	ub_path_init(&p);
-	ret = ub_tree_search_slot(&c->e->fs.tc, ub_txn_ta(c->t), root, &n->key, &p, 0, true);
+	ret = ub_tree_search_slot(&c->e->fs.tc, ub_txn_ta(c->t), root, key, &p, 0, true);
 	if (ret > 0)
 		ret = -ENOENT;
 	if (ret == 0) {
@@ -32,22 +33,47 @@ int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n)
 
 		if (!d || size < sizeof(struct btrfs_extent_item)) {
 			ret = -EUCLEAN;
+		} else if (generation) {
+			*was = UB_GET(btrfs_extent_item, generation, d);
+			UB_SET(btrfs_extent_item, generation, d, want);
+			ub_path_mark_dirty(&p);
 		} else {
-			was = UB_GET(btrfs_extent_item, refs, d);
-			UB_SET(btrfs_extent_item, refs, d, n->want);
+			*was = UB_GET(btrfs_extent_item, refs, d);
+			UB_SET(btrfs_extent_item, refs, d, want);
 			ub_path_mark_dirty(&p);
 		}
 	}
 	ub_path_release(&p);
-	if (ret) {
+	if (ret)
 		ub_err(c->log, "repair: the extent item (%llu %u %llu) cannot be changed: %s",
-		       (unsigned long long)n->key.objectid, n->key.type, (unsigned long long)n->key.offset, strerror(-ret));
+		       (unsigned long long)key->objectid, key->type, (unsigned long long)key->offset, strerror(-ret));
+	return ret;
+}
+
+int rp_fix_extent_refs(struct rp_ctx *c, const struct rp_note *n)
+{
+	uint64_t was = 0;
+	int ret = extent_item_set(c, &n->key, false, n->want, &was);
+
+	if (ret)
 		return ret;
-	}
 	if (was != n->want)
 		rp_say(c, n, was, "extent %llu (%s): references %llu -> %llu", (unsigned long long)n->key.objectid,
 		       n->key.type == BTRFS_METADATA_ITEM_KEY ? "tree block" : "extent item", (unsigned long long)was,
 		       (unsigned long long)n->want);
+	return 0;
+}
+
+int rp_fix_extent_gen(struct rp_ctx *c, const struct rp_note *n)
+{
+	uint64_t was = 0;
+	int ret = n->want ? extent_item_set(c, &n->key, true, n->want, &was) : -EINVAL;
+
+	if (ret)
+		return ret;
+	if (was != n->want)
+		rp_say(c, n, was, "extent %llu: generation %llu -> %llu", (unsigned long long)n->key.objectid,
+		       (unsigned long long)was, (unsigned long long)n->want);
 	return 0;
 }
 

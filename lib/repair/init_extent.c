@@ -94,22 +94,6 @@ struct rp_ie {
 	uint64_t trees, data_extents, data_bytes, meta_bytes, old_blocks, lost;
 };
 
-static int grow(void **v, size_t *cap, size_t n, size_t elem, size_t first)
-{
-	size_t c;
-	void *m;
-
-	if (n < *cap)
-		return 0;
-	c = *cap ? *cap * 2 : first;
-	m = realloc(*v, c * elem);
-	if (!m)
-		return -ENOMEM;
-	*v = m;
-	*cap = c;
-	return 0;
-}
-
 /* The trees whose blocks the kernel shares between snapshots (and marks FULL_BACKREF). */
 static bool fs_tree(uint64_t id)
 {
@@ -119,7 +103,7 @@ static bool fs_tree(uint64_t id)
 
 static int add_bref(struct rp_ie *s, uint64_t bytenr, const struct ub_ref *r)
 {
-	if (grow((void **)&s->brefs, &s->capbrefs, s->nbrefs, sizeof(*s->brefs), 1024))
+	if (rp_grow((void **)&s->brefs, &s->capbrefs, s->nbrefs, sizeof(*s->brefs), 1024))
 		return -ENOMEM;
 	s->brefs[s->nbrefs++] = (struct ie_bref){ bytenr, *r };
 	return 0;
@@ -165,7 +149,7 @@ static int add_file_extent(struct rp_ie *s, uint64_t tree, uint64_t leaf, uint64
 		       (unsigned long long)dr.len);
 		return -EUCLEAN;
 	}
-	if (grow((void **)&s->drefs, &s->capdrefs, s->ndrefs, sizeof(*s->drefs), 1024))
+	if (rp_grow((void **)&s->drefs, &s->capdrefs, s->ndrefs, sizeof(*s->drefs), 1024))
 		return -ENOMEM;
 	s->drefs[s->ndrefs++] = dr;
 	return 0;
@@ -207,7 +191,7 @@ static int walk(struct rp_ie *s, uint64_t tree, uint64_t bytenr, int level, uint
 		b.owner = BTRFS_EXTENT_TREE_OBJECTID;
 		b.old_extent = true;
 		s->lost += level > 0;
-		if (grow((void **)&s->blocks, &s->capblocks, s->nblocks, sizeof(*s->blocks), 1024))
+		if (rp_grow((void **)&s->blocks, &s->capblocks, s->nblocks, sizeof(*s->blocks), 1024))
 			return -ENOMEM;
 		s->blocks[s->nblocks++] = b;
 		return 0;
@@ -219,7 +203,7 @@ static int walk(struct rp_ie *s, uint64_t tree, uint64_t bytenr, int level, uint
 		ub_eb_item_key(eb, 0, &b.first);
 	b.old_extent = tree == BTRFS_EXTENT_TREE_OBJECTID;
 	b.full = fs_tree(tree) && parent && b.owner != tree;
-	if (grow((void **)&s->blocks, &s->capblocks, s->nblocks, sizeof(*s->blocks), 1024)) {
+	if (rp_grow((void **)&s->blocks, &s->capblocks, s->nblocks, sizeof(*s->blocks), 1024)) {
 		ub_eb_put(s->tc, eb);
 		return -ENOMEM;
 	}

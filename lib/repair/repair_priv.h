@@ -55,6 +55,8 @@ struct rp_ctx {
 };
 
 /* rp_ctx.c, what every cure uses. A change made (or that would be): counted and handed to the caller's sink. */
+/* Room for element n of *v (`elem` bytes each; `first` the first capacity, doubling after): 0 or -ENOMEM. */
+int rp_grow(void **v, size_t *cap, size_t n, size_t elem, size_t first);
 void rp_say(struct rp_ctx *c, const struct rp_note *n, uint64_t was, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* names.c: the names of n->inode in directory n->want made whole; an inode with no name into /lost+found */
@@ -131,7 +133,7 @@ int rp_fix_num_devices(struct rp_ctx *c, const struct rp_note *n);
 /* qgroups.c: a qgroup's counts set (the QGROUP_INFO item at n->key); the status item's generation the transaction's */
 int rp_fix_qgroup(struct rp_ctx *c, const struct rp_note *n);
 int rp_qgroup_status(struct rp_ctx *c);
-/* gens.c: an inode's generation and transid from the future set to the transaction's; an extent item's to n->want */
+/* gens.c: an inode's generation and transid from the future set to the transaction's; extents.c: an extent item's to n->want */
 int rp_fix_inode_gen(struct rp_ctx *c, const struct rp_note *n);
 int rp_fix_extent_gen(struct rp_ctx *c, const struct rp_note *n);
 /*

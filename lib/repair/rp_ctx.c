@@ -49,3 +49,19 @@ int rp_touch(struct rp_ctx *c, uint64_t tree, uint64_t ino, bool dir_size)
 	c->touched[c->ntouched++] = (struct rp_touched){ tree, ino, dir_size };
 	return 0;
 }
+
+int rp_grow(void **v, size_t *cap, size_t n, size_t elem, size_t first)
+{
+	size_t c;
+	void *m;
+
+	if (n < *cap)
+		return 0;
+	c = *cap ? *cap * 2 : first;
+	m = realloc(*v, c * elem);
+	if (!m)
+		return -ENOMEM;
+	*v = m;
+	*cap = c;
+	return 0;
+}
